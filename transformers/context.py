@@ -1,0 +1,112 @@
+"""Per-request context shared by request translation and the stream stages.
+
+Theory of operation
+-------------------
+A request is translated once, at the edge; what the stream stages later need to know about
+it is captured here, as plain data computed from the request alone (DESIGN rule 1: any
+instance can serve any turn, so nothing here lives beyond the request):
+
+* ``ToolInfo``: which tool names the upstream sees, and what each one really is — a plain
+  function, a Responses ``custom`` tool presented as a one-string function, a namespaced
+  function flattened to one name, or a Chat function with exactly one required string
+  parameter (the R3-a′ ``apply_patch`` shape).
+* ``Ctx``: the quirk names switched on for this (provider, model), the upstream model
+  name, defaults from the model catalogue, and the ``repairs`` list that every stage
+  appends a rule name to when it changes something (the app turns it into counters and a
+  debug log line; transformers do no logging).
+
+Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirks.md):
+
+=========================  ===============================================================
+``mimo_raw_patch``         R3-a / R3-a′: wrap a complete raw ``*** Begin Patch`` text
+``invalid_json_passthrough`` R3-b: non-JSON arguments of registered functions pass through
+``mimo_request``           R3-c: max_completion_tokens, tool_choice auto, no parallel calls,
+                           strict custom tools
+``reasoning_replay``       R3-d / Kimi / DeepSeek: reasoning on replayed tool-call messages
+                           (placeholder when unknown)
+``reasoning_key_reasoning`` send replayed reasoning as ``reasoning`` (newer vLLM)
+``mantle_request``         assistant content as a string; ``tool_choice:none`` → no tools
+``kimi_request``           forced tool_choice → auto (thinking); max_completion_tokens
+``strict_tool_ids``        tool-call ids limited to ``[A-Za-z0-9_-]`` (SPEC §1 strict)
+``max_completion_tokens``  send ``max_completion_tokens`` instead of ``max_tokens``
+``thinking_param``         ``reasoning.effort`` → ``thinking:{type}``
+``moonshot_fields``        keep Moonshot-only message/tool fields (else they are stripped)
+``strip_reasoning_envelope`` drop proxy-sealed reasoning before a real OpenAI upstream
+=========================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_TOOL_NAME = 64
+
+QUIRKS = frozenset(
+    {
+        "mimo_raw_patch",
+        "invalid_json_passthrough",
+        "mimo_request",
+        "reasoning_replay",
+        "reasoning_key_reasoning",
+        "mantle_request",
+        "kimi_request",
+        "strict_tool_ids",
+        "max_completion_tokens",
+        "thinking_param",
+        "moonshot_fields",
+        "strip_reasoning_envelope",
+    }
+)
+
+
+def flatten_name(namespace: str, name: str) -> str:
+    """Deterministic flat name for a namespaced tool, at most 64 characters.
+
+    ``mcp__gh__`` + ``get_me`` → ``mcp__gh__get_me``; if the namespace does not already end
+    in ``_`` a ``__`` joiner is used.  When too long, the tail is replaced by ``_`` and an
+    8-hex SHA-256 suffix of the full pair, so two long names never collide in practice and
+    the same pair always maps to the same name (stateless across instances).
+    """
+    joiner = "" if namespace.endswith("_") else "__"
+    flat = f"{namespace}{joiner}{name}"
+    if len(flat) <= MAX_TOOL_NAME:
+        return flat
+    digest = hashlib.sha256(f"{namespace}\x00{name}".encode()).hexdigest()[:8]
+    return flat[: MAX_TOOL_NAME - 9] + "_" + digest
+
+
+@dataclass(slots=True)
+class ToolInfo:
+    # upstream-visible names of plain registered functions (flattened names included)
+    functions: set[str] = field(default_factory=set)
+    # upstream-visible name → the original Responses custom tool definition
+    custom: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # flattened upstream name → (namespace, name) as the client knows it
+    namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Chat-client functions with exactly one required string parameter → that parameter
+    single_string_param: dict[str, str] = field(default_factory=dict)
+    # hosted tools dropped on the way to a Chat upstream (reported to the client)
+    dropped: list[str] = field(default_factory=list)
+
+    def is_registered(self, name: str | None) -> bool:
+        return bool(name) and (name in self.functions or name in self.custom)
+
+
+@dataclass(slots=True)
+class Ctx:
+    quirks: frozenset[str] = frozenset()
+    upstream_model: str = ""
+    public_model: str = ""
+    max_output_tokens: int | None = None  # catalogue default when the client sends none
+    tools: ToolInfo = field(default_factory=ToolInfo)
+    repairs: list[str] = field(default_factory=list)
+    # secret for the proxy-sealed reasoning envelope (bytes; empty = summary text only)
+    envelope_key: bytes = b""
+
+    def on(self, quirk: str) -> bool:
+        return quirk in self.quirks
+
+    def repaired(self, rule: str) -> None:
+        self.repairs.append(rule)

@@ -1,0 +1,104 @@
+"""Incremental Server-Sent Events parser and serializer, on bytes.
+
+Theory of operation
+-------------------
+``SSEParser.feed(chunk)`` takes whatever bytes the transport delivered and returns the
+events completed by them, as ``SSEEvent(event, data)``; ``SSEParser.end()`` returns what
+a stream that stops without a final blank line still held (a peer that closes right after
+its last ``data:`` line).  The parser follows the WHATWG rules that matter on the wire:
+
+* a line ends at CR, LF or CRLF, and a CRLF may be split across two reads (a trailing CR
+  is held back until the next byte is seen);
+* work stays on bytes until a whole line is there, so a UTF-8 character split across
+  reads is decoded once it is complete (U+2028 and friends are *not* line breaks here,
+  which is why the upstream client must not use ``aiter_lines``);
+* ``:`` starts a comment line (keep-alives), ignored;
+* several ``data:`` lines join with ``\\n``; one space after the colon is dropped;
+* an event is dispatched at a blank line, only if it had data.
+
+``encode(data, event)`` frames one event: ``event:`` line when given, one ``data:`` line
+(our payloads are orjson output, which never contains a raw newline), blank line.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["SSEEvent", "SSEParser", "encode", "encode_comment", "DONE"]
+
+
+class SSEEvent(NamedTuple):
+    event: str | None
+    data: str
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+class SSEParser:
+    __slots__ = ("_buf", "_event", "_data", "_lines_seen")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._event: str | None = None
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        buf = self._buf + chunk if self._buf else chunk
+        if b"\r" in buf:
+            held = b""
+            if buf.endswith(b"\r"):
+                # might be the first half of a CRLF: decide when the next byte comes
+                buf, held = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            lines = buf.split(b"\n")
+            self._buf = lines.pop() + held
+        else:
+            lines = buf.split(b"\n")
+            self._buf = lines.pop()
+        if not lines:
+            return []
+        return self._lines(lines)
+
+    def end(self) -> list[SSEEvent]:
+        """Flush at end of stream: a last event without its blank line still counts."""
+        lines: list[bytes] = []
+        if self._buf:
+            rest = self._buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            lines.extend(rest.split(b"\n"))
+            self._buf = b""
+        lines.append(b"")
+        return self._lines(lines)
+
+    def _lines(self, lines: list[bytes]) -> list[SSEEvent]:
+        out: list[SSEEvent] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    payload = data[0] if len(data) == 1 else b"\n".join(data)
+                    out.append(SSEEvent(self._event, payload.decode("utf-8", "replace")))
+                    data.clear()
+                self._event = None
+                continue
+            if line[0] == 0x3A:  # ':' comment / keep-alive
+                continue
+            name, sep, value = line.partition(b":")
+            if sep and value[:1] == b" ":
+                value = value[1:]
+            if name == b"data":
+                data.append(value)
+            elif name == b"event":
+                self._event = value.decode("utf-8", "replace")
+            # "id" and "retry" carry nothing the proxy needs
+        return out
+
+
+def encode(data: bytes, event: str | None = None) -> bytes:
+    if event is None:
+        return b"data: " + data + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def encode_comment(text: str = "keep-alive") -> bytes:
+    return b": " + text.encode() + b"\n\n"
