@@ -32,6 +32,7 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
 ``thinking_param``         ``reasoning.effort`` → ``thinking:{type}``
 ``moonshot_fields``        keep Moonshot-only message/tool fields (else they are stripped)
 ``strip_reasoning_envelope`` drop proxy-sealed reasoning before a real OpenAI upstream
+``inline_think``           a leading ``<think>…</think>`` in Chat content is reasoning
 =========================  ===============================================================
 """
 
@@ -57,6 +58,7 @@ QUIRKS = frozenset(
         "thinking_param",
         "moonshot_fields",
         "strip_reasoning_envelope",
+        "inline_think",
     }
 )
 
