@@ -1,0 +1,199 @@
+"""SPEC §1 (seed 000): tool-call id policies and the uniqueness pass, table T0-1…T0-10."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from transformers.ids import (
+    chat_policy,
+    is_canonical_kimi,
+    responses_policy,
+    sanitize,
+    strict_policy,
+    unique_map,
+)
+
+LONG12 = "functions.mcp__atlassian__confluence_search_pages_by_cql_query:12"
+LONG13 = "functions.mcp__atlassian__confluence_search_pages_by_cql_query:13"
+LONG_R1 = "functions_mcp__atlassian__confluence_search_pages_by_cql_query_1"
+LONG_R2 = "functions_mcp__atlassian__confluence_search_pages_by_cql_query_2"
+
+CHAT = (chat_policy, 64)
+RESP = (responses_policy, 64)
+STRICT = (strict_policy, 64)
+
+
+def run(policy, raw):
+    fn, max_len = policy
+    m = unique_map(raw, fn, max_len)
+    return [m[r] for r in raw]
+
+
+def test_long_id_lengths():
+    assert len(LONG12) == 65
+    assert len(LONG_R1) == 64
+
+
+# (case id, policy, raw ids in history order, expected wire ids)
+T0 = [
+    ("T0-1-chat", CHAT, ["functions.Read:0"], ["functions.Read:0"]),
+    ("T0-1-responses", RESP, ["functions.Read:0"], ["functions.Read:0"]),
+    ("T0-1-strict", STRICT, ["functions.Read:0"], ["functions_Read_0"]),
+    ("T0-2-chat", CHAT, ["Write:6"], ["Write_6"]),
+    ("T0-2-responses", RESP, ["Write:6"], ["Write_6"]),
+    ("T0-2-strict", STRICT, ["Write:6"], ["Write_6"]),
+    ("T0-3-chat", CHAT, ["functions.Read:0|fc_abc"], ["functions_Read_0_fc_abc"]),
+    ("T0-3-responses", RESP, ["functions.Read:0|fc_abc"], ["functions.Read:0"]),
+    ("T0-3-strict", STRICT, ["functions.Read:0|fc_abc"], ["functions_Read_0_fc_abc"]),
+    (
+        "T0-4-responses",
+        RESP,
+        ["functions.Read:0|fc_1", "functions.Read:0|fc_2"],
+        ["functions.Read:0", "functions.Read:0_2"],
+    ),
+    ("T0-5-chat", CHAT, [LONG12], [LONG12]),
+    ("T0-5-responses", RESP, [LONG12], [LONG_R1]),
+    ("T0-5-strict", STRICT, [LONG12], [LONG_R1]),
+    ("T0-6-chat", CHAT, [LONG12, LONG13], [LONG12, LONG13]),
+    ("T0-6-responses", RESP, [LONG12, LONG13], [LONG_R1, LONG_R2]),
+    (
+        "T0-7-chat",
+        CHAT,
+        ["functions.Bash:123", "functions.read-file:7"],
+        ["functions.Bash:123", "functions.read-file:7"],
+    ),
+    (
+        "T0-7-responses",
+        RESP,
+        ["functions.Bash:123", "functions.read-file:7"],
+        ["functions.Bash:123", "functions.read-file:7"],
+    ),
+    (
+        "T0-7-strict",
+        STRICT,
+        ["functions.Bash:123", "functions.read-file:7"],
+        ["functions_Bash_123", "functions_read-file_7"],
+    ),
+    (
+        "T0-8-chat",
+        CHAT,
+        ["functions.Read:x", "functions..Read:0", "functions.Read:0_2"],
+        ["functions_Read_x", "functions__Read_0", "functions_Read_0_2"],
+    ),
+    (
+        "T0-8-responses",
+        RESP,
+        ["functions.Read:x", "functions..Read:0", "functions.Read:0_2"],
+        ["functions_Read_x", "functions__Read_0", "functions_Read_0_2"],
+    ),
+    (
+        "T0-8-strict",
+        STRICT,
+        ["functions.Read:x", "functions..Read:0", "functions.Read:0_2"],
+        ["functions_Read_x", "functions__Read_0", "functions_Read_0_2"],
+    ),
+    (
+        "T0-9-strict",
+        STRICT,
+        ["functions_Read_0", "functions.Read:0"],
+        ["functions_Read_0", "functions_Read_0_2"],
+    ),
+    ("T0-10-chat", CHAT, ["call_abc123"], ["call_abc123"]),
+    ("T0-10-responses", RESP, ["call_abc123"], ["call_abc123"]),
+    ("T0-10-strict", STRICT, ["call_abc123"], ["call_abc123"]),
+]
+
+
+@pytest.mark.parametrize(("policy", "raw", "expected"), [c[1:] for c in T0], ids=[c[0] for c in T0])
+def test_t0_table(policy, raw, expected):
+    assert run(policy, raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("id_", "canonical"),
+    [
+        ("functions.Read:0", True),
+        ("functions.read-file:7", True),
+        ("functions.Bash:123", True),
+        (LONG12, True),
+        ("Write:6", False),
+        ("functions.Read:x", False),
+        ("functions..Read:0", False),
+        ("functions.Read:0_2", False),
+        ("functions.Read:0\n", False),
+        ("functions.Read:٣", False),  # Arabic-Indic digit: ASCII digits only
+        ("functions.:0", False),
+        ("call_abc123", False),
+    ],
+)
+def test_is_canonical_kimi(id_, canonical):
+    assert is_canonical_kimi(id_) is canonical
+
+
+def test_sanitize_and_cut():
+    assert sanitize("a.b:c|d é") == "a_b_c_d__"
+    assert sanitize("abcdef", 3) == "abc"
+
+
+def test_empty_id_becomes_tool_call():
+    assert unique_map(["", "...", ":"], strict_policy, 64) == {
+        "": "tool_call",
+        "...": "___",
+        ":": "_",
+    }
+    assert unique_map(["", "|x"], responses_policy, 64) == {"": "tool_call", "|x": "tool_call_2"}
+
+
+def test_pass1_reserves_before_pass2():
+    # `functions.Read:0` (pass 2 under strict) must not steal the later, unchanged raw id
+    assert unique_map(["functions.Read:0", "functions_Read_0"], strict_policy, 64) == {
+        "functions.Read:0": "functions_Read_0_2",
+        "functions_Read_0": "functions_Read_0",
+    }
+
+
+def test_suffix_keeps_counting_past_reserved():
+    m = unique_map(["a.b", "a_b", "a_b_2", "a:b"], strict_policy, 64)
+    assert m == {"a_b": "a_b", "a_b_2": "a_b_2", "a.b": "a_b_3", "a:b": "a_b_4"}
+
+
+def test_chat_policy_caps_non_canonical_at_64():
+    raw = "call_" + "x" * 100
+    assert chat_policy(raw) == raw[:64]
+
+
+def test_responses_policy_canonical_over_64_with_pipe():
+    assert responses_policy(LONG12 + "|fc_1") == LONG_R1
+
+
+def test_unlimited_suffix_when_no_max_len():
+    assert unique_map(["a.b", "a:b"], lambda s: sanitize(s), None) == {"a.b": "a_b", "a:b": "a_b_2"}
+
+
+def test_max_len_too_small_raises():
+    with pytest.raises(ValueError):
+        unique_map(["a.", "a:"], lambda s: sanitize(s, 2), 2)
+
+
+ID_CHARS = st.text(alphabet="abfnRdo._-:|0123456789é", max_size=80)
+
+
+@given(st.lists(ID_CHARS, max_size=12))
+def test_property_mapping_injective_deterministic_and_fits(raw):
+    for policy in (chat_policy, responses_policy, strict_policy):
+        m = unique_map(raw, policy, 64)
+        assert set(m) == set(raw)
+        assert len(set(m.values())) == len(m)  # distinct raw ids never merge
+        assert m == unique_map(raw, policy, 64)  # stateless: same input, same output
+        for r, w in m.items():
+            if policy is chat_policy and is_canonical_kimi(r):
+                assert w == r  # canonical ids survive at any length
+            else:
+                assert len(w) <= 64
+            if policy is strict_policy:
+                assert sanitize(w) == w
+        # idempotent: feeding the output back changes nothing
+        again = unique_map(list(m.values()), policy, 64)
+        assert all(k == v for k, v in again.items())
