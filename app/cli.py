@@ -1,0 +1,77 @@
+"""Command line: ``switchboard serve`` and ``switchboard check-config``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _check(path: str) -> int:
+    from app.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(path)
+    except ConfigError as e:
+        print(f"switchboard: {e}", file=sys.stderr)
+        return 2
+    open_note = "" if cfg.auth.keys else " (no auth.keys: the proxy will be OPEN)"
+    print(f"{path}: OK — {len(cfg.providers)} provider(s), {len(cfg.models)} model(s){open_note}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from app.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"switchboard: {e}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from app import logs
+
+    logs.setup(args.log_level)
+    host = args.host or cfg.server.host
+    port = cfg.server.port if args.port is None else args.port
+    workers = args.workers or cfg.server.workers
+    os.environ["SWITCHBOARD_CONFIG"] = os.path.abspath(args.config)
+    os.environ["SWITCHBOARD_LOG_LEVEL"] = args.log_level
+    uvicorn.run(
+        "app.asgi:app",
+        factory=False,
+        host=host,
+        port=port,
+        workers=workers,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+        timeout_keep_alive=75,
+        server_header=False,
+        date_header=False,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="switchboard", description="OpenAI-compatible reverse proxy for coding agents")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="serve the proxy")
+    s.add_argument("--config", required=True, help="YAML config file")
+    s.add_argument("--host", default=None)
+    s.add_argument("--port", type=int, default=None)
+    s.add_argument("--workers", type=int, default=None)
+    s.add_argument("--log-level", default=os.environ.get("SWITCHBOARD_LOG_LEVEL", "info"))
+    c = sub.add_parser("check-config", help="validate a config file and exit")
+    c.add_argument("file")
+    args = ap.parse_args(argv)
+    if args.cmd == "check-config":
+        return _check(args.file)
+    return _serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

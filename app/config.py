@@ -1,0 +1,218 @@
+"""Configuration: YAML file → validated, immutable settings.
+
+The YAML keys are a contract with users (docs/configuration.md); they are validated with
+pydantic at start-up, never on the hot path.  ``${VAR}`` is replaced by the environment
+variable VAR (an error if unset), ``${VAR:-default}`` falls back to ``default``.  Every
+error names the file, the field path and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from transformers.context import QUIRKS
+
+PROFILES = (
+    "openai",
+    "azure",
+    "xai",
+    "bedrock-mantle",
+    "kimi",
+    "mimo",
+    "deepseek",
+    "glm",
+    "openai-compatible",
+    "demo",
+)
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerCfg(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    workers: int = Field(1, ge=1, le=64)
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    # finish_reason "length" → response.completed with status incomplete (instead of
+    # response.incomplete), for Responses clients that want the partial output as a turn
+    incomplete_as_completed: bool = False
+    # HMAC key for the sealed reasoning envelope (docs/quirks.md); empty = summary only
+    reasoning_envelope_key: str = ""
+
+
+class AuthCfg(_Strict):
+    # client keys, plain or "sha256:<hex>"; empty strings (unset env defaults) are ignored
+    keys: list[str] = Field(default_factory=list)
+
+    @field_validator("keys")
+    @classmethod
+    def _drop_empty(cls, v: list[str]) -> list[str]:
+        return [k for k in v if k]
+
+
+class TimeoutsCfg(_Strict):
+    connect: float = Field(10.0, gt=0)
+    # time to the upstream's response headers
+    first_byte: float = Field(120.0, gt=0)
+    # longest silence between two upstream bytes once streaming (resets on any byte)
+    idle: float = Field(300.0, gt=0)
+    write: float = Field(30.0, gt=0)
+
+
+class QuirksCfg(_Strict):
+    enable: list[str] = Field(default_factory=list)
+    disable: list[str] = Field(default_factory=list)
+    # restrict this override to models matching one of these globs (upstream or public name)
+    models: list[str] = Field(default_factory=list)
+
+    @field_validator("enable", "disable")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        unknown = sorted(set(v) - QUIRKS)
+        if unknown:
+            raise ValueError(f"unknown quirk(s) {unknown}; known: {sorted(QUIRKS)}")
+        return v
+
+
+class ProviderCfg(_Strict):
+    name: str = Field(min_length=1)
+    profile: Literal[PROFILES] = "openai-compatible"  # type: ignore[valid-type]
+    protocol: Literal["chat", "responses"] | list[Literal["chat", "responses"]] = "chat"
+    base_url: str | None = None
+    api_key: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    query: dict[str, str] = Field(default_factory=dict)
+    # Azure: deployment-name URLs /openai/deployments/{deployment}/…
+    deployment: str | None = None
+    timeouts: TimeoutsCfg = Field(default_factory=TimeoutsCfg)
+    quirks: list[QuirksCfg] | QuirksCfg = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _url(self) -> ProviderCfg:
+        if self.profile != "demo":
+            if not self.base_url:
+                raise ValueError(f"provider {self.name!r}: base_url is required for profile {self.profile!r}")
+            if not re.match(r"^https?://", self.base_url):
+                raise ValueError(f"provider {self.name!r}: base_url must start with http:// or https://")
+        return self
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        return (self.protocol,) if isinstance(self.protocol, str) else tuple(self.protocol)
+
+    @property
+    def quirk_overrides(self) -> list[QuirksCfg]:
+        return [self.quirks] if isinstance(self.quirks, QuirksCfg) else list(self.quirks)
+
+
+class ModelCfg(_Strict):
+    name: str = Field(min_length=1)
+    provider: str
+    upstream_model: str | None = None
+    quirks: QuirksCfg = Field(default_factory=QuirksCfg)
+    context_window: int | None = Field(None, gt=0)
+    max_output_tokens: int | None = Field(None, gt=0)
+    reasoning: bool | None = None
+    parallel_tool_calls: bool | None = None
+    modalities: list[str] | None = None
+
+
+class Config(_Strict):
+    server: ServerCfg = Field(default_factory=ServerCfg)
+    auth: AuthCfg = Field(default_factory=AuthCfg)
+    providers: list[ProviderCfg]
+    models: list[ModelCfg]
+
+    @model_validator(mode="after")
+    def _refs(self) -> Config:
+        names = [p.name for p in self.providers]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate provider name(s): {sorted(dup)}")
+        mnames = [m.name for m in self.models]
+        mdup = {n for n in mnames if mnames.count(n) > 1}
+        if mdup:
+            raise ValueError(f"duplicate model name(s): {sorted(mdup)}")
+        for i, m in enumerate(self.models):
+            if m.provider not in names:
+                raise ValueError(f"models[{i}] ({m.name!r}): unknown provider {m.provider!r}; known: {names}")
+        return self
+
+
+def _expand(value: Any, path: str) -> Any:
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            var, default = m.group(1), m.group(2)
+            got = os.environ.get(var)
+            if got is None:
+                if default is None:
+                    raise ConfigError(f"{path}: environment variable {var} is not set (use ${{{var}:-}} to allow empty)")
+                return default
+            return got
+
+        return _ENV.sub(sub, value)
+    if isinstance(value, list):
+        return [_expand(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    return value
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "list[literal['chat','responses']]", "QuirksCfg", "list[QuirksCfg]") or "literal" in str(part):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(root)"
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping with providers and models")
+    try:
+        expanded = _expand(data, "")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    try:
+        return Config.model_validate(expanded)
+    except ValidationError as e:
+        lines = [f"{source}: invalid configuration:"]
+        seen = set()
+        for err in e.errors():
+            msg = f"  {_loc(err['loc'])}: {err['msg']}"
+            if msg not in seen:
+                seen.add(msg)
+                lines.append(msg)
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    return parse_config(data, str(p))

@@ -1,0 +1,58 @@
+"""structlog JSON logs: one line per request, secrets never written.
+
+Request lines carry a fixed set of fields (no headers, no bodies); the redaction processor
+is a second line of defence for anything that slips into an event dict: keys whose name
+looks like a credential are masked, and bearer tokens inside strings are cut.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from typing import Any
+
+import orjson
+import structlog
+
+_SECRET_KEYS = re.compile(r"(authorization|api[-_]?key|secret|token|password|cookie)$", re.I)
+_BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
+
+
+def _redact_value(v: Any) -> Any:
+    if isinstance(v, str) and "earer" in v:
+        return _BEARER.sub(r"\1[redacted]", v)
+    return v
+
+
+def redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    for k in list(event):
+        if _SECRET_KEYS.search(k) and k not in ("tokens", "input_tokens", "output_tokens"):
+            event[k] = "[redacted]"
+        else:
+            event[k] = _redact_value(event[k])
+    return event
+
+
+def _dumps(obj: Any, default: Any = None) -> str:
+    return orjson.dumps(obj, default=default or str).decode()
+
+
+def setup(level: str = "info") -> None:
+    lvl = getattr(logging, level.upper(), logging.INFO)
+    logging.basicConfig(format="%(message)s", stream=sys.stderr, level=lvl)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact,
+            structlog.processors.JSONRenderer(serializer=_dumps),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+log = structlog.get_logger("switchboard")

@@ -1,0 +1,194 @@
+"""The FastAPI application: routes, auth, body limit, error rendering, lifecycle.
+
+The middleware chain is empty on purpose (DESIGN rule 6): auth and the body limit are two
+function calls inside the two proxy routes, and errors are rendered by exception handlers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+
+from app import metrics
+from app.config import Config
+from app.errors import ProxyError
+from app.logs import log
+from app.pipeline import ProxyResponse, new_request_id, prepare
+from providers.upstream import Router
+from transformers.errors import RequestError
+
+
+def _key_digests(keys: list[str]) -> list[bytes]:
+    out = []
+    for k in keys:
+        if k.startswith("sha256:"):
+            out.append(bytes.fromhex(k[7:]))
+        else:
+            out.append(hashlib.sha256(k.encode()).digest())
+    return out
+
+
+def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json", headers=headers)
+
+
+def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    router = Router.build(config, transport=transport)
+    digests = _key_digests(config.auth.keys)
+    limit = config.server.max_body_bytes
+    envelope_key = config.server.reasoning_envelope_key.encode()
+    state = {"ready": False}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
+        if not digests:
+            log.warning("open_proxy", message="no client API keys configured (auth.keys): anyone who can reach this port can use every configured provider")
+        state["ready"] = True
+        log.info("ready", models=len(router.routes), providers=len(config.providers))
+        try:
+            yield
+        finally:
+            state["ready"] = False
+            await router.aclose()
+
+    app = FastAPI(title="Switchboard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.router = router
+    app.state.config = config
+
+    def authorize(request: Request) -> None:
+        if not digests:
+            return
+        h = request.headers
+        auth = h.get("authorization", "")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else h.get("api-key") or h.get("x-api-key") or ""
+        if not key:
+            raise ProxyError(401, "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key")
+        d = hashlib.sha256(key.encode()).digest()
+        if not any(hmac.compare_digest(d, x) for x in digests):
+            raise ProxyError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+    async def read_body(request: Request) -> bytes:
+        cl = request.headers.get("content-length")
+        if cl and cl.isdigit() and int(cl) > limit:
+            raise ProxyError(413, f"request body of {cl} bytes exceeds the limit of {limit} bytes", code="request_too_large")
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ProxyError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def proxy(request: Request, client: str) -> Any:
+        started = time.perf_counter()
+        rid = new_request_id()
+        request.state.request_id = rid
+        authorize(request)
+        raw = await read_body(request)
+        p = prepare(
+            router, raw, client, rid,
+            envelope_key=envelope_key,
+            incomplete_as_completed=config.server.incomplete_as_completed,
+            started=started,
+            client_headers=request.headers,  # type: ignore[arg-type]
+        )
+        return ProxyResponse(p)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        return await proxy(request, "chat")
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:
+        return await proxy(request, "responses")
+
+    @app.get("/v1/responses")
+    async def responses_ws_fallback(request: Request) -> Response:
+        # Codex tries a WebSocket first; 426 makes it fall back to HTTP at once (PAINS 22)
+        return _json(426, {"error": {"message": "WebSocket transport is not supported; use HTTP POST /v1/responses",
+                                     "type": "invalid_request_error", "param": None, "code": "upgrade_required"}})
+
+    @app.websocket("/v1/responses")
+    async def responses_ws(ws: WebSocket) -> None:
+        await ws.send_denial_response(Response(status_code=426))
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        authorize(request)
+        infos = [r.info for r in router.routes.values()]
+        body: dict[str, Any] = {"object": "list", "data": [i.openai() for i in infos]}
+        if "client_version" in request.query_params or request.headers.get("originator", "").startswith("codex"):
+            body["models"] = [i.codex() for i in infos]
+        return _json(200, body)
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str, request: Request) -> Response:
+        authorize(request)
+        r = router.routes.get(model_id)
+        if r is None:
+            raise ProxyError(404, f"The model '{model_id}' does not exist", code="model_not_found", param="model")
+        return _json(200, r.info.openai())
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _json(200, {"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if not state["ready"]:
+            return _json(503, {"status": "starting"})
+        return _json(200, {"status": "ready", "models": len(router.routes)})
+
+    @app.get("/metrics")
+    async def metrics_route() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.exception_handler(ProxyError)
+    async def on_proxy_error(request: Request, e: ProxyError) -> Response:
+        rid = getattr(request.state, "request_id", None) or new_request_id()
+        _log_rejected(request, e.status, e.code, rid)
+        return Response(e.body(rid), status_code=e.status, media_type="application/json",
+                        headers={"x-request-id": rid, **e.headers})
+
+    @app.exception_handler(RequestError)
+    async def on_request_error(request: Request, e: RequestError) -> Response:
+        rid = getattr(request.state, "request_id", None) or new_request_id()
+        _log_rejected(request, e.status, e.code, rid)
+        body = {"error": {**e.to_dict(), "request_id": rid}}
+        return Response(orjson.dumps(body), status_code=e.status, media_type="application/json", headers={"x-request-id": rid})
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation(request: Request, e: RequestValidationError) -> Response:
+        return _json(400, {"error": {"message": str(e), "type": "invalid_request_error", "param": None, "code": None}})
+
+    @app.exception_handler(404)
+    async def on_404(request: Request, e: Exception) -> Response:
+        return _json(404, {"error": {"message": f"Unknown route {request.method} {request.url.path}", "type": "invalid_request_error", "param": None, "code": "not_found"}})
+
+    @app.exception_handler(405)
+    async def on_405(request: Request, e: Exception) -> Response:
+        return _json(405, {"error": {"message": f"Method {request.method} not allowed on {request.url.path}", "type": "invalid_request_error", "param": None, "code": "method_not_allowed"}})
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, e: Exception) -> Response:
+        rid = getattr(request.state, "request_id", None) or new_request_id()
+        log.exception("internal_error", request_id=rid, path=request.url.path, error=type(e).__name__)
+        return _json(500, {"error": {"message": f"internal error ({type(e).__name__}); request id {rid}", "type": "server_error", "param": None, "code": "internal_error", "request_id": rid}},
+                     headers={"x-request-id": rid})
+
+    return app
+
+
+def _log_rejected(request: Request, status: int, code: str | None, rid: str) -> None:
+    metrics.inc("switchboard_requests_total", route=request.url.path, client="-", provider="-", status=str(status))
+    log.info("request", request_id=rid, route=request.url.path, status=status, code=code, terminal="rejected")

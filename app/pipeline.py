@@ -1,0 +1,415 @@
+"""The async pipeline: one client request → one upstream request → the client's answer.
+
+Theory of operation
+-------------------
+``prepare()`` (pure, before any I/O) parses and checks the client body, picks the route,
+translates the request for the upstream protocol and builds the sans-IO stream chain::
+
+    upstream bytes → SSEParser → decoder → [ToolStage] → encoder → SSE bytes → client
+
+``ProxyResponse`` is an ASGI response that does the I/O.  Phase 1 sends the upstream
+request while watching the client: a disconnect before the first upstream byte cancels the
+upstream request, a slow upstream hits the first-byte timeout, and any upstream failure is
+still answered with a proper HTTP status and OpenAI error (nothing was sent yet).  Phase 2
+streams; from here failures become the protocol's own error event (Responses ``error`` +
+``response.failed``; Chat an error chunk), never a silently cut stream, and a client
+disconnect cancels the task, which closes the upstream response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from app import metrics
+from app.errors import ProxyError, upstream_error
+from app.logs import log
+from providers.upstream import Route, Router
+from transformers import sse
+from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
+from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
+from transformers.context import Ctx
+from transformers.errors import RequestError, stream_error
+from transformers.events import Finish
+from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
+from transformers.request_quirks import prepare_chat, prepare_responses
+from transformers.request_r2c import responses_to_chat
+from transformers.responses_decode import ResponsesStreamDecoder, decode_response
+from transformers.responses_encode import ResponsesStreamEncoder, encode_response
+from transformers.tool_stage import ToolStage, needed
+
+# fields of a Responses request echoed on the response object (the SDK's Response type)
+_ECHO = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text", "metadata",
+         "max_output_tokens", "temperature", "top_p", "store", "truncation", "previous_response_id")
+
+_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "chat": {"model": (str,), "messages": (list,), "stream": (bool,), "tools": (list,), "stream_options": (dict,),
+             "max_tokens": (int,), "max_completion_tokens": (int,), "n": (int,)},
+    "responses": {"model": (str,), "input": (str, list), "stream": (bool,), "tools": (list,),
+                  "instructions": (str,), "max_output_tokens": (int,), "reasoning": (dict,), "text": (dict,)},
+}
+_REQUIRED = {"chat": ("model", "messages"), "responses": ("model",)}
+
+
+def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
+    """Parse and type-check the fields the proxy relies on; everything else passes through."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise RequestError(f"the request body is not valid JSON: {e}", param=None, code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_json")
+    for name in _REQUIRED[protocol]:
+        if body.get(name) is None:
+            raise RequestError(f"missing required parameter: '{name}'", param=name, code="missing_required_parameter")
+    for name, types in _TYPES[protocol].items():
+        v = body.get(name)
+        if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
+            want = " or ".join({str: "string", list: "array", bool: "boolean", dict: "object", int: "integer"}[t] for t in types)
+            raise RequestError(f"invalid type for '{name}': expected {want}", param=name, code="invalid_type")
+    if protocol == "responses" and body.get("input") is None and not body.get("previous_response_id"):
+        raise RequestError("missing required parameter: 'input'", param="input", code="missing_required_parameter")
+    return body
+
+
+@dataclass(slots=True)
+class Prepared:
+    request_id: str
+    client: str  # chat | responses
+    upstream: str  # chat | responses
+    route: Route
+    ctx: Ctx
+    stream: bool
+    upstream_body: bytes
+    include_usage: bool
+    echo: dict[str, Any]
+    incomplete_as_completed: bool
+    started: float
+    route_name: str
+    headers: dict[str, str] = field(default_factory=dict)
+    forward_headers: dict[str, str] = field(default_factory=dict)
+
+
+def prepare(
+    router: Router,
+    raw: bytes,
+    client: str,
+    request_id: str,
+    *,
+    envelope_key: bytes,
+    incomplete_as_completed: bool,
+    started: float,
+    client_headers: dict[str, str],
+) -> Prepared:
+    body = check_body(raw, client)
+    model = body["model"]
+    route = router.resolve(model)
+    if route is None:
+        raise ProxyError(404, f"The model '{model}' does not exist or you do not have access to it.",
+                         code="model_not_found", param="model")
+    upstream = route.provider.protocol_for(client)
+    ctx = Ctx(
+        quirks=route.quirks,
+        upstream_model=route.upstream_model,
+        public_model=route.public_model,
+        max_output_tokens=route.info.max_output_tokens,
+        envelope_key=envelope_key,
+    )
+    stream = bool(body.get("stream"))
+    if client == "responses":
+        echo = {k: body[k] for k in _ECHO if k in body}
+        if upstream == "chat":
+            out = prepare_chat(responses_to_chat(body, ctx), ctx, translated=True)
+        else:
+            out = prepare_responses(body, ctx, translated=False)
+    else:
+        echo = {}
+        if upstream == "responses":
+            out = prepare_responses(chat_to_responses(body, ctx), ctx, translated=True)
+        else:
+            ctx.tools = toolinfo_from_chat(body.get("tools"))
+            out = prepare_chat(body, ctx, translated=False)
+    out["stream"] = stream
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage")) if client == "chat" else True
+    headers: dict[str, str] = {}
+    if ctx.tools.dropped:
+        headers["x-switchboard-dropped-tools"] = ",".join(ctx.tools.dropped)
+    fwd = {"user-agent": client_headers["user-agent"]} if "user-agent" in client_headers else {}
+    return Prepared(
+        request_id=request_id, client=client, upstream=upstream, route=route, ctx=ctx, stream=stream,
+        upstream_body=orjson.dumps(out), include_usage=include_usage, echo=echo,
+        incomplete_as_completed=incomplete_as_completed, started=started,
+        route_name="/v1/chat/completions" if client == "chat" else "/v1/responses",
+        headers=headers, forward_headers=fwd,
+    )
+
+
+class Chain:
+    """decoder → [stage] → encoder, bytes out.  Sans-IO pieces, glued without awaits."""
+
+    __slots__ = ("p", "decoder", "stage", "encoder", "parser", "terminal", "finished", "_done_sent")
+
+    def __init__(self, p: Prepared) -> None:
+        self.p = p
+        ctx = p.ctx
+        self.decoder = ChatStreamDecoder(ctx) if p.upstream == "chat" else ResponsesStreamDecoder(ctx)
+        self.stage = ToolStage(ctx, p.client) if p.upstream == "chat" and needed(ctx, p.client) else None
+        if p.client == "chat":
+            self.encoder: Any = ChatStreamEncoder(ctx, include_usage=p.include_usage)
+        else:
+            self.encoder = ResponsesStreamEncoder(ctx, incomplete_as_completed=p.incomplete_as_completed, request_echo=p.echo)
+        self.parser = sse.SSEParser()
+        self.terminal = ""
+        self.finished = False  # the decoder has ended: nothing more to read upstream
+        self._done_sent = False
+
+    def _encode(self, events: list[Any]) -> list[bytes]:
+        out: list[bytes] = []
+        if self.stage is not None:
+            staged: list[Any] = []
+            for ev in events:
+                staged.extend(self.stage.feed(ev))
+            events = staged
+        enc = self.encoder
+        chat = self.p.client == "chat"
+        for ev in events:
+            if type(ev) is Finish:
+                self.terminal = ev.status
+            for obj in enc.feed(ev):
+                if chat:
+                    out.append(b"data: " + orjson.dumps(obj) + b"\n\n")
+                else:
+                    out.append(b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n")
+        return out
+
+    def feed(self, chunk: bytes) -> bytes:
+        out: list[bytes] = []
+        decoder = self.decoder
+        for ev in self.parser.feed(chunk):
+            out.extend(self._event(ev.data, decoder))
+        return b"".join(out)
+
+    def _event(self, data: str, decoder: Any) -> list[bytes]:
+        if data == "[DONE]":
+            return self._end_decoder()
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return self.fail("upstream_bad_event", "the upstream sent an event that is not JSON")
+        if not isinstance(obj, dict):
+            return self.fail("upstream_bad_event", "the upstream sent an event that is not a JSON object")
+        return self._encode(decoder.feed(obj))
+
+    def end(self) -> bytes:
+        out: list[bytes] = []
+        for ev in self.parser.end():
+            out.extend(self._event(ev.data, self.decoder))
+        out.extend(self._end_decoder())
+        tail = self.encoder.end()
+        out.extend(self._serialize(tail))
+        if self.p.client == "chat" and not getattr(self.encoder, "failed", False) and not self._done_sent:
+            self._done_sent = True
+            out.append(sse.DONE)
+        return b"".join(out)
+
+    def _end_decoder(self) -> list[bytes]:
+        if self.finished:
+            return []
+        self.finished = True
+        out = self._encode(self.decoder.end())
+        if self.stage is not None:
+            out.extend(self._encode_stage_end())
+        return out
+
+    def _encode_stage_end(self) -> list[bytes]:
+        events = self.stage.end()  # type: ignore[union-attr]
+        stage, self.stage = self.stage, None
+        try:
+            return self._encode(events)
+        finally:
+            self.stage = stage
+
+    def _serialize(self, objs: list[dict[str, Any]]) -> list[bytes]:
+        if self.p.client == "chat":
+            return [b"data: " + orjson.dumps(o) + b"\n\n" for o in objs]
+        return [b"event: " + o["type"].encode() + b"\ndata: " + orjson.dumps(o) + b"\n\n" for o in objs]
+
+    def fail(self, code: str, message: str) -> list[bytes]:
+        """Inject a terminal failure (mid-stream upstream fault) into the encoder."""
+        if self.terminal:
+            return []
+        return self._encode([Finish("failed", error=stream_error(code, message))])
+
+
+def full_response(p: Prepared, body: bytes) -> tuple[int, bytes]:
+    """Non-streaming: decode the upstream object, run the same stages, encode the client object."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ProxyError(502, "the upstream answered with a body that is not JSON", type="upstream_error", code="upstream_bad_response") from None
+    if not isinstance(obj, dict):
+        raise ProxyError(502, "the upstream answered with a body that is not a JSON object", type="upstream_error", code="upstream_bad_response")
+    ctx = p.ctx
+    events = decode_chat_completion(obj, ctx) if p.upstream == "chat" else decode_response(obj, ctx)
+    if p.upstream == "chat" and needed(ctx, p.client):
+        stage = ToolStage(ctx, p.client)
+        staged: list[Any] = []
+        for ev in events:
+            staged.extend(stage.feed(ev))
+        staged.extend(stage.end())
+        events = staged
+    if p.client == "chat":
+        result = encode_chat_completion(events, ctx)
+        if "error" in result:
+            err = result["error"]
+            raise ProxyError(502, err.get("message") or "upstream failure", type=err.get("type") or "upstream_error", code=err.get("code"))
+        return 200, orjson.dumps(result)
+    resp = encode_response(events, ctx, incomplete_as_completed=p.incomplete_as_completed, request_echo=p.echo)
+    return 200, orjson.dumps(resp)
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex
+
+
+class ProxyResponse:
+    """ASGI response that performs the upstream exchange (see module docstring)."""
+
+    def __init__(self, p: Prepared) -> None:
+        self.p = p
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        p = self.p
+        prov = p.route.provider
+        headers = {"content-type": "application/json", "accept": "text/event-stream" if p.stream else "application/json",
+                   **p.forward_headers, **prov.headers}
+        req = prov.client.build_request("POST", prov.url(p.upstream), content=p.upstream_body, headers=headers,
+                                        params=prov.cfg.query or None, timeout=prov.timeout)
+        status = 200
+        ttfb = None
+        terminal = ""
+        me = asyncio.current_task()
+        watch = asyncio.ensure_future(_wait_disconnect(receive))
+        cancelled_by_client = False
+
+        def on_disconnect(t: asyncio.Future[Any]) -> None:
+            nonlocal cancelled_by_client
+            if not t.cancelled() and me is not None:
+                cancelled_by_client = True
+                me.cancel()
+
+        watch.add_done_callback(on_disconnect)
+        resp: httpx.Response | None = None
+        try:
+            try:
+                async with asyncio.timeout(prov.first_byte):
+                    resp = await prov.client.send(req, stream=True)
+            except TimeoutError:
+                raise ProxyError(504, f"upstream {prov.name} sent no response within {prov.first_byte:g}s",
+                                 type="upstream_error", code="upstream_timeout") from None
+            except httpx.TimeoutException:
+                raise ProxyError(504, f"upstream {prov.name} timed out", type="upstream_error", code="upstream_timeout") from None
+            except httpx.HTTPError as e:
+                raise ProxyError(502, f"upstream {prov.name} is unreachable: {type(e).__name__}",
+                                 type="upstream_error", code="upstream_unreachable") from None
+            ttfb = time.perf_counter() - p.started
+            if resp.status_code >= 400:
+                body = await resp.aread()
+                raise upstream_error(resp.status_code, body, resp.headers, prov.name)
+            base_headers = [(b"x-request-id", p.request_id.encode())] + [(k.encode(), v.encode()) for k, v in p.headers.items()]
+            if not p.stream:
+                try:
+                    body = await resp.aread()
+                except httpx.HTTPError as e:
+                    raise ProxyError(502, f"upstream {prov.name} failed while sending its answer: {type(e).__name__}",
+                                     type="upstream_error", code="upstream_stream_error") from None
+                status, out = full_response(p, body)
+                await send({"type": "http.response.start", "status": status,
+                            "headers": [(b"content-type", b"application/json"), *base_headers]})
+                await send({"type": "http.response.body", "body": out})
+                terminal = "completed"
+                return
+            chain = Chain(p)
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"), *base_headers]})
+            try:
+                async for chunk in resp.aiter_raw():
+                    out = chain.feed(chunk)
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                    if chain.finished or (chain.terminal and p.client == "responses"):
+                        break  # terminal event sent: close right away (PAINS 2)
+                out = chain.end()
+            except httpx.ReadTimeout:
+                out = b"".join(chain.fail("upstream_idle_timeout", f"upstream {prov.name} was silent for {prov.timeout.read:g}s")) + chain.end()
+            except httpx.HTTPError as e:
+                out = b"".join(chain.fail("upstream_stream_error", f"upstream {prov.name} stream failed: {type(e).__name__}")) + chain.end()
+            terminal = chain.terminal or "failed"
+            await send({"type": "http.response.body", "body": out, "more_body": False})
+        except ProxyError as e:
+            status = e.status
+            terminal = "error"
+            metrics.inc("switchboard_upstream_errors_total", provider=prov.name, code=str(e.code))
+            await _send_error(send, e, p.request_id)
+        except asyncio.CancelledError:
+            if not cancelled_by_client:
+                raise
+            terminal = "client_cancel"
+            status = 499
+        finally:
+            watch.remove_done_callback(on_disconnect)
+            watch.cancel()
+            if resp is not None:
+                await resp.aclose()
+            _finish_log(p, status, ttfb, terminal)
+            if cancelled_by_client:
+                # the task's cancellation was ours: swallow it so the server closes cleanly
+                t = asyncio.current_task()
+                if t is not None:
+                    t.uncancel()
+
+
+async def _wait_disconnect(receive: Any) -> None:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+async def _send_error(send: Any, e: ProxyError, request_id: str) -> None:
+    hdrs = [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode())]
+    hdrs += [(k.encode(), v.encode()) for k, v in e.headers.items()]
+    await send({"type": "http.response.start", "status": e.status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": e.body(request_id)})
+
+
+def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> None:
+    dur = time.perf_counter() - p.started
+    prov = p.route.provider.name
+    metrics.inc("switchboard_requests_total", route=p.route_name, client=p.client, provider=prov, status=str(status))
+    metrics.inc("switchboard_request_duration_seconds_sum", dur, route=p.route_name)
+    if ttfb is not None:
+        metrics.inc("switchboard_ttfb_seconds_sum", ttfb, route=p.route_name)
+    if p.stream:
+        metrics.inc("switchboard_stream_outcomes_total", outcome=terminal or "none", client=p.client)
+    repairs = p.ctx.repairs
+    if repairs:
+        for rule in repairs:
+            metrics.inc("switchboard_repairs_total", rule=rule, provider=prov)
+        log.debug("repairs", request_id=p.request_id, provider=prov, rules=sorted(set(repairs)))
+    if p.ctx.tools.dropped:
+        log.warning("hosted_tools_dropped", request_id=p.request_id, provider=prov, tools=p.ctx.tools.dropped)
+    log.info(
+        "request",
+        request_id=p.request_id, route=p.route_name, client_protocol=p.client, provider=prov,
+        upstream_protocol=p.upstream, model=p.route.public_model, upstream_model=p.route.upstream_model,
+        stream=p.stream, status=status, duration_ms=round(dur * 1000, 2),
+        ttfb_ms=round(ttfb * 1000, 2) if ttfb is not None else None, terminal=terminal,
+    )

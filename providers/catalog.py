@@ -1,0 +1,71 @@
+"""Model catalogue: what the proxy knows about each public model.
+
+Built-in facts keyed by upstream model pattern (first match wins), overridden field by field
+by the config's ``models[]`` entries.  Served by ``/v1/models`` (both the OpenAI
+``{"data": [...]}`` and Codex's ``{"models": [...]}`` shapes) and used to fill
+``max_output_tokens`` when a client (Codex) sends none and the upstream needs one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+DEFAULT_CONTEXT = 128_000
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    id: str
+    provider: str
+    upstream_model: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    modalities: tuple[str, ...] = ("text",)
+    reasoning: bool = False
+    parallel_tool_calls: bool = True
+
+    def openai(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "model", "created": 0, "owned_by": self.provider}
+
+    def codex(self) -> dict[str, Any]:
+        return {
+            "slug": self.id,
+            "display_name": self.id,
+            "context_window": self.context_window or DEFAULT_CONTEXT,
+            "max_output_tokens": self.max_output_tokens,
+            "input_modalities": list(self.modalities),
+            "supports_reasoning_summaries": self.reasoning,
+            "supports_parallel_tool_calls": self.parallel_tool_calls,
+        }
+
+
+# (glob on the upstream model id, facts) — evidence in docs/providers.md
+BUILTIN: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("*mimo-v2.6*", {"context_window": 1_048_576, "max_output_tokens": 131_072,
+                     "modalities": ("text", "image"), "reasoning": True, "parallel_tool_calls": False}),
+    ("*kimi-k2*", {"context_window": 262_144, "max_output_tokens": 32_768, "reasoning": True}),
+    ("deepseek-*", {"context_window": 128_000, "max_output_tokens": 32_768, "reasoning": True}),
+    ("glm-*", {"context_window": 200_000, "max_output_tokens": 32_768, "reasoning": True}),
+    ("gpt-oss-*", {"context_window": 128_000, "reasoning": True}),
+    ("*gpt-oss*", {"context_window": 128_000, "reasoning": True}),
+    ("gpt-5*", {"context_window": 400_000, "max_output_tokens": 128_000,
+                "modalities": ("text", "image"), "reasoning": True}),
+)
+
+
+def catalog_entry(m: Any, upstream: str, provider: str) -> ModelInfo:
+    facts: dict[str, Any] = {}
+    low = upstream.lower()
+    for glob, f in BUILTIN:
+        if fnmatchcase(low, glob):
+            facts = dict(f)
+            break
+    for key in ("context_window", "max_output_tokens", "reasoning", "parallel_tool_calls"):
+        v = getattr(m, key, None)
+        if v is not None:
+            facts[key] = v
+    if getattr(m, "modalities", None):
+        facts["modalities"] = tuple(m.modalities)
+    return ModelInfo(id=m.name, provider=provider, upstream_model=upstream, **facts)

@@ -1,0 +1,119 @@
+"""Routing (public model → provider, upstream model, quirks) and the shared httpx client.
+
+One ``httpx.AsyncClient`` per process, with a pool sized for many concurrent long streams;
+the in-process ``demo`` provider is an httpx transport, so a demo request goes through the
+very same pipeline (bytes, SSE parsing, transformers) as a real upstream.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from app.config import Config, ModelCfg, ProviderCfg
+from providers.catalog import ModelInfo, catalog_entry
+from providers.demo import DemoTransport
+from providers.profiles import PROFILES, Override, QuirkSet
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    cfg: ProviderCfg
+    quirkset: QuirkSet
+    client: httpx.AsyncClient
+    headers: dict[str, str]
+    timeout: httpx.Timeout
+    first_byte: float
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    @property
+    def profile(self) -> str:
+        return self.cfg.profile
+
+    def protocol_for(self, client_protocol: str) -> str:
+        protos = self.cfg.protocols
+        return client_protocol if client_protocol in protos else protos[0]
+
+    def url(self, protocol: str) -> str:
+        base = (self.cfg.base_url or "http://demo.invalid/v1").rstrip("/")
+        path = "/chat/completions" if protocol == "chat" else "/responses"
+        if self.cfg.deployment:
+            base = f"{base}/openai/deployments/{self.cfg.deployment}"
+        return base + path
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    public_model: str
+    upstream_model: str
+    provider: Provider
+    quirks: frozenset[str]
+    info: ModelInfo
+
+
+def _auth_headers(p: ProviderCfg) -> dict[str, str]:
+    h: dict[str, str] = {}
+    if p.api_key:
+        if PROFILES[p.profile].auth == "api-key":
+            h["api-key"] = p.api_key
+        elif PROFILES[p.profile].auth == "bearer":
+            h["authorization"] = f"Bearer {p.api_key}"
+    return h
+
+
+def _override(q: Any) -> Override:
+    return Override(enable=frozenset(q.enable), disable=frozenset(q.disable), models=tuple(q.models))
+
+
+@dataclass
+class Router:
+    config: Config
+    routes: dict[str, Route] = field(default_factory=dict)
+    clients: list[httpx.AsyncClient] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> Router:
+        r = cls(config)
+        limits = httpx.Limits(max_connections=2048, max_keepalive_connections=256, keepalive_expiry=30.0)
+        shared = httpx.AsyncClient(limits=limits, transport=transport, follow_redirects=False, trust_env=False)
+        demo = httpx.AsyncClient(transport=DemoTransport(), trust_env=False)
+        r.clients = [shared, demo]
+        providers: dict[str, Provider] = {}
+        for p in config.providers:
+            t = p.timeouts
+            providers[p.name] = Provider(
+                cfg=p,
+                quirkset=QuirkSet(p.profile, tuple(_override(q) for q in p.quirk_overrides)),
+                client=demo if p.profile == "demo" else shared,
+                headers={**{k.lower(): v for k, v in p.headers.items()}, **_auth_headers(p)},
+                timeout=httpx.Timeout(connect=t.connect, read=t.idle, write=t.write, pool=t.connect),
+                first_byte=t.first_byte,
+            )
+        for m in config.models:
+            r.routes[m.name] = _route(m, providers[m.provider])
+        return r
+
+    def resolve(self, model: str) -> Route | None:
+        route = self.routes.get(model)
+        if route is None:
+            for name, rt in self.routes.items():
+                if any(c in name for c in "*?[") and fnmatch.fnmatchcase(model, name):
+                    # a glob model entry forwards the client's model name as is
+                    return Route(model, model, rt.provider, rt.provider.quirkset.resolve(model, model), rt.info)
+        return route
+
+    async def aclose(self) -> None:
+        for c in self.clients:
+            await c.aclose()
+
+
+def _route(m: ModelCfg, provider: Provider) -> Route:
+    upstream = m.upstream_model or m.name
+    quirks = provider.quirkset.resolve(upstream, m.name, _override(m.quirks) if (m.quirks.enable or m.quirks.disable) else None)
+    return Route(m.name, upstream, provider, quirks, catalog_entry(m, upstream, provider.cfg.name))
