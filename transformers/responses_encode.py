@@ -1,0 +1,744 @@
+"""Unified events → a Responses API client stream (Codex CLI, ``client.responses.stream``).
+
+Theory of operation
+-------------------
+``ResponsesStreamEncoder`` is the inbound emitter for Responses clients.  It takes the
+unified events of ``events.py`` and returns Responses stream event dicts with the full item
+lifecycle (SPEC §5.3, §5.4), each stamped with a ``sequence_number`` that starts at 0 and
+grows by one per event over the whole stream.  One response id is used on every event.
+
+Items and their output slots:
+
+* ``output_index`` is allocated when an item's ``output_item.added`` is emitted, so slots
+  are handed out in emission order, 0, 1, 2… with no gaps (the openai SDK appends to its
+  snapshot on every ``added`` and indexes it by ``output_index``).
+* At most one message item and one reasoning item are open at a time.  Text/Refusal go
+  into the open message (opening one, after closing an open reasoning item); Reasoning
+  goes into the open reasoning item (opening one, after closing an open message).
+  Releasing a tool call or a passthrough item closes both.  ``ReasoningEnd`` closes the
+  reasoning item; with no reasoning open it stands for a whole upstream item (typically
+  ``encrypted_content`` without a summary) and is emitted as ``added`` + ``done``.
+* A change of part kind inside an item (output_text ↔ refusal; summary ↔ raw, or a new
+  upstream ``summary_index``) closes the current part and opens the next one, with the
+  next ``content_index`` / ``summary_index``.  Text is never merged across parts, so
+  every byte appears exactly once in the deltas and once in the ``done`` events.
+* Tool calls (SPEC §3 inbound rules): a call's ``added`` waits until it has a non-empty
+  name **and** every lower-index call has been released; argument text arriving before
+  that is buffered and replayed as one delta right after ``added``.  Identity arriving
+  after release (``namespace``, the upstream ``call_id`` replacing a minted one) goes
+  into the ``done`` events, which Codex reads as the final item.  ``ToolCallEnd`` closes
+  the call; its ``arguments`` win only when ``mismatch`` is set (SPEC §3: Codex reads only
+  ``output_item.done``); otherwise the streamed bytes are the final text.
+* ``Finish`` closes everything still open (items cut short by a non-``completed`` finish
+  get ``status: "incomplete"``), drops calls that never got a name (SPEC §7.2; repair
+  ``tool_call_dropped_no_name``) and emits exactly one terminal event (table
+  ``_TERMINAL``).  A ``completed`` turn left with nothing but reasoning after such a drop
+  becomes ``response.failed`` (``upstream_tool_call_dropped``) instead of a silent empty
+  turn.  ``end()`` without ``Finish`` fails the response (``upstream_stream_truncated``).
+* The terminal response's ``output`` is every item as its ``output_item.done`` carried
+  it, in ``output_index`` order; ``response`` exposes it for the non-streaming path.
+
+Reasoning replay: the reasoning item's ``encrypted_content`` is the upstream's blob when
+one came with ``ReasoningEnd``, else — when ``ctx.envelope_key`` is set — the full
+reasoning text sealed by ``envelope.seal`` so the next turn can replay it statelessly.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from . import envelope
+from .context import Ctx
+from .errors import stream_error
+from .events import (
+    Event,
+    Finish,
+    Passthrough,
+    Reasoning,
+    ReasoningEnd,
+    Refusal,
+    Start,
+    Text,
+    ToolCall,
+    ToolCallEnd,
+    Usage,
+)
+from .usage import normalize_responses
+
+__all__ = ["ResponsesStreamEncoder", "encode_response"]
+
+# Finish.status → (terminal event type, response status); see also incomplete_as_completed
+_TERMINAL: dict[str, tuple[str, str]] = {
+    "completed": ("response.completed", "completed"),
+    "incomplete": ("response.incomplete", "incomplete"),
+    "failed": ("response.failed", "failed"),
+}
+
+# ToolCall.custom → (item type, text key, delta event, done event, item id prefix)
+_TOOL_KIND: dict[bool, tuple[str, str, str, str, str]] = {
+    False: (
+        "function_call",
+        "arguments",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "fc_",
+    ),
+    True: (
+        "custom_tool_call",
+        "input",
+        "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.done",
+        "ctc_",
+    ),
+}
+
+# message content part kind → (part type, text key, delta event, done event)
+_MSG_PART: dict[str, tuple[str, str, str, str]] = {
+    "text": ("output_text", "text", "response.output_text.delta", "response.output_text.done"),
+    "refusal": ("refusal", "refusal", "response.refusal.delta", "response.refusal.done"),
+}
+
+# reasoning part kind → (part type, index key, delta event, done event, part added, part done)
+_RS_PART: dict[str, tuple[str, str, str, str, str, str]] = {
+    "summary": (
+        "summary_text",
+        "summary_index",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+    ),
+    "raw": (
+        "reasoning_text",
+        "content_index",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.added",
+        "response.content_part.done",
+    ),
+}
+
+# response fields a client SDK requires (request_echo may override them); the mutable
+# ones are built fresh per response object
+_DEFAULTS: dict[str, Any] = {
+    "error": None,
+    "incomplete_details": None,
+    "instructions": None,
+    "parallel_tool_calls": True,
+    "temperature": None,
+    "tool_choice": "auto",
+    "top_p": None,
+}
+
+
+def _hex() -> str:
+    return uuid.uuid4().hex
+
+
+class _Msg:
+    __slots__ = ("id", "oi", "parts", "kind", "text")
+
+    def __init__(self, id: str, oi: int) -> None:
+        self.id = id
+        self.oi = oi
+        self.parts: list[dict[str, Any]] = []  # closed parts
+        self.kind: str | None = None  # kind of the open part
+        self.text: list[str] = []  # text of the open part
+
+
+class _Rs:
+    __slots__ = ("id", "oi", "summary", "content", "kind", "key", "text", "all")
+
+    def __init__(self, id: str, oi: int) -> None:
+        self.id = id
+        self.oi = oi
+        self.summary: list[dict[str, Any]] = []
+        self.content: list[dict[str, Any]] = []
+        self.kind: str | None = None  # kind of the open part
+        self.key: tuple[str, int] | None = None  # upstream (kind, summary_index) of it
+        self.text: list[str] = []
+        self.all: list[str] = []  # every reasoning byte of the item, for the envelope
+
+
+class _Call:
+    __slots__ = (
+        "index",
+        "call_id",
+        "name",
+        "namespace",
+        "custom",
+        "item_id",
+        "buf",
+        "parts",
+        "released",
+        "oi",
+        "ended",
+        "final",
+        "minted",
+        "kind",
+    )
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.call_id: str | None = None
+        self.name: str | None = None
+        self.namespace: str | None = None
+        self.custom: bool | None = None
+        self.item_id: str | None = None
+        self.buf: list[str] = []  # argument text received before release
+        self.parts: list[str] = []  # all argument text
+        self.released = False
+        self.oi = -1
+        self.ended = False
+        self.final: str | None = None  # ToolCallEnd.arguments when mismatch
+        self.minted = False  # call_id minted at release (an upstream one may still come)
+        self.kind = _TOOL_KIND[False]
+
+    def merge(self, call_id: str | None, name: str | None, namespace: str | None, item_id: str | None) -> None:
+        if call_id and (self.call_id is None or self.minted):
+            self.call_id = call_id
+            self.minted = False
+        if name and not self.name:
+            self.name = name
+        if namespace and not self.namespace:
+            self.namespace = namespace
+        if item_id and not self.item_id:
+            self.item_id = item_id
+
+
+class ResponsesStreamEncoder:
+    __slots__ = (
+        "ctx",
+        "_id",
+        "_created_at",
+        "_model",
+        "_echo",
+        "_inc_as_completed",
+        "_seq",
+        "_started",
+        "done",
+        "_slots",
+        "_msg",
+        "_rs",
+        "_calls",
+        "_pending",
+        "_usage",
+        "_final",
+        "_dispatch",
+    )
+
+    def __init__(
+        self,
+        ctx: Ctx,
+        *,
+        response_id: str | None = None,
+        created_at: int | None = None,
+        incomplete_as_completed: bool = False,
+        request_echo: dict | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self._id = response_id
+        self._created_at = created_at
+        self._model = ctx.public_model or None
+        self._echo = request_echo or {}
+        self._inc_as_completed = incomplete_as_completed
+        self._seq = 0
+        self._started = False
+        self.done = False
+        self._slots: list[dict[str, Any] | None] = []  # output_index → item as done
+        self._msg: _Msg | None = None
+        self._rs: _Rs | None = None
+        self._calls: dict[int, _Call] = {}
+        self._pending: list[_Call] = []  # unreleased calls, ascending index
+        self._usage: dict[str, Any] | None = None
+        self._final: dict[str, Any] | None = None
+        self._dispatch = {
+            Text: self._on_text,
+            Reasoning: self._on_reasoning,
+            ReasoningEnd: self._on_reasoning_end,
+            Refusal: self._on_refusal,
+            ToolCall: self._on_tool_call,
+            ToolCallEnd: self._on_tool_call_end,
+            Passthrough: self._on_passthrough,
+            Usage: self._on_usage,
+            Finish: self._on_finish,
+        }
+
+    # ------------------------------------------------------------------ public API
+
+    def feed(self, ev: Event) -> list[dict]:
+        if self.done:
+            return []
+        out: list[dict] = []
+        if type(ev) is Start:
+            if not self._started:
+                self._start(out, ev)
+            return out
+        if not self._started:
+            self._start(out, None)
+        self._dispatch[type(ev)](out, ev)
+        return out
+
+    def end(self) -> list[dict]:
+        if self.done:
+            return []
+        return self.feed(
+            Finish(
+                status="failed",
+                error=stream_error("upstream_stream_truncated", "upstream stream ended before the response finished"),
+            )
+        )
+
+    @property
+    def response(self) -> dict:
+        if self._final is not None:
+            return self._final
+        if self._id is None:
+            self._id = "resp_" + _hex()
+        return self._resp("in_progress", [s for s in self._slots if s is not None])
+
+    # ------------------------------------------------------------------ helpers
+
+    def _emit(self, out: list[dict], ev: dict) -> None:
+        ev["sequence_number"] = self._seq
+        self._seq += 1
+        out.append(ev)
+
+    def _resp(self, status: str, output: list, usage: dict | None = None) -> dict:
+        r = {
+            "id": self._id,
+            "object": "response",
+            "created_at": self._created_at,
+            "status": status,
+            "model": self._model or "",
+            "output": output,
+            **_DEFAULTS,
+            "metadata": {},
+            "tools": [],
+            **self._echo,
+            "usage": usage,
+        }
+        if self._echo:  # the echo never overrides what this response is
+            r["id"] = self._id
+            r["object"] = "response"
+            r["created_at"] = self._created_at
+            r["status"] = status
+            r["model"] = self._model or ""
+            r["output"] = output
+        return r
+
+    def _slot(self) -> int:
+        self._slots.append(None)
+        return len(self._slots) - 1
+
+    def _start(self, out: list[dict], ev: Start | None) -> None:
+        self._started = True
+        if self._id is None:
+            rid = ev.response_id if ev is not None else None
+            self._id = rid if isinstance(rid, str) and rid.startswith("resp_") else "resp_" + _hex()
+        if self._created_at is None:
+            c = ev.created if ev is not None else None
+            self._created_at = c if isinstance(c, int) else int(time.time())
+        if not self._model and ev is not None and ev.model:
+            self._model = ev.model
+        self._emit(out, {"type": "response.created", "response": self._resp("in_progress", [])})
+        self._emit(out, {"type": "response.in_progress", "response": self._resp("in_progress", [])})
+
+    # ------------------------------------------------------------------ message
+
+    def _msg_part(self, out: list[dict], kind: str) -> _Msg:
+        m = self._msg
+        if m is None:
+            self._close_rs(out)
+            m = self._msg = _Msg("msg_" + _hex(), self._slot())
+            self._emit(
+                out,
+                {
+                    "type": "response.output_item.added",
+                    "output_index": m.oi,
+                    "item": {"id": m.id, "type": "message", "role": "assistant", "status": "in_progress", "content": []},
+                },
+            )
+        if m.kind != kind:
+            if m.kind is not None:
+                self._close_msg_part(out, m)
+            m.kind = kind
+            ptype, key = _MSG_PART[kind][:2]
+            part: dict[str, Any] = {"type": ptype, key: ""}
+            if ptype == "output_text":
+                part["annotations"] = []
+            self._emit(
+                out,
+                {
+                    "type": "response.content_part.added",
+                    "item_id": m.id,
+                    "output_index": m.oi,
+                    "content_index": len(m.parts),
+                    "part": part,
+                },
+            )
+        return m
+
+    def _close_msg_part(self, out: list[dict], m: _Msg) -> None:
+        ptype, key, _, done = _MSG_PART[m.kind]  # type: ignore[index]
+        text = "".join(m.text)
+        ci = len(m.parts)
+        ev: dict[str, Any] = {"type": done, "item_id": m.id, "output_index": m.oi, "content_index": ci, key: text}
+        if ptype == "output_text":
+            ev["logprobs"] = []
+        self._emit(out, ev)
+        part: dict[str, Any] = {"type": ptype, key: text}
+        if ptype == "output_text":
+            part["annotations"] = []
+        self._emit(
+            out,
+            {
+                "type": "response.content_part.done",
+                "item_id": m.id,
+                "output_index": m.oi,
+                "content_index": ci,
+                "part": part,
+            },
+        )
+        m.parts.append(dict(part))
+        m.kind = None
+        m.text = []
+
+    def _close_msg(self, out: list[dict], status: str = "completed") -> None:
+        m = self._msg
+        if m is None:
+            return
+        self._msg = None
+        if m.kind is not None:
+            self._close_msg_part(out, m)
+        item = {"id": m.id, "type": "message", "role": "assistant", "status": status, "content": m.parts}
+        self._slots[m.oi] = item
+        self._emit(out, {"type": "response.output_item.done", "output_index": m.oi, "item": item})
+
+    def _on_text(self, out: list[dict], ev: Text) -> None:
+        if not ev.text:
+            return
+        m = self._msg_part(out, "text")
+        m.text.append(ev.text)
+        self._emit(
+            out,
+            {
+                "type": "response.output_text.delta",
+                "item_id": m.id,
+                "output_index": m.oi,
+                "content_index": len(m.parts),
+                "delta": ev.text,
+                "logprobs": [],
+            },
+        )
+
+    def _on_refusal(self, out: list[dict], ev: Refusal) -> None:
+        if not ev.text:
+            return
+        m = self._msg_part(out, "refusal")
+        m.text.append(ev.text)
+        self._emit(
+            out,
+            {
+                "type": "response.refusal.delta",
+                "item_id": m.id,
+                "output_index": m.oi,
+                "content_index": len(m.parts),
+                "delta": ev.text,
+            },
+        )
+
+    # ------------------------------------------------------------------ reasoning
+
+    def _open_rs(self, out: list[dict], item_id: str | None = None) -> _Rs:
+        self._close_msg(out)
+        r = self._rs = _Rs(item_id or "rs_" + _hex(), self._slot())
+        self._emit(
+            out,
+            {"type": "response.output_item.added", "output_index": r.oi, "item": {"id": r.id, "type": "reasoning", "summary": []}},
+        )
+        return r
+
+    def _rs_part_index(self, r: _Rs) -> int:
+        return len(r.summary) if r.kind == "summary" else len(r.content)
+
+    def _close_rs_part(self, out: list[dict], r: _Rs) -> None:
+        ptype, ikey, _, done, _, part_done = _RS_PART[r.kind]  # type: ignore[index]
+        text = "".join(r.text)
+        idx = self._rs_part_index(r)
+        self._emit(out, {"type": done, "item_id": r.id, "output_index": r.oi, ikey: idx, "text": text})
+        self._emit(
+            out,
+            {
+                "type": part_done,
+                "item_id": r.id,
+                "output_index": r.oi,
+                ikey: idx,
+                "part": {"type": ptype, "text": text},
+            },
+        )
+        (r.summary if r.kind == "summary" else r.content).append({"type": ptype, "text": text})
+        r.kind = None
+        r.key = None
+        r.text = []
+
+    def _close_rs(self, out: list[dict], end: ReasoningEnd | None = None) -> None:
+        r = self._rs
+        if r is None:
+            return
+        self._rs = None
+        if r.kind is not None:
+            self._close_rs_part(out, r)
+        self._finish_rs(out, r, end.encrypted_content if end is not None else None)
+
+    def _finish_rs(self, out: list[dict], r: _Rs, blob: str | None) -> None:
+        item: dict[str, Any] = {"id": r.id, "type": "reasoning", "summary": r.summary}
+        if r.content:
+            item["content"] = r.content
+        if blob:
+            item["encrypted_content"] = blob
+        elif self.ctx.envelope_key and r.all:
+            item["encrypted_content"] = envelope.seal("".join(r.all), self.ctx.envelope_key)
+        self._slots[r.oi] = item
+        self._emit(out, {"type": "response.output_item.done", "output_index": r.oi, "item": item})
+
+    def _on_reasoning(self, out: list[dict], ev: Reasoning) -> None:
+        if not ev.text:
+            return
+        r = self._rs or self._open_rs(out)
+        kind = "raw" if ev.kind == "raw" else "summary"
+        key = (kind, ev.summary_index)
+        if r.key != key:
+            if r.kind is not None:
+                self._close_rs_part(out, r)
+            r.kind = kind
+            r.key = key
+            ptype, ikey, _, _, part_added, _ = _RS_PART[kind]
+            self._emit(
+                out,
+                {
+                    "type": part_added,
+                    "item_id": r.id,
+                    "output_index": r.oi,
+                    ikey: self._rs_part_index(r),
+                    "part": {"type": ptype, "text": ""},
+                },
+            )
+        r.text.append(ev.text)
+        r.all.append(ev.text)
+        _, ikey, delta, _, _, _ = _RS_PART[kind]
+        self._emit(
+            out,
+            {
+                "type": delta,
+                "item_id": r.id,
+                "output_index": r.oi,
+                ikey: self._rs_part_index(r),
+                "delta": ev.text,
+            },
+        )
+
+    def _on_reasoning_end(self, out: list[dict], ev: ReasoningEnd) -> None:
+        if self._rs is not None:
+            # events already went out under our id: keep it (ids never change mid-stream)
+            self._close_rs(out, ev)
+        elif ev.item_id or ev.encrypted_content:
+            # a whole upstream reasoning item with no streamed text (encrypted only)
+            r = self._open_rs(out, ev.item_id)
+            self._rs = None
+            self._finish_rs(out, r, ev.encrypted_content)
+
+    # ------------------------------------------------------------------ tool calls
+
+    def _on_tool_call(self, out: list[dict], ev: ToolCall) -> None:
+        c = self._calls.get(ev.index)
+        if c is None:
+            c = self._calls[ev.index] = _Call(ev.index)
+            self._add_pending(c)
+        c.merge(ev.call_id, ev.name, ev.namespace, ev.item_id)
+        if ev.custom is not None and c.custom is None and not c.released:
+            c.custom = ev.custom
+        a = ev.arguments
+        if a:
+            c.parts.append(a)
+            if c.released:
+                self._emit(out, self._delta(c, a))
+            else:
+                c.buf.append(a)
+        if not c.released and ev.name:
+            self._release_ready(out)
+
+    def _on_tool_call_end(self, out: list[dict], ev: ToolCallEnd) -> None:
+        c = self._calls.get(ev.index)
+        if c is None:
+            c = self._calls[ev.index] = _Call(ev.index)
+            self._add_pending(c)
+        if c.ended:
+            return
+        c.merge(ev.call_id, ev.name, ev.namespace, None)
+        f = ev.arguments
+        if f is not None:
+            if ev.mismatch:
+                c.final = f
+            elif f:
+                # decoders send a missing suffix as a ToolCall delta first; if one did not,
+                # stream it here rather than lose it (anything else: the deltas stand)
+                a = "".join(c.parts)
+                if len(f) > len(a) and f.startswith(a):
+                    sfx = f[len(a) :]
+                    c.parts.append(sfx)
+                    if c.released:
+                        self._emit(out, self._delta(c, sfx))
+                    else:
+                        c.buf.append(sfx)
+        c.ended = True
+        if c.released:
+            self._close_call(out, c, "completed")
+        else:
+            self._release_ready(out)
+
+    def _add_pending(self, c: _Call) -> None:
+        p = self._pending
+        if not p or p[-1].index < c.index:
+            p.append(c)
+        else:  # out-of-order index (decoders number calls in order; be safe anyway)
+            p.append(c)
+            p.sort(key=lambda x: x.index)
+
+    def _release_ready(self, out: list[dict]) -> None:
+        p = self._pending
+        n = 0
+        while n < len(p) and p[n].name:
+            self._release(out, p[n])
+            n += 1
+        if n:
+            del p[:n]
+
+    def _delta(self, c: _Call, a: str) -> dict:
+        if c.custom:
+            return {"type": c.kind[2], "item_id": c.item_id, "call_id": c.call_id, "output_index": c.oi, "delta": a}
+        return {"type": c.kind[2], "item_id": c.item_id, "output_index": c.oi, "delta": a}
+
+    def _release(self, out: list[dict], c: _Call) -> None:
+        self._close_msg(out)
+        self._close_rs(out)
+        c.released = True
+        c.kind = kind = _TOOL_KIND[bool(c.custom)]
+        if not c.call_id:
+            c.call_id = "call_" + _hex()
+            c.minted = True
+        if not c.item_id:
+            c.item_id = kind[4] + c.call_id
+        c.oi = self._slot()
+        self._emit(out, {"type": "response.output_item.added", "output_index": c.oi, "item": self._call_item(c, "in_progress", "")})
+        if c.buf:
+            self._emit(out, self._delta(c, "".join(c.buf)))
+            c.buf = []
+        if c.ended:
+            self._close_call(out, c, "completed")
+
+    def _call_item(self, c: _Call, status: str, text: str) -> dict:
+        item: dict[str, Any] = {
+            "id": c.item_id,
+            "type": c.kind[0],
+            "status": status,
+            "call_id": c.call_id,
+            "name": c.name,
+            c.kind[1]: text,
+        }
+        if c.namespace and not c.custom:
+            item["namespace"] = c.namespace
+        return item
+
+    def _close_call(self, out: list[dict], c: _Call, status: str) -> None:
+        text = c.final if c.final is not None else "".join(c.parts)
+        kind = c.kind
+        done: dict[str, Any] = {"type": kind[3], "item_id": c.item_id}
+        if c.custom:
+            done["call_id"] = c.call_id
+            done["output_index"] = c.oi
+            done["input"] = text
+        else:
+            done["output_index"] = c.oi
+            done["arguments"] = text
+            done["name"] = c.name
+            done["call_id"] = c.call_id
+            if c.namespace:
+                done["namespace"] = c.namespace
+        self._emit(out, done)
+        item = self._call_item(c, status, text)
+        self._slots[c.oi] = item
+        self._emit(out, {"type": "response.output_item.done", "output_index": c.oi, "item": item})
+        c.ended = True
+
+    # ------------------------------------------------------------------ the rest
+
+    def _on_passthrough(self, out: list[dict], ev: Passthrough) -> None:
+        self._close_msg(out)
+        self._close_rs(out)
+        oi = self._slot()
+        self._slots[oi] = ev.item
+        self._emit(out, {"type": "response.output_item.added", "output_index": oi, "item": ev.item})
+        self._emit(out, {"type": "response.output_item.done", "output_index": oi, "item": ev.item})
+
+    def _on_usage(self, out: list[dict], ev: Usage) -> None:
+        self._usage = ev.usage
+
+    def _on_finish(self, out: list[dict], ev: Finish) -> None:
+        status = ev.status if ev.status in _TERMINAL else "failed"
+        cut = "completed" if status == "completed" else "incomplete"
+        self._close_msg(out, cut)
+        self._close_rs(out)
+        # calls never named are dropped (SPEC §7.2); the named ones behind them go out in order
+        dropped = 0
+        for c in self._pending:
+            if c.name:
+                self._release(out, c)
+            else:
+                dropped += 1
+                self.ctx.repaired("tool_call_dropped_no_name")
+        self._pending = []
+        for c in sorted(self._calls.values(), key=lambda x: x.oi):
+            if c.released and self._slots[c.oi] is None:
+                self._close_call(out, c, cut)
+        output = [s for s in self._slots if s is not None]
+        error = ev.error
+        if (
+            status == "completed"
+            and dropped
+            and not any(isinstance(s, dict) and s.get("type") != "reasoning" for s in output)
+        ):
+            status = "failed"
+            error = stream_error(
+                "upstream_tool_call_dropped", "the upstream sent a tool call without a name; it was dropped"
+            )
+        usage = self._usage if self._usage is not None else normalize_responses(None)
+        etype, rstatus = _TERMINAL[status]
+        if status == "incomplete" and self._inc_as_completed:
+            etype = "response.completed"
+        resp = self._resp(rstatus, output, usage)
+        if status == "incomplete":
+            resp["incomplete_details"] = {"reason": ev.reason}
+        elif status == "failed":
+            error = error or {}
+            code = error.get("code") or "server_error"
+            message = error.get("message") or "upstream error"
+            resp["error"] = {"code": code, "message": message}
+            self._emit(out, {"type": "error", "code": code, "message": message, "param": error.get("param")})
+        self._final = resp
+        self.done = True
+        self._emit(out, {"type": etype, "response": resp})
+
+
+def encode_response(events: Iterable[Event], ctx: Ctx, **kw: Any) -> dict:
+    """Non-streaming path: run the encoder over ``events`` and return the final response."""
+    enc = ResponsesStreamEncoder(ctx, **kw)
+    for ev in events:
+        enc.feed(ev)
+        if enc.done:
+            break
+    enc.end()
+    return enc.response
