@@ -359,7 +359,13 @@ class ResponsesStreamEncoder:
                 {
                     "type": "response.output_item.added",
                     "output_index": m.oi,
-                    "item": {"id": m.id, "type": "message", "role": "assistant", "status": "in_progress", "content": []},
+                    "item": {
+                        "id": m.id,
+                        "type": "message",
+                        "role": "assistant",
+                        "status": "in_progress",
+                        "content": [],
+                    },
                 },
             )
         if m.kind != kind:
@@ -458,7 +464,11 @@ class ResponsesStreamEncoder:
         r = self._rs = _Rs(item_id or "rs_" + _hex(), self._slot())
         self._emit(
             out,
-            {"type": "response.output_item.added", "output_index": r.oi, "item": {"id": r.id, "type": "reasoning", "summary": []}},
+            {
+                "type": "response.output_item.added",
+                "output_index": r.oi,
+                "item": {"id": r.id, "type": "reasoning", "summary": []},
+            },
         )
         return r
 
@@ -633,7 +643,8 @@ class ResponsesStreamEncoder:
         if not c.item_id:
             c.item_id = kind[4] + c.call_id
         c.oi = self._slot()
-        self._emit(out, {"type": "response.output_item.added", "output_index": c.oi, "item": self._call_item(c, "in_progress", "")})
+        item = self._call_item(c, "in_progress", "")
+        self._emit(out, {"type": "response.output_item.added", "output_index": c.oi, "item": item})
         if c.buf:
             self._emit(out, self._delta(c, "".join(c.buf)))
             c.buf = []
