@@ -33,7 +33,8 @@ Resolving one item (mirrors Codex's ``assign_missing_streamed_response_item_id``
 
 Each repair is reported through ``ctx.repaired`` (``responses_stray_output_index``,
 ``responses_item_id_adopted``, ``responses_item_id_minted``,
-``responses_delta_item_id_remap``) when a ``Ctx`` is given.
+``responses_delta_item_id_remap``) when a ``Ctx`` is given; the delta remap is reported
+once per slot, not once per delta, so a Mantle stream does not grow the list per event.
 """
 
 from __future__ import annotations
@@ -62,10 +63,11 @@ def _noop(rule: str) -> None:
 
 
 class ResponsesNormalizer:
-    __slots__ = ("_slots", "_rep")
+    __slots__ = ("_slots", "_remapped", "_rep")
 
     def __init__(self, ctx: Any = None) -> None:
         self._slots: dict[Any, str] = {}
+        self._remapped: set[int] = set()  # slots whose delta remap was already reported
         self._rep = ctx.repaired if ctx is not None else _noop
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +83,9 @@ class ResponsesNormalizer:
             iid = self._slots.get(oi) if oi.__class__ is int else None
             if iid is not None:
                 event["item_id"] = iid
-                self._rep("responses_delta_item_id_remap")
+                if oi not in self._remapped:
+                    self._remapped.add(oi)
+                    self._rep("responses_delta_item_id_remap")
             return event
         if event.get("type") in _TERMINAL:
             resp = event.get("response")

@@ -354,8 +354,12 @@ class ResponsesStreamDecoder:
             if t == "reasoning" and iid not in self._done:
                 self._reasoning_state(iid)
             return []
-        if self._find(item.get("call_id"), iid) is not None:
-            return []  # a repeated added: the call is already known
+        c = self._find(item.get("call_id"), iid)
+        if c is not None:  # a repeated added, or deltas came first: only identity is news
+            out: list[Event] = []
+            if not c.ended:
+                self._reconcile(c, item, None, out)
+            return out
         c = self._new_call(iid, custom)
         self._learn(c, item)
         args = item.get("input" if custom else "arguments")

@@ -79,6 +79,17 @@ def test_T1_3_delta_without_item_id_routed_by_output_index() -> None:
     assert ctx.repairs == ["responses_delta_item_id_remap"] * 2
 
 
+def test_T1_3_remap_reported_once_per_slot() -> None:
+    ctx = Ctx()
+    out = run(
+        [added(1, {"id": "msg_X", "type": "message"})]
+        + [{"type": "response.output_text.delta", "output_index": 1, "delta": str(i)} for i in range(3)],
+        ctx,
+    )
+    assert [e["item_id"] for e in out[1:]] == ["msg_X"] * 3
+    assert ctx.repairs == ["responses_delta_item_id_remap"]
+
+
 def test_T1_4_idless_message_and_reasoning() -> None:
     out = run(
         [
