@@ -1,0 +1,516 @@
+"""Unified events → Chat Completions client chunks (and the non-stream object).
+
+Theory of operation
+-------------------
+``ChatStreamEncoder.feed(event)`` returns the ``chat.completion.chunk`` dicts the event
+completes; ``end()`` closes a stream that never got a ``Finish``.  The app serializes each
+dict as one ``data:`` line and, unless ``failed`` is set, sends ``data: [DONE]`` after the
+last one (PAINS 2).
+
+Every chunk carries the same ``id`` (the ``chunk_id`` argument, else an upstream
+``chatcmpl…`` id from ``Start`` so same-protocol ids survive, else a minted
+``chatcmpl-<hex>``), ``object``, ``created`` and ``model`` (``ctx.public_model``, else the
+upstream's).  ``Start`` yields ``delta: {role: "assistant"}``; ``Text`` → ``content``,
+``Reasoning`` → ``reasoning_content`` (what kosong reads), ``Refusal`` → ``refusal``.
+
+Tool calls are shaped for the strictest client, Python kosong (SPEC §6): every delta with a
+non-empty ``function.name`` starts a NEW call, argument-only deltas go to the pending call,
+``index`` is ignored, and any text or reasoning in between ends the pending call.  So:
+
+* a call is announced only once its name and id are known (or it has ended: an id the
+  upstream never gives is minted as ``call_<hex>``, so a late id is never replaced by a
+  minted one); the first delta carries the client ``index`` (0, 1, 2… in emission
+  order), ``id``, ``type`` and ``function{name, arguments: <everything buffered>}``;
+  later deltas carry ``index`` and ``arguments`` only; name and id are never repeated;
+* one call streams live at a time, in ``ToolCall.index`` order; a later call is buffered
+  until every earlier one has ended, then sent as one run;
+* text, reasoning and refusal that arrive once a call is pending wait, in arrival order,
+  until the calls before them have ended.
+
+All of this is one FIFO: once anything is waiting, everything after it queues behind it.
+The queue holds content pieces ``(key, text)`` and call records; the head is flushed while
+it can be (content always; a call once named and identified, and popped once ended).
+A Chat upstream's calls end only at its ``end()``, so there the first call streams live and
+later ones go out whole at ``Finish``: the price of never interleaving them.  Namespaced calls get
+their flat client name from ``flatten_name``.  A call that ends without ever getting a name
+cannot be sent to a Chat client: it is dropped (repair ``tool_call_unnamed_dropped``), and
+if that leaves a completed turn with no call at all the stream fails with
+``upstream_tool_call_dropped`` (SPEC §7.2).
+
+``Finish`` flushes the queue, then sends the ``finish_reason`` chunk (table below) and,
+with ``include_usage``, the ``choices: []`` usage chunk.  A failed ``Finish``, a
+``ToolCallEnd`` with ``mismatch`` (Chat clients only see deltas, so a contradicting final
+text must be an error) and ``end()`` without ``Finish`` send one ``{"error": {...}}``
+chunk and set ``failed``; queued content is flushed first, unfinished calls are not.
+
+``encode_chat_completion(events, ctx)`` builds the non-stream ``chat.completion``; for a
+failed stream it returns ``{"error": {...}}`` (no ``choices``) and the app maps it to an
+HTTP error status.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from .context import Ctx, flatten_name
+from .errors import stream_error
+from .events import (
+    Event,
+    Finish,
+    Reasoning,
+    Refusal,
+    Start,
+    Text,
+    ToolCall,
+    ToolCallEnd,
+    Usage,
+)
+from .usage import normalize_responses, to_chat
+
+__all__ = ["ChatStreamEncoder", "encode_chat_completion", "finish_reason"]
+
+# Finish.reason of an incomplete response → Chat finish_reason
+INCOMPLETE_FINISH: dict[str | None, str] = {
+    "max_output_tokens": "length",
+    "content_filter": "content_filter",
+}
+
+
+def finish_reason(status: str, reason: str | None, had_calls: bool) -> str:
+    """Chat ``finish_reason`` for a non-failed Finish (SPEC §7.2, reverse column)."""
+    if status == "incomplete":
+        return INCOMPLETE_FINISH.get(reason, "length")
+    return "tool_calls" if had_calls else "stop"
+
+
+def _completion_id(given: str | None, upstream: str | None) -> str:
+    if given:
+        return given
+    if isinstance(upstream, str) and upstream.startswith("chatcmpl"):
+        return upstream
+    return "chatcmpl-" + uuid.uuid4().hex
+
+
+def _mint_call_id() -> str:
+    return "call_" + uuid.uuid4().hex
+
+
+def _client_name(name: str, namespace: str | None) -> str:
+    return flatten_name(namespace, name) if namespace else name
+
+
+def _error_body(err: dict[str, Any] | None) -> dict[str, Any]:
+    err = err or {}
+    return {
+        "message": err.get("message") or "upstream error",
+        "type": err.get("type") or "server_error",
+        "code": err.get("code") or "upstream_error",
+        "param": err.get("param"),
+    }
+
+
+def _mismatch_error(call_id: str | None) -> dict[str, Any]:
+    return stream_error(
+        "tool_arguments_mismatch",
+        f'function call arguments mismatch for call_id "{call_id}"',
+    )
+
+
+_DROPPED_ERROR = (
+    "upstream_tool_call_dropped",
+    "the upstream returned tool calls without a name; none could be delivered",
+)
+_ZERO_USAGE = normalize_responses(None)
+
+
+class _Call:
+    __slots__ = ("call_id", "name", "namespace", "buf", "released", "ended", "cindex")
+
+    def __init__(self) -> None:
+        self.call_id: str | None = None
+        self.name: str | None = None
+        self.namespace: str | None = None
+        self.buf: list[str] = []
+        self.released = False
+        self.ended = False
+        self.cindex = -1  # client index once released
+
+
+class ChatStreamEncoder:
+    __slots__ = (
+        "ctx",
+        "include_usage",
+        "failed",
+        "_id",
+        "_created",
+        "_model",
+        "_begun",
+        "_finished",
+        "_calls",
+        "_queue",
+        "_emitted",
+        "_dropped",
+        "_usage",
+    )
+
+    def __init__(
+        self,
+        ctx: Ctx,
+        *,
+        include_usage: bool = False,
+        chunk_id: str | None = None,
+        created: int | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.include_usage = include_usage
+        self.failed = False
+        self._id = chunk_id
+        self._created = created
+        self._model = ctx.public_model
+        self._begun = False
+        self._finished = False
+        self._calls: dict[int, _Call] = {}
+        self._queue: deque[Any] = deque()  # (key, text) tuples and _Call records
+        self._emitted = 0  # tool calls sent to the client
+        self._dropped = 0
+        self._usage: dict[str, Any] | None = None
+
+    # -- chunk builders -------------------------------------------------------------------
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    def _begin(self, ev: Start | None, out: list[dict[str, Any]]) -> None:
+        self._begun = True
+        self._id = _completion_id(self._id, ev.response_id if ev else None)
+        if self._created is None:
+            c = ev.created if ev else None
+            self._created = c if isinstance(c, int) and not isinstance(c, bool) else int(time.time())
+        if not self._model:
+            self._model = (ev.model if ev else None) or ""
+        out.append(self._chunk({"role": "assistant"}))
+
+    def _fail(self, err: dict[str, Any] | None, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # queued content is delivered before the error; unfinished calls are not
+        q = self._queue
+        while q:
+            h = q.popleft()
+            if h.__class__ is tuple:
+                out.append(self._chunk({h[0]: h[1]}))
+        self._finished = True
+        self.failed = True
+        out.append({"error": _error_body(err)})
+        return out
+
+    # -- feed -----------------------------------------------------------------------------
+
+    def feed(self, ev: Event) -> list[dict[str, Any]]:
+        if self._finished:
+            return []
+        t = ev.__class__
+        if t is Text:
+            if self._queue:
+                self._queue.append(("content", ev.text))
+                return []
+            if not self._begun:
+                out: list[dict[str, Any]] = []
+                self._begin(None, out)
+                out.append(self._chunk({"content": ev.text}))
+                return out
+            return [self._chunk({"content": ev.text})]
+        if t is ToolCall:
+            return self._tool_call(ev)
+        if t is Reasoning or t is Refusal:
+            key = "reasoning_content" if t is Reasoning else "refusal"
+            if self._queue:
+                self._queue.append((key, ev.text))
+                return []
+            out = []
+            if not self._begun:
+                self._begin(None, out)
+            out.append(self._chunk({key: ev.text}))
+            return out
+        out = []
+        if t is Start:
+            if not self._begun:
+                self._begin(ev, out)
+            return out
+        if not self._begun:
+            self._begin(None, out)
+        if t is ToolCallEnd:
+            return self._tool_end(ev, out)
+        if t is Usage:
+            self._usage = ev.usage
+            return out
+        if t is Finish:
+            return self._finish(ev, out)
+        # Passthrough, ReasoningEnd: nothing a Chat client can receive
+        return out
+
+    def end(self) -> list[dict[str, Any]]:
+        if self._finished:
+            return []
+        out: list[dict[str, Any]] = []
+        if not self._begun:
+            self._begin(None, out)
+        return self._fail(
+            stream_error("upstream_stream_truncated", "upstream stream ended before completion"),
+            out,
+        )
+
+    # -- tool calls -----------------------------------------------------------------------
+
+    def _tool_call(self, ev: ToolCall) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if not self._begun:
+            self._begin(None, out)
+        c = self._calls.get(ev.index)
+        if c is None:
+            c = self._calls[ev.index] = _Call()
+            self._queue.append(c)
+        a = ev.arguments
+        if c.released:
+            if a and not c.ended:
+                out.append(
+                    self._chunk({"tool_calls": [{"index": c.cindex, "function": {"arguments": a}}]})
+                )
+            return out
+        if ev.call_id is not None and c.call_id is None:
+            c.call_id = ev.call_id
+        if ev.name is not None and c.name is None:
+            c.name = ev.name or None
+        if ev.namespace is not None and c.namespace is None:
+            c.namespace = ev.namespace
+        if a:
+            c.buf.append(a)
+        if c.name is not None and c.call_id is not None and self._queue[0] is c:
+            self._pump(out, False)
+        return out
+
+    def _tool_end(self, ev: ToolCallEnd, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        c = self._calls.get(ev.index)
+        if c is None:  # an end without deltas: its text is all we get
+            c = self._calls[ev.index] = _Call()
+            if ev.arguments:
+                c.buf.append(ev.arguments)
+            self._queue.append(c)
+        if not c.released:
+            if ev.call_id is not None and c.call_id is None:
+                c.call_id = ev.call_id
+            if ev.name and c.name is None:
+                c.name = ev.name
+            if ev.namespace is not None and c.namespace is None:
+                c.namespace = ev.namespace
+        if ev.mismatch:
+            return self._fail(_mismatch_error(c.call_id or ev.call_id), out)
+        c.ended = True
+        if self._queue and self._queue[0] is c:
+            self._pump(out, False)
+        return out
+
+    def _release(self, c: _Call, out: list[dict[str, Any]]) -> None:
+        c.released = True
+        c.cindex = self._emitted
+        self._emitted += 1
+        if c.call_id is None:
+            c.call_id = _mint_call_id()
+        name = c.name if c.namespace is None else _client_name(c.name, c.namespace)
+        out.append(
+            self._chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": c.cindex,
+                            "id": c.call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": "".join(c.buf)},
+                        }
+                    ]
+                }
+            )
+        )
+        c.buf = []
+
+    def _pump(self, out: list[dict[str, Any]], force: bool) -> None:
+        """Flush the queue head while it can go out; ``force`` ends every call (Finish)."""
+        q = self._queue
+        while q:
+            h = q[0]
+            if h.__class__ is tuple:
+                q.popleft()
+                key, text = h
+                # adjacent pieces of the same kind go out as one chunk
+                if q and q[0].__class__ is tuple and q[0][0] == key:
+                    parts = [text]
+                    while q and q[0].__class__ is tuple and q[0][0] == key:
+                        parts.append(q.popleft()[1])
+                    text = "".join(parts)
+                out.append(self._chunk({key: text}))
+                continue
+            if not h.released:
+                if h.name is None:
+                    if not (h.ended or force):
+                        return
+                    # never named: a Chat client cannot receive it
+                    self.ctx.repaired("tool_call_unnamed_dropped")
+                    self._dropped += 1
+                    q.popleft()
+                    continue
+                if h.call_id is None and not (h.ended or force):
+                    return  # a late id may still come (minted only if it never does)
+                self._release(h, out)
+            if not (h.ended or force):
+                return
+            q.popleft()
+
+    # -- finish ---------------------------------------------------------------------------
+
+    def _finish(self, ev: Finish, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if ev.status == "failed":
+            return self._fail(ev.error, out)
+        self._pump(out, True)
+        if self._dropped and not self._emitted and ev.status == "completed":
+            return self._fail(stream_error(*_DROPPED_ERROR), out)
+        self._finished = True
+        out.append(self._chunk({}, finish_reason(ev.status, ev.reason, self._emitted > 0)))
+        if self.include_usage:
+            out.append(
+                {
+                    "id": self._id,
+                    "object": "chat.completion.chunk",
+                    "created": self._created,
+                    "model": self._model,
+                    "choices": [],
+                    "usage": to_chat(self._usage or _ZERO_USAGE),
+                }
+            )
+        return out
+
+
+# -- non-stream ---------------------------------------------------------------------------
+
+
+def encode_chat_completion(
+    events: Iterable[Event],
+    ctx: Ctx,
+    *,
+    completion_id: str | None = None,
+    created: int | None = None,
+) -> dict[str, Any]:
+    """The non-stream ``chat.completion`` for a whole decoded stream.
+
+    Returns ``{"error": {message, type, code, param}}`` instead (never raises) when the
+    stream failed, had a tool-argument mismatch, lost all its tool calls to missing names,
+    or never finished; the caller checks for the ``error`` key and picks the HTTP status.
+    """
+    start: Start | None = None
+    text: list[str] = []
+    reasoning: list[str] = []
+    refusal: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    usage: dict[str, Any] | None = None
+    fin: Finish | None = None
+    for ev in events:
+        t = ev.__class__
+        if t is Text:
+            text.append(ev.text)
+        elif t is ToolCall:
+            c = calls.get(ev.index)
+            if c is None:
+                c = calls[ev.index] = {"call_id": None, "name": None, "namespace": None, "args": [], "end": None}
+            if ev.call_id is not None and c["call_id"] is None:
+                c["call_id"] = ev.call_id
+            if ev.name and c["name"] is None:
+                c["name"] = ev.name
+            if ev.namespace is not None and c["namespace"] is None:
+                c["namespace"] = ev.namespace
+            if ev.arguments:
+                c["args"].append(ev.arguments)
+        elif t is Reasoning:
+            reasoning.append(ev.text)
+        elif t is Refusal:
+            refusal.append(ev.text)
+        elif t is ToolCallEnd:
+            c = calls.get(ev.index)
+            if c is None:
+                c = calls[ev.index] = {"call_id": None, "name": None, "namespace": None, "args": [], "end": None}
+            if ev.call_id is not None and c["call_id"] is None:
+                c["call_id"] = ev.call_id
+            if ev.name and c["name"] is None:
+                c["name"] = ev.name
+            if ev.namespace is not None and c["namespace"] is None:
+                c["namespace"] = ev.namespace
+            if ev.mismatch:
+                return {"error": _error_body(_mismatch_error(c["call_id"]))}
+            c["end"] = ev.arguments
+        elif t is Start:
+            if start is None:
+                start = ev
+        elif t is Usage:
+            usage = ev.usage
+        elif t is Finish:
+            fin = ev
+            break
+    if fin is None:
+        return {
+            "error": _error_body(
+                stream_error("upstream_stream_truncated", "upstream response ended before completion")
+            )
+        }
+    if fin.status == "failed":
+        return {"error": _error_body(fin.error)}
+    tool_calls: list[dict[str, Any]] = []
+    dropped = 0
+    for i in sorted(calls):
+        c = calls[i]
+        if not c["name"]:
+            ctx.repaired("tool_call_unnamed_dropped")
+            dropped += 1
+            continue
+        args = c["end"] if c["end"] is not None else "".join(c["args"])
+        tool_calls.append(
+            {
+                "id": c["call_id"] or _mint_call_id(),
+                "type": "function",
+                "function": {"name": _client_name(c["name"], c["namespace"]), "arguments": args},
+            }
+        )
+    if dropped and not tool_calls and fin.status == "completed":
+        return {"error": _error_body(stream_error(*_DROPPED_ERROR))}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(text) if text else None,
+        "refusal": "".join(refusal) if refusal else None,
+    }
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    c_created = start.created if start is not None else None
+    if created is None:
+        created = c_created if isinstance(c_created, int) and not isinstance(c_created, bool) else int(time.time())
+    return {
+        "id": _completion_id(completion_id, start.response_id if start is not None else None),
+        "object": "chat.completion",
+        "created": created,
+        "model": ctx.public_model or (start.model if start is not None else None) or "",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason(fin.status, fin.reason, bool(tool_calls)),
+                "logprobs": None,
+            }
+        ],
+        "usage": to_chat(usage or _ZERO_USAGE),
+    }
