@@ -1,0 +1,310 @@
+"""Codex CLI harness: install the pinned npm package, write a throwaway CODEX_HOME, run
+``codex exec --json`` once and hand back the parsed JSON lines.
+
+Theory of operation
+-------------------
+* ``ensure_codex(repo)`` runs ``npm install --prefix <repo>/.e2e/codex @openai/codex@0.169.0``
+  unless that exact version is already there, and returns the path of the ``codex``
+  launcher.  A missing node/npm raises ``CodexUnavailable`` (the fixture turns it into a
+  test failure, not a skip).
+* ``builtin_catalog(codex)`` reads Codex's own model catalogue out of the vendored Rust
+  binary (it is embedded as a JSON document ``{"models": [...]}``) and caches it under
+  ``.e2e/codex/``.  ``catalog_entry(slug)`` clones the built-in ``gpt-5.5`` entry (the
+  GPT-5 family entry with ``tool_mode: null``, ``apply_patch_tool_type: "freeform"``)
+  under our test slug, with ``shell_type: "unified_exec"`` so Codex offers the
+  ``exec_command`` function tool and ``apply_patch`` as a freeform ``custom`` tool.
+  Without a catalogue entry Codex falls back to generic metadata: no apply_patch at all.
+* ``run_codex(...)`` writes ``config.toml`` (provider with ``wire_api = "responses"``,
+  ``base_url``, ``env_key``; retries off so that a failure shows at once and never
+  replays a scripted turn), ``model_catalog_json``, and runs
+  ``codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox``
+  in a new process group with stdin closed, bounded by ``timeout``; on timeout the group
+  of that PID is killed.  Result: ``CodexRun`` with the JSON events and helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CODEX_VERSION = "0.169.0"
+CODEX_PACKAGE = f"@openai/codex@{CODEX_VERSION}"
+TEMPLATE_SLUG = "gpt-5.5"
+
+
+class CodexUnavailable(RuntimeError):
+    pass
+
+
+def codex_prefix(repo: Path) -> Path:
+    return Path(repo) / ".e2e" / "codex"
+
+
+def _installed_version(prefix: Path) -> str | None:
+    pj = prefix / "node_modules" / "@openai" / "codex" / "package.json"
+    try:
+        return json.loads(pj.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def ensure_codex(repo: Path, timeout: float = 300) -> Path:
+    """Install the pinned Codex CLI under ``<repo>/.e2e/codex`` if needed; return the launcher."""
+    prefix = codex_prefix(repo)
+    launcher = prefix / "node_modules" / ".bin" / "codex"
+    if _installed_version(prefix) == CODEX_VERSION and launcher.exists():
+        return launcher
+    npm = shutil.which("npm")
+    node = shutil.which("node")
+    if not npm or not node:
+        raise CodexUnavailable(f"node/npm not found on PATH (node={node}, npm={npm}); cannot install {CODEX_PACKAGE}")
+    prefix.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), CODEX_PACKAGE],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0 or _installed_version(prefix) != CODEX_VERSION:
+        raise CodexUnavailable(f"npm install {CODEX_PACKAGE} failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return launcher
+
+
+def vendored_binary(launcher: Path) -> Path:
+    prefix = launcher.parent.parent  # node_modules
+    hits = sorted(prefix.glob("@openai/codex-*/vendor/*/bin/codex"))
+    if not hits:
+        raise CodexUnavailable(f"no vendored codex binary under {prefix}")
+    return hits[0]
+
+
+def builtin_catalog(launcher: Path) -> dict:
+    """Codex's built-in model catalogue, extracted from the vendored binary (cached)."""
+    cache = launcher.parent.parent.parent / f"builtin_models_{CODEX_VERSION}.json"
+    if cache.exists():
+        return json.loads(cache.read_text(encoding="utf-8"))
+    data = vendored_binary(launcher).read_bytes()
+    start = data.find(b'{\n  "models": [')
+    if start < 0:
+        raise CodexUnavailable("built-in model catalogue not found in the codex binary")
+    text = data[start : start + 8_000_000].decode("utf-8", "replace")
+    obj, _ = json.JSONDecoder().raw_decode(text)
+    cache.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
+    return obj
+
+
+def catalog_entry(launcher: Path, slug: str, **overrides: Any) -> dict:
+    """A catalogue entry for ``slug`` modelled on the built-in GPT-5 entry."""
+    models = builtin_catalog(launcher)["models"]
+    tmpl = next((m for m in models if m["slug"] == TEMPLATE_SLUG), None)
+    if tmpl is None:  # pick any GPT-5-family entry that is not code-mode only
+        tmpl = next(m for m in models if m.get("tool_mode") is None)
+    entry = json.loads(json.dumps(tmpl))
+    entry.update(
+        slug=slug,
+        display_name=slug,
+        description="Switchboard e2e test model",
+        shell_type="unified_exec",  # -> exec_command + write_stdin tools
+        apply_patch_tool_type="freeform",  # -> apply_patch as a custom (freeform) tool
+        upgrade=None,
+        availability_nux=None,
+        visibility="list",
+        supported_in_api=True,
+        priority=1,
+    )
+    entry.update(overrides)
+    return entry
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class CodexRun:
+    argv: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool
+    workspace: Path
+    home: Path
+    events: list[dict] = field(default_factory=list)
+    non_json: list[str] = field(default_factory=list)
+
+    def items(self, type_: str | None = None) -> list[dict]:
+        out = []
+        for e in self.events:
+            if e.get("type") == "item.completed":
+                it = e.get("item") or {}
+                if type_ is None or it.get("type") == type_:
+                    out.append(it)
+        return out
+
+    @property
+    def agent_messages(self) -> list[str]:
+        return [it.get("text", "") for it in self.items("agent_message")]
+
+    @property
+    def final_message(self) -> str | None:
+        msgs = self.agent_messages
+        return msgs[-1] if msgs else None
+
+    @property
+    def command_executions(self) -> list[dict]:
+        return self.items("command_execution")
+
+    @property
+    def file_changes(self) -> list[dict]:
+        return self.items("file_change")
+
+    @property
+    def errors(self) -> list[dict]:
+        return [e for e in self.events if e.get("type") in ("error", "turn.failed")] + self.items("error")
+
+    @property
+    def turn_completed(self) -> bool:
+        return any(e.get("type") == "turn.completed" for e in self.events)
+
+    def describe(self) -> str:
+        return (
+            f"codex rc={self.returncode} timed_out={self.timed_out} {self.duration:.1f}s\n"
+            f"--- events ---\n" + "\n".join(json.dumps(e, ensure_ascii=False)[:600] for e in self.events)
+            + ("\n--- non-json stdout ---\n" + "\n".join(self.non_json[-20:]) if self.non_json else "")
+            + f"\n--- stderr (tail) ---\n{self.stderr[-4000:]}"
+        )
+
+
+def _toml_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string is a valid TOML basic string
+
+
+def write_codex_home(
+    home: Path,
+    *,
+    base_url: str,
+    model: str,
+    catalog: dict | None,
+    env_key: str = "SWITCHBOARD_E2E_KEY",
+    stream_idle_timeout_ms: int = 60_000,
+    extra_toml: str = "",
+) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"model = {_toml_str(model)}",
+        'model_provider = "switchboard"',
+        'approval_policy = "never"',
+        'sandbox_mode = "danger-full-access"',
+    ]
+    if catalog is not None:
+        cat_path = home / "models.json"
+        cat_path.write_text(json.dumps(catalog, ensure_ascii=False), encoding="utf-8")
+        lines.append(f"model_catalog_json = {_toml_str(str(cat_path))}")
+    lines += [
+        "",
+        "[model_providers.switchboard]",
+        'name = "Switchboard e2e"',
+        f"base_url = {_toml_str(base_url)}",
+        f"env_key = {_toml_str(env_key)}",
+        'wire_api = "responses"',
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
+        f"stream_idle_timeout_ms = {int(stream_idle_timeout_ms)}",
+        "",
+        extra_toml,
+    ]
+    cfg = home / "config.toml"
+    cfg.write_text("\n".join(lines), encoding="utf-8")
+    return cfg
+
+
+def run_codex(
+    launcher: Path,
+    prompt: str,
+    *,
+    base_url: str,
+    model: str,
+    workspace: Path,
+    home: Path,
+    catalog: dict | None = None,
+    api_key: str = "sk-e2e-client",
+    env_key: str = "SWITCHBOARD_E2E_KEY",
+    timeout: float = 120,
+    extra_args: list[str] = (),
+    extra_toml: str = "",
+) -> CodexRun:
+    workspace.mkdir(parents=True, exist_ok=True)
+    write_codex_home(home, base_url=base_url, model=model, catalog=catalog, env_key=env_key, extra_toml=extra_toml)
+    argv = [
+        str(launcher),
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--color",
+        "never",
+        "-C",
+        str(workspace),
+        *extra_args,
+        prompt,
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    env.update(
+        {
+            "CODEX_HOME": str(home),
+            env_key: api_key,
+            "NO_COLOR": "1",
+            "RUST_LOG": env.get("RUST_LOG", "warn"),
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        }
+    )
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        env.pop(k, None)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        cwd=str(workspace),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # own process group: killable by its PID alone
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+    finally:
+        if proc.poll() is None:  # pragma: no cover
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # reap any helper left in the group (exec'd tool processes)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    run = CodexRun(argv, proc.returncode, out, err, time.monotonic() - t0, timed_out, workspace, home)
+    for line in out.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            run.events.append(json.loads(line))
+        except ValueError:
+            run.non_json.append(line)
+    return run

@@ -1,0 +1,118 @@
+"""Fixtures for the end-to-end suite: scripted upstreams, the proxy process, Codex CLI.
+
+Theory of operation
+-------------------
+* ``upstream(turns, name)`` starts a ``ScriptedUpstream`` on 127.0.0.1 (port 0) in a
+  background thread; all are stopped at teardown.
+* ``proxy(providers=..., models=...)`` writes a Switchboard YAML config into ``tmp_path``
+  and starts ``<repo>/.venv/bin/python -m app.cli serve --config ... --host 127.0.0.1
+  --port <free>`` in its own process group, waits for ``GET /readyz`` == 200 and stops it
+  at teardown (SIGTERM to that PID's group, then SIGKILL).  The proxy log is kept in
+  ``tmp_path`` and attached to assertion messages via ``Proxy.log()``.
+  ``proxy_for(upstream, profile=..., protocol=..., model=...)`` is the one-provider,
+  one-model shortcut used by most tests.
+* ``codex`` (session) installs ``@openai/codex@0.169.0`` under ``<repo>/.e2e/codex`` (a
+  missing node/npm FAILS the test); ``codex_run(prompt, base_url=..., model=...)`` runs
+  ``codex exec --json`` once in a fresh workspace + CODEX_HOME under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import codex_harness  # noqa: E402
+from proxy_harness import PROXY_CLIENT_KEY, REPO, Proxy, provider_entry  # noqa: E402
+from scripted_upstream import ScriptedUpstream  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+# --------------------------------------------------------------------------- upstream
+
+
+@pytest.fixture
+def upstream():
+    started: list[ScriptedUpstream] = []
+
+    def make(turns, name: str = "") -> ScriptedUpstream:
+        up = ScriptedUpstream(turns, name=name).start()
+        started.append(up)
+        return up
+
+    yield make
+    for up in started:
+        up.stop()
+
+
+# --------------------------------------------------------------------------- proxy
+
+
+@pytest.fixture
+def proxy(tmp_path):
+    started: list[Proxy] = []
+
+    def start(*, providers: list[dict], models: list[dict], auth_keys: list[str] | None = None) -> Proxy:
+        cfg = {
+            "server": {"host": "127.0.0.1", "port": 0},
+            "auth": {"keys": auth_keys if auth_keys is not None else [PROXY_CLIENT_KEY]},
+            "providers": providers,
+            "models": models,
+        }
+        p = Proxy(cfg, tmp_path / f"proxy{len(started)}")
+        started.append(p)
+        return p.start()
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+@pytest.fixture
+def proxy_for(proxy):
+    """One scripted upstream behind the proxy under one client-facing model name."""
+
+    def make(up: ScriptedUpstream, *, model: str, profile: str = "openai-compatible", protocol: str = "chat",
+             upstream_model: str | None = None, provider_extra: dict | None = None, model_extra: dict | None = None) -> Proxy:
+        prov = provider_entry(up, profile=profile, protocol=protocol, **(provider_extra or {}))
+        m = {"name": model, "provider": prov["name"], **(model_extra or {})}
+        if upstream_model:
+            m["upstream_model"] = upstream_model
+        return proxy(providers=[prov], models=[m])
+
+    return make
+
+
+# --------------------------------------------------------------------------- Codex
+
+
+@pytest.fixture(scope="session")
+def codex() -> Path:
+    try:
+        return codex_harness.ensure_codex(REPO)
+    except codex_harness.CodexUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture
+def codex_run(codex, tmp_path):
+    counter = iter(range(1000))
+
+    def run(prompt: str, *, base_url: str, model: str, timeout: float = 90, api_key: str = PROXY_CLIENT_KEY,
+            catalog_overrides: dict | None = None, **kw) -> codex_harness.CodexRun:
+        n = next(counter)
+        catalog = {"models": [codex_harness.catalog_entry(codex, model, **(catalog_overrides or {}))]}
+        return codex_harness.run_codex(codex, prompt, base_url=base_url, model=model,
+                                       workspace=tmp_path / f"ws{n}", home=tmp_path / f"codex_home{n}",
+                                       catalog=catalog, api_key=api_key, timeout=timeout, **kw)
+
+    return run

@@ -1,0 +1,228 @@
+"""Scenario scripts for the e2e suite (also playable by ``scripted_upstream.py --scenario``).
+
+Theory of operation
+-------------------
+Each scenario is a function returning a list of ``Turn``s for the scripted upstream.  The
+constants next to it are what the tests assert (final text, expected file bytes, ids).
+Turn 2 of every tool scenario carries a predicate on the replayed history (the tool ran
+and its output came back under the right id); when it is not met the upstream plays a
+fallback turn whose text starts with ``PREDICATE-MISS`` (or, for Kimi, a reasoning-only
+empty turn, like self-hosted Kimi K2 does when it does not recognise its own ids).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from scripted_upstream import (
+    ToolCall,
+    Turn,
+    chat_history_carries_id,
+    chat_turn,
+    history_tool_ids,
+    reasoning_only_chat_turn,
+    responses_turn,
+)
+
+# --------------------------------------------------------------------------- predicates
+
+
+def tool_outputs(req: dict) -> dict[str, str]:
+    """call id -> tool output text, from a Chat or a Responses request."""
+    out: dict[str, str] = {}
+    for m in req.get("messages") or []:
+        if m.get("role") == "tool":
+            c = m.get("content")
+            if isinstance(c, list):
+                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+            out[m.get("tool_call_id")] = c or ""
+    inp = req.get("input")
+    for it in inp if isinstance(inp, list) else []:
+        if it.get("type") in ("function_call_output", "custom_tool_call_output"):
+            o = it.get("output")
+            if isinstance(o, list):
+                o = "".join(p.get("text", "") for p in o if isinstance(p, dict))
+            elif isinstance(o, dict):  # older shape {content, success}
+                o = o.get("content", "")
+            out[it.get("call_id")] = o or ""
+    return out
+
+
+def tool_output_contains(call_id: str, needle: str) -> Callable[[dict], bool]:
+    def pred(req: dict) -> bool:
+        return needle in tool_outputs(req).get(call_id, "")
+
+    return pred
+
+
+def all_of(*preds: Callable[[dict], bool]) -> Callable[[dict], bool]:
+    return lambda req: all(p(req) for p in preds)
+
+
+def miss(kind: str, label: str) -> Turn:
+    text = f"PREDICATE-MISS: {label}"
+    return chat_turn(text=text, label=text) if kind == "chat" else responses_turn(text=text, label=text)
+
+
+# --------------------------------------------------------------------------- shared content
+
+EXEC_MARKER = "switchboard-e2e-exec-ok"
+EXEC_FILE = "exec_out.txt"
+EXEC_CMD = f"printf '%s' '{EXEC_MARKER}' > {EXEC_FILE} && cat {EXEC_FILE}"
+EXEC_ARGS = '{"cmd":"' + EXEC_CMD.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+
+PATCH_FILE = "mimo_notes.txt"
+PATCH_LINES = [
+    "你好，世界 🌏 — \"double\" and 'single' quotes",
+    "back\\slash \\\\ two, literal \\n and \\u00e9 stay text",
+    "tab\there ✓ émoji 🚀 ｆｕｌｌ-width",
+    "{\"json\": [1, 2.50, null]}",
+]
+RAW_PATCH = "*** Begin Patch\n*** Add File: " + PATCH_FILE + "\n" + "".join("+" + l + "\n" for l in PATCH_LINES) + "*** End Patch"
+PATCH_EXPECTED_BYTES = "".join(l + "\n" for l in PATCH_LINES).encode("utf-8")
+
+FINAL_TEXT = {
+    "exec": "All done: the command ran and printed the marker.",
+    "patch": "Patched: 文件已创建 ✓",
+    "kimi": "Kimi saw its own call functions.exec_command:0 and finished.",
+    "mantle": "Mantle finished after the tool ran.",
+    "late": "Late identity resolved; tool ran.",
+}
+
+KIMI_ID = "functions.exec_command:0"
+
+
+# --------------------------------------------------------------------------- Codex scenarios
+
+
+def codex_chat_exec(model: str = "e2e-chat") -> list[Turn]:
+    """(a) Chat upstream: exec_command, then the final text once the output came back."""
+    cid = "call_exec_a1"
+    return [
+        chat_turn(model=model, reasoning="Run the command first.", text="",
+                  tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="exec call"),
+        chat_turn(model=model, text=FINAL_TEXT["exec"], label="final",
+                  when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("chat", "exec output missing")),
+    ]
+
+
+def codex_responses_exec(model: str = "e2e-resp") -> list[Turn]:
+    """Direct-harness twin of (a) on a Responses upstream."""
+    cid = "call_exec_r1"
+    return [
+        responses_turn(model=model, tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="exec call"),
+        responses_turn(model=model, text=FINAL_TEXT["exec"], label="final",
+                       when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("responses", "exec output missing")),
+    ]
+
+
+def codex_mimo_patch(model: str = "mimo-v2.6-flash") -> list[Turn]:
+    """(b) MiMo: apply_patch with the RAW patch text in function.arguments (not JSON)."""
+    cid = "call_patch_b1"
+    return [
+        chat_turn(model=model, reasoning="I will add the notes file.", chunk_size=5,
+                  tool_calls=[ToolCall("apply_patch", RAW_PATCH, id=cid)], label="raw apply_patch"),
+        chat_turn(model=model, text=FINAL_TEXT["patch"], label="final",
+                  when=tool_output_contains(cid, PATCH_FILE), otherwise=miss("chat", "apply_patch output missing")),
+    ]
+
+
+def codex_responses_patch(model: str = "e2e-resp") -> list[Turn]:
+    """Direct-harness twin of (b): a proper custom_tool_call from a Responses upstream."""
+    cid = "call_patch_r1"
+    return [
+        responses_turn(model=model, tool_calls=[ToolCall("apply_patch", RAW_PATCH, id=cid, custom=True)], label="custom apply_patch"),
+        responses_turn(model=model, text=FINAL_TEXT["patch"], label="final",
+                       when=tool_output_contains(cid, PATCH_FILE), otherwise=miss("responses", "apply_patch output missing")),
+    ]
+
+
+def codex_kimi_ids(model: str = "kimi-k2.6") -> list[Turn]:
+    """(c) Kimi: id functions.exec_command:0 must come back verbatim on both sides, else
+    Kimi answers with reasoning only (the #520 failure)."""
+    return [
+        chat_turn(model=model, reasoning="The user wants the command run.",
+                  tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=KIMI_ID)], label="kimi call"),
+        chat_turn(model=model, reasoning="The command ran.", text=FINAL_TEXT["kimi"], label="final",
+                  when=chat_history_carries_id(KIMI_ID), otherwise=reasoning_only_chat_turn(model=model)),
+    ]
+
+
+def codex_mantle(model: str = "openai.gpt-oss-120b") -> list[Turn]:
+    """(d) Bedrock Mantle: done items without id (item_id + stray output_index), completed.output id-less."""
+    cid = "call_mantle_d1"
+    return [
+        responses_turn(model=model, reasoning="Need to run it.", mantle=True,
+                       tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="mantle call"),
+        responses_turn(model=model, text=FINAL_TEXT["mantle"], mantle=True, label="final",
+                       when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("responses", "exec output missing")),
+    ]
+
+
+def codex_late_identity(model: str = "e2e-late") -> list[Turn]:
+    """(e) function_call added without name; the name arrives only in arguments.done / output_item.done."""
+    cid = "call_late_e1"
+    return [
+        responses_turn(model=model, late_identity=True,
+                       tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="late identity call"),
+        responses_turn(model=model, text=FINAL_TEXT["late"], label="final",
+                       when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("responses", "exec output missing")),
+    ]
+
+
+# --------------------------------------------------------------------------- SDK / kosong scenarios
+
+SDK_TEXT = "Reading both files now — 两个文件 ✓"
+SDK_REASONING = "The user asked for a.py and b.py; read them in parallel."
+SDK_CALLS = [
+    ToolCall("read_file", '{"path":"a.py","limit":9007199254740993}', id="call_sdk_1"),
+    ToolCall("read_file", '{"path":"dir/b \\"q\\".py"}', id="call_sdk_2"),
+]
+SDK_TOOLS_CHAT = [
+    {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+                                                     "required": ["path"]}}},
+]
+SDK_TOOLS_RESPONSES = [
+    {"type": "function", "name": "read_file", "description": "Read a file.", "strict": False,
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}}, "required": ["path"]}},
+]
+
+
+def sdk_parallel(kind: str, model: str = "e2e-sdk") -> list[Turn]:
+    mk = chat_turn if kind == "chat" else responses_turn
+    return [mk(model=model, reasoning=SDK_REASONING, text=SDK_TEXT, tool_calls=list(SDK_CALLS), label="parallel calls")]
+
+
+KOSONG_IDS = ["functions.Read:0", "functions.Read:1"]
+KOSONG_CALLS = [
+    ToolCall("Read", '{"path":"src/main.py"}', id=KOSONG_IDS[0]),
+    ToolCall("Read", '{"path":"README.md","line_offset":10}', id=KOSONG_IDS[1]),
+]
+KOSONG_REASONING = "Two files to read; call Read twice."
+KOSONG_FINAL = "Both files read; 完成。"
+
+
+def kosong_kimi(kind: str = "chat", model: str = "kimi-k2.6") -> list[Turn]:
+    mk = chat_turn if kind == "chat" else responses_turn
+    pred = all_of(chat_history_carries_id(KOSONG_IDS[0]), chat_history_carries_id(KOSONG_IDS[1]))
+    fallback = reasoning_only_chat_turn(model=model) if kind == "chat" else responses_turn(model=model, reasoning="??")
+    return [
+        mk(model=model, reasoning=KOSONG_REASONING, tool_calls=list(KOSONG_CALLS), label="parallel Read"),
+        mk(model=model, reasoning="Done reading.", text=KOSONG_FINAL, label="final", when=pred, otherwise=fallback),
+    ]
+
+
+SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
+    "codex-chat-exec": codex_chat_exec,
+    "codex-responses-exec": codex_responses_exec,
+    "codex-mimo-patch": codex_mimo_patch,
+    "codex-responses-patch": codex_responses_patch,
+    "codex-kimi-ids": codex_kimi_ids,
+    "codex-mantle": codex_mantle,
+    "codex-late-identity": codex_late_identity,
+    "sdk-chat": lambda: sdk_parallel("chat"),
+    "sdk-responses": lambda: sdk_parallel("responses"),
+    "kosong-kimi-chat": lambda: kosong_kimi("chat"),
+    "kosong-kimi-responses": lambda: kosong_kimi("responses"),
+}
