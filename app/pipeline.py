@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 import orjson
+from starlette.responses import Response
 
 from app import metrics
 from app.errors import ProxyError, upstream_error
@@ -278,11 +279,12 @@ def new_request_id() -> str:
     return "req_" + uuid.uuid4().hex
 
 
-class ProxyResponse:
+class ProxyResponse(Response):
     """ASGI response that performs the upstream exchange (see module docstring)."""
 
-    def __init__(self, p: Prepared) -> None:
+    def __init__(self, p: Prepared) -> None:  # no super().__init__: nothing is rendered up front
         self.p = p
+        self.background = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         p = self.p
