@@ -41,6 +41,9 @@ def _dumps(obj: Any, default: Any = None) -> str:
 def setup(level: str = "info") -> None:
     lvl = getattr(logging, level.upper(), logging.INFO)
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=lvl)
+    # httpx logs every request line at INFO: our own request line already says it all
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
