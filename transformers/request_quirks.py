@@ -1,0 +1,499 @@
+"""Request-side quirks: the last pass over a request body before it goes upstream.
+
+Theory of operation
+-------------------
+Translation (``request_r2c`` / ``request_c2r``) produces a request in the upstream's
+protocol; a same-protocol request arrives as the client sent it.  Either way the body then
+goes through ONE table of small named passes, applied in order.  Each row is
+``(rule, protocol, gate, pass)``: the gate says when it runs (a quirk switched on, a quirk
+switched off, same-protocol only, or always) and the pass edits the body in place (the
+entry points work on a shallow copy, and every pass copies a nested dict or list before it
+changes it, so the client's parsed body is never mutated).  A pass that changes something
+records ``ctx.repaired(<rule>)``.
+
+Chat upstreams (``prepare_chat``):
+
+==========================  ==================  ==========================================
+rule                        runs when           does
+==========================  ==================  ==========================================
+same_protocol_model         same protocol       ``model`` := ``ctx.upstream_model``
+same_protocol_toolinfo      same protocol       ``ctx.tools`` := ``toolinfo_from_chat``
+stream_include_usage        same protocol       ``stream`` → ``stream_options.include_usage``
+                                                true; no ``stream`` → no ``stream_options``
+tool_choice_without_tools   same protocol       no tools → drop ``tool_choice`` and
+                                                ``parallel_tool_calls``
+strip_moonshot_fields       quirk OFF           ``partial``, ``extras``, tool-call
+                            ``moonshot_fields`` ``namespace``, ``video_url`` parts,
+                                                ``builtin_function`` tools removed
+mimo_request                ``mimo_request``    R3-c: ``max_completion_tokens`` (from
+                                                ``max_tokens``/``max_output_tokens``/the
+                                                catalogue), ``tool_choice`` auto (``none``
+                                                → no tools), no ``parallel_tool_calls``,
+                                                custom-tool functions strict with
+                                                ``additionalProperties:false``,
+                                                ``json_schema`` → ``json_object``
+kimi_request                ``kimi_request``    forced ``tool_choice`` (required/named) →
+                                                auto; ``max_tokens`` →
+                                                ``max_completion_tokens``
+max_completion_tokens       that quirk          ``max_tokens`` → ``max_completion_tokens``
+reasoning_key_reasoning     that quirk          assistant ``reasoning_content`` →
+                                                ``reasoning``
+reasoning_replay            that quirk          placeholder reasoning ``"tool call"`` on
+                                                assistant tool-call messages without any
+==========================  ==================  ==========================================
+
+Tool-call ids are never touched on Chat→Chat (SPEC §1: pass ids byte for byte).
+
+Responses upstreams (``prepare_responses``):
+
+==========================  ==================  ==========================================
+same_protocol_model         same protocol       ``model`` := ``ctx.upstream_model``
+strip_reasoning_envelope    always              reasoning items whose ``encrypted_content``
+                                                is a proxy envelope (``pxy1.``) are removed
+                                                WHOLE
+mantle_request              ``mantle_request``  assistant ``output_text`` content → a
+                                                string; ``tool_choice:none`` → neither
+                                                ``tools`` nor ``tool_choice``; any other
+                                                forced choice → ``auto`` (T1-6)
+responses_call_ids          always              SPEC §1 Responses policy + uniqueness pass
+                                                over every ``call_id`` of the request
+store_false_item_ids        always              ``store:false`` → input items lose ``id``
+==========================  ==================  ==========================================
+
+Decisions:
+
+* ``strip_reasoning_envelope`` runs for every Responses upstream, whatever the quirk list
+  says: no upstream can open our envelope (OpenAI answers ``invalid_encrypted_content``).
+  The whole item goes, summary included: a reasoning item without ``encrypted_content`` and
+  without a stored id is rejected or useless to a real OpenAI model, and the text is
+  another model's reasoning anyway.
+* ``store_false_item_ids``: with ``store:false`` nothing is stored upstream, so an item
+  ``id`` can only be wrong (another provider's id, or ``rs_…`` "not found", PAINS 8/9); the
+  ``call_id`` is always kept (T1-5).  ``item_reference`` items keep their id (it is their
+  only content).  With ``store`` true or absent the ids are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .context import Ctx
+from .envelope import is_envelope
+from .ids import MAX_CALL_ID, responses_policy, unique_map
+from .request_c2r import toolinfo_from_chat
+
+__all__ = [
+    "REASONING_PLACEHOLDER",
+    "REASONING_KEYS",
+    "QUIRK_TABLE",
+    "prepare_chat",
+    "prepare_responses",
+    "reasoning_key",
+    "with_reasoning_placeholders",
+]
+
+REASONING_PLACEHOLDER = "tool call"
+REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details")
+
+Body = dict[str, Any]
+Gate = Callable[[Ctx, bool], bool]
+Pass = Callable[[Body, Ctx], None]
+
+
+# -- shared helpers --------------------------------------------------------------------------
+
+
+def reasoning_key(ctx: Ctx) -> str:
+    """The message key replayed reasoning travels under on a Chat upstream."""
+    return "reasoning" if ctx.on("reasoning_key_reasoning") else "reasoning_content"
+
+
+def _has_reasoning(msg: dict[str, Any]) -> bool:
+    return any(msg.get(k) for k in REASONING_KEYS)
+
+
+def with_reasoning_placeholders(messages: list[Any], ctx: Ctx) -> list[Any] | None:
+    """New message list where every assistant tool-call message without reasoning carries the
+    placeholder; ``None`` when nothing needed it.  Records one repair per message."""
+    key = reasoning_key(ctx)
+    out: list[Any] | None = None
+    for i, msg in enumerate(messages):
+        if (
+            isinstance(msg, dict)
+            and msg.get("role") == "assistant"
+            and msg.get("tool_calls")
+            and not _has_reasoning(msg)
+        ):
+            if out is None:
+                out = list(messages)
+            out[i] = {**msg, key: REASONING_PLACEHOLDER}
+            ctx.repaired("reasoning_placeholder")
+    return out
+
+
+def _tool_name(tool: Any) -> str | None:
+    if not isinstance(tool, dict):
+        return None
+    fn = tool.get("function")
+    return fn.get("name") if isinstance(fn, dict) else tool.get("name")
+
+
+def _drop_tools(body: Body) -> None:
+    body.pop("tools", None)
+    body.pop("tool_choice", None)
+    body.pop("parallel_tool_calls", None)
+
+
+def _to_max_completion_tokens(body: Body, ctx: Ctx, extra_sources: tuple[str, ...] = ()) -> bool:
+    """Move ``max_tokens`` (and ``extra_sources``) to ``max_completion_tokens``."""
+    changed = False
+    if body.get("max_completion_tokens") is None:
+        for key in ("max_tokens", *extra_sources):
+            if body.get(key) is not None:
+                body["max_completion_tokens"] = body.pop(key)
+                changed = True
+                break
+    for key in ("max_tokens", *extra_sources):
+        if key in body:
+            del body[key]
+            changed = True
+    return changed
+
+
+# -- gates -----------------------------------------------------------------------------------
+
+
+def _on(quirk: str) -> Gate:
+    def gate(ctx: Ctx, translated: bool) -> bool:
+        return quirk in ctx.quirks
+
+    gate.__name__ = f"on_{quirk}"
+    return gate
+
+
+def _off(quirk: str) -> Gate:
+    def gate(ctx: Ctx, translated: bool) -> bool:
+        return quirk not in ctx.quirks
+
+    gate.__name__ = f"off_{quirk}"
+    return gate
+
+
+def _same_protocol(ctx: Ctx, translated: bool) -> bool:
+    return not translated
+
+
+def _always(ctx: Ctx, translated: bool) -> bool:
+    return True
+
+
+# -- Chat passes -----------------------------------------------------------------------------
+
+
+def _set_model(body: Body, ctx: Ctx) -> None:
+    if ctx.upstream_model:
+        body["model"] = ctx.upstream_model
+
+
+def _chat_toolinfo(body: Body, ctx: Ctx) -> None:
+    ctx.tools = toolinfo_from_chat(body.get("tools"))
+
+
+def _stream_include_usage(body: Body, ctx: Ctx) -> None:
+    if body.get("stream"):
+        opts = body.get("stream_options")
+        if not isinstance(opts, dict) or opts.get("include_usage") is not True:
+            body["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+            ctx.repaired("stream_include_usage")
+    elif "stream_options" in body:
+        del body["stream_options"]
+        ctx.repaired("stream_include_usage")
+
+
+def _tool_choice_without_tools(body: Body, ctx: Ctx) -> None:
+    if not body.get("tools") and ("tool_choice" in body or "parallel_tool_calls" in body):
+        _drop_tools(body)
+        ctx.repaired("tool_choice_without_tools")
+
+
+_MOONSHOT_MESSAGE_KEYS = ("partial", "extras")
+_MOONSHOT_TOOL_CALL_KEYS = ("extras", "namespace")
+
+
+def _strip_message(msg: Any) -> Any:
+    """The message without Moonshot-only fields, or the same object when it has none."""
+    if not isinstance(msg, dict):
+        return msg
+    new: dict[str, Any] | None = None
+    for key in _MOONSHOT_MESSAGE_KEYS:
+        if key in msg:
+            new = new if new is not None else dict(msg)
+            del new[key]
+    calls = msg.get("tool_calls")
+    if isinstance(calls, list) and any(
+        isinstance(c, dict) and any(k in c for k in _MOONSHOT_TOOL_CALL_KEYS) for c in calls
+    ):
+        new = new if new is not None else dict(msg)
+        new["tool_calls"] = [
+            {k: v for k, v in c.items() if k not in _MOONSHOT_TOOL_CALL_KEYS} if isinstance(c, dict) else c
+            for c in calls
+        ]
+    content = msg.get("content")
+    if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "video_url" for p in content):
+        new = new if new is not None else dict(msg)
+        kept = [p for p in content if not (isinstance(p, dict) and p.get("type") == "video_url")]
+        new["content"] = kept if kept else ""
+    return msg if new is None else new
+
+
+def _strip_moonshot_fields(body: Body, ctx: Ctx) -> None:
+    changed = False
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        stripped = [_strip_message(m) for m in messages]
+        if any(a is not b for a, b in zip(stripped, messages)):
+            body["messages"] = stripped
+            changed = True
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        kept = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "builtin_function")]
+        if len(kept) != len(tools):
+            for t in tools:
+                if isinstance(t, dict) and t.get("type") == "builtin_function":
+                    ctx.tools.dropped.append(_tool_name(t) or "builtin_function")
+            changed = True
+            if kept:
+                body["tools"] = kept
+            else:
+                _drop_tools(body)
+    if changed:
+        ctx.repaired("strip_moonshot_fields")
+
+
+def _strict_custom_tools(body: Body, ctx: Ctx) -> bool:
+    tools = body.get("tools")
+    if not ctx.tools.custom or not isinstance(tools, list):
+        return False
+    changed = False
+    out = []
+    for t in tools:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if isinstance(fn, dict) and fn.get("name") in ctx.tools.custom:
+            params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {"type": "object"}
+            if fn.get("strict") is not True or params.get("additionalProperties") is not False:
+                t = {**t, "function": {**fn, "strict": True, "parameters": {**params, "additionalProperties": False}}}
+                changed = True
+        out.append(t)
+    if changed:
+        body["tools"] = out
+    return changed
+
+
+def _mimo_request(body: Body, ctx: Ctx) -> None:
+    changed = _to_max_completion_tokens(body, ctx, ("max_output_tokens",))
+    if body.get("max_completion_tokens") is None and ctx.max_output_tokens is not None:
+        body["max_completion_tokens"] = ctx.max_output_tokens
+        changed = True
+    if body.get("tools"):
+        if body.get("tool_choice") == "none":
+            _drop_tools(body)
+            changed = True
+        elif body.get("tool_choice") != "auto":
+            body["tool_choice"] = "auto"
+            changed = True
+    elif "tool_choice" in body:
+        del body["tool_choice"]
+        changed = True
+    if "parallel_tool_calls" in body:
+        del body["parallel_tool_calls"]
+        changed = True
+    changed |= _strict_custom_tools(body, ctx)
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        body["response_format"] = {"type": "json_object"}  # MiMo has JSON mode, not json_schema
+        changed = True
+    if changed:
+        ctx.repaired("mimo_request")
+
+
+def _kimi_request(body: Body, ctx: Ctx) -> None:
+    changed = _to_max_completion_tokens(body, ctx)
+    choice = body.get("tool_choice")
+    if choice is not None and choice not in ("auto", "none"):
+        body["tool_choice"] = "auto"  # forced choice + thinking → 400 on Kimi
+        changed = True
+    if changed:
+        ctx.repaired("kimi_request")
+
+
+def _max_completion_tokens(body: Body, ctx: Ctx) -> None:
+    if _to_max_completion_tokens(body, ctx):
+        ctx.repaired("max_completion_tokens")
+
+
+def _reasoning_key_reasoning(body: Body, ctx: Ctx) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    out: list[Any] | None = None
+    for i, msg in enumerate(messages):
+        if isinstance(msg, dict) and msg.get("role") == "assistant" and "reasoning_content" in msg:
+            new = {k: v for k, v in msg.items() if k != "reasoning_content"}
+            if new.get("reasoning") is None:
+                new["reasoning"] = msg["reasoning_content"]
+            out = out if out is not None else list(messages)
+            out[i] = new
+    if out is not None:
+        body["messages"] = out
+        ctx.repaired("reasoning_key_reasoning")
+
+
+def _reasoning_replay(body: Body, ctx: Ctx) -> None:
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        out = with_reasoning_placeholders(messages, ctx)  # records "reasoning_placeholder"
+        if out is not None:
+            body["messages"] = out
+
+
+# -- Responses passes ------------------------------------------------------------------------
+
+
+def _input_items(body: Body) -> list[Any] | None:
+    items = body.get("input")
+    return items if isinstance(items, list) else None
+
+
+def _strip_reasoning_envelope(body: Body, ctx: Ctx) -> None:
+    items = _input_items(body)
+    if items is None:
+        return
+    kept = [
+        it
+        for it in items
+        if not (isinstance(it, dict) and it.get("type") == "reasoning" and is_envelope(it.get("encrypted_content")))
+    ]
+    if len(kept) != len(items):
+        body["input"] = kept
+        ctx.repaired("strip_reasoning_envelope")
+
+
+def _is_message(item: Any) -> bool:
+    return isinstance(item, dict) and (item.get("type") == "message" or ("type" not in item and "role" in item))
+
+
+def _mantle_request(body: Body, ctx: Ctx) -> None:
+    changed = False
+    items = _input_items(body)
+    if items is not None:
+        out: list[Any] | None = None
+        for i, it in enumerate(items):
+            if _is_message(it) and it.get("role") == "assistant" and isinstance(it.get("content"), list):
+                text = "".join(
+                    p.get("text") or p.get("refusal") or ""
+                    for p in it["content"]
+                    if isinstance(p, dict)
+                )
+                out = out if out is not None else list(items)
+                out[i] = {**it, "content": text}
+        if out is not None:
+            body["input"] = out
+            changed = True
+    choice = body.get("tool_choice")
+    if choice == "none":
+        body.pop("tools", None)
+        del body["tool_choice"]
+        changed = True
+    elif choice is not None and choice != "auto":
+        body["tool_choice"] = "auto"  # gpt-oss accepts automatic tool selection only
+        changed = True
+    if changed:
+        ctx.repaired("mantle_request")
+
+
+CALL_ITEM_TYPES = frozenset({"function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output"})
+
+
+def _responses_call_ids(body: Body, ctx: Ctx) -> None:
+    items = _input_items(body)
+    if items is None:
+        return
+    raw = [
+        it["call_id"]
+        for it in items
+        if isinstance(it, dict) and it.get("type") in CALL_ITEM_TYPES and isinstance(it.get("call_id"), str)
+    ]
+    if not raw:
+        return
+    mapping = unique_map(raw, responses_policy, MAX_CALL_ID)
+    if all(k == v for k, v in mapping.items()):
+        return
+    body["input"] = [
+        {**it, "call_id": mapping[it["call_id"]]}
+        if isinstance(it, dict)
+        and it.get("type") in CALL_ITEM_TYPES
+        and isinstance(it.get("call_id"), str)
+        and mapping[it["call_id"]] != it["call_id"]
+        else it
+        for it in items
+    ]
+    ctx.repaired("responses_call_ids")
+
+
+def _store_false_item_ids(body: Body, ctx: Ctx) -> None:
+    items = _input_items(body)
+    if body.get("store") is not False or items is None:
+        return
+    if not any(isinstance(it, dict) and "id" in it and it.get("type") != "item_reference" for it in items):
+        return
+    body["input"] = [
+        {k: v for k, v in it.items() if k != "id"}
+        if isinstance(it, dict) and "id" in it and it.get("type") != "item_reference"
+        else it
+        for it in items
+    ]
+    ctx.repaired("store_false_item_ids")
+
+
+# -- the table -------------------------------------------------------------------------------
+
+QUIRK_TABLE: tuple[tuple[str, str, Gate, Pass], ...] = (
+    # rule                        protocol     gate                              pass
+    ("same_protocol_model",       "chat",      _same_protocol,                   _set_model),
+    ("same_protocol_toolinfo",    "chat",      _same_protocol,                   _chat_toolinfo),
+    ("stream_include_usage",      "chat",      _same_protocol,                   _stream_include_usage),
+    ("tool_choice_without_tools", "chat",      _same_protocol,                   _tool_choice_without_tools),
+    ("strip_moonshot_fields",     "chat",      _off("moonshot_fields"),          _strip_moonshot_fields),
+    ("mimo_request",              "chat",      _on("mimo_request"),              _mimo_request),
+    ("kimi_request",              "chat",      _on("kimi_request"),              _kimi_request),
+    ("max_completion_tokens",     "chat",      _on("max_completion_tokens"),     _max_completion_tokens),
+    ("reasoning_key_reasoning",   "chat",      _on("reasoning_key_reasoning"),   _reasoning_key_reasoning),
+    ("reasoning_replay",          "chat",      _on("reasoning_replay"),          _reasoning_replay),
+    ("same_protocol_model",       "responses", _same_protocol,                   _set_model),
+    ("strip_reasoning_envelope",  "responses", _always,                          _strip_reasoning_envelope),
+    ("mantle_request",            "responses", _on("mantle_request"),            _mantle_request),
+    ("responses_call_ids",        "responses", _always,                          _responses_call_ids),
+    ("store_false_item_ids",      "responses", _always,                          _store_false_item_ids),
+)  # fmt: skip
+
+_CHAT_ROWS = tuple(r for r in QUIRK_TABLE if r[1] == "chat")
+_RESPONSES_ROWS = tuple(r for r in QUIRK_TABLE if r[1] == "responses")
+
+
+def _run(rows: tuple[tuple[str, str, Gate, Pass], ...], body: Body, ctx: Ctx, translated: bool) -> Body:
+    out = dict(body)
+    for _rule, _protocol, gate, fn in rows:
+        if gate(ctx, translated):
+            fn(out, ctx)
+    return out
+
+
+def prepare_chat(body: Body, ctx: Ctx, *, translated: bool) -> Body:
+    """The Chat request as the upstream must see it (a new dict; ``body`` is not mutated)."""
+    return _run(_CHAT_ROWS, body, ctx, translated)
+
+
+def prepare_responses(body: Body, ctx: Ctx, *, translated: bool) -> Body:
+    """The Responses request as the upstream must see it (a new dict; ``body`` untouched)."""
+    return _run(_RESPONSES_ROWS, body, ctx, translated)
