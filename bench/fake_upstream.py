@@ -1,0 +1,452 @@
+"""A fast, deterministic fake OpenAI upstream for the benchmark (loopback only).
+
+Theory of operation
+-------------------
+One process, one asyncio ``Protocol`` per connection, requests parsed by httptools (C),
+HTTP/1.1 keep-alive.  It answers
+
+* ``POST …/chat/completions`` — Chat Completions, streaming or not;
+* ``POST …/responses``        — Responses, streaming or not;
+* ``GET  …/healthz``          — ``ok``.
+
+What it answers is a pure function of the request's ``model`` and ``stream`` and of the
+endpoint, so that "direct" and "through the proxy" see the same bytes:
+
+* ``n<N>`` in the model name: N text chunks (default 20);
+* ``d<MS>`` in the model name: a delay of MS milliseconds per chunk (default 0);
+  e.g. ``bench-chat-n200-d5``.
+
+A stream is a list of *steps* laid on one timeline that is the same for both protocols:
+
+=========  =====================================================  =============
+step       Chat Completions                                       Responses
+=========  =====================================================  =============
+0          role chunk                                             created, in_progress,
+                                                                  item added, part added
+1 … N      one ``delta.content`` chunk                            one output_text.delta
+N + 1      tool call (id+name, then 3 argument deltas),           text/part/item done,
+           finish_reason ``tool_calls``, usage chunk             function_call added,
+           (``choices: []``), ``[DONE]``                          3 argument deltas, done
+                                                                  events, completed+usage
+=========  =====================================================  =============
+
+Step *i* is written at ``t0 + i × delay`` (an absolute schedule, so per-chunk overheads do
+not add up); with no delay the whole body is one ``write``.  Bodies are built once per
+(endpoint, model, stream) and cached, which is what keeps this process off the critical
+path: the proxy, not the fake, must be the bottleneck.  Streams use chunked transfer
+encoding (one HTTP chunk per step); JSON answers use Content-Length.
+
+Run: ``python -m bench.fake_upstream --port 0`` prints ``READY <port>`` when listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import signal
+import sys
+
+import orjson
+
+try:  # pragma: no cover - both are in the project's dependencies
+    import httptools
+except ImportError:  # pragma: no cover
+    httptools = None
+
+__all__ = [
+    "TOOL_NAME",
+    "TOOL_CALL_ID",
+    "TOOL_ARGS",
+    "TOOL_ARG_PARTS",
+    "PROMPT_TOKENS",
+    "chunk_text",
+    "expected_text",
+    "parse_model",
+    "chat_steps",
+    "responses_steps",
+    "chat_json",
+    "responses_json",
+    "usage_for",
+    "FakeUpstream",
+    "serve",
+]
+
+WORDS = (
+    " The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".",
+    " Voilà", " café", " naïve", " 東京", " —", " def", " main", "()", ":", "\n",
+)
+TOOL_NAME = "shell"
+TOOL_CALL_ID = "call_bench_0"
+TOOL_ARG_PARTS = ('{"command":["ls",', '"-la"],', '"workdir":"/tmp"}')
+TOOL_ARGS = "".join(TOOL_ARG_PARTS)
+PROMPT_TOKENS = 42
+CREATED = 1_700_000_000
+DEFAULT_CHUNKS = 20
+
+_N = re.compile(r"(?:^|[-_/:.])n(\d+)")
+_D = re.compile(r"(?:^|[-_/:.])d(\d+(?:\.\d+)?)")
+
+
+def parse_model(model: str) -> tuple[int, float]:
+    """``(chunks, delay_seconds)`` from a model name such as ``bench-chat-n200-d5``."""
+    m = _N.search(model)
+    n = int(m.group(1)) if m else DEFAULT_CHUNKS
+    m = _D.search(model)
+    d = float(m.group(1)) / 1000.0 if m else 0.0
+    return n, d
+
+
+def chunk_text(i: int) -> str:
+    return WORDS[i % len(WORDS)]
+
+
+def expected_text(n: int) -> str:
+    return "".join(chunk_text(i) for i in range(n))
+
+
+def usage_for(n: int) -> tuple[int, int, int]:
+    """(input, output, total) tokens: one token per text chunk plus the tool call's parts."""
+    out = n + len(TOOL_ARG_PARTS)
+    return PROMPT_TOKENS, out, PROMPT_TOKENS + out
+
+
+def _sse(obj: dict, event: str | None = None) -> bytes:
+    data = orjson.dumps(obj)
+    if event is None:
+        return b"data: " + data + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+# ----------------------------------------------------------------------------- Chat
+def _chat_chunk(model: str, delta: dict, finish: str | None = None) -> dict:
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def chat_steps(model: str, n: int) -> list[bytes]:
+    """The streamed Chat answer as N + 2 steps (see the module docstring)."""
+    steps = [_sse(_chat_chunk(model, {"role": "assistant", "content": ""}))]
+    for i in range(n):
+        steps.append(_sse(_chat_chunk(model, {"content": chunk_text(i)})))
+    inp, out, tot = usage_for(n)
+    tail = [
+        _sse(_chat_chunk(model, {"tool_calls": [
+            {"index": 0, "id": TOOL_CALL_ID, "type": "function",
+             "function": {"name": TOOL_NAME, "arguments": ""}}]})),
+    ]
+    for part in TOOL_ARG_PARTS:
+        tail.append(_sse(_chat_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": part}}]})))
+    tail.append(_sse(_chat_chunk(model, {}, "tool_calls")))
+    tail.append(_sse({
+        "id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
+        "model": model, "choices": [],
+        "usage": {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": tot,
+                  "prompt_tokens_details": {"cached_tokens": 0},
+                  "completion_tokens_details": {"reasoning_tokens": 0}},
+    }))
+    tail.append(b"data: [DONE]\n\n")
+    steps.append(b"".join(tail))
+    return steps
+
+
+def chat_json(model: str, n: int) -> dict:
+    inp, out, tot = usage_for(n)
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": expected_text(n),
+                "tool_calls": [{"id": TOOL_CALL_ID, "type": "function",
+                                "function": {"name": TOOL_NAME, "arguments": TOOL_ARGS}}],
+            },
+            "finish_reason": "tool_calls",
+        }],
+        "usage": {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": tot,
+                  "prompt_tokens_details": {"cached_tokens": 0},
+                  "completion_tokens_details": {"reasoning_tokens": 0}},
+    }
+
+
+# ------------------------------------------------------------------------ Responses
+_RESP_ID = "resp_bench"
+_MSG_ID = "msg_bench_0"
+_FC_ID = "fc_" + TOOL_CALL_ID
+
+
+def _resp_usage(n: int) -> dict:
+    inp, out, tot = usage_for(n)
+    return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": tot}
+
+
+def _resp_output(n: int) -> list[dict]:
+    return [
+        {"id": _MSG_ID, "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": expected_text(n), "annotations": []}]},
+        {"id": _FC_ID, "type": "function_call", "status": "completed", "call_id": TOOL_CALL_ID,
+         "name": TOOL_NAME, "arguments": TOOL_ARGS},
+    ]
+
+
+def responses_json(model: str, n: int) -> dict:
+    return {"id": _RESP_ID, "object": "response", "created_at": CREATED, "status": "completed",
+            "model": model, "output": _resp_output(n), "usage": _resp_usage(n)}
+
+
+def responses_steps(model: str, n: int) -> list[bytes]:
+    """The streamed Responses answer as N + 2 steps (see the module docstring)."""
+    seq = 0
+
+    def ev(obj: dict) -> bytes:
+        nonlocal seq
+        obj["sequence_number"] = seq
+        seq += 1
+        return _sse(obj, obj["type"])
+
+    base = {"id": _RESP_ID, "object": "response", "created_at": CREATED, "model": model,
+            "status": "in_progress", "output": []}
+    text = expected_text(n)
+    msg_open = {"id": _MSG_ID, "type": "message", "role": "assistant", "status": "in_progress",
+                "content": []}
+    part_empty = {"type": "output_text", "text": "", "annotations": []}
+    part_full = {"type": "output_text", "text": text, "annotations": []}
+    steps = [b"".join((
+        ev({"type": "response.created", "response": base}),
+        ev({"type": "response.in_progress", "response": base}),
+        ev({"type": "response.output_item.added", "output_index": 0, "item": msg_open}),
+        ev({"type": "response.content_part.added", "item_id": _MSG_ID, "output_index": 0,
+            "content_index": 0, "part": part_empty}),
+    ))]
+    for i in range(n):
+        steps.append(ev({"type": "response.output_text.delta", "item_id": _MSG_ID,
+                         "output_index": 0, "content_index": 0, "delta": chunk_text(i)}))
+    out = _resp_output(n)
+    tail = [
+        ev({"type": "response.output_text.done", "item_id": _MSG_ID, "output_index": 0,
+            "content_index": 0, "text": text}),
+        ev({"type": "response.content_part.done", "item_id": _MSG_ID, "output_index": 0,
+            "content_index": 0, "part": part_full}),
+        ev({"type": "response.output_item.done", "output_index": 0, "item": out[0]}),
+        ev({"type": "response.output_item.added", "output_index": 1,
+            "item": {"id": _FC_ID, "type": "function_call", "status": "in_progress",
+                     "call_id": TOOL_CALL_ID, "name": TOOL_NAME, "arguments": ""}}),
+    ]
+    for part in TOOL_ARG_PARTS:
+        tail.append(ev({"type": "response.function_call_arguments.delta", "item_id": _FC_ID,
+                        "output_index": 1, "delta": part}))
+    tail += [
+        ev({"type": "response.function_call_arguments.done", "item_id": _FC_ID,
+            "output_index": 1, "arguments": TOOL_ARGS}),
+        ev({"type": "response.output_item.done", "output_index": 1, "item": out[1]}),
+        ev({"type": "response.completed",
+            "response": {**base, "status": "completed", "output": out, "usage": _resp_usage(n)}}),
+    ]
+    steps.append(b"".join(tail))
+    return steps
+
+
+# ---------------------------------------------------------------------------- HTTP
+def _chunked(step: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(step), step)
+
+
+_STREAM_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
+_CHUNK_END = b"0\r\n\r\n"
+
+
+def _json_response(status: int, body: bytes, reason: str = "OK") -> bytes:
+    return (b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+            % (status, reason.encode(), len(body), body))
+
+
+class _Answer:
+    """Prebuilt bytes for one (endpoint, model, stream)."""
+
+    __slots__ = ("whole", "steps", "delay")
+
+    def __init__(self, whole: bytes, steps: list[bytes] | None, delay: float) -> None:
+        self.whole = whole        # the full HTTP response (used when delay == 0)
+        self.steps = steps        # [head+chunk0, chunk1, …, last chunk + terminator] if streaming
+        self.delay = delay
+
+
+_CACHE: dict[tuple[str, str, bool], _Answer] = {}
+
+
+def _build(kind: str, model: str, stream: bool) -> _Answer:
+    n, delay = parse_model(model)
+    if stream:
+        raw = chat_steps(model, n) if kind == "chat" else responses_steps(model, n)
+        steps = [_chunked(s) for s in raw]
+        steps[0] = _STREAM_HEAD + steps[0]
+        steps[-1] = steps[-1] + _CHUNK_END
+        return _Answer(b"".join(steps), steps, delay)
+    obj = chat_json(model, n) if kind == "chat" else responses_json(model, n)
+    return _Answer(_json_response(200, orjson.dumps(obj)), None, delay)
+
+
+def answer_for(kind: str, model: str, stream: bool) -> _Answer:
+    key = (kind, model, stream)
+    a = _CACHE.get(key)
+    if a is None:
+        if len(_CACHE) > 4096:
+            _CACHE.clear()
+        a = _CACHE[key] = _build(kind, model, stream)
+    return a
+
+
+_NOT_FOUND = _json_response(404, b'{"error":{"message":"not found","type":"invalid_request_error"}}',
+                            "Not Found")
+_BAD = _json_response(400, b'{"error":{"message":"bad request body","type":"invalid_request_error"}}',
+                      "Bad Request")
+_HEALTH = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
+
+
+class FakeUpstream(asyncio.Protocol):
+    """One connection.  Requests on a connection are answered in order (no pipelining)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+        self.busy: asyncio.Task | None = None
+        self.pending: list[tuple[bytes, bytes, bytes]] = []
+
+    # asyncio.Protocol
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # pragma: no cover
+            self.transport.close()
+        except httptools.HttpParserError:
+            self.transport.write(_BAD)
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        if self.busy is not None:
+            self.busy.cancel()
+        self.transport = None
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.body = []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        method = self.parser.get_method()
+        item = (method, self.url, b"".join(self.body))
+        if self.busy is not None:
+            self.pending.append(item)
+        else:
+            self._handle(*item)
+
+    def _handle(self, method: bytes, url: bytes, body: bytes) -> None:
+        t = self.transport
+        if t is None:
+            return
+        path = url.split(b"?", 1)[0]
+        if path.endswith(b"/chat/completions"):
+            kind = "chat"
+        elif path.endswith(b"/responses"):
+            kind = "responses"
+        elif path.endswith(b"/healthz") or path.endswith(b"/readyz"):
+            t.write(_HEALTH)
+            return
+        else:
+            t.write(_NOT_FOUND)
+            return
+        if method != b"POST":
+            t.write(_NOT_FOUND)
+            return
+        try:
+            req = orjson.loads(body)
+            model = str(req.get("model") or "bench")
+            stream = bool(req.get("stream"))
+        except (orjson.JSONDecodeError, AttributeError):
+            t.write(_BAD)
+            return
+        a = answer_for(kind, model, stream)
+        if a.delay <= 0:
+            t.write(a.whole)
+            return
+        self.busy = asyncio.get_running_loop().create_task(self._paced(a))
+
+    async def _paced(self, a: _Answer) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            if a.steps is None:  # JSON answer after the whole stream's worth of time
+                await asyncio.sleep(a.delay * 2)
+                if self.transport is not None:
+                    self.transport.write(a.whole)
+            else:
+                for i, step in enumerate(a.steps):
+                    if i:
+                        wait = t0 + i * a.delay - loop.time()
+                        if wait > 0:
+                            await asyncio.sleep(wait)
+                    if self.transport is None:
+                        return
+                    self.transport.write(step)
+        finally:
+            self.busy = None
+        if self.pending and self.transport is not None:
+            self._handle(*self.pending.pop(0))
+
+
+async def serve(host: str = "127.0.0.1", port: int = 0) -> asyncio.AbstractServer:
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError("the fake upstream listens on loopback only")
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(FakeUpstream, host, port, backlog=4096, reuse_address=True)
+
+
+async def _main(host: str, port: int) -> None:
+    server = await serve(host, port)
+    real_port = server.sockets[0].getsockname()[1]
+    print(f"READY {real_port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    server.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args(argv)
+    try:
+        import uvloop
+        uvloop.run(_main(args.host, args.port))
+    except ImportError:  # pragma: no cover
+        asyncio.run(_main(args.host, args.port))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

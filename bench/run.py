@@ -1,0 +1,720 @@
+"""The benchmark: Switchboard's cost against calling the upstream directly, in one run.
+
+Theory of operation
+-------------------
+``python -m bench.run [--quick]`` (or ``bench/run [--quick]``), from the repository root:
+
+1. pins itself (the load generator) to core 1, starts the fake upstream
+   (``bench/fake_upstream.py``) under ``taskset -c 1``, and writes a proxy config whose
+   providers point at it (``openai-compatible``; one ``chat``, one ``responses``);
+2. starts ``.venv/bin/switchboard serve`` under ``taskset -c 0`` (the proxy alone on its
+   core), timing start → ``/readyz`` 200 (several times) and reading its RSS;
+3. warms both paths up, reads the idle RSS, then runs every scenario for several rounds,
+   each round measuring **direct** (the client's protocol served by the fake itself) and
+   **through Switchboard**, alternating which goes first;
+4. per measurement: the load generator's figures (req/s, latency, TTFB, TTFT, events/s),
+   the proxy's CPU from ``/proc/<pid>/stat`` (utime+stime deltas, whole process tree) and
+   its peak RSS (``VmHWM``, reset before each measurement through ``clear_refs``); one
+   answer per measurement is checked in full (text, tool call, usage, terminator);
+5. prints a markdown table (medians with min–max over rounds) and the targets, and writes
+   ``bench/results/latest-<mode>.md`` and JSON lines (``sample``, ``summary``, ``target``,
+   ``meta``) to ``bench/results/``;
+6. stops what it started, by process group id (each child is started in its own session),
+   also on error or Ctrl-C.
+
+Everything stays on loopback.  Nothing here asserts a timing; targets are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from bench.fake_upstream import TOOL_NAME
+from bench.loadgen import LoadResult, LoadSpec, percentile, run_load
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_KB = 1024
+
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+SHORT = {"chat": "chat", "responses": "resp"}
+
+
+# ------------------------------------------------------------------------ scenarios
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    kind: str            # ns (non-stream) | lat (stream, c=1) | tput (stream, CPU-bound) | rt | mem
+    client: str          # protocol the client speaks: chat | responses
+    upstream: str        # protocol the (fake) upstream speaks behind the proxy
+    stream: bool
+    n: int
+    delay_ms: int
+    concurrency: int
+    duration: float | None = None
+    per_worker: int | None = None
+
+    @property
+    def model(self) -> str:
+        return f"bench-{SHORT[self.upstream]}-n{self.n}-d{self.delay_ms}"
+
+    @property
+    def bridged(self) -> bool:
+        return self.client != self.upstream
+
+
+def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
+    d = duration if duration is not None else (1.0 if quick else 2.0)
+    rt_per = 1 if quick else 2
+    mem_n = 50 if quick else 100
+    out = [
+        Scenario(f"ns-chat-c{c}", f"non-streaming chat, c={c}", "ns", "chat", "chat", False, 20, 0, c, d)
+        for c in (1, 16, 64)
+    ]
+    flows = (
+        ("chat", "chat", "streaming chat"),
+        ("responses", "responses", "streaming Responses"),
+        ("responses", "chat", "bridged Responses→Chat"),
+        ("chat", "responses", "bridged Chat→Responses"),
+    )
+    for cl, up, title in flows:
+        tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
+        out.append(Scenario(f"st-{tag}-c1", f"{title}, 200 chunks, c=1", "lat", cl, up, True, 200, 0, 1, d))
+        out.append(Scenario(f"st-{tag}-c8", f"{title}, 200 chunks, c=8", "tput", cl, up, True, 200, 0, 8, d))
+    for cl, up, title in flows:
+        tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
+        out.append(Scenario(f"rt-{tag}", f"{title}, 200 chunks × 5 ms, 4 streams", "rt", cl, up, True,
+                            200, 5, 4, None, rt_per))
+    out.append(Scenario("mem-512", f"512 slow streams (Responses→Chat, {mem_n} × 20 ms)", "mem",
+                        "responses", "chat", True, mem_n, 20, 512, None, 1))
+    return out
+
+
+def request_body(s: Scenario) -> bytes:
+    """What a coding agent would send: a short conversation and one function tool."""
+    params = {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}},
+                                               "workdir": {"type": "string"}},
+              "required": ["command"]}
+    if s.client == "chat":
+        body = {
+            "model": s.model,
+            "messages": [{"role": "system", "content": "You are a coding agent."},
+                         {"role": "user", "content": "List the files in /tmp."}],
+            "tools": [{"type": "function", "function": {"name": TOOL_NAME, "description": "Run a command",
+                                                        "parameters": params}}],
+            "stream": s.stream,
+        }
+        if s.stream:
+            body["stream_options"] = {"include_usage": True}
+    else:
+        body = {
+            "model": s.model,
+            "instructions": "You are a coding agent.",
+            "input": [{"type": "message", "role": "user",
+                       "content": [{"type": "input_text", "text": "List the files in /tmp."}]}],
+            "tools": [{"type": "function", "name": TOOL_NAME, "description": "Run a command",
+                       "parameters": params, "strict": False}],
+            "tool_choice": "auto",
+            "parallel_tool_calls": False,
+            "store": False,
+            "stream": s.stream,
+        }
+    return orjson.dumps(body)
+
+
+def proxy_config(upstream_port: int, scs: list[Scenario]) -> dict:
+    base = f"http://{HOST}:{upstream_port}/v1"
+    models = sorted({s.model: s for s in scs}.items())
+    return {
+        "server": {"host": HOST, "port": 0},
+        "providers": [
+            {"name": "fake-chat", "profile": "openai-compatible", "protocol": "chat", "base_url": base},
+            {"name": "fake-resp", "profile": "openai-compatible", "protocol": "responses", "base_url": base},
+        ],
+        "models": [{"name": m, "provider": "fake-chat" if s.upstream == "chat" else "fake-resp"}
+                   for m, s in models],
+    }
+
+
+# -------------------------------------------------------------------------- /proc
+def proc_children(pid: int) -> list[int]:
+    """pid and all its descendants (workers of a multi-process server)."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                st = f.read()
+        except OSError:
+            continue
+        ppid = int(st[st.rindex(b")") + 2:].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, ()))
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of these processes (all their threads), in seconds."""
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(b")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])   # fields 14 and 15 of proc(5)
+    return total / CLK_TCK
+
+
+def mem_kb(pids: list[int]) -> tuple[int, int]:
+    """(VmRSS, VmHWM) in kB, summed over the processes."""
+    rss = hwm = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmRSS:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith(b"VmHWM:"):
+                        hwm += int(line.split()[1])
+        except OSError:
+            continue
+    return rss, hwm
+
+
+def reset_hwm(pids: list[int]) -> bool:
+    ok = True
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            ok = False
+    return ok
+
+
+# ------------------------------------------------------------------------ processes
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def pinned(cmd: list[str], core: int | None) -> list[str]:
+    if core is None or not shutil.which("taskset"):
+        return cmd
+    return ["taskset", "-c", str(core), *cmd]
+
+
+class Child:
+    """A process we started in its own session; stopped by its process-group id only."""
+
+    def __init__(self, name: str, cmd: list[str], log: Path, **kw) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.log = log
+        self.logf = open(log, "ab")
+        self.t_start = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=self.logf,
+                                     start_new_session=True, cwd=ROOT, **kw)
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout)
+        else:
+            # the leader is gone; anything left in its group is still ours
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.logf.close()
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+async def http_get_status(port: int, path: str, timeout: float = 1.0) -> int:
+    try:
+        r, w = await asyncio.wait_for(asyncio.open_connection(HOST, port), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return 0
+    try:
+        w.write(f"GET {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\nconnection: close\r\n\r\n".encode())
+        line = await asyncio.wait_for(r.readline(), timeout)
+        parts = line.split()
+        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+    except (OSError, asyncio.TimeoutError):
+        return 0
+    finally:
+        w.close()
+
+
+async def start_fake(workdir: Path, core: int | None) -> tuple[Child, int]:
+    child = Child("fake-upstream", pinned([sys.executable, "-m", "bench.fake_upstream", "--port", "0"], core),
+                  workdir / "fake_upstream.log", stdout=subprocess.PIPE)
+    loop = asyncio.get_running_loop()
+    line = await asyncio.wait_for(loop.run_in_executor(None, child.proc.stdout.readline), 20)
+    m = re.match(rb"READY (\d+)", line)
+    if not m:
+        child.stop()
+        raise RuntimeError(f"fake upstream did not start: {line!r}\n{child.log_tail()}")
+    return child, int(m.group(1))
+
+
+async def start_proxy(cmd_base: list[str], config: Path, workdir: Path, core: int | None,
+                      timeout: float = 30.0) -> tuple[Child, int, float]:
+    port = free_port()
+    cmd = pinned([*cmd_base, "serve", "--config", str(config), "--host", HOST, "--port", str(port)], core)
+    child = Child("switchboard", cmd, workdir / "switchboard.log", stdout=subprocess.DEVNULL)
+    path = "/readyz"
+    deadline = child.t_start + timeout
+    while time.perf_counter() < deadline:
+        if not child.alive():
+            child.stop()
+            raise RuntimeError(f"switchboard exited with {child.proc.returncode}:\n{child.log_tail()}")
+        st = await http_get_status(port, path, 0.5)
+        if st == 200:
+            return child, port, time.perf_counter() - child.t_start
+        if st == 404 and path == "/readyz":
+            path = "/healthz"
+        await asyncio.sleep(0.005)
+    child.stop()
+    raise RuntimeError(f"switchboard not ready after {timeout}s:\n{child.log_tail()}")
+
+
+# ---------------------------------------------------------------------- measuring
+def _ms(x: float | None) -> float | None:
+    return None if x is None else x * 1000.0
+
+
+async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: Child,
+                  rnd: int) -> dict:
+    spec = LoadSpec(
+        host=HOST, port=port, path=PATHS[s.client], proto=s.client, body=request_body(s),
+        stream=s.stream, concurrency=s.concurrency, duration=s.duration, per_worker=s.per_worker,
+        n=s.n, same_ids=not s.bridged, validate=True,
+        timeout=max(30.0, 4 * s.n * s.delay_ms / 1000.0),
+    )
+    ppids = proc_children(proxy.pid) if (side == "switchboard" and proxy) else []
+    hwm_reset = reset_hwm(ppids) if ppids else False
+    pcpu0 = cpu_seconds(ppids) if ppids else 0.0
+    fcpu0 = cpu_seconds([fake.pid])
+    res: LoadResult = await run_load(spec)
+    pcpu = (cpu_seconds(ppids) - pcpu0) if ppids else None
+    fcpu = cpu_seconds([fake.pid]) - fcpu0
+    rss, hwm = mem_kb(ppids) if ppids else (None, None)
+    recs = res.records
+    ok = [r for r in recs if r[5]]
+    n_ok = len(ok)
+    lat = [r[3] for r in ok]
+    ttfb = [r[1] for r in ok if r[1] is not None]
+    ttft = [r[2] for r in ok if r[2] is not None]
+    events = sum(r[4] for r in ok)
+    wall = res.wall or 1e-9
+    row = {
+        "type": "sample", "scenario": s.name, "side": side, "round": rnd,
+        "requests": n_ok, "errors": len(recs) - n_ok + sum(1 for e in res.errors if e.startswith("conn:")),
+        "wall_s": round(wall, 4),
+        "req_s": n_ok / wall,
+        "lat_p50_ms": _ms(percentile(lat, 50)), "lat_p99_ms": _ms(percentile(lat, 99)),
+        "lat_mean_ms": _ms(statistics.fmean(lat)) if lat else None,
+        "ttfb_p50_ms": _ms(percentile(ttfb, 50)), "ttfb_p99_ms": _ms(percentile(ttfb, 99)),
+        "ttft_p50_ms": _ms(percentile(ttft, 50)) if s.stream else None,
+        "ttft_p99_ms": _ms(percentile(ttft, 99)) if s.stream else None,
+        "events": events if s.stream else None,
+        "events_s": events / wall if s.stream else None,
+        "proxy_cpu_ms": pcpu * 1000 if pcpu is not None else None,
+        "proxy_cpu_ms_per_req": (pcpu * 1000 / n_ok) if (pcpu is not None and n_ok) else None,
+        "proxy_events_per_cpu_s": (events / pcpu) if (pcpu and s.stream) else None,
+        "proxy_core_pct": (100 * pcpu / wall) if pcpu is not None else None,
+        "proxy_rss_mb": rss / PAGE_KB if rss is not None else None,
+        "proxy_hwm_mb": hwm / PAGE_KB if (hwm is not None and hwm_reset) else None,
+        "loadgen_core_pct": 100 * (res.cpu + fcpu) / wall,
+        "problems": res.problems[:5],
+        "error_samples": res.errors[:3],
+    }
+    return row
+
+
+async def warm_up(s: Scenario, port: int) -> LoadResult:
+    w = Scenario(s.name, s.title, s.kind, s.client, s.upstream, s.stream, s.n, 0,
+                 min(s.concurrency, 4), None, 5)
+    spec = LoadSpec(host=HOST, port=port, path=PATHS[w.client], proto=w.client, body=request_body(s),
+                    stream=w.stream, concurrency=w.concurrency, per_worker=w.per_worker, n=s.n,
+                    same_ids=not s.bridged, validate=True, timeout=max(30.0, 4 * s.n * s.delay_ms / 1000))
+    return await run_load(spec)
+
+
+# -------------------------------------------------------------------------- report
+METRICS = ("req_s", "lat_p50_ms", "lat_p99_ms", "lat_mean_ms", "ttfb_p50_ms", "ttfb_p99_ms",
+           "ttft_p50_ms", "ttft_p99_ms", "events_s", "proxy_cpu_ms_per_req", "proxy_events_per_cpu_s",
+           "proxy_core_pct", "proxy_rss_mb", "proxy_hwm_mb", "loadgen_core_pct", "requests", "errors")
+
+
+def summarize(samples: list[dict]) -> list[dict]:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in samples:
+        groups.setdefault((r["scenario"], r["side"]), []).append(r)
+    out = []
+    for (sc, side), rows in groups.items():
+        summ: dict = {"type": "summary", "scenario": sc, "side": side, "rounds": len(rows)}
+        for m in METRICS:
+            vals = [r[m] for r in rows if r.get(m) is not None]
+            if not vals:
+                summ[m] = None
+                continue
+            if m in ("errors", "requests"):
+                summ[m] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
+                           "sum": sum(vals)}
+            else:
+                summ[m] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+        summ["problems"] = sorted({p for r in rows for p in r.get("problems", [])})[:5]
+        out.append(summ)
+    return out
+
+
+def _get(summ: dict | None, m: str, k: str = "median") -> float | None:
+    if not summ or not summ.get(m):
+        return None
+    return summ[m][k]
+
+
+def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
+    """The issue's targets, each from this run's figures (ratios of the same run)."""
+    T: list[dict] = []
+
+    def add(name: str, scenario: str, value: float | None, limit: float, op: str, unit: str, note: str = ""):
+        ok = None if value is None else (value <= limit if op == "<=" else value >= limit)
+        T.append({"type": "target", "target": name, "scenario": scenario, "value": value,
+                  "limit": limit, "op": op, "unit": unit, "pass": ok, "note": note})
+
+    def pair(sc: str) -> tuple[dict | None, dict | None]:
+        return summ.get((sc, "direct")), summ.get((sc, "switchboard"))
+
+    d, p = pair("ns-chat-c64")
+    add("non-streaming: proxy CPU per request", "ns-chat-c64", _get(p, "proxy_cpu_ms_per_req"), 1.0, "<=", "ms",
+        "≙ ≥1,000 req/s on its core")
+    d, p = pair("ns-chat-c1")
+    add("non-streaming: added p50 latency at c=1", "ns-chat-c1",
+        None if not (d and p) else _get(p, "lat_p50_ms") - _get(d, "lat_p50_ms"), 1.0, "<=", "ms")
+    for tag in ("chat", "resp", "resp2chat", "chat2resp"):
+        d, p = pair(f"st-{tag}-c1")
+        add(f"streaming: added TTFB at c=1 ({tag})", f"st-{tag}-c1",
+            None if not (d and p) else _get(p, "ttfb_p50_ms") - _get(d, "ttfb_p50_ms"), 1.0, "<=", "ms")
+    for tag, lim, what in (("chat", 50000, "same-protocol"), ("resp", 50000, "same-protocol"),
+                           ("resp2chat", 25000, "bridged"), ("chat2resp", 25000, "bridged")):
+        _, p = pair(f"st-{tag}-c8")
+        add(f"{what}: events/s per proxy core ({tag})", f"st-{tag}-c8", _get(p, "proxy_events_per_cpu_s"),
+            lim, ">=", "events/s", "client events / proxy CPU-second")
+    for tag in ("chat", "resp", "resp2chat", "chat2resp"):
+        d, p = pair(f"rt-{tag}")
+        dv, pv = _get(d, "lat_p50_ms"), _get(p, "lat_p50_ms")
+        add(f"realistic (5 ms/chunk): stream time vs direct ({tag})", f"rt-{tag}",
+            None if not (dv and pv) else pv / dv, 1.01, "<=", "×")
+    add("memory: idle RSS", "idle", meta.get("proxy_idle_rss_mb"), 80, "<=", "MB", "after warm-up")
+    _, p = pair("mem-512")
+    add("memory: 512 slow streams, peak RSS", "mem-512", _get(p, "proxy_hwm_mb", "max"), 200, "<=", "MB")
+    add("memory: 512 slow streams, errors", "mem-512",
+        None if not p else (p["errors"]["sum"] if p.get("errors") else 0), 0, "<=", "")
+    add("start to ready", "startup", meta.get("start_to_ready_s_median"), 1.5, "<=", "s", "median of starts")
+    return T
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "–"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def _cell(summ: dict | None, m: str, rng: bool = True) -> str:
+    if not summ or not summ.get(m):
+        return "–"
+    s = summ[m]
+    if not rng or s["min"] == s["max"]:
+        return _fmt(s["median"])
+    return f"{_fmt(s['median'])} ({_fmt(s['min'])}–{_fmt(s['max'])})"
+
+
+def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dict], meta: dict) -> str:
+    L = []
+    L.append(f"Switchboard bench — {meta['mode']} mode, {meta['rounds']} rounds, {meta['date']}, "
+             f"commit {meta['commit']}, {meta['cpu']} ({meta['cpus']} cores), Python {meta['python']}.")
+    L.append("")
+    L.append(f"Proxy pinned to core {meta['proxy_core']}, fake upstream + load generator to core "
+             f"{meta['loadgen_core']}. Medians over rounds, (min–max). \"direct\" = the client's protocol "
+             "served by the fake upstream itself. Latencies in ms; CPU from /proc (utime+stime); "
+             "events = SSE events received by the client.")
+    L.append("")
+    L.append(f"Start to ready: {_fmt(meta.get('start_to_ready_s_median'))} s "
+             f"(runs: {', '.join(_fmt(x) for x in meta.get('start_to_ready_s', []))}); "
+             f"RSS at ready {_fmt(meta.get('proxy_ready_rss_mb'))} MB, idle after warm-up "
+             f"{_fmt(meta.get('proxy_idle_rss_mb'))} MB, at the end {_fmt(meta.get('proxy_end_rss_mb'))} MB.")
+    L.append("")
+    head = ("| scenario | side | req/s | latency p50 | latency p99 | TTFB p50 | TTFB p99 | TTFT p50 | TTFT p99 "
+            "| events/s | proxy CPU ms/req | proxy events/CPU-s | proxy peak RSS MB | errors |")
+    L.append(head)
+    L.append("|" + "---|" * 14)
+    for s in scs:
+        for side in ("direct", "switchboard"):
+            x = summ.get((s.name, side))
+            if x is None:
+                continue
+            err = x["errors"]["sum"] if x.get("errors") else 0
+            if x.get("problems"):
+                err = f"{err} ⚠ {x['problems'][0][:60]}"
+            L.append(
+                f"| {s.name if side == 'direct' else ''} | {side} | {_cell(x, 'req_s')} | {_cell(x, 'lat_p50_ms')} "
+                f"| {_cell(x, 'lat_p99_ms', False)} | {_cell(x, 'ttfb_p50_ms')} | {_cell(x, 'ttfb_p99_ms', False)} "
+                f"| {_cell(x, 'ttft_p50_ms') if s.stream else '–'} | {_cell(x, 'ttft_p99_ms', False) if s.stream else '–'} "
+                f"| {_cell(x, 'events_s') if s.stream else '–'} | {_cell(x, 'proxy_cpu_ms_per_req')} "
+                f"| {_cell(x, 'proxy_events_per_cpu_s')} | {_cell(x, 'proxy_hwm_mb')} | {err} |")
+    L.append("")
+    L.append("Scenarios: " + "; ".join(f"`{s.name}` {s.title}" for s in scs) + ".")
+    L.append("")
+    if T:
+        L.append("| target | measured | limit | result |")
+        L.append("|---|---|---|---|")
+        for t in T:
+            res = "n/a" if t["pass"] is None else ("pass" if t["pass"] else "**MISS**")
+            unit = f" {t['unit']}" if t["unit"] and t["unit"] != "×" else t["unit"]
+            L.append(f"| {t['target']} | {_fmt(t['value'])}{unit if t['value'] is not None else ''} "
+                     f"| {t['op']} {_fmt(t['limit'])}{unit} | {res} |")
+        L.append("")
+    busy = [k for k, v in summ.items() if k[1] == "switchboard" and v.get("loadgen_core_pct")
+            and v["loadgen_core_pct"]["median"] >= 90]
+    if busy:
+        L.append("Note: the load-generator core was ≥90% busy in " + ", ".join(sorted(k[0] for k in busy))
+                 + " through Switchboard; there the proxy may not be the only limit.")
+        L.append("")
+    if meta.get("proxy_error"):
+        L.append(f"Through Switchboard: not measured ({meta['proxy_error']}).")
+        L.append("")
+    return "\n".join(L)
+
+
+# ---------------------------------------------------------------------------- main
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=5).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    t_all = time.perf_counter()
+    quick = args.quick
+    rounds = args.rounds or (2 if quick else 5)
+    scs = scenarios(quick, args.duration)
+    if args.only:
+        rx = re.compile(args.only)
+        scs = [s for s in scs if rx.search(s.name)]
+    ncpu = len(os.sched_getaffinity(0))
+    pin = (not args.no_pin) and ncpu >= 2
+    cores = sorted(os.sched_getaffinity(0))
+    proxy_core = cores[0] if pin else None
+    lg_core = cores[1] if pin else None
+    if pin:
+        os.sched_setaffinity(0, {lg_core})
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
+    mode = "quick" if quick else "full"
+    meta: dict = {"type": "meta", "mode": mode, "rounds": rounds, "commit": _git_commit(),
+                  "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                  "cpu": _cpu_model(), "cpus": ncpu, "python": platform.python_version(),
+                  "proxy_core": proxy_core, "loadgen_core": lg_core, "workdir": str(workdir),
+                  "loadgen": "bench.loadgen (asyncio+httptools on uvloop)"}
+    children: list[Child] = []
+    samples: list[dict] = []
+    proxy: Child | None = None
+    try:
+        fake, fport = await start_fake(workdir, lg_core)
+        children.append(fake)
+        print(f"fake upstream on {HOST}:{fport} (pid {fake.pid})", file=sys.stderr)
+        cfg_path = workdir / "switchboard.yaml"
+        # JSON is YAML: no quoting questions
+        cfg_path.write_text(json.dumps(proxy_config(fport, scs), indent=2))
+        pport = None
+        if not args.direct_only:
+            cmd_base = args.proxy_cmd.split() if args.proxy_cmd else [str(ROOT / ".venv" / "bin" / "switchboard")]
+            try:
+                starts = []
+                for i in range(args.startup_rounds):
+                    child, pport, dt = await start_proxy(cmd_base, cfg_path, workdir, proxy_core)
+                    children.append(child)
+                    starts.append(dt)
+                    meta["proxy_ready_rss_mb"] = mem_kb(proc_children(child.pid))[0] / PAGE_KB
+                    if i < args.startup_rounds - 1:
+                        child.stop()
+                        children.remove(child)
+                    else:
+                        proxy = child
+                meta["start_to_ready_s"] = starts
+                meta["start_to_ready_s_median"] = statistics.median(starts)
+                print(f"switchboard on {HOST}:{pport} (pid {proxy.pid}), ready in "
+                      + ", ".join(f"{x:.2f}" for x in starts) + " s", file=sys.stderr)
+            except (RuntimeError, OSError) as e:
+                meta["proxy_error"] = str(e).splitlines()[0][:300]
+                meta["proxy_log_tail"] = str(e)[-2000:]
+                print(f"switchboard unavailable, measuring direct only: {e}", file=sys.stderr)
+                proxy = None
+        sides = [("direct", fport)] + ([("switchboard", pport)] if proxy else [])
+        # warm-up: every path once per side, then the idle RSS
+        for s in scs:
+            for side, port in sides:
+                w = await warm_up(s, port)
+                if w.problems or w.errors:
+                    print(f"warm-up {s.name} {side}: problems {w.problems[:3]} errors {w.errors[:3]}",
+                          file=sys.stderr)
+        if proxy:
+            await asyncio.sleep(0.5)
+            meta["proxy_idle_rss_mb"] = mem_kb(proc_children(proxy.pid))[0] / PAGE_KB
+        for s in scs:
+            for r in range(rounds):
+                order = sides if r % 2 == 0 else list(reversed(sides))
+                for side, port in order:
+                    if side == "switchboard" and not proxy.alive():
+                        raise RuntimeError(f"switchboard died:\n{proxy.log_tail()}")
+                    row = await measure(s, side, port, proxy, fake, r)
+                    samples.append(row)
+                    await asyncio.sleep(0.05)
+            last = [x for x in samples if x["scenario"] == s.name]
+            print(f"{s.name:18s} " + "  ".join(
+                f"{x['side'][:6]} {_fmt(x['req_s'])} req/s p50 {_fmt(x['lat_p50_ms'])} ms"
+                + (f" {_fmt(x['events_s'])} ev/s" if x["events_s"] else "")
+                + (f" cpu/req {_fmt(x['proxy_cpu_ms_per_req'])}" if x["proxy_cpu_ms_per_req"] else "")
+                + (f" err {x['errors']}" if x["errors"] else "")
+                for x in last[-len(sides):]), file=sys.stderr)
+        if proxy:
+            meta["proxy_end_rss_mb"] = mem_kb(proc_children(proxy.pid))[0] / PAGE_KB
+    finally:
+        for c in reversed(children):
+            c.stop()
+    meta["elapsed_s"] = round(time.perf_counter() - t_all, 1)
+    summaries = summarize(samples)
+    sm = {(x["scenario"], x["side"]): x for x in summaries}
+    T = targets(sm, meta) if proxy else []
+    md = markdown(scs, sm, T, meta)
+    md += f"\nRun time {meta['elapsed_s']} s. Command: `python -m bench.run{' --quick' if quick else ''}`.\n"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    jsonl = out_dir / f"{stamp}-{mode}.jsonl"
+    with open(jsonl, "wb") as f:
+        for row in [meta, *samples, *summaries, *T]:
+            f.write(orjson.dumps(row) + b"\n")
+    shutil.copyfile(jsonl, out_dir / f"latest-{mode}.jsonl")
+    (out_dir / f"latest-{mode}.md").write_text(md)
+    print(md)
+    print(f"JSON lines: {jsonl}", file=sys.stderr)
+    if not args.keep_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    problems = [x for x in summaries if x.get("problems")]
+    return 1 if (problems or (not args.direct_only and not proxy)) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.run",
+                                 description="Switchboard vs direct, same run (loopback only).")
+    ap.add_argument("--quick", action="store_true", help="2 rounds × 1 s per scenario (under 2 minutes)")
+    ap.add_argument("--rounds", type=int, help="rounds per scenario (default 2 quick, 5 full)")
+    ap.add_argument("--duration", type=float, help="seconds per timed measurement (default 1 quick, 2 full)")
+    ap.add_argument("--only", help="regex on scenario names, e.g. '^st-|^ns-chat-c1$'")
+    ap.add_argument("--direct-only", action="store_true", help="do not start the proxy")
+    ap.add_argument("--proxy-cmd", help="proxy executable (default <repo>/.venv/bin/switchboard)")
+    ap.add_argument("--startup-rounds", type=int, default=3, help="proxy starts timed (default 3)")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where results go")
+    ap.add_argument("--keep-workdir", action="store_true", help="keep config and logs (temp dir)")
+    args = ap.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        ap.error("--rounds must be ≥ 1")
+    if args.startup_rounds < 1:
+        ap.error("--startup-rounds must be ≥ 1")
+
+    def _term(signum, frame):  # SIGTERM → the finally blocks stop our children
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    try:
+        return runner(main_async(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
