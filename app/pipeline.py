@@ -36,6 +36,7 @@ from transformers import sse
 from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
 from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.context import Ctx
+from transformers.encrypted_retry import is_invalid_encrypted_content, strip_encrypted_reasoning
 from transformers.errors import RequestError, stream_error
 from transformers.events import Finish
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
@@ -291,8 +292,8 @@ class ProxyResponse(Response):
         prov = p.route.provider
         headers = {"content-type": "application/json", "accept": "text/event-stream" if p.stream else "application/json",
                    **p.forward_headers, **prov.headers}
-        req = prov.client.build_request("POST", prov.url(p.upstream), content=p.upstream_body, headers=headers,
-                                        params=prov.cfg.query or None, timeout=prov.timeout)
+        params = prov.cfg.query or None
+        url = prov.url(p.upstream)
         status = 200
         ttfb = None
         terminal = ""
@@ -309,21 +310,24 @@ class ProxyResponse(Response):
         watch.add_done_callback(on_disconnect)
         resp: httpx.Response | None = None
         try:
-            try:
-                async with asyncio.timeout(prov.first_byte):
-                    resp = await prov.client.send(req, stream=True)
-            except TimeoutError:
-                raise ProxyError(504, f"upstream {prov.name} sent no response within {prov.first_byte:g}s",
-                                 type="upstream_error", code="upstream_timeout") from None
-            except httpx.TimeoutException:
-                raise ProxyError(504, f"upstream {prov.name} timed out", type="upstream_error", code="upstream_timeout") from None
-            except httpx.HTTPError as e:
-                raise ProxyError(502, f"upstream {prov.name} is unreachable: {type(e).__name__}",
-                                 type="upstream_error", code="upstream_unreachable") from None
-            ttfb = time.perf_counter() - p.started
-            if resp.status_code >= 400:
+            payload = p.upstream_body
+            for attempt in (0, 1):
+                req = prov.client.build_request("POST", url, content=payload, headers=headers, params=params,
+                                                timeout=prov.timeout)
+                resp = await _open(prov, req)
+                if resp.status_code < 400:
+                    break
                 body = await resp.aread()
-                raise upstream_error(resp.status_code, body, resp.headers, prov.name)
+                await resp.aclose()
+                retry = None
+                if attempt == 0 and p.upstream == "responses" and p.ctx.on("encrypted_content_retry") \
+                        and is_invalid_encrypted_content(resp.status_code, body):
+                    retry = strip_encrypted_reasoning(orjson.loads(payload))
+                if retry is None:
+                    raise upstream_error(resp.status_code, body, resp.headers, prov.name)
+                p.ctx.repaired("encrypted_content_retry")
+                payload = orjson.dumps(retry)
+            ttfb = time.perf_counter() - p.started
             base_headers = [(b"x-request-id", p.request_id.encode())] + [(k.encode(), v.encode()) for k, v in p.headers.items()]
             if not p.stream:
                 try:
@@ -376,6 +380,21 @@ class ProxyResponse(Response):
                 t = asyncio.current_task()
                 if t is not None:
                     t.uncancel()
+
+
+async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
+    """Send and wait for the response headers, mapping failures to OpenAI errors."""
+    try:
+        async with asyncio.timeout(prov.first_byte):
+            return await prov.client.send(req, stream=True)
+    except TimeoutError:
+        raise ProxyError(504, f"upstream {prov.name} sent no response within {prov.first_byte:g}s",
+                         type="upstream_error", code="upstream_timeout") from None
+    except httpx.TimeoutException:
+        raise ProxyError(504, f"upstream {prov.name} timed out", type="upstream_error", code="upstream_timeout") from None
+    except httpx.HTTPError as e:
+        raise ProxyError(502, f"upstream {prov.name} is unreachable: {type(e).__name__}",
+                         type="upstream_error", code="upstream_unreachable") from None
 
 
 async def _wait_disconnect(receive: Any) -> None:

@@ -24,8 +24,12 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("openai", quirks=frozenset({"strip_reasoning_envelope", "max_completion_tokens"})),
-        Profile("azure", auth="api-key", quirks=frozenset({"strip_reasoning_envelope", "max_completion_tokens"})),
+        Profile("openai", quirks=frozenset({"strip_reasoning_envelope", "max_completion_tokens", "encrypted_content_retry"})),
+        Profile(
+            "azure",
+            auth="api-key",
+            quirks=frozenset({"strip_reasoning_envelope", "max_completion_tokens", "encrypted_content_retry"}),
+        ),
         Profile("xai", quirks=frozenset({"strip_reasoning_envelope"})),
         Profile(
             "bedrock-mantle",

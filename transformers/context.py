@@ -33,6 +33,8 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
 ``moonshot_fields``        keep Moonshot-only message/tool fields (else they are stripped)
 ``strip_reasoning_envelope`` drop proxy-sealed reasoning before a real OpenAI upstream
 ``inline_think``           a leading ``<think>…</think>`` in Chat content is reasoning
+``encrypted_content_retry`` on ``400 invalid_encrypted_content`` retry once without the
+                           replayed reasoning blobs
 =========================  ===============================================================
 """
 
@@ -59,6 +61,7 @@ QUIRKS = frozenset(
         "moonshot_fields",
         "strip_reasoning_envelope",
         "inline_think",
+        "encrypted_content_retry",
     }
 )
 
