@@ -295,7 +295,7 @@ def _split_parts(content: Any, ctx: Ctx) -> tuple[list[str], list[dict[str, Any]
     for p in content:
         if not isinstance(p, dict):
             continue
-        if p.get("type") in _TEXT_PARTS and isinstance(p.get("text"), str):
+        if p.get("type", "text") in _TEXT_PARTS and isinstance(p.get("text"), str):
             texts.append(p["text"])
         else:
             part = _media_part(p, ctx)
@@ -309,14 +309,14 @@ def _user_content(content: Any, ctx: Ctx) -> Any:
         return content
     if not isinstance(content, list):
         return ""
-    has_media = any(isinstance(p, dict) and p.get("type") not in _TEXT_PARTS for p in content)
+    has_media = any(isinstance(p, dict) and p.get("type", "text") not in _TEXT_PARTS for p in content)
     if not has_media:
         return "\n".join(_split_parts(content, ctx)[0])
     parts: list[dict[str, Any]] = []
     for p in content:
         if not isinstance(p, dict):
             continue
-        if p.get("type") in _TEXT_PARTS and isinstance(p.get("text"), str):
+        if p.get("type", "text") in _TEXT_PARTS and isinstance(p.get("text"), str):
             parts.append({"type": "text", "text": p["text"]})
         else:
             part = _media_part(p, ctx)

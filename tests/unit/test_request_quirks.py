@@ -1,0 +1,400 @@
+"""Request-side quirk table (SPEC R3-c, T3-14, T1-5, T1-6, §1 "never rewrite ids Chat→Chat",
+§5.5 envelope stripping, §6 Moonshot-only fields, Kimi tool_choice)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from transformers.context import QUIRKS, Ctx
+from transformers.envelope import seal
+from transformers.request_quirks import QUIRK_TABLE, prepare_chat, prepare_responses
+from transformers.request_r2c import responses_to_chat
+
+
+def ctx(*quirks: str, **kw) -> Ctx:
+    return Ctx(quirks=frozenset(quirks), upstream_model=kw.pop("upstream_model", "up"), **kw)
+
+
+def test_table_shape():
+    for rule, protocol, gate, fn in QUIRK_TABLE:
+        assert protocol in ("chat", "responses")
+        assert callable(gate) and callable(fn)
+    gated = {g.__name__.split("_", 1)[1] for _, _, g, _ in QUIRK_TABLE if g.__name__.startswith(("on_", "off_"))}
+    assert gated <= QUIRKS
+
+
+# -- T3-14 / R3-c ----------------------------------------------------------------------------
+
+T314_BODY = {
+    "model": "mimo-v2.6-flash",
+    "input": [{"type": "message", "role": "user", "content": "patch it"}],
+    "max_output_tokens": 4096,
+    "tool_choice": "required",
+    "parallel_tool_calls": True,
+    "tools": [
+        {
+            "type": "custom",
+            "name": "apply_patch",
+            "description": "FREEFORM tool.",
+            "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch"},
+        },
+        {"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+    ],
+}
+
+
+def test_T3_14_mimo_request_normalization():
+    c = ctx("mimo_request", "mimo_raw_patch", upstream_model="mimo-v2.6-flash")
+    out = prepare_chat(responses_to_chat(copy.deepcopy(T314_BODY), c), c, translated=True)
+    assert out["max_completion_tokens"] == 4096 and "max_tokens" not in out
+    assert out["tool_choice"] == "auto"
+    assert "parallel_tool_calls" not in out
+    fn = out["tools"][0]["function"]
+    assert fn["name"] == "apply_patch"
+    assert fn["strict"] is True
+    assert fn["parameters"]["additionalProperties"] is False
+    assert fn["parameters"]["required"] == ["input"]
+    # an ordinary function is not made strict
+    assert "strict" not in out["tools"][1]["function"]
+    assert "additionalProperties" not in out["tools"][1]["function"]["parameters"]
+    assert c.repairs == ["mimo_request"]
+
+
+def test_T3_14_non_mimo_model_gets_none_of_these_rewrites():
+    c = ctx(upstream_model="deepseek-v4")
+    out = prepare_chat(responses_to_chat(copy.deepcopy(T314_BODY), c), c, translated=True)
+    assert out["max_tokens"] == 4096 and "max_completion_tokens" not in out
+    assert out["tool_choice"] == "required"
+    assert out["parallel_tool_calls"] is True
+    fn = out["tools"][0]["function"]
+    assert "strict" not in fn and "additionalProperties" not in fn["parameters"]
+    assert c.repairs == []
+
+
+def chat_body(**kw) -> dict:
+    body = {
+        "model": "client-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    }
+    body.update(kw)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({"tool_choice": "none"}, {}),
+        ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, {"tool_choice": "auto"}),
+        ({"tool_choice": "required", "parallel_tool_calls": False}, {"tool_choice": "auto"}),
+        ({}, {"tool_choice": "auto"}),
+        ({"max_tokens": 10}, {"tool_choice": "auto", "max_completion_tokens": 10}),
+        ({"max_tokens": 10, "max_completion_tokens": 20}, {"tool_choice": "auto", "max_completion_tokens": 20}),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+            {"tool_choice": "auto", "response_format": {"type": "json_object"}},
+        ),
+    ],
+    ids=["none-drops-tools", "named", "required", "absent", "max_tokens", "both-limits", "json_schema"],
+)
+def test_mimo_request_same_protocol(kw, expected):
+    c = ctx("mimo_request")
+    out = prepare_chat(chat_body(**kw), c, translated=False)
+    rest = {k: v for k, v in out.items() if k not in ("model", "messages", "tools")}
+    assert rest == expected
+    assert ("tools" in out) is (kw.get("tool_choice") != "none")
+    assert c.repairs == ["mimo_request"]
+
+
+def test_mimo_catalogue_max_output_tokens():
+    c = ctx("mimo_request", max_output_tokens=131072)
+    out = prepare_chat({"messages": [{"role": "user", "content": "hi"}]}, c, translated=False)
+    assert out["max_completion_tokens"] == 131072
+
+
+# -- Kimi ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [("required", "auto"), ({"type": "function", "function": {"name": "f"}}, "auto"), ("auto", "auto"), ("none", "none")],
+)
+def test_kimi_request_tool_choice(choice, expected):
+    c = ctx("kimi_request")
+    out = prepare_chat(chat_body(tool_choice=choice, max_tokens=100), c, translated=False)
+    assert out["tool_choice"] == expected
+    assert out["max_completion_tokens"] == 100 and "max_tokens" not in out
+    assert c.repairs == ["kimi_request"]
+
+
+def test_max_completion_tokens_quirk():
+    c = ctx("max_completion_tokens")
+    out = prepare_chat(chat_body(max_tokens=5), c, translated=False)
+    assert out["max_completion_tokens"] == 5 and "max_tokens" not in out
+    assert c.repairs == ["max_completion_tokens"]
+
+
+# -- Chat → Chat: ids never touched, same-protocol basics --------------------------------------
+
+KOSONG_HISTORY = [
+    {"role": "system", "content": "sys"},
+    {"role": "user", "content": "read"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"type": "function", "id": "functions.Read:0", "function": {"name": "Read", "arguments": "{}"}},
+            {"type": "function", "id": "Write:6", "function": {"name": "Write", "arguments": "{}"}},
+            {"type": "function", "id": "functions.Read:0|fc_1", "function": {"name": "Read", "arguments": "{}"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "functions.Read:0", "content": "a"},
+    {"role": "tool", "tool_call_id": "Write:6", "content": "b"},
+    {"role": "tool", "tool_call_id": "functions.Read:0|fc_1", "content": "c"},
+]
+
+
+@pytest.mark.parametrize("quirks", [(), tuple(sorted(QUIRKS))], ids=["no-quirks", "all-quirks"])
+def test_chat_to_chat_never_rewrites_ids(quirks):
+    body = {"model": "kimi", "messages": copy.deepcopy(KOSONG_HISTORY)}
+    out = prepare_chat(body, ctx(*quirks), translated=False)
+    assert [tc["id"] for tc in out["messages"][2]["tool_calls"]] == ["functions.Read:0", "Write:6", "functions.Read:0|fc_1"]
+    assert [m["tool_call_id"] for m in out["messages"][3:]] == ["functions.Read:0", "Write:6", "functions.Read:0|fc_1"]
+    assert body["messages"] == KOSONG_HISTORY  # client body not mutated
+
+
+def test_same_protocol_basics():
+    c = ctx(upstream_model="kimi-k2.6")
+    body = {
+        "model": "alias",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": False},
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+    }
+    out = prepare_chat(body, c, translated=False)
+    assert out == {
+        "model": "kimi-k2.6",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    assert c.repairs == ["stream_include_usage", "tool_choice_without_tools"]
+
+
+def test_same_protocol_fills_toolinfo():
+    c = ctx()
+    prepare_chat(
+        chat_body(tools=[{"type": "function", "function": {"name": "apply_patch", "parameters": {"type": "object", "properties": {"patch": {"type": "string"}}, "required": ["patch"]}}}]),
+        c,
+        translated=False,
+    )
+    assert c.tools.functions == {"apply_patch"}
+    assert c.tools.single_string_param == {"apply_patch": "patch"}
+
+
+def test_translated_request_keeps_model_and_stream_options():
+    c = ctx(upstream_model="other")
+    body = {"model": "already-set", "messages": [], "stream": True}
+    assert prepare_chat(body, c, translated=True) == body
+
+
+# -- Moonshot-only fields --------------------------------------------------------------------
+
+MOONSHOT_BODY = {
+    "model": "kimi",
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "video_url", "video_url": {"url": "v"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "extras": {"x": 1},
+            "tool_calls": [{"type": "function", "id": "functions.f:0", "function": {"name": "f", "arguments": "{}"}, "extras": {}}],
+        },
+        {"role": "tool", "tool_call_id": "functions.f:0", "content": "ok"},
+        {"role": "assistant", "content": "Prefix", "partial": True},
+    ],
+    "tools": [
+        {"type": "builtin_function", "function": {"name": "$web_search"}},
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
+    ],
+}
+
+
+def test_moonshot_fields_stripped_for_other_upstreams():
+    c = ctx()
+    out = prepare_chat(copy.deepcopy(MOONSHOT_BODY), c, translated=False)
+    assert out["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "look"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"type": "function", "id": "functions.f:0", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "functions.f:0", "content": "ok"},
+        {"role": "assistant", "content": "Prefix"},
+    ]
+    assert out["tools"] == [MOONSHOT_BODY["tools"][1]]
+    assert c.tools.dropped == ["$web_search"]
+    assert c.repairs == ["strip_moonshot_fields"]
+
+
+def test_moonshot_fields_kept_for_moonshot():
+    c = ctx("moonshot_fields", upstream_model="kimi")
+    out = prepare_chat(copy.deepcopy(MOONSHOT_BODY), c, translated=False)
+    assert out == MOONSHOT_BODY
+    assert c.repairs == []
+
+
+def test_only_builtin_tools_leaves_no_tools():
+    body = {"messages": [], "tools": [MOONSHOT_BODY["tools"][0]], "tool_choice": "auto"}
+    out = prepare_chat(body, ctx(), translated=True)
+    assert out == {"messages": []}
+
+
+# -- reasoning replay on Chat → Chat ---------------------------------------------------------
+
+
+def test_reasoning_replay_placeholder_same_protocol():
+    body = {
+        "messages": [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "ok"},
+            {"role": "assistant", "content": None, "reasoning_content": "known", "tool_calls": [{"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "b", "content": "ok"},
+            {"role": "assistant", "content": "done"},
+        ]
+    }
+    c = ctx("reasoning_replay")
+    out = prepare_chat(copy.deepcopy(body), c, translated=False)
+    assert out["messages"][1]["reasoning_content"] == "tool call"
+    assert out["messages"][3]["reasoning_content"] == "known"
+    assert "reasoning_content" not in out["messages"][5]
+    assert c.repairs == ["reasoning_placeholder"]
+    assert "reasoning_content" not in body["messages"][1]
+
+
+def test_reasoning_key_reasoning_renames_and_placeholder_uses_it():
+    body = {
+        "messages": [
+            {"role": "assistant", "content": "x", "reasoning_content": "r"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        ]
+    }
+    c = ctx("reasoning_key_reasoning", "reasoning_replay")
+    out = prepare_chat(body, c, translated=True)
+    assert out["messages"][0] == {"role": "assistant", "content": "x", "reasoning": "r"}
+    assert out["messages"][1]["reasoning"] == "tool call"
+    assert c.repairs == ["reasoning_key_reasoning", "reasoning_placeholder"]
+
+
+# -- Responses upstreams ----------------------------------------------------------------------
+
+
+def test_T1_5_mantle_item_replayed_to_openai():
+    """Items that came from Mantle (id resolved at the stream boundary) go to OpenAI with
+    store:false: call_id kept, item ids dropped; everything else unchanged."""
+    body = {
+        "model": "gpt-5.2",
+        "store": False,
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+            {"id": "rs_M1", "type": "reasoning", "summary": [], "encrypted_content": "gAAAAmantle"},
+            {"id": "fc_A", "type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            {"id": "msg_B", "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "OK"}]},
+        ],
+    }
+    c = ctx(upstream_model="gpt-5.2")
+    out = prepare_responses(copy.deepcopy(body), c, translated=False)
+    assert out["input"] == [
+        body["input"][0],
+        {"type": "reasoning", "summary": [], "encrypted_content": "gAAAAmantle"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        body["input"][3],
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "OK"}]},
+    ]
+    assert c.repairs == ["store_false_item_ids"]
+
+
+def test_T1_5_ids_kept_when_store_is_not_false():
+    body = {"input": [{"id": "fc_A", "type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}, {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}
+    c = ctx()
+    out = prepare_responses(body, c, translated=False)
+    assert out["input"] == body["input"]
+    assert out["model"] == "up"
+
+
+def test_T1_6_mantle_request_on_responses():
+    body = {
+        "model": "openai.gpt-oss-120b",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "OK"}]},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "O"}, {"type": "output_text", "text": "K"}]},
+        ],
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        "tool_choice": "none",
+    }
+    c = ctx("mantle_request", upstream_model="openai.gpt-oss-120b")
+    out = prepare_responses(copy.deepcopy(body), c, translated=False)
+    assert out == {
+        "model": "openai.gpt-oss-120b",
+        "input": [
+            body["input"][0],
+            {"type": "message", "role": "assistant", "content": "OK"},
+            {"role": "assistant", "content": "OK"},
+        ],
+    }
+    assert c.repairs == ["mantle_request"]
+
+
+def test_mantle_forced_choice_becomes_auto():
+    c = ctx("mantle_request")
+    out = prepare_responses({"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": "required"}, c, translated=True)
+    assert out["tool_choice"] == "auto" and out["tools"]
+
+
+def test_strip_reasoning_envelope_before_openai():
+    sealed = seal("our reasoning", b"k")
+    body = {
+        "input": [
+            {"type": "message", "role": "user", "content": "u"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "our reasoning"}], "encrypted_content": sealed},
+            {"type": "reasoning", "summary": [], "encrypted_content": "gAAAAopenai"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ]
+    }
+    c = ctx("strip_reasoning_envelope")
+    out = prepare_responses(copy.deepcopy(body), c, translated=False)
+    assert out["input"] == [body["input"][0], *body["input"][2:]]
+    assert c.repairs == ["strip_reasoning_envelope"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "wire"),
+    [
+        pytest.param(["functions.Read:0|fc_abc"], ["functions.Read:0"], id="T0-3-responses"),
+        pytest.param(["functions.Read:0|fc_1", "functions.Read:0|fc_2"], ["functions.Read:0", "functions.Read:0_2"], id="T0-4-responses"),
+        pytest.param(["Write:6"], ["Write_6"], id="T0-2-responses"),
+        pytest.param(["functions.Read:0", "call_abc123"], ["functions.Read:0", "call_abc123"], id="T0-1-T0-10-responses"),
+    ],
+)
+def test_responses_call_ids_same_protocol(raw, wire):
+    items = []
+    for r in raw:
+        items.append({"type": "custom_tool_call", "call_id": r, "name": "apply_patch", "input": "x"})
+        items.append({"type": "custom_tool_call_output", "call_id": r, "output": "ok"})
+    c = ctx()
+    out = prepare_responses({"input": items}, c, translated=False)
+    assert [it["call_id"] for it in out["input"]] == [w for w in wire for _ in (0, 1)]
+    assert ("responses_call_ids" in c.repairs) is (raw != wire)
+
+
+def test_prepare_responses_leaves_string_input_alone():
+    assert prepare_responses({"model": "m", "input": "hi"}, ctx(), translated=True) == {"model": "m", "input": "hi"}
