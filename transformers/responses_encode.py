@@ -41,6 +41,20 @@ Items and their output slots:
 Reasoning replay: the reasoning item's ``encrypted_content`` is the upstream's blob when
 one came with ``ReasoningEnd``, else — when ``ctx.envelope_key`` is set — the full
 reasoning text sealed by ``envelope.seal`` so the next turn can replay it statelessly.
+
+The response object (on ``response.created``/``in_progress`` and the terminal event, and
+the non-streaming answer) carries every field the Open Responses ``ResponseResource``
+schema requires, so strict clients and the OpenAI SDK both accept it.  ``request_echo``
+(the request fields the app chooses to echo) wins over the defaults of table
+``_DEFAULTS``; a ``null`` in it means "not set" and gives the default.  Function tools in
+the echo get ``description``/``parameters``/``strict`` (``null`` when the request left
+them out), ``reasoning`` gets ``effort``/``summary``, ``text`` gets ``format``.  The echo
+never overrides what this response is (id, status, output, usage, error…).
+``max_output_tokens`` defaults to the catalogue's ``ctx.max_output_tokens`` (what request
+translation sends upstream when the client sets none).  ``completed_at`` is set on the
+terminal response only, and only when its status is ``completed``.  The ``error`` event
+carries the error both flat (``code``/``message``/``param``: OpenAI, Codex) and nested as
+``error: {type, code, message, param}`` (Open Responses ``ErrorStreamingEvent``).
 """
 
 from __future__ import annotations
@@ -121,17 +135,64 @@ _RS_PART: dict[str, tuple[str, str, str, str, str, str]] = {
     ),
 }
 
-# response fields a client SDK requires (request_echo may override them); the mutable
-# ones are built fresh per response object
+# Response object field → value when the request did not set it (request_echo overrides).
+# Every field is required by the Open Responses ResponseResource schema.  The mutable
+# defaults (metadata, tools, text, reasoning) are built fresh per response in ``_resp``,
+# and ``max_output_tokens`` defaults to ``ctx.max_output_tokens``.
 _DEFAULTS: dict[str, Any] = {
-    "error": None,
-    "incomplete_details": None,
+    "background": False,  # the proxy answers in the foreground only
+    "frequency_penalty": 0.0,  # OpenAI default
     "instructions": None,
-    "parallel_tool_calls": True,
-    "temperature": None,
-    "tool_choice": "auto",
-    "top_p": None,
+    "max_tool_calls": None,
+    "parallel_tool_calls": True,  # OpenAI default
+    "presence_penalty": 0.0,  # OpenAI default
+    "previous_response_id": None,
+    "prompt_cache_key": None,
+    "safety_identifier": None,
+    "service_tier": "default",
+    "store": False,  # the proxy stores nothing (stateless, DESIGN rule 1)
+    "temperature": 1.0,  # OpenAI default
+    "tool_choice": "auto",  # OpenAI default
+    "top_logprobs": 0,
+    "top_p": 1.0,  # OpenAI default
+    "truncation": "disabled",  # OpenAI default
 }
+
+# what the response itself is: never taken from request_echo
+_NOT_ECHOED = frozenset(
+    {"id", "object", "created_at", "completed_at", "status", "model", "output", "usage", "error", "incomplete_details"}
+)
+
+# keys a function tool in the echo always has (null when the request left them out)
+_FUNCTION_TOOL_KEYS = ("description", "parameters", "strict")
+
+
+def _echo_tool(tool: Any) -> Any:
+    if isinstance(tool, dict) and tool.get("type") == "function" and any(k not in tool for k in _FUNCTION_TOOL_KEYS):
+        tool = dict(tool)
+        for k in _FUNCTION_TOOL_KEYS:
+            tool.setdefault(k, None)
+    return tool
+
+
+def _normalize_echo(echo: dict | None) -> dict[str, Any]:
+    """The echoed request fields, completed to the shapes the response schema requires."""
+    out: dict[str, Any] = {}
+    for k, v in (echo or {}).items():
+        if v is None or k in _NOT_ECHOED:
+            continue  # null = not set: the default applies
+        if k == "tools" and isinstance(v, list):
+            v = [_echo_tool(t) for t in v]
+        elif k == "reasoning" and isinstance(v, dict) and ("effort" not in v or "summary" not in v):
+            v = {"effort": None, "summary": None, **v}
+        elif k == "text" and isinstance(v, dict) and "format" not in v:
+            v = {"format": {"type": "text"}, **v}
+        out[k] = v
+    return out
+
+
+def _now() -> int:
+    return int(time.time())
 
 
 def _hex() -> str:
@@ -243,7 +304,7 @@ class ResponsesStreamEncoder:
         self._id = response_id
         self._created_at = created_at
         self._model = ctx.public_model or None
-        self._echo = request_echo or {}
+        self._echo = _normalize_echo(request_echo)
         self._inc_as_completed = incomplete_as_completed
         self._seq = 0
         self._started = False
@@ -308,27 +369,25 @@ class ResponsesStreamEncoder:
         out.append(ev)
 
     def _resp(self, status: str, output: list, usage: dict | None = None) -> dict:
-        r = {
+        return {
             "id": self._id,
             "object": "response",
             "created_at": self._created_at,
             "status": status,
+            "completed_at": None,
             "model": self._model or "",
             "output": output,
+            "error": None,
+            "incomplete_details": None,
             **_DEFAULTS,
+            "max_output_tokens": self.ctx.max_output_tokens,
             "metadata": {},
             "tools": [],
+            "text": {"format": {"type": "text"}},
+            "reasoning": {"effort": None, "summary": None},
             **self._echo,
             "usage": usage,
         }
-        if self._echo:  # the echo never overrides what this response is
-            r["id"] = self._id
-            r["object"] = "response"
-            r["created_at"] = self._created_at
-            r["status"] = status
-            r["model"] = self._model or ""
-            r["output"] = output
-        return r
 
     def _slot(self) -> int:
         self._slots.append(None)
@@ -731,14 +790,18 @@ class ResponsesStreamEncoder:
         if status == "incomplete" and self._inc_as_completed:
             etype = "response.completed"
         resp = self._resp(rstatus, output, usage)
-        if status == "incomplete":
+        if status == "completed":
+            resp["completed_at"] = _now()
+        elif status == "incomplete":
             resp["incomplete_details"] = {"reason": ev.reason}
-        elif status == "failed":
+        else:
             error = error or {}
             code = error.get("code") or "server_error"
             message = error.get("message") or "upstream error"
+            param = error.get("param")
             resp["error"] = {"code": code, "message": message}
-            self._emit(out, {"type": "error", "code": code, "message": message, "param": error.get("param")})
+            payload = {"type": error.get("type") or "server_error", "code": code, "message": message, "param": param}
+            self._emit(out, {"type": "error", "code": code, "message": message, "param": param, "error": payload})
         self._final = resp
         self.done = True
         self._emit(out, {"type": etype, "response": resp})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import warnings
 
 import pytest
 from hypothesis import given, settings
@@ -51,11 +52,15 @@ USAGE = {
 }
 
 
+NOW = 1700000042  # the encoder's clock (completed_at) in these tests
+
+
 @pytest.fixture(autouse=True)
 def _ids(monkeypatch):
-    """Deterministic minted ids: h1, h2, … in mint order."""
+    """Deterministic minted ids: h1, h2, … in mint order; a fixed clock."""
     n = itertools.count(1)
     monkeypatch.setattr(renc, "_hex", lambda: f"h{next(n)}")
+    monkeypatch.setattr(renc, "_now", lambda: NOW)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -134,17 +139,32 @@ def resp(status, output, usage=None, rid="resp_1", model="kimi-k2.6", created=17
         "object": "response",
         "created_at": created,
         "status": status,
+        "completed_at": NOW if status == "completed" else None,
         "model": model,
         "output": output,
         "error": None,
         "incomplete_details": None,
+        "background": False,
+        "frequency_penalty": 0.0,
         "instructions": None,
+        "max_output_tokens": None,
+        "max_tool_calls": None,
         "parallel_tool_calls": True,
-        "temperature": None,
+        "presence_penalty": 0.0,
+        "previous_response_id": None,
+        "prompt_cache_key": None,
+        "safety_identifier": None,
+        "service_tier": "default",
+        "store": False,
+        "temperature": 1.0,
         "tool_choice": "auto",
-        "top_p": None,
+        "top_logprobs": 0,
+        "top_p": 1.0,
+        "truncation": "disabled",
         "metadata": {},
         "tools": [],
+        "text": {"format": {"type": "text"}},
+        "reasoning": {"effort": None, "summary": None},
         "usage": usage,
     }
     r.update(extra)
@@ -238,7 +258,8 @@ def completed(output, usage=ZERO_USAGE, **kw):
 
 def failed_tail(code, message, output, param=None, usage=ZERO_USAGE):
     return [
-        {"type": "error", "code": code, "message": message, "param": param},
+        {"type": "error", "code": code, "message": message, "param": param,
+         "error": {"type": "server_error", "code": code, "message": message, "param": param}},
         {"type": "response.failed",
          "response": resp("failed", output, usage, error={"code": code, "message": message})},
     ]
@@ -444,8 +465,10 @@ def test_truncated_stream_end_without_finish():
     invariants(out, enc.response)
     sdk_check(out, enc.response)
     assert enc.done
-    assert out[-2] == {"type": "error", "code": "upstream_stream_truncated",
-                       "message": "upstream stream ended before the response finished", "param": None,
+    msg = "upstream stream ended before the response finished"
+    assert out[-2] == {"type": "error", "code": "upstream_stream_truncated", "message": msg, "param": None,
+                       "error": {"type": "server_error", "code": "upstream_stream_truncated", "message": msg,
+                                 "param": None},
                        "sequence_number": len(out) - 2}
     assert out[-1]["type"] == "response.failed"
     # the message was closed (completed) when the call was released; the open call is cut
@@ -564,9 +587,10 @@ def test_response_id_choice(kw, start, expect):
 
 
 def test_model_created_at_and_request_echo():
-    echo = {"instructions": "be brief", "tools": [{"type": "function", "name": "f", "parameters": {}, "strict": False}],
+    tool = {"type": "function", "name": "f", "description": "d", "parameters": {}, "strict": False}
+    echo = {"instructions": "be brief", "tools": [tool],
             "tool_choice": "auto", "parallel_tool_calls": False, "max_output_tokens": 100, "store": False,
-            "temperature": 0.5, "top_p": 1.0, "metadata": {"k": "v"}, "reasoning": {"effort": "high"},
+            "temperature": 0.5, "top_p": 1.0, "metadata": {"k": "v"}, "reasoning": {"effort": "high", "summary": None},
             "text": {"format": {"type": "text"}}, "status": "bogus", "id": "bogus"}
     out, enc = run([Start(model="up-model", created=5), Text("x"), Finish()], Ctx(), request_echo=echo)
     r = enc.response
@@ -578,6 +602,143 @@ def test_model_created_at_and_request_echo():
     assert out[0]["response"]["instructions"] == "be brief"
     out, enc = run([Start(model="up-model"), Finish()], Ctx(public_model="pub"), created_at=7)
     assert enc.response["model"] == "pub" and enc.response["created_at"] == 7
+
+
+_FN = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+_FN_FULL = {**_FN, "description": None, "strict": None}
+_CUSTOM = {"type": "custom", "name": "apply_patch",
+           "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
+
+
+@pytest.mark.parametrize(
+    "echo,ctx_max,expect",
+    [
+        pytest.param(None, None, {"temperature": 1.0, "top_p": 1.0, "truncation": "disabled", "store": False,
+                                  "previous_response_id": None, "max_output_tokens": None, "background": False,
+                                  "service_tier": "default", "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                                  "top_logprobs": 0, "max_tool_calls": None, "safety_identifier": None,
+                                  "prompt_cache_key": None, "text": {"format": {"type": "text"}},
+                                  "reasoning": {"effort": None, "summary": None}, "tools": [], "metadata": {}},
+                     id="defaults"),
+        pytest.param({"temperature": 0.2, "top_p": 0.9}, None, {"temperature": 0.2, "top_p": 0.9}, id="sampling-echo"),
+        pytest.param({"temperature": None, "top_p": None, "truncation": None, "tools": None}, None,
+                     {"temperature": 1.0, "top_p": 1.0, "truncation": "disabled", "tools": []}, id="null-is-default"),
+        pytest.param({"truncation": "auto", "store": True, "previous_response_id": "resp_prev"}, None,
+                     {"truncation": "auto", "store": True, "previous_response_id": "resp_prev"}, id="state-echo"),
+        pytest.param({"reasoning": {"effort": "low"}}, None, {"reasoning": {"effort": "low", "summary": None}},
+                     id="reasoning-effort-only"),
+        pytest.param({"reasoning": {"summary": "auto"}}, None, {"reasoning": {"effort": None, "summary": "auto"}},
+                     id="reasoning-summary-only"),
+        pytest.param({"text": {"verbosity": "low"}}, None,
+                     {"text": {"format": {"type": "text"}, "verbosity": "low"}}, id="text-verbosity-only"),
+        pytest.param({"text": {"format": {"type": "json_object"}}}, None, {"text": {"format": {"type": "json_object"}}},
+                     id="text-format-echo"),
+        pytest.param({"tools": [_FN, _CUSTOM]}, None, {"tools": [_FN_FULL, _CUSTOM]}, id="function-tool-completed"),
+        pytest.param({}, 4096, {"max_output_tokens": 4096}, id="catalogue-max-output-tokens"),
+        pytest.param({"max_output_tokens": 50}, 4096, {"max_output_tokens": 50}, id="request-max-output-tokens"),
+        pytest.param({"id": "x", "status": "x", "completed_at": 1, "usage": {}, "error": {"code": "x"},
+                      "incomplete_details": {"reason": "x"}, "output": [1], "model": "x", "created_at": 1}, None,
+                     {"id": "resp_1", "status": "completed", "completed_at": NOW, "usage": ZERO_USAGE, "error": None,
+                      "incomplete_details": None, "model": "kimi-k2.6", "created_at": 1700000000},
+                     id="identity-never-echoed"),
+    ],
+)
+def test_response_fields_echo_and_defaults(echo, ctx_max, expect):
+    orig = copy.deepcopy(echo)
+    ctx = Ctx(public_model="kimi-k2.6", max_output_tokens=ctx_max)
+    out, enc = run([START, Text("x"), Finish()], ctx, request_echo=echo)
+    for r in (out[0]["response"], out[1]["response"], enc.response):
+        for k, v in expect.items():
+            if k not in ("status", "completed_at", "usage"):
+                assert r[k] == v, k
+    for k, v in expect.items():
+        assert enc.response[k] == v, k
+    assert echo == orig  # the client's parsed body is never mutated
+
+
+@pytest.mark.parametrize(
+    "events,status,completed_at",
+    [
+        pytest.param([START, Text("x"), Finish()], "completed", NOW, id="completed"),
+        pytest.param([START, Text("x"), Finish("incomplete", reason="max_output_tokens")], "incomplete", None,
+                     id="incomplete"),
+        pytest.param([START, Text("x"), Finish("failed", error=stream_error("x", "y"))], "failed", None, id="failed"),
+    ],
+)
+def test_completed_at_only_on_completed_terminal(events, status, completed_at):
+    out, enc = run(events)
+    assert [e["response"]["completed_at"] for e in out if "response" in e] == [None, None, completed_at]
+    assert enc.response["status"] == status
+
+
+def test_incomplete_as_completed_keeps_completed_at_null():
+    out, enc = run([START, Text("x"), Finish("incomplete", reason="max_output_tokens")], incomplete_as_completed=True)
+    assert out[-1]["type"] == "response.completed"
+    assert enc.response["status"] == "incomplete" and enc.response["completed_at"] is None
+
+
+def test_error_event_flat_and_nested():
+    err = {"code": "rate_limit_exceeded", "message": "slow down", "type": "rate_limit_error", "param": "model"}
+    out, enc = run([START, Finish("failed", error=err)])
+    assert out[-2] == {"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": "model",
+                       "error": err, "sequence_number": len(out) - 2}
+
+
+# ---------------------------------------------------------------------- Open Responses schema
+
+# event types Switchboard emits under OpenAI's names, which the Open Responses spec names
+# differently (response.reasoning.delta/done) or does not have (custom tools)
+_NOT_IN_OPEN_RESPONSES = {
+    "response.reasoning_text.delta",
+    "response.reasoning_text.done",
+    "response.custom_tool_call_input.delta",
+    "response.custom_tool_call_input.done",
+}
+
+
+def _open_responses_spec():
+    schema = pytest.importorskip("llm_comply.schema")
+    pytest.importorskip("jsonschema")
+    import pathlib
+
+    spec = schema.SpecLoader(str(pathlib.Path(schema.__file__).parent / "specs" / "openresponses.json"))
+    by_type = {}
+    for name in spec.schema_names:
+        if name.endswith("StreamingEvent"):
+            enum = ((spec.get_schema(name).get("properties") or {}).get("type") or {}).get("enum") or []
+            for t in enum:
+                by_type[t] = name
+    return spec, by_type
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        pytest.param([START, Text("Hel"), Text("lo"), Usage(USAGE), Finish()], id="text"),
+        pytest.param([START, Reasoning("think"), Text("a"), ToolCall(0, call_id="c1", name="f", arguments="{}"),
+                      ToolCallEnd(0, arguments="{}"), Usage(USAGE), Finish()], id="reasoning-text-call"),
+        pytest.param([START, Reasoning("r", kind="raw"), ReasoningEnd(encrypted_content="blob"), Refusal("no"),
+                      Finish()], id="raw-reasoning-refusal"),
+        pytest.param([START, Text("cut"), Finish("incomplete", reason="max_output_tokens")], id="incomplete"),
+        pytest.param([START, Text("a"), Finish("failed", error=stream_error("upstream_x", "boom"))], id="failed"),
+    ],
+)
+def test_stream_matches_open_responses_schema(events):
+    spec, by_type = _open_responses_spec()
+    echo = {"tools": [_FN], "reasoning": {"effort": "low"}, "temperature": 0.3}
+    out, enc = run(events, request_echo=echo)
+    errors = []
+    with warnings.catch_warnings():  # llm_comply builds validators with jsonschema's deprecated RefResolver
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for e in out:
+            if e["type"] in _NOT_IN_OPEN_RESPONSES:
+                continue
+            assert e["type"] in by_type, e["type"]
+            errors += [f'{e["type"]}: {m}' for m in spec.validate(e, by_type[e["type"]])]
+        errors += spec.validate(enc.response, "ResponseResource")
+        r = encode_response(events, Ctx(public_model="kimi-k2.6"), request_echo=echo)
+        errors += spec.validate(r, "ResponseResource")
+    assert errors == []
 
 
 def test_late_upstream_call_id_replaces_minted_one_in_done():
