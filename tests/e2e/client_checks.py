@@ -162,16 +162,17 @@ def kosong_two_turns(provider_kind: str, base_url: str, api_key: str, model: str
     if provider_kind == "kimi":
         from kosong.chat_provider.kimi import Kimi
 
-        provider = Kimi(model=model, api_key=api_key, base_url=base_url, stream=stream, max_retries=0)
+        provider = Kimi(model=model, api_key=api_key, base_url=base_url, stream=stream, max_retries=0, timeout=TIMEOUT)
     elif provider_kind == "openai_legacy":
         from kosong.contrib.chat_provider.openai_legacy import OpenAILegacy
 
         provider = OpenAILegacy(model=model, api_key=api_key, base_url=base_url, stream=stream,
-                                reasoning_key="reasoning_content", max_retries=0)
+                                reasoning_key="reasoning_content", max_retries=0, timeout=TIMEOUT)
     elif provider_kind == "responses":
         from kosong.contrib.chat_provider.openai_responses import OpenAIResponses
 
-        provider = OpenAIResponses(model=model, api_key=api_key, base_url=base_url, stream=stream, max_retries=0)
+        provider = OpenAIResponses(model=model, api_key=api_key, base_url=base_url, stream=stream, max_retries=0,
+                                   timeout=TIMEOUT)
     else:  # pragma: no cover
         raise ValueError(provider_kind)
 

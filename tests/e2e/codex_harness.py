@@ -15,8 +15,8 @@ Theory of operation
   ``exec_command`` function tool and ``apply_patch`` as a freeform ``custom`` tool.
   Without a catalogue entry Codex falls back to generic metadata: no apply_patch at all.
 * ``run_codex(...)`` writes ``config.toml`` (provider with ``wire_api = "responses"``,
-  ``base_url``, ``env_key``; retries off so that a failure shows at once and never
-  replays a scripted turn), ``model_catalog_json``, and runs
+  ``base_url``, ``env_key``; retries off by default so that a failure shows at once
+  and never replays a scripted turn), ``model_catalog_json``, and runs
   ``codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox``
   in a new process group with stdin closed, bounded by ``timeout``; on timeout the group
   of that PID is killed.  Result: ``CodexRun`` with the JSON events and helpers.
@@ -44,7 +44,7 @@ class CodexUnavailable(RuntimeError):
 
 
 def codex_prefix(repo: Path) -> Path:
-    return Path(repo) / ".e2e" / "codex"
+    return Path(repo).resolve() / ".e2e" / "codex"
 
 
 def _installed_version(prefix: Path) -> str | None:
@@ -194,6 +194,7 @@ def write_codex_home(
     catalog: dict | None,
     env_key: str = "SWITCHBOARD_E2E_KEY",
     stream_idle_timeout_ms: int = 60_000,
+    retries: int = 0,
     extra_toml: str = "",
 ) -> Path:
     home.mkdir(parents=True, exist_ok=True)
@@ -208,17 +209,22 @@ def write_codex_home(
         cat_path.write_text(json.dumps(catalog, ensure_ascii=False), encoding="utf-8")
         lines.append(f"model_catalog_json = {_toml_str(str(cat_path))}")
     lines += [
+        extra_toml,  # top-level keys first, then any [tables] it opens
         "",
         "[model_providers.switchboard]",
         'name = "Switchboard e2e"',
         f"base_url = {_toml_str(base_url)}",
         f"env_key = {_toml_str(env_key)}",
         'wire_api = "responses"',
-        "request_max_retries = 0",
-        "stream_max_retries = 0",
+        f"request_max_retries = {int(retries)}",
+        f"stream_max_retries = {int(retries)}",
         f"stream_idle_timeout_ms = {int(stream_idle_timeout_ms)}",
         "",
-        extra_toml,
+        # no startup network traffic to github.com / chatgpt.com (curated plugin sync);
+        # it does not change the tool list sent to the model
+        "[features]",
+        "plugins = false",
+        "",
     ]
     cfg = home / "config.toml"
     cfg.write_text("\n".join(lines), encoding="utf-8")
@@ -239,9 +245,11 @@ def run_codex(
     timeout: float = 120,
     extra_args: list[str] = (),
     extra_toml: str = "",
+    retries: int = 0,
 ) -> CodexRun:
     workspace.mkdir(parents=True, exist_ok=True)
-    write_codex_home(home, base_url=base_url, model=model, catalog=catalog, env_key=env_key, extra_toml=extra_toml)
+    write_codex_home(home, base_url=base_url, model=model, catalog=catalog, env_key=env_key, extra_toml=extra_toml,
+                     retries=retries)
     argv = [
         str(launcher),
         "exec",

@@ -14,10 +14,12 @@ Theory of operation
 * ``codex`` (session) installs ``@openai/codex@0.169.0`` under ``<repo>/.e2e/codex`` (a
   missing node/npm FAILS the test); ``codex_run(prompt, base_url=..., model=...)`` runs
   ``codex exec --json`` once in a fresh workspace + CODEX_HOME under ``tmp_path``.
+* every test is bounded by ``TEST_TIME_LIMIT`` (SIGALRM) besides the per-process timeouts.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -30,6 +32,26 @@ if str(HERE) not in sys.path:
 import codex_harness  # noqa: E402
 from proxy_harness import PROXY_CLIENT_KEY, REPO, Proxy, provider_entry  # noqa: E402
 from scripted_upstream import ScriptedUpstream  # noqa: E402
+
+
+TEST_TIME_LIMIT = 150  # seconds per e2e test, on top of the per-process timeouts
+
+
+@pytest.fixture(autouse=True)
+def _time_limit(request):
+    """Hard upper bound per test (SIGALRM in the main thread); processes are reaped by
+    the fixtures' own teardown, which still runs after the alarm fires."""
+
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"e2e test exceeded {TEST_TIME_LIMIT}s: {request.node.nodeid}")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_TIME_LIMIT)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from scripted_upstream import (
     history_tool_ids,
     reasoning_only_chat_turn,
     responses_turn,
+    with_keepalives,
 )
 
 # --------------------------------------------------------------------------- predicates
@@ -81,12 +82,34 @@ PATCH_LINES = [
 RAW_PATCH = "*** Begin Patch\n*** Add File: " + PATCH_FILE + "\n" + "".join("+" + l + "\n" for l in PATCH_LINES) + "*** End Patch"
 PATCH_EXPECTED_BYTES = "".join(l + "\n" for l in PATCH_LINES).encode("utf-8")
 
+
+def big_patch_lines(target_bytes: int = 20_000) -> list[str]:
+    """> 16 KiB of patch lines with CJK, emoji, quotes, backslashes and tabs (T3-3 shape)."""
+    pieces = ["行{i:04d}: 中文字符 🧪 \"q\" 'a' back\\slash \\n\ttab ✓ ｚ", "line {i:04d} {{\"k\": [1, \"v\\u0041\"]}} 🚀"]
+    lines, size, i = [], 0, 0
+    while size < target_bytes:
+        line = pieces[i % 2].format(i=i)
+        lines.append(line)
+        size += len(line.encode()) + 2
+        i += 1
+    return lines
+
+
+def make_patch(path: str, lines: list[str]) -> tuple[str, bytes]:
+    raw = "*** Begin Patch\n*** Add File: " + path + "\n" + "".join("+" + l + "\n" for l in lines) + "*** End Patch"
+    return raw, "".join(l + "\n" for l in lines).encode("utf-8")
+
+
+BIG_PATCH_FILE = "big_notes.txt"
+BIG_RAW_PATCH, BIG_PATCH_EXPECTED_BYTES = make_patch(BIG_PATCH_FILE, big_patch_lines())
+
 FINAL_TEXT = {
     "exec": "All done: the command ran and printed the marker.",
     "patch": "Patched: 文件已创建 ✓",
     "kimi": "Kimi saw its own call functions.exec_command:0 and finished.",
     "mantle": "Mantle finished after the tool ran.",
     "late": "Late identity resolved; tool ran.",
+    "json_patch": "JSON-wrapped patch applied.",
 }
 
 KIMI_ID = "functions.exec_command:0"
@@ -116,13 +139,29 @@ def codex_responses_exec(model: str = "e2e-resp") -> list[Turn]:
     ]
 
 
-def codex_mimo_patch(model: str = "mimo-v2.6-flash") -> list[Turn]:
-    """(b) MiMo: apply_patch with the RAW patch text in function.arguments (not JSON)."""
+def codex_mimo_patch(model: str = "mimo-v2.6-flash", *, big: bool = False, rechunk: int = 0) -> list[Turn]:
+    """(b) MiMo: apply_patch with the RAW patch text in function.arguments (not JSON).
+    ``big``: a > 16 KiB patch; ``rechunk``: the upstream's bytes arrive in n-byte writes."""
     cid = "call_patch_b1"
+    raw, path = (BIG_RAW_PATCH, BIG_PATCH_FILE) if big else (RAW_PATCH, PATCH_FILE)
     return [
-        chat_turn(model=model, reasoning="I will add the notes file.", chunk_size=5,
-                  tool_calls=[ToolCall("apply_patch", RAW_PATCH, id=cid)], label="raw apply_patch"),
+        chat_turn(model=model, reasoning="I will add the notes file.", chunk_size=97 if big else 5, rechunk=rechunk,
+                  tool_calls=[ToolCall("apply_patch", raw, id=cid)], label="raw apply_patch"),
         chat_turn(model=model, text=FINAL_TEXT["patch"], label="final",
+                  when=tool_output_contains(cid, path), otherwise=miss("chat", "apply_patch output missing")),
+    ]
+
+
+def codex_chat_json_patch(model: str = "e2e-chat") -> list[Turn]:
+    """(a2, T3-2) non-MiMo Chat upstream: apply_patch arguments JSON-wrapped {"input": raw},
+    with SSE keepalive comments between frames."""
+    import json
+
+    cid = "call_patch_a2"
+    return [
+        with_keepalives(chat_turn(model=model, chunk_size=11, label="json apply_patch",
+                                  tool_calls=[ToolCall("apply_patch", json.dumps({"input": RAW_PATCH}, ensure_ascii=False), id=cid)])),
+        chat_turn(model=model, text=FINAL_TEXT["json_patch"], label="final",
                   when=tool_output_contains(cid, PATCH_FILE), otherwise=miss("chat", "apply_patch output missing")),
     ]
 
@@ -141,7 +180,7 @@ def codex_kimi_ids(model: str = "kimi-k2.6") -> list[Turn]:
     """(c) Kimi: id functions.exec_command:0 must come back verbatim on both sides, else
     Kimi answers with reasoning only (the #520 failure)."""
     return [
-        chat_turn(model=model, reasoning="The user wants the command run.",
+        chat_turn(model=model, reasoning="The user wants the command run.", frame_delay=0.01,
                   tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=KIMI_ID)], label="kimi call"),
         chat_turn(model=model, reasoning="The command ran.", text=FINAL_TEXT["kimi"], label="final",
                   when=chat_history_carries_id(KIMI_ID), otherwise=reasoning_only_chat_turn(model=model)),
@@ -189,9 +228,11 @@ SDK_TOOLS_RESPONSES = [
 ]
 
 
-def sdk_parallel(kind: str, model: str = "e2e-sdk") -> list[Turn]:
+def sdk_parallel(kind: str, model: str = "e2e-sdk", **quirks) -> list[Turn]:
+    """One turn: reasoning, text, 2 parallel read_file calls. ``quirks`` (Responses only):
+    ``mantle=True`` / ``late_identity=True``."""
     mk = chat_turn if kind == "chat" else responses_turn
-    return [mk(model=model, reasoning=SDK_REASONING, text=SDK_TEXT, tool_calls=list(SDK_CALLS), label="parallel calls")]
+    return [mk(model=model, reasoning=SDK_REASONING, text=SDK_TEXT, tool_calls=list(SDK_CALLS), label="parallel calls", **quirks)]
 
 
 KOSONG_IDS = ["functions.Read:0", "functions.Read:1"]
@@ -217,6 +258,8 @@ SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
     "codex-chat-exec": codex_chat_exec,
     "codex-responses-exec": codex_responses_exec,
     "codex-mimo-patch": codex_mimo_patch,
+    "codex-mimo-big-patch": lambda: codex_mimo_patch(big=True, rechunk=5),
+    "codex-chat-json-patch": codex_chat_json_patch,
     "codex-responses-patch": codex_responses_patch,
     "codex-kimi-ids": codex_kimi_ids,
     "codex-mantle": codex_mantle,

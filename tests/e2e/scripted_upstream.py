@@ -10,7 +10,8 @@ A *script* is a list of ``Turn`` objects.  Every POST to ``/v1/chat/completions`
   written verbatim, or ``Delay(s)`` -> sleep), with an optional ``frame_delay`` between
   frames;
 * otherwise the turn's ``body`` is answered as one JSON document (``status`` applies to
-  both).
+  both).  ``rechunk=n`` re-splits the serialised stream into n-byte writes (splits inside
+  lines and inside UTF-8 characters), to exercise the proxy's SSE reassembly.
 
 A turn may carry a predicate ``when(request_json) -> bool``; if it is false the turn's
 ``otherwise`` turn is played instead (and the miss is recorded in ``errors``).  This is
@@ -73,6 +74,7 @@ __all__ = [
     "chat_history_carries_id",
     "responses_history_carries_id",
     "reasoning_only_chat_turn",
+    "with_keepalives",
 ]
 
 
@@ -102,6 +104,7 @@ class Turn:
     otherwise: "Turn | None" = None
     headers: dict[str, str] = field(default_factory=dict)
     label: str = ""
+    rechunk: int = 0  # >0: re-split the whole byte stream into writes of this many bytes
 
     def to_json(self) -> dict:
         return {
@@ -114,6 +117,7 @@ class Turn:
                 for f in (self.frames or [])
             ],
             "body": self.body,
+            "rechunk": self.rechunk,
         }
 
     @classmethod
@@ -131,6 +135,7 @@ class Turn:
             frame_delay=float(d.get("frame_delay", 0.0)),
             kind=d.get("kind"),
             label=d.get("label", ""),
+            rechunk=int(d.get("rechunk", 0)),
         )
 
 
@@ -340,6 +345,17 @@ class ScriptedUpstream:
         return JSONResponse(turn.body, turn.status, headers=turn.headers)
 
     async def _stream(self, turn: Turn, kind: str):
+        if turn.rechunk > 0:  # transport splits anywhere: inside lines, inside UTF-8 characters
+            blob = b"".join(
+                sse(f, kind) if isinstance(f, dict) else (f.encode() if isinstance(f, str) else bytes(f))
+                for f in turn.frames or []
+                if not isinstance(f, Delay)
+            )
+            for i in range(0, len(blob), turn.rechunk):
+                if i and turn.frame_delay:
+                    await asyncio.sleep(turn.frame_delay)
+                yield blob[i : i + turn.rechunk]
+            return
         for i, frame in enumerate(turn.frames or []):
             if isinstance(frame, Delay):
                 await asyncio.sleep(frame.seconds)
@@ -490,7 +506,8 @@ def chat_body(
     }
 
 
-def chat_turn(*, label: str = "", when=None, otherwise=None, frame_delay: float = 0.0, chunk_size: int = 7, **kw) -> Turn:
+def chat_turn(*, label: str = "", when=None, otherwise=None, frame_delay: float = 0.0, chunk_size: int = 7,
+              rechunk: int = 0, **kw) -> Turn:
     """A Chat turn answering both stream (chunks) and non-stream (body) requests."""
     body_kw = {k: v for k, v in kw.items() if k in ("text", "reasoning", "tool_calls", "finish_reason", "model", "usage", "reasoning_key")}
     return Turn(
@@ -501,7 +518,19 @@ def chat_turn(*, label: str = "", when=None, otherwise=None, frame_delay: float 
         otherwise=otherwise,
         frame_delay=frame_delay,
         label=label,
+        rechunk=rechunk,
     )
+
+
+def with_keepalives(turn: Turn, every: int = 2, comment: str = ": keepalive\n\n") -> Turn:
+    """Insert SSE comment frames (``: keepalive``) after every ``every`` frames."""
+    out: list[Frame] = []
+    for i, f in enumerate(turn.frames or []):
+        out.append(f)
+        if (i + 1) % every == 0:
+            out.append(comment)
+    turn.frames = out
+    return turn
 
 
 def reasoning_only_chat_turn(reasoning: str = "I am not sure what happened before.", **kw) -> Turn:
@@ -663,10 +692,11 @@ def responses_body(*, text: str = "", reasoning: str = "", tool_calls: list[Tool
     return evs[-1]["response"]
 
 
-def responses_turn(*, label: str = "", when=None, otherwise=None, frame_delay: float = 0.0, **kw) -> Turn:
+def responses_turn(*, label: str = "", when=None, otherwise=None, frame_delay: float = 0.0, rechunk: int = 0,
+                   **kw) -> Turn:
     body = responses_body(**kw)
     return Turn(frames=responses_events(**kw), body=body, kind="responses", when=when, otherwise=otherwise,
-                frame_delay=frame_delay, label=label)
+                frame_delay=frame_delay, label=label, rechunk=rechunk)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -695,6 +725,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.dump:
         print(json.dumps([t.to_json() for t in turns], ensure_ascii=False, indent=1))
         return 0
+    import signal
+
+    def _stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     up = ScriptedUpstream(turns, host=a.host, port=a.port, name=a.scenario).start()
     print(f"scripted upstream '{a.scenario}' listening on {up.base_url} ({len(turns)} turns)", flush=True)
     try:

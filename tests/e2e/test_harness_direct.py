@@ -106,6 +106,28 @@ def test_codex_direct_kimi_ids_on_responses(upstream, codex_run):
     assert run.final_message == sc.FINAL_TEXT["kimi"], run.describe() + up.describe()
 
 
+def test_harness_detects_lost_id(upstream, codex_run):
+    """Self-test of the guard: when the replayed history does not carry the Kimi id, the
+    upstream plays the reasoning-only turn and the run has no final agent message."""
+    turns = [
+        sc.responses_turn(tool_calls=[sc.ToolCall("exec_command", sc.EXEC_ARGS, id="functions_exec_command_0")]),
+        sc.responses_turn(text=sc.FINAL_TEXT["kimi"], when=sc.chat_history_carries_id(sc.KIMI_ID),
+                          otherwise=sc.responses_turn(reasoning="who called that?")),
+    ]
+    up = upstream(turns, "direct-miss")
+    run = codex_run("run it", base_url=up.base_url, model="e2e-direct")
+    assert [r.matched for r in up.model_requests] == [None, False], run.describe() + up.describe()
+    assert run.final_message is None and up.errors, run.describe() + up.describe()
+
+
+def test_scripted_upstream_rechunk_and_keepalive(upstream):
+    """Raw transport splits inside UTF-8 characters and SSE comments still parse in the SDK."""
+    t = sc.with_keepalives(sc.chat_turn(text=sc.SDK_TEXT, reasoning=sc.SDK_REASONING, tool_calls=list(sc.SDK_CALLS), rechunk=2))
+    up = upstream([t], "rechunk")
+    got = sdk_chat(up.base_url, PROXY_CLIENT_KEY, "e2e-sdk", stream=True)
+    assert got["text"] == sc.SDK_TEXT and got["tool_calls"] == [(c.id, c.name, c.arguments) for c in sc.SDK_CALLS]
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
 def test_sdk_direct_chat(upstream, stream):
     up = upstream(sc.sdk_parallel("chat"), "sdk-chat")

@@ -1,0 +1,198 @@
+"""Codex CLI 0.169 -> Switchboard -> scripted upstream, one real tool turn per scenario.
+
+Each scenario must: finish the turn (exit 0, ``turn.completed``), run the tool for real
+(file on disk / output replayed to the upstream under the right id), and end with the
+scripted final text.  Turn 2 of every script only answers properly when its predicate on
+the replayed history holds, so a lost id or a lost tool output turns into a visible
+``PREDICATE-MISS`` / reasoning-only answer instead of a silent pass.
+
+  a  openai-compatible, Chat upstream: exec_command, then text
+  a2 openai-compatible, Chat upstream: apply_patch JSON-wrapped {"input": raw} (T3-2)
+  b  mimo (mimo-v2.6-flash), Chat upstream: apply_patch with RAW patch text in arguments
+     (small patch in 3-byte transport writes; 20 KB patch in 7-byte writes, SHA-256 compared)
+  c  kimi, Chat upstream: call id functions.exec_command:0 must be replayed verbatim
+  d  bedrock-mantle, Responses upstream: id-less done items, id-less completed.output
+  e  openai-compatible, Responses upstream: late identity (name only in done events)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+import scenarios as sc
+from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY
+
+pytestmark = pytest.mark.e2e
+
+HOSTED = {"web_search", "tool_search", "image_generation", "file_search", "local_shell", "code_interpreter"}
+
+
+def _run(upstream, proxy_for, codex_run, script, *, model, profile, protocol, prompt="do the task"):
+    up = upstream(script, f"{profile}-{protocol}")
+    px = proxy_for(up, model=model, profile=profile, protocol=protocol)
+    run = codex_run(prompt, base_url=px.base_url, model=model)
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    return up, px, run, info
+
+
+def _common(up, run, info, final_key):
+    assert run.returncode == 0 and not run.timed_out, info
+    assert run.turn_completed, info
+    assert not up.errors, info
+    reqs = up.model_requests
+    assert [r.turn for r in reqs] == [0, 1], info
+    assert reqs[1].matched is True, info
+    assert run.final_message == sc.FINAL_TEXT[final_key], info
+    for r in reqs:  # the proxy's own key goes upstream, never the client's
+        assert r.headers.get("authorization") == f"Bearer {UPSTREAM_KEY}", info
+        assert PROXY_CLIENT_KEY not in json.dumps(r.headers), info
+
+
+def _chat_tools(req) -> dict[str, dict]:
+    return {t["function"]["name"]: t for t in req.json.get("tools") or [] if t.get("type") == "function"}
+
+
+def _assert_exec_ran(run, info):
+    assert (run.workspace / sc.EXEC_FILE).read_text() == sc.EXEC_MARKER, info
+    assert [c.get("aggregated_output") for c in run.command_executions] == [sc.EXEC_MARKER], info
+
+
+# --------------------------------------------------------------------------- a
+
+
+def test_a_codex_chat_upstream_exec(upstream, proxy_for, codex_run):
+    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_chat_exec("e2e-chat"),
+                             model="e2e-chat", profile="openai-compatible", protocol="chat")
+    _common(up, run, info, "exec")
+    _assert_exec_ran(run, info)
+    # reasoning_content -> a reasoning item Codex shows; Chat usage -> Responses usage (2 turns x 11/7)
+    assert [it.get("text") for it in run.items("reasoning")] == ["Run the command first."], info
+    usage = next(e["usage"] for e in run.events if e.get("type") == "turn.completed")
+    assert (usage["input_tokens"], usage["output_tokens"]) == (22, 14), info
+    first, second = (r.json for r in up.model_requests)
+    assert up.model_requests[0].path == "/v1/chat/completions", info
+    assert first["model"] == "e2e-chat" and first["stream"] is True, info
+    tools = _chat_tools(up.model_requests[0])
+    # SPEC 7.1: function tools pass as functions; custom apply_patch becomes a function with
+    # one required string parameter; hosted tools are dropped.
+    assert tools["exec_command"]["function"]["parameters"]["required"] == ["cmd"], info
+    ap = tools["apply_patch"]["function"]["parameters"]
+    assert ap["type"] == "object" and ap["required"] == ["input"] and ap["properties"]["input"]["type"] == "string", info
+    assert not [t for t in first.get("tools") or [] if t.get("type") in HOSTED], info
+    # turn 2: one assistant tool_calls message + one tool message with the real output
+    asst = [m for m in second["messages"] if m.get("tool_calls")]
+    assert len(asst) == 1 and asst[0]["tool_calls"][0]["id"] == "call_exec_a1", info
+    assert asst[0]["tool_calls"][0]["function"] == {"name": "exec_command", "arguments": sc.EXEC_ARGS}, info
+    outs = sc.tool_outputs(second)
+    assert sc.EXEC_MARKER in outs["call_exec_a1"], info
+
+
+def test_a2_codex_chat_upstream_json_wrapped_apply_patch(upstream, proxy_for, codex_run):
+    """T3-2 on a non-MiMo Chat upstream (keepalive comments between frames): {"input": raw}
+    is decoded and handed to Codex as a custom_tool_call; the file is written."""
+    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_chat_json_patch("e2e-chat"),
+                             model="e2e-chat", profile="openai-compatible", protocol="chat")
+    assert (run.workspace / sc.PATCH_FILE).read_bytes() == sc.PATCH_EXPECTED_BYTES, info
+    _common(up, run, info, "json_patch")
+    tc = [m for m in up.model_requests[1].json["messages"] if m.get("tool_calls")][0]["tool_calls"][0]
+    assert tc["id"] == "call_patch_a2" and json.loads(tc["function"]["arguments"]) == {"input": sc.RAW_PATCH}, info
+
+
+# --------------------------------------------------------------------------- b
+
+
+@pytest.mark.parametrize("big,rechunk", [(False, 3), (True, 7)], ids=["small-3byte-writes", "20KB-7byte-writes"])
+def test_b_codex_mimo_raw_apply_patch(upstream, proxy_for, codex_run, big, rechunk):
+    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_mimo_patch("mimo-v2.6-flash", big=big, rechunk=rechunk),
+                             model="mimo-v2.6-flash", profile="mimo", protocol="chat")
+    path, expected, raw = ((sc.BIG_PATCH_FILE, sc.BIG_PATCH_EXPECTED_BYTES, sc.BIG_RAW_PATCH) if big
+                           else (sc.PATCH_FILE, sc.PATCH_EXPECTED_BYTES, sc.RAW_PATCH))
+    assert (run.workspace / path).exists(), info
+    got = (run.workspace / path).read_bytes()
+    assert hashlib.sha256(got).hexdigest() == hashlib.sha256(expected).hexdigest(), info
+    assert [c["kind"] for fc in run.file_changes for c in fc["changes"]] == ["add"], info
+    _common(up, run, info, "patch")
+    first, second = (r.json for r in up.model_requests)
+    # T3-14: MiMo request normalisation
+    ap = _chat_tools(up.model_requests[0])["apply_patch"]["function"]
+    assert ap.get("strict") is True and ap["parameters"].get("additionalProperties") is False, info
+    assert "parallel_tool_calls" not in first and first.get("tool_choice", "auto") == "auto", info
+    # T3-13: replay of the custom call as {"input": raw}, the tool output next to it
+    asst = [m for m in second["messages"] if m.get("tool_calls")]
+    tc = asst[0]["tool_calls"][0]
+    assert tc["id"] == "call_patch_b1" and tc["function"]["name"] == "apply_patch", info
+    assert json.loads(tc["function"]["arguments"]) == {"input": raw}, info
+    assert "Success. Updated the following files" in sc.tool_outputs(second)["call_patch_b1"], info
+    # reasoning_replay (mimo profile): the assistant tool-call message carries reasoning_content
+    assert asst[0].get("reasoning_content") == "I will add the notes file.", info
+
+
+# --------------------------------------------------------------------------- c
+
+
+def test_c_codex_kimi_native_ids(upstream, proxy_for, codex_run):
+    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_kimi_ids("kimi-k2.6"),
+                             model="kimi-k2.6", profile="kimi", protocol="chat")
+    _common(up, run, info, "kimi")
+    _assert_exec_ran(run, info)
+    second = up.model_requests[1].json
+    asst = [m for m in second["messages"] if m.get("tool_calls")]
+    tool = [m for m in second["messages"] if m.get("role") == "tool"]
+    assert [tc["id"] for tc in asst[0]["tool_calls"]] == [sc.KIMI_ID], info
+    assert [m["tool_call_id"] for m in tool] == [sc.KIMI_ID], info
+    # Kimi thinking mode: every replayed assistant tool-call message needs reasoning_content
+    assert asst[0].get("reasoning_content") == "The user wants the command run.", info
+    # Kimi: tool-call messages without text omit content (or null), never ""
+    assert asst[0].get("content") in (None,) or "content" not in asst[0], info
+
+
+# --------------------------------------------------------------------------- d
+
+
+def test_d_codex_mantle_responses_upstream(upstream, proxy_for, codex_run):
+    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_mantle("openai.gpt-oss-120b"),
+                             model="openai.gpt-oss-120b", profile="bedrock-mantle", protocol="responses")
+    _common(up, run, info, "mantle")
+    _assert_exec_ran(run, info)
+    assert up.model_requests[0].path == "/v1/responses", info
+    second = up.model_requests[1].json
+    fc = [i for i in second["input"] if i.get("type") == "function_call"]
+    fco = [i for i in second["input"] if i.get("type") == "function_call_output"]
+    assert [i["call_id"] for i in fc] == ["call_mantle_d1"] and [i["call_id"] for i in fco] == ["call_mantle_d1"], info
+    assert fc[0]["name"] == "exec_command" and fc[0]["arguments"] == sc.EXEC_ARGS, info
+
+
+# --------------------------------------------------------------------------- e
+
+
+def test_e_codex_late_identity_responses_upstream(upstream, proxy_for, codex_run):
+    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_late_identity("e2e-late"),
+                             model="e2e-late", profile="openai-compatible", protocol="responses")
+    _common(up, run, info, "late")
+    _assert_exec_ran(run, info)
+    second = up.model_requests[1].json
+    fc = [i for i in second["input"] if i.get("type") == "function_call"]
+    assert [(i["call_id"], i["name"], i["arguments"]) for i in fc] == [("call_late_e1", "exec_command", sc.EXEC_ARGS)], info
+
+
+# --------------------------------------------------------------------------- f (negative path)
+
+
+def test_f_codex_non_mimo_raw_patch_fails_once_without_phantom_call(upstream, proxy_for, codex_run):
+    """T3-5 end to end: the same raw patch from a non-MiMo model is NOT wrapped.  SPEC §5.3:
+    a deterministic failure must not make Codex resample (HTTP 4xx, or response.failed with
+    a non-retryable code such as invalid_prompt), so with stream_max_retries=2 the upstream
+    sees exactly one request; and Codex must not be handed an apply_patch call to execute."""
+    script = sc.codex_mimo_patch("deepseek-v4")
+    script += [sc.chat_turn(text="PREDICATE-MISS: retried"), sc.chat_turn(text="PREDICATE-MISS: retried")]
+    up = upstream(script, "deepseek-raw-patch")
+    px = proxy_for(up, model="deepseek-v4", profile="deepseek", protocol="chat")
+    run = codex_run("add the notes file", base_url=px.base_url, model="deepseek-v4", retries=2)
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    assert not (run.workspace / sc.PATCH_FILE).exists(), info
+    assert not run.turn_completed and run.returncode != 0, info
+    assert len(up.model_requests) == 1, "Codex resampled a deterministic failure:\n" + info
+    assert "apply_patch verification failed" not in run.stderr, "Codex tried to execute a phantom apply_patch:\n" + info
