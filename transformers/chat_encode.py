@@ -43,8 +43,9 @@ with ``include_usage``, the ``choices: []`` usage chunk.  A failed ``Finish``, a
 text must be an error) and ``end()`` without ``Finish`` send one ``{"error": {...}}``
 chunk and set ``failed``; queued content is flushed first, unfinished calls are not.
 
-``encode_chat_completion(events, ctx)`` builds the non-stream ``chat.completion``; for a
-failed stream it returns ``{"error": {...}}`` (no ``choices``) and the app maps it to an
+``encode_chat_completion(events, ctx)`` builds the non-stream ``chat.completion`` (its
+message always has ``content``, ``refusal`` and ``annotations: []``, as OpenAI's does); for
+a failed stream it returns ``{"error": {...}}`` (no ``choices``) and the app maps it to an
 HTTP error status.
 """
 
@@ -491,6 +492,7 @@ def encode_chat_completion(
         "role": "assistant",
         "content": "".join(text) if text else None,
         "refusal": "".join(refusal) if refusal else None,
+        "annotations": [],  # OpenAI always sends the list (url citations; none come through here)
     }
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)

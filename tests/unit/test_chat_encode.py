@@ -552,6 +552,7 @@ def test_nonstream_object():
                     "role": "assistant",
                     "content": "ok",
                     "refusal": None,
+                    "annotations": [],
                     "reasoning_content": "why",
                     "tool_calls": [
                         {"id": "call_1", "type": "function", "function": {"name": "a", "arguments": '{"x":1}'}},
@@ -571,11 +572,12 @@ def test_nonstream_object():
 @pytest.mark.parametrize(
     "events, finish_reason, message",
     [
-        pytest.param([Text("a"), Text("b"), Finish()], "stop", {"role": "assistant", "content": "ab", "refusal": None}, id="stop"),
+        pytest.param([Text("a"), Text("b"), Finish()], "stop", {"role": "assistant", "content": "ab", "refusal": None, "annotations": []}, id="stop"),
         pytest.param([Refusal("no"), Finish("incomplete", "content_filter")], "content_filter",
-                     {"role": "assistant", "content": None, "refusal": "no"}, id="refusal-content_filter"),
+                     {"role": "assistant", "content": None, "refusal": "no", "annotations": []},
+                     id="refusal-content_filter"),
         pytest.param([Text("a"), Finish("incomplete", "max_output_tokens")], "length",
-                     {"role": "assistant", "content": "a", "refusal": None}, id="length"),
+                     {"role": "assistant", "content": "a", "refusal": None, "annotations": []}, id="length"),
     ],
 )
 def test_nonstream_finish_table(events, finish_reason, message):
