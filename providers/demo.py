@@ -13,9 +13,11 @@ tool: "tool", "call", "run", "use")             properties, id ``functions.<name
 anything else                                   text: "Hello from Switchboard's demo …"
 ============================================  ===========================================
 
-With ``reasoning_effort`` or ``thinking`` in the request a short ``reasoning_content``
-comes first.  Streams word by word (a 5 ms pause between words so a terminal shows it),
-usage last when ``stream_options.include_usage`` is set.
+With ``reasoning_effort`` (other than ``none``) or ``thinking: {type: enabled}`` in the
+request a short ``reasoning_content`` comes first.  Streams word by word (a 5 ms pause
+between words so a terminal shows it), usage last when ``stream_options.include_usage`` is
+set.  Usage counts one token per word: prompt = words of every message + 1, completion =
+answer words (1 for a tool call) + reasoning words, ``reasoning_tokens`` = reasoning words.
 """
 
 from __future__ import annotations
@@ -63,7 +65,10 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages") or []
     last = messages[-1] if messages else {}
     tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function"]
-    wants_reasoning = bool(body.get("reasoning_effort") or body.get("thinking"))
+    thinking = body.get("thinking")
+    wants_reasoning = body.get("reasoning_effort") not in (None, "none") or (
+        isinstance(thinking, dict) and thinking.get("type") == "enabled"
+    )
     reasoning = "The user wants a reply; keep it short." if wants_reasoning else ""
     if last.get("role") == "tool":
         out = _text_of(last.get("content"))[:200]
@@ -84,14 +89,16 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     return {"reasoning": reasoning, "text": text}
 
 
-def _usage(body: dict[str, Any], out_words: int) -> dict[str, Any]:
+def _usage(body: dict[str, Any], out_words: int, reasoning: str = "") -> dict[str, Any]:
     prompt = sum(len(_text_of(m.get("content")).split()) for m in body.get("messages") or []) + 1
+    thought = len(reasoning.split())
+    completion = out_words + thought
     return {
         "prompt_tokens": prompt,
-        "completion_tokens": out_words,
-        "total_tokens": prompt + out_words,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": thought},
     }
 
 
@@ -112,7 +119,7 @@ def completion(body: dict[str, Any], cid: str, created: int) -> dict[str, Any]:
         "created": created,
         "model": body.get("model", "demo"),
         "choices": [{"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}],
-        "usage": _usage(body, words),
+        "usage": _usage(body, words, p["reasoning"]),
     }
 
 
@@ -149,7 +156,7 @@ async def stream(body: dict[str, Any], cid: str, created: int) -> AsyncIterator[
         finish = "stop"
     yield chunk({}, finish)
     if (body.get("stream_options") or {}).get("include_usage"):
-        u = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": _usage(body, words)}
+        u = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": _usage(body, words, p["reasoning"])}
         yield b"data: " + orjson.dumps(u) + b"\n\n"
     yield b"data: [DONE]\n\n"
 
