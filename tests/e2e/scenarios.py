@@ -209,6 +209,53 @@ def codex_late_identity(model: str = "e2e-late") -> list[Turn]:
     ]
 
 
+NS = "multi_agent_v1"
+NS_TOOL = "close_agent"
+NS_ARGS = '{"target":"agent-that-does-not-exist"}'
+NS_FINAL = "Namespace tool routed back to Codex."
+
+
+def tool_output_routed(call_id: str) -> Callable[[dict], bool]:
+    """The call reached a real handler: an output came back and it is not Codex's
+    "unsupported call" answer for a name it could not route."""
+
+    def pred(req: dict) -> bool:
+        out = tool_outputs(req).get(call_id)
+        return out is not None and "unsupported call" not in out
+
+    return pred
+
+
+def _advertised_name(req: dict, ns: str, name: str) -> tuple[str, str | None]:
+    """(name, namespace) under which the request offers ``ns``/``name``: a Responses
+    namespace tool as is, or on Chat the flattened function whose name holds both parts."""
+    for t in req.get("tools") or []:
+        if t.get("type") == "namespace" and t.get("name") == ns:
+            if any(c.get("name") == name for c in t.get("tools") or []):
+                return name, ns
+        fn = t.get("function") or {}
+        if t.get("type") == "function" and ns in fn.get("name", "") and fn["name"].endswith(name):
+            return fn["name"], None
+    raise LookupError(f"{ns}/{name} not offered; tools: {[t.get('name') or (t.get('function') or {}).get('name') for t in req.get('tools') or []]}")
+
+
+def codex_namespace_call(kind: str = "chat", model: str = "e2e-chat") -> list[Turn]:
+    """(g) Codex namespace tool (multi_agent_v1/close_agent, offered when the model has no
+    tool_search): the upstream calls it under the advertised (flattened on Chat) name; the
+    proxy must hand Codex namespace + name so Codex routes it (not "unsupported call")."""
+    cid = "call_ns_g1"
+
+    def first(req: dict) -> Turn:
+        name, ns = _advertised_name(req, NS, NS_TOOL)
+        if kind == "chat":
+            return chat_turn(model=model, tool_calls=[ToolCall(name, NS_ARGS, id=cid)], label="namespace call")
+        return responses_turn(model=model, tool_calls=[ToolCall(name, NS_ARGS, id=cid, namespace=ns)], label="namespace call")
+
+    final = (chat_turn if kind == "chat" else responses_turn)(
+        model=model, text=NS_FINAL, label="final", when=tool_output_routed(cid), otherwise=miss(kind, "namespace call not routed"))
+    return [Turn(respond=first, label="namespace call"), final]
+
+
 # --------------------------------------------------------------------------- SDK / kosong scenarios
 
 SDK_TEXT = "Reading both files now — 两个文件 ✓"

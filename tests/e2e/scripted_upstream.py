@@ -14,7 +14,9 @@ A *script* is a list of ``Turn`` objects.  Every POST to ``/v1/chat/completions`
   lines and inside UTF-8 characters), to exercise the proxy's SSE reassembly.
 
 A turn may carry a predicate ``when(request_json) -> bool``; if it is false the turn's
-``otherwise`` turn is played instead (and the miss is recorded in ``errors``).  This is
+``otherwise`` turn is played instead (and the miss is recorded in ``errors``).  A turn
+with ``respond(request_json) -> Turn`` is built from the request (e.g. to call a tool under
+whatever name the proxy advertised).  This is
 how the Kimi seed behaviour is modelled: "answer turn 2 only if the history carries the
 tool id verbatim, else answer with a reasoning-only empty turn".
 
@@ -105,6 +107,7 @@ class Turn:
     headers: dict[str, str] = field(default_factory=dict)
     label: str = ""
     rechunk: int = 0  # >0: re-split the whole byte stream into writes of this many bytes
+    respond: Callable[[dict], "Turn"] | None = None  # build the turn from the request instead
 
     def to_json(self) -> dict:
         return {
@@ -329,6 +332,13 @@ class ScriptedUpstream:
                 turn = turn.otherwise or Turn(
                     body={"error": {"message": "predicate not met", "type": "invalid_request_error"}}, status=400
                 )
+        if turn.respond is not None:
+            try:
+                turn = turn.respond(parsed)
+            except Exception as exc:
+                self.errors.append(f"turn {idx} respond() raised {exc!r}")
+                return JSONResponse({"error": {"message": f"scripted respond() failed: {exc!r}",
+                                               "type": "invalid_request_error"}}, 400)
         kind = turn.kind or rec.endpoint
         if parsed.get("stream"):
             if turn.frames is None:

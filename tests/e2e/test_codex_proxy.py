@@ -13,6 +13,9 @@ the replayed history holds, so a lost id or a lost tool output turns into a visi
   c  kimi, Chat upstream: call id functions.exec_command:0 must be replayed verbatim
   d  bedrock-mantle, Responses upstream: id-less done items, id-less completed.output
   e  openai-compatible, Responses upstream: late identity (name only in done events)
+  f  deepseek, Chat upstream: raw patch from a non-MiMo model is not wrapped; the failure
+     must be deterministic (no Codex resampling) and must not hand Codex a phantom call
+  g  openai-compatible, Chat upstream: a Codex namespace tool (multi_agent_v1/close_agent)
 """
 
 from __future__ import annotations
@@ -176,6 +179,28 @@ def test_e_codex_late_identity_responses_upstream(upstream, proxy_for, codex_run
     second = up.model_requests[1].json
     fc = [i for i in second["input"] if i.get("type") == "function_call"]
     assert [(i["call_id"], i["name"], i["arguments"]) for i in fc] == [("call_late_e1", "exec_command", sc.EXEC_ARGS)], info
+
+
+# --------------------------------------------------------------------------- g
+
+
+def test_g_codex_namespace_tool_via_chat_upstream(upstream, proxy_for, codex_run):
+    """SPEC 7.1/§3: namespace children are flattened for Chat and split back into
+    namespace + name for Codex, which routes by the pair (else "unsupported call")."""
+    up = upstream(sc.codex_namespace_call("chat", "e2e-chat"), "ns-chat")
+    px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")
+    run = codex_run("close the agent", base_url=px.base_url, model="e2e-chat",
+                    catalog_overrides={"supports_search_tool": False})
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    assert run.returncode == 0 and run.turn_completed, info
+    assert not up.errors, info
+    assert run.final_message == sc.NS_FINAL, info
+    second = up.model_requests[1].json
+    asst = [m for m in second["messages"] if m.get("tool_calls")]
+    flat = up.model_requests[0].json
+    names = [t["function"]["name"] for t in flat.get("tools") or [] if t.get("type") == "function"]
+    assert asst[0]["tool_calls"][0]["function"]["name"] in names, info  # replayed under the flat name
+    assert all(len(n) <= 64 for n in names), info
 
 
 # --------------------------------------------------------------------------- f (negative path)

@@ -160,3 +160,23 @@ def test_kosong_direct(upstream, provider_kind, kind):
     assert got["turn1"]["reasoning"] == sc.KOSONG_REASONING, info
     assert got["turn2"]["text"] == sc.KOSONG_FINAL, info
     assert [r.matched for r in up.model_requests] == [None, True], info
+
+
+def test_codex_direct_namespace_tool(upstream, codex_run):
+    """Without tool_search Codex offers multi_agent_v1 as a Responses namespace tool; a call
+    with namespace + name is routed (the output is the handler's, not "unsupported call")."""
+    up = upstream(sc.codex_namespace_call("responses", "e2e-direct"), "direct-ns")
+    run = codex_run("close it", base_url=up.base_url, model="e2e-direct",
+                    catalog_overrides={"supports_search_tool": False})
+    info = run.describe() + "\n" + up.describe()
+    assert run.final_message == sc.NS_FINAL and not up.errors, info
+    tools = up.model_requests[0].json["tools"]
+    ns = [t for t in tools if t["type"] == "namespace"]
+    assert [t["name"] for t in ns] == [sc.NS] and sc.NS_TOOL in [c["name"] for c in ns[0]["tools"]], info
+    NS_FIXTURE = REPO / "tests" / "e2e" / "fixtures" / "codex_tools_0.169_no_tool_search.json"
+    if os.environ.get("E2E_UPDATE_FIXTURES") == "1" or not NS_FIXTURE.exists():
+        NS_FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+        NS_FIXTURE.write_text(json.dumps(tools, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    assert tools == json.loads(NS_FIXTURE.read_text(encoding="utf-8"))
+    replay = [i for i in up.model_requests[1].json["input"] if i.get("type") == "function_call"]
+    assert [(i.get("namespace"), i["name"]) for i in replay] == [(sc.NS, sc.NS_TOOL)], info
