@@ -7,7 +7,8 @@ HTTP/1.1 keep-alive.  It answers
 
 * ``POST …/chat/completions`` — Chat Completions, streaming or not;
 * ``POST …/responses``        — Responses, streaming or not;
-* ``GET  …/healthz``          — ``ok``.
+* ``GET  …/healthz``          — ``ok``;
+* ``GET  /stats``             — ``{"connections": …, "requests": …}`` since start.
 
 What it answers is a pure function of the request's ``model`` and ``stream`` and of the
 endpoint, so that "direct" and "through the proxy" see the same bytes:
@@ -316,7 +317,13 @@ _HEALTH = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n
 
 
 class FakeUpstream(asyncio.Protocol):
-    """One connection.  Requests on a connection are answered in order (no pipelining)."""
+    """One connection.  Requests on a connection are answered in order (no pipelining).
+
+    ``stats`` counts connections accepted and model requests answered (``GET /stats``), so
+    the bench can tell whether a proxy reuses its upstream connections.
+    """
+
+    stats = {"connections": 0, "requests": 0}
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -329,6 +336,7 @@ class FakeUpstream(asyncio.Protocol):
     # asyncio.Protocol
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
+        FakeUpstream.stats["connections"] += 1
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -375,6 +383,9 @@ class FakeUpstream(asyncio.Protocol):
         elif path.endswith(b"/healthz") or path.endswith(b"/readyz"):
             t.write(_HEALTH)
             return
+        elif path == b"/stats":
+            t.write(_json_response(200, orjson.dumps(FakeUpstream.stats)))
+            return
         else:
             t.write(_NOT_FOUND)
             return
@@ -388,6 +399,7 @@ class FakeUpstream(asyncio.Protocol):
         except (orjson.JSONDecodeError, AttributeError):
             t.write(_BAD)
             return
+        FakeUpstream.stats["requests"] += 1
         a = answer_for(kind, model, stream)
         if a.delay <= 0:
             t.write(a.whole)

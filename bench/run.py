@@ -294,6 +294,24 @@ async def http_get_status(port: int, path: str, timeout: float = 1.0) -> int:
         w.close()
 
 
+async def fake_stats(port: int) -> dict:
+    """The fake upstream's counters (connections accepted, requests answered)."""
+    try:
+        r, w = await asyncio.wait_for(asyncio.open_connection(HOST, port), 2)
+    except (OSError, asyncio.TimeoutError):
+        return {}
+    try:
+        w.write(f"GET /stats HTTP/1.1\r\nhost: {HOST}:{port}\r\nconnection: close\r\n\r\n".encode())
+        head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 2)
+        m = re.search(rb"content-length: *(\d+)", head, re.I)
+        return orjson.loads(await asyncio.wait_for(r.readexactly(int(m.group(1))), 2))
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+            AttributeError, orjson.JSONDecodeError):
+        return {}
+    finally:
+        w.close()
+
+
 async def start_fake(workdir: Path, core: int | None) -> tuple[Child, int]:
     child = Child("fake-upstream", pinned([sys.executable, "-m", "bench.fake_upstream", "--port", "0"], core),
                   workdir / "fake_upstream.log", stdout=subprocess.PIPE)
@@ -333,7 +351,7 @@ def _ms(x: float | None) -> float | None:
 
 
 async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: Child,
-                  rnd: int) -> dict:
+                  rnd: int, fake_port: int) -> dict:
     spec = LoadSpec(
         host=HOST, port=port, path=PATHS[s.client], proto=s.client, body=request_body(s),
         stream=s.stream, concurrency=s.concurrency, duration=s.duration, per_worker=s.per_worker,
@@ -344,7 +362,9 @@ async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: 
     hwm_reset = reset_hwm(ppids) if ppids else False
     pcpu0 = cpu_seconds(ppids) if ppids else 0.0
     fcpu0 = cpu_seconds([fake.pid])
+    st0 = await fake_stats(fake_port)
     res: LoadResult = await run_load(spec)
+    st1 = await fake_stats(fake_port)
     pcpu = (cpu_seconds(ppids) - pcpu0) if ppids else None
     fcpu = cpu_seconds([fake.pid]) - fcpu0
     rss, hwm = mem_kb(ppids) if ppids else (None, None)
@@ -375,25 +395,41 @@ async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: 
         "proxy_rss_mb": rss / PAGE_KB if rss is not None else None,
         "proxy_hwm_mb": hwm / PAGE_KB if (hwm is not None and hwm_reset) else None,
         "loadgen_core_pct": 100 * (res.cpu + fcpu) / wall,
+        # connections the fake upstream accepted per request it answered: ~0 when the
+        # caller (load generator or proxy) keeps its upstream connections alive
+        # (less the /stats connection itself, and the load generator's own when direct)
+        "upstream_conns_per_req": ((st1["connections"] - st0["connections"] - 1
+                                    - (s.concurrency if side == "direct" else 0))
+                                   / max(1, st1["requests"] - st0["requests"])) if (st0 and st1) else None,
         "problems": res.problems[:5],
         "error_samples": res.errors[:3],
     }
     return row
 
 
-async def warm_up(s: Scenario, port: int) -> LoadResult:
-    w = Scenario(s.name, s.title, s.kind, s.client, s.upstream, s.stream, s.n, 0,
-                 min(s.concurrency, 4), None, 5)
-    spec = LoadSpec(host=HOST, port=port, path=PATHS[w.client], proto=w.client, body=request_body(s),
-                    stream=w.stream, concurrency=w.concurrency, per_worker=w.per_worker, n=s.n,
-                    same_ids=not s.bridged, validate=True, timeout=max(30.0, 4 * s.n * s.delay_ms / 1000))
+def warmups(scs: list[Scenario]) -> list[Scenario]:
+    """One short, unpaced scenario per path (client, upstream, stream) in the run."""
+    seen: dict[tuple[str, str, bool], Scenario] = {}
+    for s in scs:
+        key = (s.client, s.upstream, s.stream)
+        if key not in seen:
+            seen[key] = Scenario(f"warm-{SHORT[s.client]}-{SHORT[s.upstream]}-{int(s.stream)}", "warm-up", "warm",
+                                 s.client, s.upstream, s.stream, 20, 0, 4, None, 5)
+    return list(seen.values())
+
+
+async def warm_up(w: Scenario, port: int) -> LoadResult:
+    spec = LoadSpec(host=HOST, port=port, path=PATHS[w.client], proto=w.client, body=request_body(w),
+                    stream=w.stream, concurrency=w.concurrency, per_worker=w.per_worker, n=w.n,
+                    same_ids=not w.bridged, validate=True, timeout=30.0)
     return await run_load(spec)
 
 
 # -------------------------------------------------------------------------- report
 METRICS = ("req_s", "lat_p50_ms", "lat_p99_ms", "lat_mean_ms", "ttfb_p50_ms", "ttfb_p99_ms",
            "ttft_p50_ms", "ttft_p99_ms", "events_s", "proxy_cpu_ms_per_req", "proxy_events_per_cpu_s",
-           "proxy_core_pct", "proxy_rss_mb", "proxy_hwm_mb", "loadgen_core_pct", "requests", "errors")
+           "proxy_core_pct", "proxy_rss_mb", "proxy_hwm_mb", "loadgen_core_pct", "upstream_conns_per_req",
+           "requests", "errors")
 
 
 def summarize(samples: list[dict]) -> list[dict]:
@@ -465,9 +501,13 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
     return T
 
 
-def _fmt(v: float | None) -> str:
+def _fmt(v: float | None, ratio: bool = False) -> str:
     if v is None:
         return "–"
+    if ratio:
+        return f"{v:.3f}"
+    if isinstance(v, int):
+        return f"{int(v):,}"
     a = abs(v)
     if a >= 1000:
         return f"{v:,.0f}"
@@ -497,7 +537,8 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
     L.append(f"Proxy pinned to core {meta['proxy_core']}, fake upstream + load generator to core "
              f"{meta['loadgen_core']}. Medians over rounds, (min–max). \"direct\" = the client's protocol "
              "served by the fake upstream itself. Latencies in ms; CPU from /proc (utime+stime); "
-             "events = SSE events received by the client.")
+             "events = SSE events received by the client; "
+             "upstream conns/req = new connections the fake upstream accepted per request (0 = kept alive).")
     L.append("")
     L.append(f"Start to ready: {_fmt(meta.get('start_to_ready_s_median'))} s "
              f"(runs: {', '.join(_fmt(x) for x in meta.get('start_to_ready_s', []))}); "
@@ -505,9 +546,9 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
              f"{_fmt(meta.get('proxy_idle_rss_mb'))} MB, at the end {_fmt(meta.get('proxy_end_rss_mb'))} MB.")
     L.append("")
     head = ("| scenario | side | req/s | latency p50 | latency p99 | TTFB p50 | TTFB p99 | TTFT p50 | TTFT p99 "
-            "| events/s | proxy CPU ms/req | proxy events/CPU-s | proxy peak RSS MB | errors |")
+            "| events/s | proxy CPU ms/req | proxy events/CPU-s | proxy peak RSS MB | upstream conns/req | errors |")
     L.append(head)
-    L.append("|" + "---|" * 14)
+    L.append("|" + "---|" * 15)
     for s in scs:
         for side in ("direct", "switchboard"):
             x = summ.get((s.name, side))
@@ -521,7 +562,8 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
                 f"| {_cell(x, 'lat_p99_ms', False)} | {_cell(x, 'ttfb_p50_ms')} | {_cell(x, 'ttfb_p99_ms', False)} "
                 f"| {_cell(x, 'ttft_p50_ms') if s.stream else '–'} | {_cell(x, 'ttft_p99_ms', False) if s.stream else '–'} "
                 f"| {_cell(x, 'events_s') if s.stream else '–'} | {_cell(x, 'proxy_cpu_ms_per_req')} "
-                f"| {_cell(x, 'proxy_events_per_cpu_s')} | {_cell(x, 'proxy_hwm_mb')} | {err} |")
+                f"| {_cell(x, 'proxy_events_per_cpu_s')} | {_cell(x, 'proxy_hwm_mb')} "
+                f"| {_cell(x, 'upstream_conns_per_req', False) if side == 'switchboard' else '–'} | {err} |")
     L.append("")
     L.append("Scenarios: " + "; ".join(f"`{s.name}` {s.title}" for s in scs) + ".")
     L.append("")
@@ -531,8 +573,9 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
         for t in T:
             res = "n/a" if t["pass"] is None else ("pass" if t["pass"] else "**MISS**")
             unit = f" {t['unit']}" if t["unit"] and t["unit"] != "×" else t["unit"]
-            L.append(f"| {t['target']} | {_fmt(t['value'])}{unit if t['value'] is not None else ''} "
-                     f"| {t['op']} {_fmt(t['limit'])}{unit} | {res} |")
+            r = t["unit"] == "×"
+            L.append(f"| {t['target']} | {_fmt(t['value'], r)}{unit if t['value'] is not None else ''} "
+                     f"| {t['op']} {_fmt(t['limit'], r)}{unit} | {res} |")
         L.append("")
     busy = [k for k, v in summ.items() if k[1] == "switchboard" and v.get("loadgen_core_pct")
             and v["loadgen_core_pct"]["median"] >= 90]
@@ -544,6 +587,43 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
         L.append(f"Through Switchboard: not measured ({meta['proxy_error']}).")
         L.append("")
     return "\n".join(L)
+
+
+# ------------------------------------------------------------------------ profile
+def find_py_spy() -> str | None:
+    for cand in (os.environ.get("PY_SPY"), shutil.which("py-spy"), str(ROOT / ".venv" / "bin" / "py-spy")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def top_of_profile(collapsed: str, n: int = 25) -> str:
+    """Self and inclusive sample shares per function from py-spy's raw (collapsed) output."""
+    self_c: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, cnt = line.rpartition(" ")
+        if not stack or not cnt.isdigit():
+            continue
+        c = int(cnt)
+        total += c
+        frames = stack.split(";")
+        frames = [f for f in frames if not f.startswith("process ") and not f.startswith("thread ")]
+        if not frames:
+            continue
+        self_c[frames[-1]] = self_c.get(frames[-1], 0) + c
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + c
+    if not total:
+        return "(no samples)"
+    out = [f"{total} samples", "", "self %  function"]
+    for f, c in sorted(self_c.items(), key=lambda kv: -kv[1])[:n]:
+        out.append(f"{100 * c / total:5.1f}  {f}")
+    out += ["", "incl %  function"]
+    for f, c in sorted(incl.items(), key=lambda kv: -kv[1])[:n]:
+        out.append(f"{100 * c / total:5.1f}  {f}")
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------- main
@@ -603,7 +683,8 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"fake upstream on {HOST}:{fport} (pid {fake.pid})", file=sys.stderr)
         cfg_path = workdir / "switchboard.yaml"
         # JSON is YAML: no quoting questions
-        cfg_path.write_text(json.dumps(proxy_config(fport, scs), indent=2))
+        warm = warmups(scs)
+        cfg_path.write_text(json.dumps(proxy_config(fport, scs + warm), indent=2))
         pport = None
         if not args.direct_only:
             cmd_base = args.proxy_cmd.split() if args.proxy_cmd else [str(ROOT / ".venv" / "bin" / "switchboard")]
@@ -630,7 +711,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 proxy = None
         sides = [("direct", fport)] + ([("switchboard", pport)] if proxy else [])
         # warm-up: every path once per side, then the idle RSS
-        for s in scs:
+        for s in warm:
             for side, port in sides:
                 w = await warm_up(s, port)
                 if w.problems or w.errors:
@@ -645,7 +726,27 @@ async def main_async(args: argparse.Namespace) -> int:
                 for side, port in order:
                     if side == "switchboard" and not proxy.alive():
                         raise RuntimeError(f"switchboard died:\n{proxy.log_tail()}")
-                    row = await measure(s, side, port, proxy, fake, r)
+                    spy = None
+                    if args.profile and side == "switchboard" and r == 0:
+                        spy_out = out_dir / f"profile-{s.name}.collapsed"
+                        spy = Child("py-spy", pinned([args.profile, "record", "--nonblocking", "-r", "250",
+                                                      "-f", "raw", "-o", str(spy_out), "-p", str(proxy.pid)],
+                                                     lg_core), workdir / "py-spy.log", stdout=subprocess.DEVNULL)
+                        children.append(spy)
+                        await asyncio.sleep(0.5)
+                    row = await measure(s, side, port, proxy, fake, r, fport)
+                    if spy is not None:
+                        try:
+                            os.kill(spy.pid, signal.SIGINT)
+                            await asyncio.get_running_loop().run_in_executor(None, spy.proc.wait, 20)
+                        except (ProcessLookupError, subprocess.TimeoutExpired):
+                            pass
+                        spy.stop()
+                        children.remove(spy)
+                        if spy_out.exists():
+                            top = top_of_profile(spy_out.read_text())
+                            (out_dir / f"profile-{s.name}.txt").write_text(top + "\n")
+                            print(f"profile of {s.name}: {out_dir / f'profile-{s.name}.txt'}", file=sys.stderr)
                     samples.append(row)
                     await asyncio.sleep(0.05)
             last = [x for x in samples if x["scenario"] == s.name]
@@ -693,12 +794,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup-rounds", type=int, default=3, help="proxy starts timed (default 3)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where results go")
+    ap.add_argument("--profile", nargs="?", const="auto", metavar="PY_SPY",
+                    help="py-spy the proxy during round 0 of each scenario (path to py-spy, or found on PATH)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep config and logs (temp dir)")
     args = ap.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         ap.error("--rounds must be ≥ 1")
     if args.startup_rounds < 1:
         ap.error("--startup-rounds must be ≥ 1")
+    if args.profile == "auto":
+        args.profile = find_py_spy()
+        if not args.profile:
+            ap.error("--profile: py-spy not found (pip install py-spy, or PY_SPY=/path/to/py-spy)")
 
     def _term(signum, frame):  # SIGTERM → the finally blocks stop our children
         raise KeyboardInterrupt

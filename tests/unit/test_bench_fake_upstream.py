@@ -163,6 +163,20 @@ async def test_errors_and_health(fake):
         assert r.json()["error"]["type"] == "invalid_request_error"
 
 
+async def test_stats_count_connections_and_requests(fake):
+    async with httpx.AsyncClient(base_url=fake) as c:
+        s0 = (await c.get("/stats")).json()
+        for _ in range(3):   # one keep-alive connection
+            await c.post("/v1/chat/completions", json={"model": "bench-n1"})
+        s1 = (await c.get("/stats")).json()
+    async with httpx.AsyncClient(base_url=fake) as c2:   # a second connection
+        await c2.post("/v1/responses", json={"model": "bench-n1"})
+        s2 = (await c2.get("/stats")).json()
+    assert s1["requests"] - s0["requests"] == 3
+    assert s1["connections"] == s0["connections"]
+    assert (s2["requests"] - s1["requests"], s2["connections"] - s1["connections"]) == (1, 1)
+
+
 async def test_concurrent_paced_streams(fake):
     async def one(c, i):
         async with c.stream("POST", "/v1/responses", json={"model": "bench-n5-d1", "stream": True}) as r:
