@@ -17,6 +17,7 @@ from typing import Callable
 from scripted_upstream import (
     ToolCall,
     Turn,
+    chat_chunks,
     chat_history_carries_id,
     chat_turn,
     history_tool_ids,
@@ -206,6 +207,59 @@ def codex_late_identity(model: str = "e2e-late") -> list[Turn]:
                        tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="late identity call"),
         responses_turn(model=model, text=FINAL_TEXT["late"], label="final",
                        when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("responses", "exec output missing")),
+    ]
+
+
+BAD_ARGS = '{"cmd":"echo a\x01b"}'  # a raw control byte inside a JSON string: invalid JSON
+PARSE_ERROR = "failed to parse function arguments"
+MIXED_FINAL = "One call failed to parse, the other ran."
+
+
+def codex_mimo_invalid_json(kind: str = "chat", model: str = "mimo-v2.6-flash") -> list[Turn]:
+    """(h, T3-9) mixed batch: call 0 has invalid JSON arguments (raw U+0001), call 1 is
+    valid.  The invalid text must reach Codex byte for byte as function_call.arguments so
+    Codex answers the model with a parse error and the turn goes on; call 1 runs."""
+    bad, good = "call_bad_h0", "call_good_h1"
+    calls = [ToolCall("exec_command", BAD_ARGS, id=bad), ToolCall("exec_command", EXEC_ARGS, id=good)]
+    mk = chat_turn if kind == "chat" else responses_turn
+    return [
+        mk(model=model, tool_calls=calls, label="mixed batch"),
+        mk(model=model, text=MIXED_FINAL, label="final",
+           when=all_of(tool_output_contains(bad, PARSE_ERROR), tool_output_contains(good, EXEC_MARKER)),
+           otherwise=miss(kind, "parse error / exec output missing")),
+    ]
+
+
+UPSTREAM_400 = {"error": {"message": "scripted upstream says: context too long for this deployment",
+                          "type": "invalid_request_error", "code": "invalid_request", "param": None}}
+
+
+def codex_upstream_400(model: str = "e2e-chat") -> list[Turn]:
+    """(i) the upstream refuses with HTTP 400 before streaming: deterministic, Codex must not retry."""
+    return [Turn(body=UPSTREAM_400, status=400, label="HTTP 400"),
+            chat_turn(model=model, text="PREDICATE-MISS: retried a 400"),
+            chat_turn(model=model, text="PREDICATE-MISS: retried a 400")]
+
+
+RUNS_FILE = "runs.txt"
+RUNS_ARGS = '{"cmd":"printf \'run\\n\' >> ' + RUNS_FILE + ' && cat ' + RUNS_FILE + '"}'
+RETRY_FINAL = "Recovered after the upstream dropped the stream."
+
+
+def codex_truncated_then_retry(model: str = "e2e-chat") -> list[Turn]:
+    """(j) turn 1: the upstream streams a complete-looking tool call, then drops the
+    connection (no finish_reason, no [DONE]).  The proxy must fail that response (Codex
+    reconnects) WITHOUT handing Codex the half-finished call; the retry gets the full call,
+    then the final text.  The command must run exactly once."""
+    cid = "call_retry_j1"
+    full = chat_chunks(model=model, tool_calls=[ToolCall("exec_command", RUNS_ARGS, id=cid)])
+    cut = [f for f in full if not (isinstance(f, dict) and (f.get("usage") or any(c.get("finish_reason") for c in f.get("choices", []))))]
+    cut = [f for f in cut if not isinstance(f, str)]  # no [DONE]
+    return [
+        Turn(frames=cut, kind="chat", label="dropped stream"),
+        chat_turn(model=model, tool_calls=[ToolCall("exec_command", RUNS_ARGS, id=cid)], label="retry: tool call"),
+        chat_turn(model=model, text=RETRY_FINAL, label="final",
+                  when=tool_output_contains(cid, "run\n"), otherwise=miss("chat", "retry output missing")),
     ]
 
 

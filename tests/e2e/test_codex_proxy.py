@@ -16,6 +16,10 @@ the replayed history holds, so a lost id or a lost tool output turns into a visi
   f  deepseek, Chat upstream: raw patch from a non-MiMo model is not wrapped; the failure
      must be deterministic (no Codex resampling) and must not hand Codex a phantom call
   g  openai-compatible, Chat upstream: a Codex namespace tool (multi_agent_v1/close_agent)
+  h  mimo, Chat upstream: mixed batch, call 0 has invalid JSON arguments (T3-9)
+  i  openai-compatible, Chat upstream answers HTTP 400: Codex must not retry
+  j  openai-compatible, Chat upstream drops the stream mid-call: Codex retries, the
+     command runs exactly once
 """
 
 from __future__ import annotations
@@ -221,3 +225,39 @@ def test_f_codex_non_mimo_raw_patch_fails_once_without_phantom_call(upstream, pr
     assert not run.turn_completed and run.returncode != 0, info
     assert len(up.model_requests) == 1, "Codex resampled a deterministic failure:\n" + info
     assert "apply_patch verification failed" not in run.stderr, "Codex tried to execute a phantom apply_patch:\n" + info
+
+
+# --------------------------------------------------------------------------- h, i, j
+
+
+def test_h_codex_mimo_invalid_json_passthrough(upstream, proxy_for, codex_run):
+    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_mimo_invalid_json("chat", "mimo-v2.6-flash"),
+                             model="mimo-v2.6-flash", profile="mimo", protocol="chat")
+    assert run.returncode == 0 and run.turn_completed, info
+    assert not up.errors and up.model_requests[1].matched is True, info
+    assert run.final_message == sc.MIXED_FINAL, info
+    fc = [m for m in up.model_requests[1].json["messages"] if m.get("tool_calls")][0]["tool_calls"]
+    # the invalid bytes went to Codex and came back unchanged
+    assert [(t["id"], t["function"]["arguments"]) for t in fc] == [("call_bad_h0", sc.BAD_ARGS), ("call_good_h1", sc.EXEC_ARGS)], info
+
+
+def test_i_codex_upstream_400_is_not_retried(upstream, proxy_for, codex_run):
+    up = upstream(sc.codex_upstream_400("e2e-chat"), "http-400")
+    px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")
+    run = codex_run("hello", base_url=px.base_url, model="e2e-chat", retries=2)
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    assert run.returncode != 0 and not run.turn_completed, info
+    assert len(up.model_requests) == 1, "Codex retried a deterministic 400:\n" + info
+    assert any("context too long for this deployment" in json.dumps(e) for e in run.errors), info
+
+
+def test_j_codex_dropped_stream_is_retried_without_phantom_call(upstream, proxy_for, codex_run):
+    up = upstream(sc.codex_truncated_then_retry("e2e-chat"), "dropped")
+    px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")
+    run = codex_run("run it", base_url=px.base_url, model="e2e-chat", retries=2)
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    runs = (run.workspace / sc.RUNS_FILE).read_text() if (run.workspace / sc.RUNS_FILE).exists() else ""
+    assert runs == "run\n", f"command ran {runs.count('run')} times:\n" + info
+    assert run.returncode == 0 and run.turn_completed, info
+    assert [r.turn for r in up.model_requests] == [0, 1, 2] and up.model_requests[2].matched is True, info
+    assert run.final_message == sc.RETRY_FINAL, info

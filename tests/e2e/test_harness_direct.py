@@ -180,3 +180,11 @@ def test_codex_direct_namespace_tool(upstream, codex_run):
     assert tools == json.loads(NS_FIXTURE.read_text(encoding="utf-8"))
     replay = [i for i in up.model_requests[1].json["input"] if i.get("type") == "function_call"]
     assert [(i.get("namespace"), i["name"]) for i in replay] == [(sc.NS, sc.NS_TOOL)], info
+
+
+def test_codex_direct_invalid_json_arguments(upstream, codex_run):
+    """Codex answers invalid function arguments with a parse error as the tool output and
+    runs the valid call of the same batch (what T3-9 relies on)."""
+    up = upstream(sc.codex_mimo_invalid_json("responses", "e2e-direct"), "direct-badjson")
+    run = codex_run("run both", base_url=up.base_url, model="e2e-direct")
+    assert run.final_message == sc.MIXED_FINAL and not up.errors, run.describe() + up.describe()
