@@ -193,6 +193,18 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLK_TCK
 
 
+def system_busy_seconds() -> float:
+    """CPU-seconds all cores spent busy (not idle/iowait) since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    # guest time is already counted in user/nice
+    return (sum(fields[:8]) - idle) / CLK_TCK
+
+
 def mem_kb(pids: list[int]) -> tuple[int, int]:
     """(VmRSS, VmHWM) in kB, summed over the processes."""
     rss = hwm = 0
@@ -362,11 +374,13 @@ async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: 
     hwm_reset = reset_hwm(ppids) if ppids else False
     pcpu0 = cpu_seconds(ppids) if ppids else 0.0
     fcpu0 = cpu_seconds([fake.pid])
+    sys0 = system_busy_seconds()
     st0 = await fake_stats(fake_port)
     res: LoadResult = await run_load(spec)
     st1 = await fake_stats(fake_port)
     pcpu = (cpu_seconds(ppids) - pcpu0) if ppids else None
     fcpu = cpu_seconds([fake.pid]) - fcpu0
+    others = system_busy_seconds() - sys0 - fcpu - res.cpu - (pcpu or 0.0)
     rss, hwm = mem_kb(ppids) if ppids else (None, None)
     recs = res.records
     ok = [r for r in recs if r[5]]
@@ -395,6 +409,8 @@ async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: 
         "proxy_rss_mb": rss / PAGE_KB if rss is not None else None,
         "proxy_hwm_mb": hwm / PAGE_KB if (hwm is not None and hwm_reset) else None,
         "loadgen_core_pct": 100 * (res.cpu + fcpu) / wall,
+        # CPU used by processes that are not ours (other work on a shared machine)
+        "others_cpu_pct": max(0.0, 100 * others / wall),
         # connections the fake upstream accepted per request it answered: ~0 when the
         # caller (load generator or proxy) keeps its upstream connections alive
         # (less the /stats connection itself, and the load generator's own when direct)
@@ -428,7 +444,7 @@ async def warm_up(w: Scenario, port: int) -> LoadResult:
 # -------------------------------------------------------------------------- report
 METRICS = ("req_s", "lat_p50_ms", "lat_p99_ms", "lat_mean_ms", "ttfb_p50_ms", "ttfb_p99_ms",
            "ttft_p50_ms", "ttft_p99_ms", "events_s", "proxy_cpu_ms_per_req", "proxy_events_per_cpu_s",
-           "proxy_core_pct", "proxy_rss_mb", "proxy_hwm_mb", "loadgen_core_pct", "upstream_conns_per_req",
+           "proxy_core_pct", "proxy_rss_mb", "proxy_hwm_mb", "loadgen_core_pct", "others_cpu_pct", "upstream_conns_per_req",
            "requests", "errors")
 
 
@@ -582,6 +598,13 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
     if busy:
         L.append("Note: the load-generator core was ≥90% busy in " + ", ".join(sorted(k[0] for k in busy))
                  + " through Switchboard; there the proxy may not be the only limit.")
+        L.append("")
+    oth = [v["others_cpu_pct"]["median"] for v in summ.values() if v.get("others_cpu_pct")]
+    if oth:
+        worst = max(oth)
+        L.append(f"Other processes on this machine used {_fmt(statistics.median(oth))}% of a core "
+                 f"(median over scenarios; worst {_fmt(worst)}%)"
+                 + (" — figures are perturbed; rerun on a quiet machine." if worst >= 10 else "."))
         L.append("")
     if meta.get("proxy_error"):
         L.append(f"Through Switchboard: not measured ({meta['proxy_error']}).")
