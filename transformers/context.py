@@ -35,6 +35,11 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
 ``inline_think``           a leading ``<think>…</think>`` in Chat content is reasoning
 ``encrypted_content_retry`` on ``400 invalid_encrypted_content`` retry once without the
                            replayed reasoning blobs
+``schema_strict_subset``   Moonshot-flavoured tool schemas: every property gets a ``type``
+``schema_no_root_combinators`` no ``anyOf``/``oneOf``/``allOf``/``enum`` at a schema's root
+``schema_strict_mode``     ``strict:true`` tools: ``additionalProperties:false``, all required
+``developer_to_system``    Chat ``developer`` messages sent as ``system``
+``system_at_head``         all system messages merged into one at the head
 =========================  ===============================================================
 """
 
@@ -62,6 +67,11 @@ QUIRKS = frozenset(
         "strip_reasoning_envelope",
         "inline_think",
         "encrypted_content_retry",
+        "schema_strict_subset",
+        "schema_no_root_combinators",
+        "schema_strict_mode",
+        "developer_to_system",
+        "system_at_head",
     }
 )
 

@@ -40,6 +40,13 @@ reasoning_key_reasoning     that quirk          assistant ``reasoning_content`` 
                                                 ``reasoning``
 reasoning_replay            that quirk          placeholder reasoning ``"tool call"`` on
                                                 assistant tool-call messages without any
+developer_to_system         that quirk          ``developer`` messages → ``system``
+system_at_head              that quirk          every ``system`` message merged (text
+                                                joined with a blank line, in order) into
+                                                ONE system message at the head
+tool_schemas                always              ``schema.sanitize_tools``: the tool
+                                                JSON-schema rules of ``schema.RULES``
+                                                (some gated by ``schema_*`` quirks)
 ==========================  ==================  ==========================================
 
 Tool-call ids are never touched on Chat→Chat (SPEC §1: pass ids byte for byte).
@@ -58,6 +65,7 @@ mantle_request              ``mantle_request``  assistant ``output_text`` conten
 responses_call_ids          always              SPEC §1 Responses policy + uniqueness pass
                                                 over every ``call_id`` of the request
 store_false_item_ids        always              ``store:false`` → input items lose ``id``
+tool_schemas                always              as for Chat (flat and namespace tools)
 ==========================  ==================  ==========================================
 
 Decisions:
@@ -81,7 +89,8 @@ from typing import Any
 from .context import Ctx
 from .envelope import is_envelope
 from .ids import MAX_CALL_ID, responses_policy, unique_map
-from .request_c2r import toolinfo_from_chat
+from .request_c2r import text_of, toolinfo_from_chat
+from .schema import sanitize_tools
 
 __all__ = [
     "REASONING_PLACEHOLDER",
@@ -357,6 +366,39 @@ def _reasoning_replay(body: Body, ctx: Ctx) -> None:
             body["messages"] = out
 
 
+def _developer_to_system(body: Body, ctx: Ctx) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    if any(isinstance(m, dict) and m.get("role") == "developer" for m in messages):
+        body["messages"] = [
+            {**m, "role": "system"} if isinstance(m, dict) and m.get("role") == "developer" else m for m in messages
+        ]
+        ctx.repaired("developer_to_system")
+
+
+def _system_at_head(body: Body, ctx: Ctx) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    systems = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "system"]
+    if not systems or systems == [0]:
+        return
+    head = {"role": "system", "content": "\n\n".join(text_of(messages[i].get("content")) for i in systems)}
+    drop = set(systems)
+    rest = [m for i, m in enumerate(messages) if i not in drop]
+    body["messages"] = [head, *rest]
+    ctx.repaired("system_at_head")
+
+
+def _tool_schemas(body: Body, ctx: Ctx) -> None:
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        out = sanitize_tools(tools, ctx.quirks, ctx.repaired)
+        if out is not None:
+            body["tools"] = out
+
+
 # -- Responses passes ------------------------------------------------------------------------
 
 
@@ -470,11 +512,15 @@ QUIRK_TABLE: tuple[tuple[str, str, Gate, Pass], ...] = (
     ("max_completion_tokens",     "chat",      _on("max_completion_tokens"),     _max_completion_tokens),
     ("reasoning_key_reasoning",   "chat",      _on("reasoning_key_reasoning"),   _reasoning_key_reasoning),
     ("reasoning_replay",          "chat",      _on("reasoning_replay"),          _reasoning_replay),
+    ("developer_to_system",       "chat",      _on("developer_to_system"),       _developer_to_system),
+    ("system_at_head",            "chat",      _on("system_at_head"),            _system_at_head),
+    ("tool_schemas",              "chat",      _always,                          _tool_schemas),
     ("same_protocol_model",       "responses", _same_protocol,                   _set_model),
     ("strip_reasoning_envelope",  "responses", _always,                          _strip_reasoning_envelope),
     ("mantle_request",            "responses", _on("mantle_request"),            _mantle_request),
     ("responses_call_ids",        "responses", _always,                          _responses_call_ids),
     ("store_false_item_ids",      "responses", _always,                          _store_false_item_ids),
+    ("tool_schemas",              "responses", _always,                          _tool_schemas),
 )  # fmt: skip
 
 _CHAT_ROWS = tuple(r for r in QUIRK_TABLE if r[1] == "chat")
