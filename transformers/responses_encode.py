@@ -150,7 +150,7 @@ _DEFAULTS: dict[str, Any] = {
     "prompt_cache_key": None,
     "safety_identifier": None,
     "service_tier": "default",
-    "store": False,  # the proxy stores nothing (stateless, DESIGN rule 1)
+    "store": False,  # nothing is stored unless the app echoes a store it honoured
     "temperature": 1.0,  # OpenAI default
     "tool_choice": "auto",  # OpenAI default
     "top_logprobs": 0,
