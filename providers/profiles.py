@@ -1,16 +1,92 @@
 """Provider profiles: what each named upstream needs, as data.
 
-A profile says how to authenticate, how to build URLs, and which quirks (transformers/
-context.py) are on by default.  Model-id patterns switch quirks on whatever the provider
-(self-hosted models do not identify themselves by URL: a MiMo 2.6 behind OpenCode Go still
-writes raw patches).  Config can add or remove quirks per provider and per model glob.
-docs/quirks.md holds the reason and the evidence for every quirk.
+A profile says how to authenticate, how to build URLs, which protocols the upstream
+speaks, and which quirks (transformers/context.py) are on by default.  Three more sources
+switch quirks on or off, all data:
+
+* the provider's base URL: ``url_quirks`` rows match the host (the Kimi profile serves
+  both Moonshot's own API and self-hosted vLLM/SGLang; only Moonshot gets the
+  Moonshot-only fields and its schema dialect);
+* the model id, whatever the provider (``MODEL_QUIRKS``; SPEC §4 R3-a: MiMo 2.6 is keyed on
+  the model id whatever the base URL, a self-hosted model does not identify itself by URL);
+* config overrides, per provider and per model, each optionally limited to model globs
+  (``quirks: {enable: [...], disable: [...], models: ["mimo-v2.6-*"]}``).
+
+Resolution order (later wins): profile defaults → URL rows → model-id rows → provider
+overrides (in order) → the model entry's override.  docs/quirks.md holds the reason and
+the evidence for every quirk; docs/providers.md one section per profile.
+
+Profiles (``quirks`` = on by default):
+
+=================  ==========  =================  =============================================
+profile            auth        protocols          quirks
+=================  ==========  =================  =============================================
+openai             Bearer      chat, responses    strip_reasoning_envelope, max_completion_tokens,
+                                                  encrypted_content_retry,
+                                                  schema_no_root_combinators, schema_strict_mode
+azure              api-key     chat, responses    as openai; deployment URLs + api-version
+xai                Bearer      chat, responses    strip_reasoning_envelope
+bedrock-mantle     Bearer      responses          mantle_request, strip_reasoning_envelope
+kimi               Bearer      chat               reasoning_replay, kimi_request,
+                                                  max_completion_tokens, developer_to_system;
+                                                  Moonshot hosts: + moonshot_fields,
+                                                  schema_strict_subset
+mimo               Bearer      chat               mimo_raw_patch, invalid_json_passthrough,
+                                                  mimo_request, reasoning_replay,
+                                                  thinking_param, developer_to_system
+deepseek           Bearer      chat               reasoning_replay, developer_to_system
+glm                Bearer      chat               reasoning_replay, thinking_param,
+                                                  developer_to_system
+openai-compatible  Bearer      chat, responses    (none: nothing is assumed, quirks opt-in)
+demo               none        chat               (in-process)
+=================  ==========  =================  =============================================
+
+URLs: ``{base_url}/chat/completions`` and ``{base_url}/responses``; with ``deployment``
+(Azure deployment-name routes) ``{base_url}/openai/deployments/{deployment}/chat/completions``
+and ``{base_url}/openai/responses`` (Azure's Responses route is not per deployment; the
+deployment name goes in ``model``), ``base_url`` being the resource endpoint (a trailing
+``/openai`` is tolerated).  A profile's ``deployment_query`` (Azure: ``api-version``) is
+added to a deployment URL unless the provider's ``query`` sets that key.  The Azure v1
+route needs none of this: ``base_url: https://<resource>.openai.azure.com/openai/v1``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from urllib.parse import urlencode, urlsplit
+
+__all__ = [
+    "MODEL_QUIRKS",
+    "MOONSHOT_HOSTS",
+    "PROFILES",
+    "Override",
+    "Profile",
+    "QuirkSet",
+    "auth_headers",
+    "upstream_url",
+]
+
+# Moonshot's own endpoints (international, China, Kimi Code): the only upstreams that
+# accept the Moonshot-only fields and validate tool schemas as "moonshot flavored"
+MOONSHOT_HOSTS = ("api.moonshot.ai", "api.moonshot.cn", "api.kimi.com")
+_MOONSHOT = frozenset({"moonshot_fields", "schema_strict_subset"})
+_OPENAI = frozenset(
+    {
+        "strip_reasoning_envelope",
+        "max_completion_tokens",
+        "encrypted_content_retry",
+        "schema_no_root_combinators",
+        "schema_strict_mode",
+    }
+)
+AZURE_API_VERSION = "2025-04-01-preview"  # serves both chat completions and responses
+
+DEPLOYMENT_PATHS = {
+    "chat": "/openai/deployments/{deployment}/chat/completions",
+    "responses": "/openai/responses",
+}
+PATHS = {"chat": "/chat/completions", "responses": "/responses"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,17 +95,17 @@ class Profile:
     auth: str = "bearer"  # bearer | api-key | none
     quirks: frozenset[str] = frozenset()
     protocols: tuple[str, ...] = ("chat", "responses")
+    # (host glob, quirks switched on when the base URL's host matches)
+    url_quirks: tuple[tuple[str, frozenset[str]], ...] = ()
+    # query parameters added to deployment-name URLs unless the provider's query has them
+    deployment_query: tuple[tuple[str, str], ...] = ()
 
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("openai", quirks=frozenset({"strip_reasoning_envelope", "max_completion_tokens", "encrypted_content_retry"})),
-        Profile(
-            "azure",
-            auth="api-key",
-            quirks=frozenset({"strip_reasoning_envelope", "max_completion_tokens", "encrypted_content_retry"}),
-        ),
+        Profile("openai", quirks=_OPENAI),
+        Profile("azure", auth="api-key", quirks=_OPENAI, deployment_query=(("api-version", AZURE_API_VERSION),)),
         Profile("xai", quirks=frozenset({"strip_reasoning_envelope"})),
         Profile(
             "bedrock-mantle",
@@ -38,35 +114,53 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile(
             "kimi",
-            quirks=frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens"}),
+            quirks=frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system"}),
             protocols=("chat",),
+            url_quirks=tuple((h, _MOONSHOT) for h in MOONSHOT_HOSTS),
         ),
         Profile(
             "mimo",
             quirks=frozenset(
-                {"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay", "thinking_param"}
+                {
+                    "mimo_raw_patch",
+                    "invalid_json_passthrough",
+                    "mimo_request",
+                    "reasoning_replay",
+                    "thinking_param",
+                    "developer_to_system",
+                }
             ),
             protocols=("chat",),
         ),
-        Profile("deepseek", quirks=frozenset({"reasoning_replay"}), protocols=("chat",)),
-        Profile("glm", quirks=frozenset({"reasoning_replay", "thinking_param"}), protocols=("chat",)),
+        Profile("deepseek", quirks=frozenset({"reasoning_replay", "developer_to_system"}), protocols=("chat",)),
+        Profile(
+            "glm",
+            quirks=frozenset({"reasoning_replay", "thinking_param", "developer_to_system"}),
+            protocols=("chat",),
+        ),
         Profile("openai-compatible"),
         Profile("demo", auth="none", protocols=("chat",)),
     )
 }
 
 # Quirks keyed on the model id, whatever the provider (SPEC §4 R3-a condition 1: "keyed on
-# the model id whatever the base URL").  Matched against the upstream model name.
+# the model id whatever the base URL").  Matched (case-insensitively) against the upstream
+# model name.
+_MIMO = frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})
 MODEL_QUIRKS: tuple[tuple[str, frozenset[str]], ...] = (
-    (
-        "mimo-v2.6*",
-        frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"}),
-    ),
-    ("*mimo-v2.6*", frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
+    ("mimo-v2.6*", _MIMO),
+    ("*mimo-v2.6*", _MIMO),  # behind a gateway: "xiaomi/mimo-v2.6-pro", "opencode-go/mimo-v2.6-flash"
     ("kimi-k2*", frozenset({"reasoning_replay"})),
     ("*/kimi-k2*", frozenset({"reasoning_replay"})),
     ("deepseek-*", frozenset({"reasoning_replay"})),
 )
+
+
+def _host(base_url: str) -> str:
+    try:
+        return (urlsplit(base_url).hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +175,21 @@ class Override:
 
 @dataclass(frozen=True, slots=True)
 class QuirkSet:
-    """Resolution order: profile defaults, model-id patterns, provider overrides, model overrides."""
+    """Resolution order: profile defaults, base-URL rows, model-id patterns, provider
+    overrides, model overrides."""
 
     profile: str
     overrides: tuple[Override, ...] = field(default=())
+    base_url: str = ""
 
     def resolve(self, upstream_model: str, public_model: str, model_override: Override | None = None) -> frozenset[str]:
-        q = set(PROFILES[self.profile].quirks)
+        prof = PROFILES[self.profile]
+        q = set(prof.quirks)
+        if prof.url_quirks:
+            host = _host(self.base_url)
+            for glob, quirks in prof.url_quirks:
+                if fnmatchcase(host, glob):
+                    q |= quirks
         low = upstream_model.lower()
         for glob, quirks in MODEL_QUIRKS:
             if fnmatchcase(low, glob):
@@ -99,9 +201,29 @@ class QuirkSet:
         return frozenset(q)
 
 
-def chat_path(profile: str) -> str:
-    return "/chat/completions"
+def auth_headers(profile: str, api_key: str | None) -> dict[str, str]:
+    """The header that carries the provider's key (never the client's)."""
+    if not api_key:
+        return {}
+    auth = PROFILES[profile].auth
+    if auth == "api-key":
+        return {"api-key": api_key}
+    if auth == "bearer":
+        return {"authorization": f"Bearer {api_key}"}
+    return {}
 
 
-def responses_path(profile: str) -> str:
-    return "/responses"
+def upstream_url(
+    profile: str, base_url: str | None, protocol: str, deployment: str | None = None, query: dict[str, str] | None = None
+) -> str:
+    """The URL the proxy POSTs to (``query`` = the provider's own query, sent by the caller;
+    only the profile's missing defaults are added here)."""
+    base = (base_url or "http://demo.invalid/v1").rstrip("/")
+    if not deployment:
+        return base + PATHS[protocol]
+    if base.endswith("/openai"):
+        base = base[: -len("/openai")]
+    url = base + DEPLOYMENT_PATHS[protocol].format(deployment=deployment)
+    given = {k.lower() for k in (query or {})}
+    extra = [(k, v) for k, v in PROFILES[profile].deployment_query if k.lower() not in given]
+    return f"{url}?{urlencode(extra)}" if extra else url

@@ -16,7 +16,7 @@ import httpx
 from app.config import Config, ModelCfg, ProviderCfg
 from providers.catalog import ModelInfo, catalog_entry
 from providers.demo import DemoTransport
-from providers.profiles import PROFILES, Override, QuirkSet
+from providers.profiles import Override, QuirkSet, auth_headers, upstream_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +41,8 @@ class Provider:
         return client_protocol if client_protocol in protos else protos[0]
 
     def url(self, protocol: str) -> str:
-        base = (self.cfg.base_url or "http://demo.invalid/v1").rstrip("/")
-        path = "/chat/completions" if protocol == "chat" else "/responses"
-        if self.cfg.deployment:
-            base = f"{base}/openai/deployments/{self.cfg.deployment}"
-        return base + path
+        # the provider's own ``query`` is sent as params by the caller (httpx merges them)
+        return upstream_url(self.cfg.profile, self.cfg.base_url, protocol, self.cfg.deployment, self.cfg.query)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +55,7 @@ class Route:
 
 
 def _auth_headers(p: ProviderCfg) -> dict[str, str]:
-    h: dict[str, str] = {}
-    if p.api_key:
-        if PROFILES[p.profile].auth == "api-key":
-            h["api-key"] = p.api_key
-        elif PROFILES[p.profile].auth == "bearer":
-            h["authorization"] = f"Bearer {p.api_key}"
-    return h
+    return auth_headers(p.profile, p.api_key)
 
 
 def _override(q: Any) -> Override:
@@ -75,6 +66,8 @@ def _override(q: Any) -> Override:
 class Router:
     config: Config
     routes: dict[str, Route] = field(default_factory=dict)
+    # model entry name → its own quirk override (glob entries apply it to every match)
+    model_overrides: dict[str, Override | None] = field(default_factory=dict)
     clients: list[httpx.AsyncClient] = field(default_factory=list)
 
     @classmethod
@@ -89,13 +82,14 @@ class Router:
             t = p.timeouts
             providers[p.name] = Provider(
                 cfg=p,
-                quirkset=QuirkSet(p.profile, tuple(_override(q) for q in p.quirk_overrides)),
+                quirkset=QuirkSet(p.profile, tuple(_override(q) for q in p.quirk_overrides), p.base_url or ""),
                 client=demo if p.profile == "demo" else shared,
                 headers={**{k.lower(): v for k, v in p.headers.items()}, **_auth_headers(p)},
                 timeout=httpx.Timeout(connect=t.connect, read=t.idle, write=t.write, pool=t.connect),
                 first_byte=t.first_byte,
             )
         for m in config.models:
+            r.model_overrides[m.name] = _model_override(m)
             r.routes[m.name] = _route(m, providers[m.provider])
         return r
 
@@ -105,7 +99,8 @@ class Router:
             for name, rt in self.routes.items():
                 if any(c in name for c in "*?[") and fnmatch.fnmatchcase(model, name):
                     # a glob model entry forwards the client's model name as is
-                    return Route(model, model, rt.provider, rt.provider.quirkset.resolve(model, model), rt.info)
+                    quirks = rt.provider.quirkset.resolve(model, model, self.model_overrides.get(name))
+                    return Route(model, model, rt.provider, quirks, rt.info)
         return route
 
     async def aclose(self) -> None:
@@ -113,7 +108,11 @@ class Router:
             await c.aclose()
 
 
+def _model_override(m: ModelCfg) -> Override | None:
+    return _override(m.quirks) if (m.quirks.enable or m.quirks.disable) else None
+
+
 def _route(m: ModelCfg, provider: Provider) -> Route:
     upstream = m.upstream_model or m.name
-    quirks = provider.quirkset.resolve(upstream, m.name, _override(m.quirks) if (m.quirks.enable or m.quirks.disable) else None)
+    quirks = provider.quirkset.resolve(upstream, m.name, _model_override(m))
     return Route(m.name, upstream, provider, quirks, catalog_entry(m, upstream, provider.cfg.name))
