@@ -48,7 +48,10 @@ from transformers.tool_stage import ToolStage, needed
 
 # fields of a Responses request echoed on the response object (the SDK's Response type)
 _ECHO = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text", "metadata",
-         "max_output_tokens", "temperature", "top_p", "store", "truncation", "previous_response_id")
+         "max_output_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "top_logprobs",
+         "max_tool_calls", "safety_identifier", "prompt_cache_key")
+# only true when the upstream itself speaks Responses (a Chat upstream stores nothing)
+_ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_tier", "background")
 
 _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
     "chat": {"model": (str,), "messages": (list,), "stream": (bool,), "tools": (list,), "stream_options": (dict,),
@@ -126,6 +129,8 @@ def prepare(
     stream = bool(body.get("stream"))
     if client == "responses":
         echo = {k: body[k] for k in _ECHO if k in body}
+        if upstream == "responses":
+            echo.update((k, body[k]) for k in _ECHO_SAME_PROTOCOL if k in body)
         if upstream == "chat":
             out = prepare_chat(responses_to_chat(body, ctx), ctx, translated=True)
         else:
