@@ -41,27 +41,40 @@ class ModelInfo:
         }
 
 
-# (glob on the upstream model id, facts) — evidence in docs/providers.md
+# (glob on the model id, facts), first match wins; matched against the upstream model id,
+# then against the public name (an Azure deployment "gpt5-prod" published as "gpt-5.5").
+# Values are the vendors' published limits; max_output_tokens is what the proxy sends when a
+# client (Codex) sends none, so it is a safe maximum, never above the vendor's.
 BUILTIN: tuple[tuple[str, dict[str, Any]], ...] = (
+    # SPEC §4 R3-c (seed 003): 1M context, 131072 output, multimodal, thinking, no parallel tools
     ("*mimo-v2.6*", {"context_window": 1_048_576, "max_output_tokens": 131_072,
                      "modalities": ("text", "image"), "reasoning": True, "parallel_tool_calls": False}),
+    # Moonshot: 256K context shared with the output
     ("*kimi-k2*", {"context_window": 262_144, "max_output_tokens": 32_768, "reasoning": True}),
-    ("deepseek-*", {"context_window": 128_000, "max_output_tokens": 32_768, "reasoning": True}),
+    # DeepSeek API: deepseek-chat 8K max output, deepseek-reasoner 64K, 128K context
+    ("deepseek-reasoner*", {"context_window": 131_072, "max_output_tokens": 65_536, "reasoning": True}),
+    ("deepseek-chat*", {"context_window": 131_072, "max_output_tokens": 8_192}),
+    ("deepseek-*", {"context_window": 131_072, "reasoning": True}),
     ("glm-*", {"context_window": 200_000, "max_output_tokens": 32_768, "reasoning": True}),
-    ("gpt-oss-*", {"context_window": 128_000, "reasoning": True}),
-    ("*gpt-oss*", {"context_window": 128_000, "reasoning": True}),
+    ("gpt-oss-*", {"context_window": 131_072, "reasoning": True}),
+    ("*gpt-oss*", {"context_window": 131_072, "reasoning": True}),
     ("gpt-5*", {"context_window": 400_000, "max_output_tokens": 128_000,
                 "modalities": ("text", "image"), "reasoning": True}),
-)
+)  # fmt: skip
+
+
+def builtin_facts(*names: str) -> dict[str, Any]:
+    """The first BUILTIN row matching the first name that matches any row."""
+    for name in names:
+        low = name.lower()
+        for glob, f in BUILTIN:
+            if fnmatchcase(low, glob):
+                return dict(f)
+    return {}
 
 
 def catalog_entry(m: Any, upstream: str, provider: str) -> ModelInfo:
-    facts: dict[str, Any] = {}
-    low = upstream.lower()
-    for glob, f in BUILTIN:
-        if fnmatchcase(low, glob):
-            facts = dict(f)
-            break
+    facts = builtin_facts(upstream, m.name)
     for key in ("context_window", "max_output_tokens", "reasoning", "parallel_tool_calls"):
         v = getattr(m, key, None)
         if v is not None:

@@ -1,0 +1,528 @@
+"""Provider profiles, table-driven, through the ASGI app with respx upstreams.
+
+Per profile: a config, a client request (Codex-style Responses and/or kimi-style Chat),
+and what the upstream must receive (URL with query, auth header, body); then an upstream
+answer and what the client must get.  Then one test per quirk, on and off, switched by
+config only (provider override, model override, model-glob override), and the upstream
+error bodies of each provider mapped to OpenAI errors.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from transformers.context import QUIRKS
+from transformers.envelope import seal
+
+from .conftest import USAGE_CHAT, chat_chunk, parse_sse, resp_stream_two_calls, sse_response
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+CODEX_TOOLS: list[dict[str, Any]] = json.loads((FIXTURES / "codex_tools_0.169.json").read_text())
+MANTLE_STREAM = [json.loads(line) for line in (FIXTURES / "responses_mantle_function_call.jsonl").read_text().splitlines() if line]
+ENVELOPE = seal("earlier reasoning from a chat upstream", b"k")
+RAW_PATCH = '*** Begin Patch\n*** Add File: a.txt\n+h\u00e9llo "q" \\ \u2713\n*** End Patch'
+
+# -- client requests -------------------------------------------------------------------------
+
+
+def codex_request(model: str, **extra: Any) -> dict[str, Any]:
+    """What Codex 0.169 sends (SPEC §5.2): instructions, a developer message, reasoning,
+    a call and its output, its real tool list, store:false, stream:true, no max_output_tokens."""
+    body = {
+        "model": model,
+        "instructions": "You are Codex.",
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<env>"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "need ls"}]},
+            {"type": "function_call", "call_id": "functions.exec_command:0", "name": "exec_command",
+             "arguments": "{\"cmd\":\"ls\"}"},
+            {"type": "function_call_output", "call_id": "functions.exec_command:0", "output": "a.txt"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "One file."}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and now?"}]},
+        ],
+        "tools": copy.deepcopy(CODEX_TOOLS),
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "reasoning": {"effort": "high", "summary": "auto"},
+        "store": False,
+        "stream": True,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "thread-1",
+    }  # fmt: skip
+    body.update(extra)
+    return body
+
+
+def kimi_request(model: str, **extra: Any) -> dict[str, Any]:
+    """What kimi-cli (kosong, openai_legacy / kimi) sends (SPEC §6)."""
+    body = {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "You are Kimi."},
+            {"role": "user", "content": "read a.py"},
+            {"role": "assistant", "content": "", "reasoning_content": "need to read",
+             "tool_calls": [{"type": "function", "id": "functions.Read:0",
+                             "function": {"name": "Read", "arguments": "{\"path\":\"a.py\"}"}}]},
+            {"role": "tool", "tool_call_id": "functions.Read:0", "content": "print(1)"},
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": "Read", "description": "Read a file", "parameters": {
+                "type": "object", "properties": {"path": {"type": "string"}, "mode": {"enum": ["text", "bytes"]}},
+                "required": ["path"]}}},
+            {"type": "builtin_function", "function": {"name": "$web_search"}},
+        ],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 4096,
+        "prompt_cache_key": "session-1",
+    }  # fmt: skip
+    body.update(extra)
+    return body
+
+
+# -- upstream answers ------------------------------------------------------------------------
+
+
+def chat_answer(*, reasoning: str | None = "think", text: str | None = "Hello",
+                calls: tuple[tuple[str, str, str], ...] = (("functions.Bash:1", "exec_command", "{\"cmd\":\"ls\"}"),),
+                usage: dict[str, Any] | None = None) -> httpx.Response:  # fmt: skip
+    chunks = [chat_chunk({"role": "assistant", "content": ""})]
+    if reasoning:
+        chunks.append(chat_chunk({"reasoning_content": reasoning}))
+    if text:
+        chunks.append(chat_chunk({"content": text}))
+    for i, (cid, name, args) in enumerate(calls):
+        chunks.append(chat_chunk({"tool_calls": [{"index": i, "id": cid, "type": "function",
+                                                  "function": {"name": name, "arguments": args}}]}))
+    chunks.append(chat_chunk({}, "tool_calls" if calls else "stop"))
+    chunks.append(chat_chunk(None, None, choices=[], usage=usage or USAGE_CHAT))
+    return sse_response(chunks, done=True)
+
+
+def responses_answer() -> httpx.Response:
+    return sse_response(resp_stream_two_calls(), event_names=True)
+
+
+def mantle_answer() -> httpx.Response:
+    return sse_response(MANTLE_STREAM, event_names=True)
+
+
+# -- what the client got ---------------------------------------------------------------------
+
+
+def codex_view(r: httpx.Response) -> dict[str, Any]:
+    assert r.status_code == 200, r.text
+    events = parse_sse(r.content)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    terminal = [e for e in events if e["type"] in ("response.completed", "response.failed", "response.incomplete")]
+    assert len(terminal) == 1 and events[-1] is terminal[0]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    return {
+        "status": terminal[0]["response"]["status"],
+        "text": "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta"),
+        "reasoning": "".join(e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta"),
+        "calls": [(i["call_id"], i["name"], i.get("arguments", i.get("input"))) for i in done
+                  if i["type"] in ("function_call", "custom_tool_call")],
+        "kinds": [i["type"] for i in done],
+        "items": done,
+        "final": terminal[0]["response"],
+    }  # fmt: skip
+
+
+def kimi_view(r: httpx.Response) -> dict[str, Any]:
+    assert r.status_code == 200, r.text
+    chunks = parse_sse(r.content)
+    assert chunks[-1] == "[DONE]"
+    body = [c for c in chunks[:-1] if c.get("choices")]
+    calls: dict[int, list[str]] = {}
+    for c in body:
+        for tc in c["choices"][0]["delta"].get("tool_calls") or []:
+            if tc.get("function", {}).get("name"):
+                calls[tc["index"]] = [tc["id"], tc["function"]["name"], tc["function"].get("arguments") or ""]
+            else:
+                calls[tc["index"]][2] += tc["function"].get("arguments") or ""
+    return {
+        "text": "".join(c["choices"][0]["delta"].get("content") or "" for c in body),
+        "reasoning": "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in body),
+        "calls": [tuple(v) for _, v in sorted(calls.items())],
+        "usage": [c["usage"] for c in chunks[:-1] if c.get("usage")],
+    }
+
+
+# -- the table -------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    id: str
+    provider: dict[str, Any]
+    model: dict[str, Any]
+    client: str  # "responses" (Codex) | "chat" (kimi-cli)
+    request: dict[str, Any]
+    url: str
+    auth: tuple[str, str] | None  # the one credential header the upstream must get
+    body: Callable[[dict[str, Any]], None]
+    answer: Callable[[], httpx.Response]
+    check: Callable[[httpx.Response], None]
+    headers: dict[str, str] = field(default_factory=dict)  # other headers the upstream must get
+
+
+def msgs(body: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    return [m for m in body["messages"] if m["role"] == role]
+
+
+# upstream bodies --------------------------------------------------------------------------
+
+
+def b_responses_passthrough(model: str) -> Callable[[dict[str, Any]], None]:
+    def check(b: dict[str, Any]) -> None:
+        assert b["model"] == model
+        sent = codex_request(model)
+        assert b["input"] == sent["input"]  # nothing to repair in this history
+        assert b["tools"] == CODEX_TOOLS  # the sanitiser leaves Codex's real list alone
+        assert b["store"] is False and b["stream"] is True and b["include"] == ["reasoning.encrypted_content"]
+        assert b["prompt_cache_key"] == "thread-1"
+
+    return check
+
+
+def b_codex_chat(model: str, *, max_key: str | None, max_value: int | None = None, replay_key: str = "reasoning_content",
+                 thinking: bool = False, parallel: bool = True, prompt_cache: bool = False) -> Callable[[dict[str, Any]], None]:  # fmt: skip
+    def check(b: dict[str, Any]) -> None:
+        assert b["model"] == model
+        roles = [m["role"] for m in b["messages"]]
+        assert roles == ["system", "system", "user", "assistant", "tool", "assistant", "user"]
+        assert b["messages"][1] == {"role": "system", "content": "<env>"}  # developer → system
+        call_msg = b["messages"][3]
+        assert call_msg["tool_calls"][0]["id"] == "functions.exec_command:0"  # SPEC §1: verbatim
+        assert call_msg[replay_key] == "need ls"
+        assert b["messages"][4] == {"role": "tool", "tool_call_id": "functions.exec_command:0", "content": "a.txt"}
+        names = [t["function"]["name"] for t in b["tools"]]
+        assert "apply_patch" in names and "web_search" not in names
+        assert b["tool_choice"] == "auto"
+        assert ("parallel_tool_calls" in b) is parallel
+        assert b["stream"] is True and b["stream_options"] == {"include_usage": True}
+        for k in ("store", "include", "max_output_tokens"):
+            assert k not in b
+        if max_key is None:
+            assert "max_tokens" not in b and "max_completion_tokens" not in b
+        else:
+            assert b[max_key] == max_value
+        if thinking:
+            assert b["thinking"] == {"type": "enabled"} and "reasoning_effort" not in b
+        else:
+            assert b["reasoning_effort"] == "high" and "thinking" not in b
+        assert ("prompt_cache_key" in b) is prompt_cache
+
+    return check
+
+
+def b_kimi_chat(model: str, *, moonshot: bool, max_key: str = "max_completion_tokens") -> Callable[[dict[str, Any]], None]:
+    def check(b: dict[str, Any]) -> None:
+        sent = kimi_request(model)
+        assert b["model"] == model
+        assert b["messages"][3] == sent["messages"][3]  # ids verbatim, reasoning replayed as sent
+        assert b["messages"][2]["tool_calls"] == sent["messages"][2]["tool_calls"]
+        assert b["messages"][2]["reasoning_content"] == "need to read"
+        assert b[max_key] == 4096 and ("max_tokens" not in b or max_key == "max_tokens")
+        kinds = [t["type"] for t in b["tools"]]
+        mode = b["tools"][0]["function"]["parameters"]["properties"]["mode"]
+        if moonshot:  # Moonshot-only fields and schema dialect only to Moonshot itself
+            assert kinds == ["function", "builtin_function"]
+            assert mode == {"enum": ["text", "bytes"], "type": "string"}
+        else:
+            assert kinds == ["function"]
+            assert mode == {"enum": ["text", "bytes"]}
+        assert b["prompt_cache_key"] == "session-1"
+
+    return check
+
+
+def b_kimi_to_responses(model: str, *, mantle: bool = False) -> Callable[[dict[str, Any]], None]:
+    def check(b: dict[str, Any]) -> None:
+        assert b["model"] == model and b["instructions"] == "You are Kimi."
+        assert [i["type"] for i in b["input"]] == ["message", "function_call", "function_call_output"]
+        assert b["input"][1]["call_id"] == "functions.Read:0"  # ≤ 64, canonical: kept
+        assert b["tools"] == [{"type": "function", "name": "Read", "description": "Read a file", "strict": False,
+                               "parameters": kimi_request(model)["tools"][0]["function"]["parameters"]}]
+        assert b["max_output_tokens"] == 4096 and b["store"] is False
+        assert "messages" not in b and "stream_options" not in b
+
+    return check
+
+
+# client answers ---------------------------------------------------------------------------
+
+
+def c_codex_from_chat(r: httpx.Response) -> None:
+    v = codex_view(r)
+    assert v["status"] == "completed" and v["text"] == "Hello" and v["reasoning"] == "think"
+    assert v["calls"] == [("functions.Bash:1", "exec_command", "{\"cmd\":\"ls\"}")]
+    assert v["final"]["usage"]["input_tokens"] == 11 and v["final"]["usage"]["output_tokens"] == 7
+    assert r.headers["x-switchboard-dropped-tools"] == "tool_search,web_search"
+
+
+def c_codex_from_responses(r: httpx.Response) -> None:
+    v = codex_view(r)
+    assert v["status"] == "completed" and v["text"] == "Hello" and v["reasoning"] == "think hard"
+    assert v["calls"] == [("call_0", "Read", "{\"path\":\"a.py\"}"), ("call_1", "Bash", "{\"cmd\":\"ls\"}")]
+
+
+def c_codex_from_mantle(r: httpx.Response) -> None:
+    v = codex_view(r)
+    assert v["status"] == "completed"
+    assert v["calls"] == [("c1", "f", "{}")]
+    assert v["items"][0]["id"] == "fc_A" and "output_index" not in v["items"][0]  # SPEC §2, T1-1
+    assert [i["id"] for i in v["final"]["output"]] == ["fc_A"]
+
+
+def c_kimi_from_chat(r: httpx.Response) -> None:
+    v = kimi_view(r)
+    assert v["text"] == "Hello" and v["reasoning"] == "think"
+    assert v["calls"] == [("functions.Bash:1", "exec_command", "{\"cmd\":\"ls\"}")]
+
+
+def c_kimi_from_responses(r: httpx.Response) -> None:
+    v = kimi_view(r)
+    assert v["text"] == "Hello" and v["reasoning"] == "think hard"
+    assert v["calls"] == [("call_0", "Read", "{\"path\":\"a.py\"}"), ("call_1", "Bash", "{\"cmd\":\"ls\"}")]
+
+
+def c_codex_mimo_patch(r: httpx.Response) -> None:
+    v = codex_view(r)
+    assert v["status"] == "completed"
+    assert v["calls"] == [("call_1", "apply_patch", RAW_PATCH)] and v["kinds"][-1] == "custom_tool_call"
+
+
+def c_codex_deepseek_cache(r: httpx.Response) -> None:
+    v = codex_view(r)
+    assert v["status"] == "completed" and v["text"] == "Hello" and v["reasoning"] == "think"
+    assert v["final"]["usage"] == {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 9},
+                                   "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+                                   "total_tokens": 25}  # prompt_cache_hit_tokens → cached_tokens
+
+
+def both(*checks: Callable[[Any], None]) -> Callable[[Any], None]:
+    def run(x: Any) -> None:
+        for c in checks:
+            c(x)
+
+    return run
+
+
+def b_mimo(b: dict[str, Any]) -> None:
+    b_codex_chat("mimo-v2.6-pro", max_key="max_completion_tokens", max_value=131_072, thinking=True,
+                 parallel=False)(b)  # fmt: skip
+    patch = next(t["function"] for t in b["tools"] if t["function"]["name"] == "apply_patch")
+    assert patch["strict"] is True and patch["parameters"]["additionalProperties"] is False  # R3-c
+
+
+def b_mantle_codex(b: dict[str, Any]) -> None:
+    assert b["model"] == "openai.gpt-oss-120b"
+    assistant = [i for i in b["input"] if i.get("role") == "assistant"]
+    assert assistant[0]["content"] == "One file."  # T1-6: a plain string
+    assert b["tool_choice"] == "auto" and b["tools"] == CODEX_TOOLS
+
+
+def b_openai_strips_envelope(b: dict[str, Any]) -> None:
+    assert b["model"] == "gpt-5.5"
+    assert not any(i.get("type") == "reasoning" and str(i.get("encrypted_content", "")).startswith("pxy1.")
+                   for i in b["input"])  # fmt: skip
+    assert [i.get("encrypted_content") for i in b["input"] if i.get("type") == "reasoning"] == [None, "gAAAA-openai-blob"]
+
+
+def b_azure_store(b: dict[str, Any]) -> None:
+    assert b["model"] == "gpt5-prod"
+    assert all("id" not in i for i in b["input"])  # store:false: no item ids (PAINS 9)
+
+
+def with_envelope(req: dict[str, Any]) -> dict[str, Any]:
+    req["input"].insert(5, {"type": "reasoning", "summary": [], "encrypted_content": ENVELOPE})
+    req["input"].insert(6, {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-openai-blob"})
+    return req
+
+
+def with_item_ids(req: dict[str, Any]) -> dict[str, Any]:
+    req["input"][2]["id"] = "rs_abc"
+    req["input"][3]["id"] = "fc_abc"
+    return req
+
+
+P_OPENAI = {"name": "oai", "profile": "openai", "protocol": "responses", "base_url": "https://api.openai.com/v1",
+            "api_key": "sk-oai"}
+P_OPENAI_CHAT = {**P_OPENAI, "protocol": "chat"}
+P_AZURE_DEP = {"name": "az", "profile": "azure", "protocol": "chat", "base_url": "https://res.openai.azure.com",
+               "deployment": "gpt5-prod", "api_key": "az-key"}
+P_KIMI_VLLM = {"name": "k2", "profile": "kimi", "protocol": "chat", "base_url": "http://10.0.0.5:8000/v1"}
+P_KIMI_MOONSHOT = {"name": "moonshot", "profile": "kimi", "protocol": "chat", "base_url": "https://api.moonshot.ai/v1",
+                   "api_key": "ms-key"}
+P_VLLM = {"name": "vllm", "profile": "openai-compatible", "protocol": "chat", "base_url": "http://127.0.0.1:8000/v1"}
+CHAT_OK = lambda: chat_answer()  # noqa: E731
+AZ_URL = "https://res.openai.azure.com/openai"
+AZ_Q = "?api-version=2025-04-01-preview"
+
+CASES: list[Case] = [
+    # -- openai ---------------------------------------------------------------------------------
+    Case("openai-responses-codex", P_OPENAI, {"name": "gpt-5.5", "provider": "oai"}, "responses",
+         codex_request("gpt-5.5"), "https://api.openai.com/v1/responses", ("authorization", "Bearer sk-oai"),
+         b_responses_passthrough("gpt-5.5"), responses_answer, c_codex_from_responses),
+    Case("openai-responses-codex-envelope", P_OPENAI, {"name": "gpt-5.5", "provider": "oai"}, "responses",
+         with_envelope(codex_request("gpt-5.5")), "https://api.openai.com/v1/responses",
+         ("authorization", "Bearer sk-oai"), b_openai_strips_envelope, responses_answer, c_codex_from_responses),
+    Case("openai-responses-kimi-cli", P_OPENAI, {"name": "gpt-5.5", "provider": "oai"}, "chat",
+         kimi_request("gpt-5.5"), "https://api.openai.com/v1/responses", ("authorization", "Bearer sk-oai"),
+         b_kimi_to_responses("gpt-5.5"), responses_answer, c_kimi_from_responses),
+    Case("openai-chat-codex", P_OPENAI_CHAT, {"name": "gpt-5.5", "provider": "oai"}, "responses",
+         codex_request("gpt-5.5"), "https://api.openai.com/v1/chat/completions", ("authorization", "Bearer sk-oai"),
+         b_codex_chat("gpt-5.5", max_key="max_completion_tokens", max_value=128_000), CHAT_OK, c_codex_from_chat),
+    Case("openai-chat-kimi-cli", P_OPENAI_CHAT, {"name": "gpt-5.5", "provider": "oai"}, "chat",
+         kimi_request("gpt-5.5"), "https://api.openai.com/v1/chat/completions", ("authorization", "Bearer sk-oai"),
+         b_kimi_chat("gpt-5.5", moonshot=False), CHAT_OK, c_kimi_from_chat),
+    # -- azure ----------------------------------------------------------------------------------
+    Case("azure-deployment-chat-codex", P_AZURE_DEP, {"name": "gpt-5.5", "provider": "az", "upstream_model": "gpt5-prod"},
+         "responses", codex_request("gpt-5.5"), f"{AZ_URL}/deployments/gpt5-prod/chat/completions{AZ_Q}",
+         ("api-key", "az-key"), b_codex_chat("gpt5-prod", max_key="max_completion_tokens", max_value=128_000),
+         CHAT_OK, c_codex_from_chat),
+    Case("azure-deployment-own-api-version", {**P_AZURE_DEP, "query": {"api-version": "2024-10-21"},
+                                              "base_url": "https://res.openai.azure.com/openai/"},
+         {"name": "gpt-5.5", "provider": "az", "upstream_model": "gpt5-prod"}, "chat", kimi_request("gpt-5.5"),
+         f"{AZ_URL}/deployments/gpt5-prod/chat/completions?api-version=2024-10-21", ("api-key", "az-key"),
+         b_kimi_chat("gpt5-prod", moonshot=False), CHAT_OK, c_kimi_from_chat),
+    Case("azure-deployment-responses", {**P_AZURE_DEP, "protocol": "responses"},
+         {"name": "gpt-5.5", "provider": "az", "upstream_model": "gpt5-prod"}, "responses",
+         with_item_ids(codex_request("gpt-5.5")), f"{AZ_URL}/responses{AZ_Q}", ("api-key", "az-key"),
+         b_azure_store, responses_answer, c_codex_from_responses),
+    Case("azure-v1-route", {"name": "az", "profile": "azure", "protocol": "responses",
+                            "base_url": "https://res.openai.azure.com/openai/v1", "api_key": "az-key",
+                            "headers": {"X-Tenant": "a"}},
+         {"name": "gpt-5.5", "provider": "az", "upstream_model": "gpt5-prod"}, "responses", codex_request("gpt-5.5"),
+         f"{AZ_URL}/v1/responses", ("api-key", "az-key"), b_responses_passthrough("gpt5-prod"), responses_answer,
+         c_codex_from_responses, headers={"x-tenant": "a"}),
+    # -- xai ------------------------------------------------------------------------------------
+    Case("xai-responses-codex", {"name": "xai", "profile": "xai", "protocol": ["responses", "chat"],
+                                 "base_url": "https://api.x.ai/v1", "api_key": "xai-key"},
+         {"name": "grok-4", "provider": "xai"}, "responses", codex_request("grok-4"), "https://api.x.ai/v1/responses",
+         ("authorization", "Bearer xai-key"), b_responses_passthrough("grok-4"), responses_answer,
+         c_codex_from_responses),
+    Case("xai-chat-kimi-cli", {"name": "xai", "profile": "xai", "protocol": ["responses", "chat"],
+                               "base_url": "https://api.x.ai/v1", "api_key": "xai-key"},
+         {"name": "grok-4", "provider": "xai"}, "chat", kimi_request("grok-4"), "https://api.x.ai/v1/chat/completions",
+         ("authorization", "Bearer xai-key"), b_kimi_chat("grok-4", moonshot=False, max_key="max_tokens"), CHAT_OK,
+         c_kimi_from_chat),
+    # -- bedrock-mantle -------------------------------------------------------------------------
+    Case("mantle-codex", {"name": "mantle", "profile": "bedrock-mantle", "protocol": "responses",
+                          "base_url": "https://bedrock-mantle.us-east-1.api.aws/v1", "api_key": "br-key"},
+         {"name": "gpt-oss-120b", "provider": "mantle", "upstream_model": "openai.gpt-oss-120b"}, "responses",
+         codex_request("gpt-oss-120b"), "https://bedrock-mantle.us-east-1.api.aws/v1/responses",
+         ("authorization", "Bearer br-key"), b_mantle_codex, mantle_answer, c_codex_from_mantle),
+    Case("mantle-kimi-cli", {"name": "mantle", "profile": "bedrock-mantle", "protocol": "responses",
+                             "base_url": "https://bedrock-mantle.us-east-1.api.aws/v1", "api_key": "br-key"},
+         {"name": "gpt-oss-120b", "provider": "mantle", "upstream_model": "openai.gpt-oss-120b"}, "chat",
+         kimi_request("gpt-oss-120b"), "https://bedrock-mantle.us-east-1.api.aws/v1/responses",
+         ("authorization", "Bearer br-key"), b_kimi_to_responses("openai.gpt-oss-120b", mantle=True),
+         responses_answer, c_kimi_from_responses),
+    # -- kimi -----------------------------------------------------------------------------------
+    Case("kimi-vllm-codex", P_KIMI_VLLM, {"name": "kimi-k2.6", "provider": "k2"}, "responses",
+         codex_request("kimi-k2.6"), "http://10.0.0.5:8000/v1/chat/completions", None,
+         b_codex_chat("kimi-k2.6", max_key="max_completion_tokens", max_value=32_768, prompt_cache=True), CHAT_OK,
+         c_codex_from_chat),
+    Case("kimi-vllm-kimi-cli", P_KIMI_VLLM, {"name": "kimi-k2.6", "provider": "k2"}, "chat",
+         kimi_request("kimi-k2.6"), "http://10.0.0.5:8000/v1/chat/completions", None,
+         b_kimi_chat("kimi-k2.6", moonshot=False), CHAT_OK, c_kimi_from_chat),
+    Case("kimi-moonshot-kimi-cli", P_KIMI_MOONSHOT, {"name": "kimi-k2.6", "provider": "moonshot"}, "chat",
+         kimi_request("kimi-k2.6"), "https://api.moonshot.ai/v1/chat/completions", ("authorization", "Bearer ms-key"),
+         b_kimi_chat("kimi-k2.6", moonshot=True), CHAT_OK, c_kimi_from_chat),
+    Case("kimi-moonshot-codex", P_KIMI_MOONSHOT, {"name": "kimi-k2.6", "provider": "moonshot"}, "responses",
+         codex_request("kimi-k2.6"), "https://api.moonshot.ai/v1/chat/completions", ("authorization", "Bearer ms-key"),
+         b_codex_chat("kimi-k2.6", max_key="max_completion_tokens", max_value=32_768, prompt_cache=True), CHAT_OK,
+         c_codex_from_chat),
+    # -- mimo -----------------------------------------------------------------------------------
+    Case("mimo-codex", {"name": "mimo", "profile": "mimo", "protocol": "chat", "base_url": "https://api.xiaomimimo.com/v1",
+                        "api_key": "mimo-key"},
+         {"name": "mimo-v2.6-pro", "provider": "mimo"}, "responses", codex_request("mimo-v2.6-pro"),
+         "https://api.xiaomimimo.com/v1/chat/completions", ("authorization", "Bearer mimo-key"), b_mimo,
+         lambda: chat_answer(reasoning=None, text=None, calls=(("call_1", "apply_patch", RAW_PATCH),)),
+         c_codex_mimo_patch),
+    Case("mimo-model-id-behind-generic-gateway", {"name": "gw", "profile": "openai-compatible", "protocol": "chat",
+                                                  "base_url": "https://opencode.example/v1", "api_key": "gw"},
+         {"name": "mimo-v2.6-pro", "provider": "gw"}, "responses", codex_request("mimo-v2.6-pro"),
+         "https://opencode.example/v1/chat/completions", ("authorization", "Bearer gw"),
+         b_codex_chat("mimo-v2.6-pro", max_key="max_completion_tokens", max_value=131_072, parallel=False),
+         lambda: chat_answer(reasoning=None, text=None, calls=(("call_1", "apply_patch", RAW_PATCH),)),
+         c_codex_mimo_patch),
+    # -- deepseek -------------------------------------------------------------------------------
+    Case("deepseek-codex", {"name": "ds", "profile": "deepseek", "protocol": "chat",
+                            "base_url": "https://api.deepseek.com/v1", "api_key": "ds-key"},
+         {"name": "deepseek-chat", "provider": "ds"}, "responses", codex_request("deepseek-chat"),
+         "https://api.deepseek.com/v1/chat/completions", ("authorization", "Bearer ds-key"),
+         b_codex_chat("deepseek-chat", max_key="max_tokens", max_value=8192),
+         lambda: chat_answer(usage={"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25,
+                                    "prompt_cache_hit_tokens": 9, "prompt_cache_miss_tokens": 11}),
+         c_codex_deepseek_cache),
+    # -- glm ------------------------------------------------------------------------------------
+    Case("glm-codex", {"name": "glm", "profile": "glm", "protocol": "chat",
+                       "base_url": "https://open.bigmodel.cn/api/paas/v4", "api_key": "glm-key"},
+         {"name": "glm-4.6", "provider": "glm"}, "responses", codex_request("glm-4.6"),
+         "https://open.bigmodel.cn/api/paas/v4/chat/completions", ("authorization", "Bearer glm-key"),
+         b_codex_chat("glm-4.6", max_key="max_tokens", max_value=32_768, thinking=True), CHAT_OK, c_codex_from_chat),
+    # -- openai-compatible ----------------------------------------------------------------------
+    Case("generic-vllm-codex", P_VLLM, {"name": "qwen3-coder", "provider": "vllm"}, "responses",
+         codex_request("qwen3-coder"), "http://127.0.0.1:8000/v1/chat/completions", None,
+         b_codex_chat("qwen3-coder", max_key=None), CHAT_OK, c_codex_from_chat),
+    Case("generic-vllm-kimi-cli", P_VLLM, {"name": "qwen3-coder", "provider": "vllm"}, "chat",
+         kimi_request("qwen3-coder"), "http://127.0.0.1:8000/v1/chat/completions", None,
+         b_kimi_chat("qwen3-coder", moonshot=False, max_key="max_tokens"), CHAT_OK, c_kimi_from_chat),
+    Case("generic-responses-codex", {**P_VLLM, "protocol": "responses", "api_key": "local"},
+         {"name": "gpt-oss-20b", "provider": "vllm", "upstream_model": "openai/gpt-oss-20b"}, "responses",
+         codex_request("gpt-oss-20b"), "http://127.0.0.1:8000/v1/responses", ("authorization", "Bearer local"),
+         b_responses_passthrough("openai/gpt-oss-20b"), responses_answer, c_codex_from_responses),
+]  # fmt: skip
+
+
+def _config(providers: list[dict[str, Any]], models: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"providers": providers, "models": models}
+
+
+async def _send(client: httpx.AsyncClient, kind: str, req: dict[str, Any], **kw: Any) -> httpx.Response:
+    path = "/v1/responses" if kind == "responses" else "/v1/chat/completions"
+    return await client.post(path, json=req, headers={"authorization": "Bearer client-secret",
+                                                      "user-agent": "codex_cli_rs/0.169.0", **kw.get("headers", {})})
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+async def test_profile(client_factory: Any, mock: Any, case: Case) -> None:
+    c = await client_factory(**_config([case.provider], [case.model]))
+    host = httpx.URL(case.url).host
+    route = mock.route(method="POST", host=host).mock(side_effect=lambda req: case.answer())
+    request = copy.deepcopy(case.request)
+    r = await _send(c, case.client, request)
+    assert route.call_count == 1, r.text
+    sent = route.calls.last.request
+    assert str(sent.url) == case.url
+    # the provider's credential, and never the client's
+    creds = {k: v for k, v in sent.headers.items() if k in ("authorization", "api-key", "x-api-key")}
+    assert creds == (dict([case.auth]) if case.auth else {})
+    assert "client-secret" not in str(sent.headers.raw)
+    assert sent.headers["user-agent"] == "codex_cli_rs/0.169.0"  # PAINS 6: honest User-Agent
+    for k, v in case.headers.items():
+        assert sent.headers[k] == v
+    assert request == case.request  # the client's body is never mutated
+    case.body(orjson.loads(sent.content))
+    case.check(r)
+
+
+def test_every_profile_has_a_case() -> None:
+    from app.config import PROFILES
+
+    covered = {c.provider["profile"] for c in CASES}
+    assert covered == set(PROFILES) - {"demo"}
