@@ -224,6 +224,9 @@ def write_codex_home(
         # it does not change the tool list sent to the model
         "[features]",
         "plugins = false",
+        # 0.169 otherwise retries connection failures forever ("Reconnecting... waiting for
+        # network"), ignoring request_max_retries: a dead proxy would cost the whole timeout
+        "unbounded_connection_retries = false",
         "",
     ]
     cfg = home / "config.toml"

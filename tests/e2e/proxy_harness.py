@@ -5,7 +5,8 @@ Theory of operation
 ``Proxy(config, workdir).start()`` writes the Switchboard YAML config, starts
 ``<repo>/.venv/bin/python -m app.cli serve --config ... --host 127.0.0.1 --port <free>``
 in its own process group (stdout+stderr to ``workdir/proxy.log``), polls ``GET /readyz``
-until 200, and ``stop()`` sends SIGTERM to that PID's group, then SIGKILL after 5 s.
+until 200 and ``/v1/models`` lists this instance's unique probe model (so a foreign
+server that grabbed the port is never mistaken for ours), and ``stop()`` sends SIGTERM to that PID's group, then SIGKILL after 5 s.
 A proxy that exits or never gets ready fails the test with its log attached.
 """
 
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,7 @@ class Proxy:
         self.log_path = workdir / "proxy.log"
         self.proc: subprocess.Popen | None = None
         self.startup_timeout = startup_timeout
+        self.probe = f"e2e-probe-{uuid.uuid4().hex[:12]}"
 
     @property
     def url(self) -> str:
@@ -75,12 +78,30 @@ class Proxy:
         except OSError:
             return "<no proxy log>"
 
-    def start(self) -> "Proxy":
+    def start(self, attempts: int = 3) -> "Proxy":
+        """Start and wait for readiness.  Other suites run proxies on this machine too, so
+        a free port can be taken between our probe and the bind, and a foreign proxy could
+        answer our /readyz: the config carries a probe model with a unique name, and we
+        only accept a server that lists it (and whose process is still ours and alive)."""
         why = proxy_available()
         if why:
             pytest.fail(why)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        models = self.config.get("models") or []
+        if models and not any(m["name"].startswith("e2e-probe-") for m in models):
+            self.config["models"] = models + [{"name": self.probe, "provider": models[0]["provider"]}]
         self.cfg_path.write_text(yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        failures = []
+        for _ in range(attempts):
+            ok, why = self._start_once()
+            if ok:
+                return self
+            failures.append(why)
+            self.stop()
+            self.port = free_port()
+        pytest.fail("proxy did not start:\n" + "\n---\n".join(failures))
+
+    def _start_once(self) -> tuple[bool, str]:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_PROXY") and not k.endswith("_proxy")}
         env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
         env["PYTHONUNBUFFERED"] = "1"
@@ -90,22 +111,27 @@ class Proxy:
         self.proc = subprocess.Popen(argv, cwd=str(REPO), env=env, stdout=logf, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         logf.close()
+        key = ((self.config.get("auth") or {}).get("keys") or [""])[0]
         deadline = time.monotonic() + self.startup_timeout
         last = ""
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(f"proxy exited rc={self.proc.returncode} during startup\nconfig:\n"
-                            f"{self.cfg_path.read_text()}\nlog:\n{self.log()}")
+                return False, (f"proxy exited rc={self.proc.returncode} during startup (port {self.port})\n"
+                               f"config:\n{self.cfg_path.read_text()}\nlog:\n{self.log()}")
             try:
                 r = httpx.get(f"{self.url}/readyz", timeout=1.0)
                 if r.status_code == 200:
-                    return self
-                last = f"/readyz -> {r.status_code} {r.text[:300]}"
-            except httpx.HTTPError as exc:
+                    m = httpx.get(f"{self.base_url}/models", timeout=2.0, headers={"authorization": f"Bearer {key}"})
+                    ids = [d.get("id") for d in (m.json().get("data") or [])] if m.status_code == 200 else []
+                    if self.probe in ids and self.proc.poll() is None:
+                        return True, ""
+                    last = f"/v1/models on port {self.port} -> {m.status_code}, probe model missing (foreign server?)"
+                else:
+                    last = f"/readyz -> {r.status_code} {r.text[:300]}"
+            except (httpx.HTTPError, ValueError) as exc:
                 last = repr(exc)
             time.sleep(0.1)
-        self.stop()
-        pytest.fail(f"proxy not ready after {self.startup_timeout}s ({last})\nlog:\n{self.log()}")
+        return False, f"proxy not ready after {self.startup_timeout}s ({last})\nlog:\n{self.log()}"
 
     def stop(self) -> None:
         p, self.proc = self.proc, None
