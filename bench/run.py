@@ -784,6 +784,8 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         for c in reversed(children):
             c.stop()
+        if not args.keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
     meta["elapsed_s"] = round(time.perf_counter() - t_all, 1)
     summaries = summarize(samples)
     sm = {(x["scenario"], x["side"]): x for x in summaries}
@@ -799,8 +801,6 @@ async def main_async(args: argparse.Namespace) -> int:
     (out_dir / f"latest-{mode}.md").write_text(md)
     print(md)
     print(f"JSON lines: {jsonl}", file=sys.stderr)
-    if not args.keep_workdir:
-        shutil.rmtree(workdir, ignore_errors=True)
     problems = [x for x in summaries if x.get("problems")]
     return 1 if (problems or (not args.direct_only and not proxy)) else 0
 
