@@ -763,17 +763,21 @@ class ResponsesStreamEncoder:
         self._close_msg(out, cut)
         self._close_rs(out)
         # calls never named are dropped (SPEC §7.2); the named ones behind them go out in order
+        # A call the upstream never finished is not closed when the turn did not complete:
+        # Codex builds calls from output_item.done alone (whatever its status) and would run
+        # a half-streamed call, then run it again on its retry.
         dropped = 0
         for c in self._pending:
-            if c.name:
+            if c.name and (c.ended or status == "completed"):
                 self._release(out, c)
-            else:
+            elif not c.name:
                 dropped += 1
                 self.ctx.repaired("tool_call_dropped_no_name")
         self._pending = []
-        for c in sorted(self._calls.values(), key=lambda x: x.oi):
-            if c.released and self._slots[c.oi] is None:
-                self._close_call(out, c, cut)
+        if status == "completed":
+            for c in sorted(self._calls.values(), key=lambda x: x.oi):
+                if c.released and self._slots[c.oi] is None:
+                    self._close_call(out, c, cut)
         output = [s for s in self._slots if s is not None]
         error = ev.error
         if (
