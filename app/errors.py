@@ -1,7 +1,56 @@
-"""OpenAI-shaped errors (DESIGN rule 5) and the mapping of upstream failures onto them."""
+"""OpenAI-shaped errors (DESIGN rule 5) and the mapping of upstream failures onto them.
+
+An upstream error answer (before the first byte) becomes ``ProxyError``: an HTTP status and
+an OpenAI error object ``{"error": {"message", "type", "param", "code"}}`` that carries the
+upstream's own message and the most specific well-known code we can find, because Codex
+classifies failures by ``code`` (SPEC §5.3: ``context_length_exceeded`` and
+``insufficient_quota`` are fatal, ``rate_limit_exceeded`` waits "try again in Ns", and any
+other code makes it retry the whole turn five times).
+
+Body shapes understood (``_extract``):
+
+=======================================================  ===================================
+upstream                                                 body
+=======================================================  ===================================
+OpenAI, Azure, DeepSeek, Moonshot, GLM, llama.cpp,       ``{"error": {"message", "type",
+Mantle (OpenAI-compatible)                               "code", "param"[, "innererror"]}}``
+vLLM, SGLang                                             ``{"object": "error", "message",
+                                                         "type": "BadRequestError",
+                                                         "code": 400}``
+xAI, Ollama                                              ``{"error": "<message>"[, "code":
+                                                         "<description>"]}``
+Bedrock (Mantle's AWS front)                             ``{"message": …}`` (+ ``__type`` or
+                                                         the ``x-amzn-errortype`` header)
+gateways (FastAPI style)                                 ``{"detail": "<message>"}``
+anything else                                            the first 500 bytes as text
+=======================================================  ===================================
+
+Code resolution, first match wins:
+
+1. the upstream ``code`` is already a well-known OpenAI code (``WELL_KNOWN``);
+2. the upstream ``code`` / ``type`` / AWS error type is in ``UPSTREAM_CODES`` (GLM's
+   numeric codes, Moonshot's error types, llama.cpp's, Azure's, Bedrock's exceptions);
+3. a phrase of the message (``MESSAGE_HINTS``: "maximum context length", "Prompt exceeds
+   max length", "exceeded model token limit", "insufficient balance", …);
+4. the upstream ``code`` itself when it is a specific snake_case identifier
+   (``invalid_value``, ``unsupported_parameter``…); generic ones (``invalid_request_error``,
+   ``BadRequest``, numbers, sentences) are not codes;
+5. the default of the HTTP status (``_STATUS_MAP``).
+
+401/403 always map to ``upstream_auth_failed``/``upstream_forbidden`` with HTTP 502 (the
+proxy's key to the upstream is wrong: not the client's fault, and not the client's
+``invalid_api_key``).  A resolved ``insufficient_quota``/``rate_limit_exceeded`` is answered
+with HTTP 429, ``context_length_exceeded``/``invalid_prompt`` with 400 and
+``server_is_overloaded`` with 503, whatever status the upstream chose (DeepSeek says 402
+for an empty balance, some servers 500 for an over-long prompt).  ``retry-after`` (or
+Azure's ``retry-after-ms``) is passed on, and a rate-limit message without a "try again in"
+gets one, which is what Codex parses its wait from.
+"""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import orjson
@@ -39,6 +88,7 @@ class ProxyError(Exception):
 _STATUS_MAP: dict[int, tuple[int, str, str]] = {
     400: (400, "invalid_request_error", "upstream_bad_request"),
     401: (502, "upstream_error", "upstream_auth_failed"),  # our key to them: not the client's fault
+    402: (429, "insufficient_quota", "insufficient_quota"),  # DeepSeek "Insufficient Balance"
     403: (502, "upstream_error", "upstream_forbidden"),
     404: (404, "invalid_request_error", "model_not_found"),
     408: (504, "upstream_error", "upstream_timeout"),
@@ -49,55 +99,171 @@ _STATUS_MAP: dict[int, tuple[int, str, str]] = {
     502: (502, "upstream_error", "server_error"),
     503: (503, "upstream_error", "server_is_overloaded"),
     504: (504, "upstream_error", "upstream_timeout"),
+    529: (503, "upstream_error", "server_is_overloaded"),
 }
+_AUTH_STATUSES = frozenset({401, 403})
 
-# words in an upstream message that identify a well-known OpenAI code (SPEC §5.3: Codex
-# classifies by code; a generic one makes it retry five times)
-_CODE_HINTS: tuple[tuple[str, str], ...] = (
-    ("context_length_exceeded", "context_length_exceeded"),
-    ("maximum context length", "context_length_exceeded"),
-    ("context window", "context_length_exceeded"),
-    ("too many tokens", "context_length_exceeded"),
-    ("insufficient_quota", "insufficient_quota"),
-    ("exceeded your current quota", "insufficient_quota"),
-    ("rate limit", "rate_limit_exceeded"),
-    ("invalid_encrypted_content", "invalid_encrypted_content"),
+# codes Codex (and the OpenAI SDKs) act on; passed through as is
+WELL_KNOWN = frozenset(
+    {
+        "context_length_exceeded",
+        "insufficient_quota",
+        "usage_not_included",
+        "invalid_prompt",
+        "cyber_policy",
+        "server_is_overloaded",
+        "slow_down",
+        "rate_limit_exceeded",
+        "invalid_encrypted_content",
+    }
 )
 
+# an upstream's own code / type / AWS error type → the OpenAI code (evidence: docs/providers.md)
+UPSTREAM_CODES: dict[str, str] = {
+    # GLM (Zhipu / Z.ai) business codes, sent as strings in error.code
+    "1113": "insufficient_quota",  # account in arrears / no balance
+    "1211": "model_not_found",
+    "1261": "context_length_exceeded",  # "Prompt exceeds max length"
+    "1301": "invalid_prompt",  # content judged unsafe
+    "1302": "rate_limit_exceeded",  # too many concurrent requests
+    "1303": "rate_limit_exceeded",  # request frequency too high
+    "1304": "insufficient_quota",  # daily call quota used up
+    "1305": "rate_limit_exceeded",  # too many requests (traffic)
+    # Moonshot error types (error.type)
+    "rate_limit_reached_error": "rate_limit_exceeded",
+    "exceeded_current_quota_error": "insufficient_quota",
+    "engine_overloaded_error": "server_is_overloaded",
+    "content_filter": "invalid_prompt",  # also Azure's error.code
+    "resource_not_found_error": "model_not_found",
+    # OpenAI (older bodies carry it as the type)
+    "insufficient_quota": "insufficient_quota",
+    # llama.cpp server
+    "exceed_context_size_error": "context_length_exceeded",
+    # Azure
+    "ResponsibleAIPolicyViolation": "invalid_prompt",
+    "DeploymentNotFound": "model_not_found",
+    # Bedrock (x-amzn-errortype / __type)
+    "ThrottlingException": "rate_limit_exceeded",
+    "ServiceQuotaExceededException": "rate_limit_exceeded",
+    "ModelNotReadyException": "server_is_overloaded",
+    "ServiceUnavailableException": "server_is_overloaded",
+}
 
-def upstream_error(status: int, body: bytes, headers: Any, provider: str) -> ProxyError:
-    """Map an upstream HTTP error answer to the OpenAI error the client gets."""
-    mapped = _STATUS_MAP.get(status) or ((status, "invalid_request_error", "upstream_error") if status < 500 else (502, "upstream_error", "server_error"))
-    out_status, etype, code = mapped
-    message = ""
-    param = None
+# phrases of an upstream message (lower case) → code
+MESSAGE_HINTS: tuple[tuple[str, str], ...] = (
+    ("context_length_exceeded", "context_length_exceeded"),
+    ("maximum context length", "context_length_exceeded"),  # OpenAI, DeepSeek, vLLM
+    ("maximum model length", "context_length_exceeded"),  # vLLM ("longer than the maximum model length")
+    ("maximum prompt length", "context_length_exceeded"),  # xAI
+    ("context window", "context_length_exceeded"),
+    ("context size", "context_length_exceeded"),  # llama.cpp "exceeds the available context size"
+    ("exceeded model token limit", "context_length_exceeded"),  # Moonshot
+    ("prompt exceeds max length", "context_length_exceeded"),  # GLM 1261
+    ("input is too long", "context_length_exceeded"),  # Bedrock
+    ("prompt is too long", "context_length_exceeded"),
+    ("too many tokens", "context_length_exceeded"),
+    ("exceeds the maximum allowed length", "context_length_exceeded"),  # SGLang
+    ("insufficient_quota", "insufficient_quota"),
+    ("exceeded your current quota", "insufficient_quota"),  # OpenAI
+    ("insufficient balance", "insufficient_quota"),  # DeepSeek 402
+    ("used all available credits", "insufficient_quota"),  # xAI
+    ("spending limit", "insufficient_quota"),  # xAI
+    ("content management policy", "invalid_prompt"),  # Azure content filter
+    ("invalid_encrypted_content", "invalid_encrypted_content"),
+    ("rate limit", "rate_limit_exceeded"),
+    ("too many requests", "rate_limit_exceeded"),
+    ("overloaded", "server_is_overloaded"),
+)
+
+# a resolved code fixes the status the client sees
+_CODE_STATUS: dict[str, tuple[int, str]] = {
+    "context_length_exceeded": (400, "invalid_request_error"),
+    "invalid_prompt": (400, "invalid_request_error"),
+    "insufficient_quota": (429, "insufficient_quota"),
+    "rate_limit_exceeded": (429, "rate_limit_error"),
+    "server_is_overloaded": (503, "upstream_error"),
+}
+
+_GENERIC = frozenset(
+    {"invalid_request_error", "invalid_request", "bad_request", "error", "unknown_error", "upstream_error",
+     "server_error", "internal_error", "internal_server_error", "api_error", "invalid_parameter"}
+)  # fmt: skip
+_IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
+_TRY_AGAIN = re.compile(r"try again in\s*\d", re.IGNORECASE)
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _extract(body: bytes) -> tuple[str, list[str], str | None, str | None]:
+    """(message, candidate codes/types in priority order, the upstream code, param)."""
     try:
         obj = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
         obj = None
-    err = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(obj, dict):
+        return body[:500].decode("utf-8", "replace").strip(), [], None, None
+    err = obj.get("error")
     if isinstance(err, dict):
-        message = str(err.get("message") or "")
-        if isinstance(err.get("code"), str) and err["code"]:
-            code = err["code"]
-        elif isinstance(err.get("type"), str) and err["type"] in {c for _, c in _CODE_HINTS}:
-            code = err["type"]
-        param = err.get("param") if isinstance(err.get("param"), str) else None
-    elif isinstance(err, str):
-        message = err
-    elif isinstance(obj, dict) and isinstance(obj.get("message"), str):
-        message = obj["message"]
-    else:
-        message = body[:500].decode("utf-8", "replace").strip()
+        inner = err.get("innererror") if isinstance(err.get("innererror"), dict) else {}
+        code = _str(err.get("code"))
+        cands = [c for c in (code, _str(err.get("type")), _str(inner.get("code"))) if c]
+        return str(err.get("message") or ""), cands, code, _str(err.get("param"))
+    if isinstance(err, str):  # xAI {"code": "<description>", "error": "<message>"}, Ollama
+        code = _str(obj.get("code"))
+        return err, [c for c in (code,) if c], code, None
+    for key in ("message", "detail", "Message"):
+        if isinstance(obj.get(key), str):
+            aws = _str(obj.get("__type"))
+            cands = [c for c in (_str(obj.get("code")), _str(obj.get("type")), aws.rsplit("#", 1)[-1] if aws else None) if c]
+            return obj[key], cands, _str(obj.get("code")), _str(obj.get("param"))
+    return body[:500].decode("utf-8", "replace").strip(), [], None, None
+
+
+def _resolve(cands: list[str], code: str | None, message: str, default: str) -> str:
+    for c in cands:
+        if c in WELL_KNOWN:
+            return c
+    for c in cands:
+        if c in UPSTREAM_CODES:
+            return UPSTREAM_CODES[c]
     low = message.lower()
-    if code in ("upstream_bad_request", "upstream_error", "server_error", None):
-        for hint, c in _CODE_HINTS:
-            if hint in low:
-                code = c
-                break
+    for hint, c in MESSAGE_HINTS:
+        if hint in low:
+            return c
+    if code and _IDENT.match(code) and code not in _GENERIC:
+        return code
+    return default
+
+
+def upstream_error(status: int, body: bytes, headers: Any, provider: str) -> ProxyError:
+    """Map an upstream HTTP error answer to the OpenAI error the client gets."""
+    mapped = _STATUS_MAP.get(status) or (
+        (status, "invalid_request_error", "upstream_error") if status < 500 else (502, "upstream_error", "server_error")
+    )
+    out_status, etype, default = mapped
+    message, cands, code, param = _extract(body)
+    aws = headers.get("x-amzn-errortype") if headers is not None else None
+    if aws:
+        cands.append(aws.split(":", 1)[0])
+    if status in _AUTH_STATUSES:
+        resolved = default
+    else:
+        resolved = _resolve(cands, code, message, default)
+        if resolved in _CODE_STATUS:
+            out_status, etype = _CODE_STATUS[resolved]
     extra: dict[str, str] = {}
     retry = headers.get("retry-after") if headers is not None else None
+    if not retry and headers is not None and headers.get("retry-after-ms"):
+        try:
+            retry = str(max(1, math.ceil(float(headers["retry-after-ms"]) / 1000)))
+        except ValueError:
+            retry = None
     if retry:
         extra["retry-after"] = retry
+        if resolved == "rate_limit_exceeded" and retry.isdigit() and not _TRY_AGAIN.search(message):
+            message = f"{message.rstrip()} Please try again in {retry}s." if message else f"Please try again in {retry}s."
     prefix = f"upstream {provider} answered HTTP {status}"
-    return ProxyError(out_status, f"{prefix}: {message}" if message else prefix, type=etype, code=code, param=param, headers=extra)
+    return ProxyError(out_status, f"{prefix}: {message}" if message else prefix, type=etype, code=resolved,
+                      param=param, headers=extra)

@@ -46,15 +46,17 @@ URLs: ``{base_url}/chat/completions`` and ``{base_url}/responses``; with ``deplo
 and ``{base_url}/openai/responses`` (Azure's Responses route is not per deployment; the
 deployment name goes in ``model``), ``base_url`` being the resource endpoint (a trailing
 ``/openai`` is tolerated).  A profile's ``deployment_query`` (Azure: ``api-version``) is
-added to a deployment URL unless the provider's ``query`` sets that key.  The Azure v1
-route needs none of this: ``base_url: https://<resource>.openai.azure.com/openai/v1``.
+merged into the provider's query for a deployment route unless ``query`` sets that key
+(``upstream_query``; the query travels as httpx ``params``, which REPLACE a URL's own
+query, so it is never baked into the URL).  The Azure v1 route needs none of this:
+``base_url: https://<resource>.openai.azure.com/openai/v1``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 __all__ = [
     "MODEL_QUIRKS",
@@ -64,6 +66,7 @@ __all__ = [
     "Profile",
     "QuirkSet",
     "auth_headers",
+    "upstream_query",
     "upstream_url",
 ]
 
@@ -213,17 +216,21 @@ def auth_headers(profile: str, api_key: str | None) -> dict[str, str]:
     return {}
 
 
-def upstream_url(
-    profile: str, base_url: str | None, protocol: str, deployment: str | None = None, query: dict[str, str] | None = None
-) -> str:
-    """The URL the proxy POSTs to (``query`` = the provider's own query, sent by the caller;
-    only the profile's missing defaults are added here)."""
+def upstream_url(profile: str, base_url: str | None, protocol: str, deployment: str | None = None) -> str:
+    """The URL the proxy POSTs to, without query (see ``upstream_query``)."""
     base = (base_url or "http://demo.invalid/v1").rstrip("/")
     if not deployment:
         return base + PATHS[protocol]
     if base.endswith("/openai"):
         base = base[: -len("/openai")]
-    url = base + DEPLOYMENT_PATHS[protocol].format(deployment=deployment)
-    given = {k.lower() for k in (query or {})}
-    extra = [(k, v) for k, v in PROFILES[profile].deployment_query if k.lower() not in given]
-    return f"{url}?{urlencode(extra)}" if extra else url
+    return base + DEPLOYMENT_PATHS[protocol].format(deployment=deployment)
+
+
+def upstream_query(profile: str, deployment: str | None, query: dict[str, str]) -> dict[str, str]:
+    """The provider's query plus the profile's defaults for a deployment route (Azure's
+    ``api-version``); the provider's own values win."""
+    if not deployment or not PROFILES[profile].deployment_query:
+        return query
+    given = {k.lower() for k in query}
+    extra = {k: v for k, v in PROFILES[profile].deployment_query if k.lower() not in given}
+    return {**extra, **query} if extra else query

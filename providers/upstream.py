@@ -16,7 +16,7 @@ import httpx
 from app.config import Config, ModelCfg, ProviderCfg
 from providers.catalog import ModelInfo, catalog_entry
 from providers.demo import DemoTransport
-from providers.profiles import Override, QuirkSet, auth_headers, upstream_url
+from providers.profiles import Override, QuirkSet, auth_headers, upstream_query, upstream_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +41,8 @@ class Provider:
         return client_protocol if client_protocol in protos else protos[0]
 
     def url(self, protocol: str) -> str:
-        # the provider's own ``query`` is sent as params by the caller (httpx merges them)
-        return upstream_url(self.cfg.profile, self.cfg.base_url, protocol, self.cfg.deployment, self.cfg.query)
+        # without query: ``cfg.query`` (profile defaults merged in at build) goes as params
+        return upstream_url(self.cfg.profile, self.cfg.base_url, protocol, self.cfg.deployment)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +79,9 @@ class Router:
         r.clients = [shared, demo]
         providers: dict[str, Provider] = {}
         for p in config.providers:
+            query = upstream_query(p.profile, p.deployment, p.query)
+            if query is not p.query:
+                p = p.model_copy(update={"query": query})
             t = p.timeouts
             providers[p.name] = Provider(
                 cfg=p,

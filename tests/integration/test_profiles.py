@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import structlog
 
 from transformers.context import QUIRKS
 from transformers.envelope import seal
@@ -30,6 +31,14 @@ CODEX_TOOLS: list[dict[str, Any]] = json.loads((FIXTURES / "codex_tools_0.169.js
 MANTLE_STREAM = [json.loads(line) for line in (FIXTURES / "responses_mantle_function_call.jsonl").read_text().splitlines() if line]
 ENVELOPE = seal("earlier reasoning from a chat upstream", b"k")
 RAW_PATCH = '*** Begin Patch\n*** Add File: a.txt\n+h\u00e9llo "q" \\ \u2713\n*** End Patch'
+
+
+@pytest.fixture(autouse=True)
+def _logging_to_live_stream() -> None:
+    # test_logging.py binds structlog to a capsys stream that is closed after it; log to the
+    # live stdout again (structlog's default) so these tests do not depend on file order
+    structlog.reset_defaults()
+
 
 # -- client requests -------------------------------------------------------------------------
 

@@ -1,0 +1,309 @@
+"""Provider profiles as data: quirk resolution (profile, base URL, model id, config
+overrides with model globs), URLs and auth per profile, the model catalogue, and the
+mapping of each provider's error bodies onto OpenAI errors (SPEC §5.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from app import config as app_config
+from app.errors import UPSTREAM_CODES, WELL_KNOWN, upstream_error
+from providers.catalog import BUILTIN, catalog_entry
+from providers.profiles import MODEL_QUIRKS, PROFILES, Override, QuirkSet, auth_headers, upstream_query, upstream_url
+from transformers.context import QUIRKS
+
+# -- the tables themselves -------------------------------------------------------------------
+
+
+def test_profiles_match_config_and_quirk_names() -> None:
+    assert set(PROFILES) == set(app_config.PROFILES)
+    for p in PROFILES.values():
+        assert p.quirks <= QUIRKS, p.name
+        assert p.auth in ("bearer", "api-key", "none")
+        assert set(p.protocols) <= {"chat", "responses"}
+        for _, q in p.url_quirks:
+            assert q <= QUIRKS
+    for _, q in MODEL_QUIRKS:
+        assert q <= QUIRKS
+    assert PROFILES["openai-compatible"].quirks == frozenset()  # nothing assumed
+
+
+# -- quirk resolution ------------------------------------------------------------------------
+
+O = Override  # noqa: E741
+RESOLVE: list[tuple[str, str, str, str, tuple[Override, ...], Override | None, frozenset[str]]] = [
+    # id, profile, base_url, upstream model, provider overrides, model override → quirks
+    ("kimi-selfhosted", "kimi", "http://10.0.0.5:8000/v1", "kimi-k2.6", (), None,
+     frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system"})),
+    ("kimi-moonshot-ai", "kimi", "https://api.moonshot.ai/v1", "kimi-k2.6", (), None,
+     frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system",
+                "moonshot_fields", "schema_strict_subset"})),
+    ("kimi-moonshot-cn", "kimi", "https://API.MOONSHOT.CN/v1", "kimi-k2.6", (), None,
+     frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system",
+                "moonshot_fields", "schema_strict_subset"})),
+    ("kimi-code", "kimi", "https://api.kimi.com/coding/v1", "kimi-for-coding", (), None,
+     frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system",
+                "moonshot_fields", "schema_strict_subset"})),
+    ("moonshot-lookalike-host", "kimi", "https://api.moonshot.ai.evil.example/v1", "kimi-k2.6", (), None,
+     frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system"})),
+    ("openai-compatible-moonshot-url", "openai-compatible", "https://api.moonshot.ai/v1", "x", (), None,
+     frozenset()),
+    ("generic-nothing", "openai-compatible", "http://127.0.0.1:8000/v1", "qwen3-coder", (), None, frozenset()),
+    ("mimo-id-any-provider", "openai-compatible", "https://opencode.example/v1", "mimo-v2.6-flash", (), None,
+     frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
+    ("mimo-id-behind-gateway", "openai-compatible", "https://gw/v1", "xiaomi/MiMo-V2.6-Pro", (), None,
+     frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
+    ("kimi-id-any-provider", "openai-compatible", "https://gw/v1", "moonshotai/kimi-k2.6", (), None,
+     frozenset({"reasoning_replay"})),
+    ("provider-enable", "openai-compatible", "", "m", (O(enable=frozenset({"inline_think"})),), None,
+     frozenset({"inline_think"})),
+    ("provider-disable-profile-default", "kimi", "", "k", (O(disable=frozenset({"kimi_request"})),), None,
+     frozenset({"reasoning_replay", "max_completion_tokens", "developer_to_system"})),
+    ("provider-disable-model-id-quirk", "openai-compatible", "", "mimo-v2.6-pro",
+     (O(disable=frozenset({"mimo_raw_patch"})),), None,
+     frozenset({"invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
+    ("provider-glob-matches", "openai-compatible", "", "mimo-v2.6-pro",
+     (O(enable=frozenset({"thinking_param"}), models=("mimo-v2.6-*",)),), None,
+     frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay", "thinking_param"})),
+    ("provider-glob-misses", "openai-compatible", "", "qwen3",
+     (O(enable=frozenset({"thinking_param"}), models=("mimo-v2.6-*",)),), None, frozenset()),
+    ("provider-glob-on-public-name", "openai-compatible", "", "Qwen/Qwen3-Coder",
+     (O(enable=frozenset({"inline_think"}), models=("local-*",)),), None, frozenset({"inline_think"})),
+    ("overrides-in-order", "openai-compatible", "", "m",
+     (O(enable=frozenset({"inline_think", "system_at_head"})), O(disable=frozenset({"inline_think"}))), None,
+     frozenset({"system_at_head"})),
+    ("model-override-wins", "openai-compatible", "", "m", (O(enable=frozenset({"inline_think"})),),
+     O(disable=frozenset({"inline_think"}), enable=frozenset({"strict_tool_ids"})), frozenset({"strict_tool_ids"})),
+    ("moonshot-fields-off-by-config", "kimi", "https://api.moonshot.ai/v1", "kimi-k2.6",
+     (O(disable=frozenset({"moonshot_fields"})),), None,
+     frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system",
+                "schema_strict_subset"})),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("profile, base, model, overrides, model_override, want", [r[1:] for r in RESOLVE],
+                         ids=[r[0] for r in RESOLVE])  # fmt: skip
+def test_resolve(profile: str, base: str, model: str, overrides: tuple[Override, ...],
+                 model_override: Override | None, want: frozenset[str]) -> None:  # fmt: skip
+    public = "local-qwen" if model == "Qwen/Qwen3-Coder" else model
+    assert QuirkSet(profile, overrides, base).resolve(model, public, model_override) == want
+
+
+# -- URLs and auth ---------------------------------------------------------------------------
+
+URLS = [
+    ("openai-chat", "openai", "https://api.openai.com/v1/", "chat", None, "https://api.openai.com/v1/chat/completions"),
+    ("openai-responses", "openai", "https://api.openai.com/v1", "responses", None, "https://api.openai.com/v1/responses"),
+    ("azure-deployment-chat", "azure", "https://r.openai.azure.com", "chat", "dep",
+     "https://r.openai.azure.com/openai/deployments/dep/chat/completions"),
+    ("azure-deployment-trailing-openai", "azure", "https://r.openai.azure.com/openai/", "chat", "dep",
+     "https://r.openai.azure.com/openai/deployments/dep/chat/completions"),
+    ("azure-deployment-responses", "azure", "https://r.openai.azure.com", "responses", "dep",
+     "https://r.openai.azure.com/openai/responses"),
+    ("azure-v1", "azure", "https://r.openai.azure.com/openai/v1", "responses", None,
+     "https://r.openai.azure.com/openai/v1/responses"),
+    ("mantle", "bedrock-mantle", "https://bedrock-mantle.us-east-1.api.aws/v1", "responses", None,
+     "https://bedrock-mantle.us-east-1.api.aws/v1/responses"),
+    ("glm", "glm", "https://open.bigmodel.cn/api/paas/v4", "chat", None,
+     "https://open.bigmodel.cn/api/paas/v4/chat/completions"),
+    ("demo", "demo", None, "chat", None, "http://demo.invalid/v1/chat/completions"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("profile, base, protocol, deployment, want", [u[1:] for u in URLS], ids=[u[0] for u in URLS])
+def test_upstream_url(profile: str, base: str | None, protocol: str, deployment: str | None, want: str) -> None:
+    assert upstream_url(profile, base, protocol, deployment) == want
+
+
+@pytest.mark.parametrize(
+    "profile, deployment, query, want",
+    [
+        ("azure", "dep", {}, {"api-version": "2025-04-01-preview"}),
+        ("azure", "dep", {"x": "1"}, {"api-version": "2025-04-01-preview", "x": "1"}),
+        ("azure", "dep", {"API-Version": "2024-10-21"}, {"API-Version": "2024-10-21"}),
+        ("azure", None, {}, {}),  # the v1 route needs no api-version
+        ("openai-compatible", "dep", {"x": "1"}, {"x": "1"}),
+    ],
+)
+def test_upstream_query(profile: str, deployment: str | None, query: dict[str, str], want: dict[str, str]) -> None:
+    assert upstream_query(profile, deployment, query) == want
+
+
+def test_query_is_params_not_url() -> None:
+    """httpx params REPLACE a URL's query: the whole query must travel as params."""
+    assert str(httpx.Request("POST", "https://a/b?api-version=1", params={"x": "1"}).url) == "https://a/b?x=1"
+
+
+@pytest.mark.parametrize(
+    "profile, key, want",
+    [
+        ("openai", "k", {"authorization": "Bearer k"}),
+        ("azure", "k", {"api-key": "k"}),
+        ("bedrock-mantle", "k", {"authorization": "Bearer k"}),
+        ("kimi", None, {}),
+        ("openai-compatible", "", {}),
+        ("demo", "k", {}),
+    ],
+)
+def test_auth_headers(profile: str, key: str | None, want: dict[str, str]) -> None:
+    assert auth_headers(profile, key) == want
+
+
+# -- catalogue -------------------------------------------------------------------------------
+
+
+class _M:
+    def __init__(self, name: str, **kw: Any) -> None:
+        self.name = name
+        for k in ("context_window", "max_output_tokens", "reasoning", "parallel_tool_calls", "modalities"):
+            setattr(self, k, kw.get(k))
+
+
+@pytest.mark.parametrize(
+    "public, upstream, kw, want",
+    [
+        ("mimo-v2.6-pro", "mimo-v2.6-pro", {}, (1_048_576, 131_072, False, ["text", "image"])),
+        ("mimo", "xiaomi/mimo-v2.6-flash", {}, (1_048_576, 131_072, False, ["text", "image"])),
+        ("gpt-5.5", "gpt5-prod", {}, (400_000, 128_000, True, ["text", "image"])),  # Azure deployment name
+        ("deepseek-chat", "deepseek-chat", {}, (131_072, 8_192, True, ["text"])),
+        ("deepseek-reasoner", "deepseek-reasoner", {}, (131_072, 65_536, True, ["text"])),
+        ("kimi-k2.6", "kimi-k2.6", {"max_output_tokens": 8192}, (262_144, 8_192, True, ["text"])),
+        ("local", "qwen3", {"context_window": 32768, "parallel_tool_calls": False}, (32_768, None, False, ["text"])),
+    ],
+)
+def test_catalogue(public: str, upstream: str, kw: dict[str, Any], want: tuple[Any, ...]) -> None:
+    info = catalog_entry(_M(public, **kw), upstream, "p")
+    c = info.codex()
+    assert (c["context_window"], c["max_output_tokens"], c["supports_parallel_tool_calls"], c["input_modalities"]) == want
+    assert info.openai() == {"id": public, "object": "model", "created": 0, "owned_by": "p"}
+
+
+def test_catalogue_globs_are_lower_case() -> None:
+    assert all(g == g.lower() for g, _ in BUILTIN)
+
+
+# -- error mapping per provider --------------------------------------------------------------
+
+ERRORS: list[tuple[str, int, Any, dict[str, str], int, str, str]] = [
+    # id, upstream status, body, headers → client status, code, a substring of the message
+    ("openai-context", 400, {"error": {"message": "This model's maximum context length is 128000 tokens.",
+                                       "type": "invalid_request_error", "param": "messages",
+                                       "code": "context_length_exceeded"}}, {}, 400, "context_length_exceeded",
+     "maximum context length is 128000"),
+    ("openai-specific-code-kept", 400, {"error": {"message": "bad", "type": "invalid_request_error",
+                                                  "code": "invalid_value", "param": "tools"}}, {}, 400,
+     "invalid_value", "bad"),
+    ("openai-rate-limit", 429, {"error": {"message": "Rate limit reached. Please try again in 1.2s.",
+                                          "type": "requests", "code": "rate_limit_exceeded"}},
+     {"retry-after": "2"}, 429, "rate_limit_exceeded", "Please try again in 1.2s."),
+    ("openai-quota", 429, {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota",
+                                     "code": "insufficient_quota"}}, {}, 429, "insufficient_quota", "current quota"),
+    ("openai-auth-not-client-key", 401, {"error": {"message": "Incorrect API key", "code": "invalid_api_key"}}, {},
+     502, "upstream_auth_failed", "Incorrect API key"),
+    ("azure-429-numeric-code-retry-after-ms", 429,
+     {"error": {"code": "429", "message": "Requests have exceeded token rate limit of your current tier."}},
+     {"retry-after-ms": "6500"}, 429, "rate_limit_exceeded", "Please try again in 7s."),
+    ("azure-content-filter", 400, {"error": {"code": "content_filter", "message": "The response was filtered due to "
+                                             "the prompt triggering Azure OpenAI's content management policy.",
+                                             "innererror": {"code": "ResponsibleAIPolicyViolation"}}}, {}, 400,
+     "invalid_prompt", "content management policy"),
+    ("azure-deployment-not-found", 404, {"error": {"code": "DeploymentNotFound", "message": "The API deployment for "
+                                                   "this resource does not exist."}}, {}, 404, "model_not_found",
+     "does not exist"),
+    ("moonshot-context", 400, {"error": {"message": "Invalid request: Your request exceeded model token limit: 262144",
+                                         "type": "invalid_request_error"}}, {}, 400, "context_length_exceeded",
+     "exceeded model token limit"),
+    ("moonshot-rate", 429, {"error": {"message": "Your account org-1 request reached organization max RPM: 3",
+                                      "type": "rate_limit_reached_error"}}, {}, 429, "rate_limit_exceeded",
+     "max RPM"),
+    ("moonshot-quota", 429, {"error": {"message": "Your account org-1 is suspended, please check your balance",
+                                       "type": "exceeded_current_quota_error"}}, {}, 429, "insufficient_quota",
+     "balance"),
+    ("moonshot-overloaded", 429, {"error": {"message": "The engine is currently overloaded, please try again later",
+                                            "type": "engine_overloaded_error"}}, {}, 503, "server_is_overloaded",
+     "overloaded"),
+    ("moonshot-content-filter", 400, {"error": {"message": "The request was rejected because it was considered high "
+                                                "risk", "type": "content_filter"}}, {}, 400, "invalid_prompt",
+     "high risk"),
+    ("deepseek-context-generic-code", 400, {"error": {"message": "This model's maximum context length is 131072 "
+                                                      "tokens. However, you requested 140000 tokens.",
+                                                      "type": "invalid_request_error", "param": None,
+                                                      "code": "invalid_request_error"}}, {}, 400,
+     "context_length_exceeded", "131072"),
+    ("deepseek-balance-402", 402, {"error": {"message": "Insufficient Balance", "type": "unknown_error",
+                                             "param": None, "code": "invalid_request_error"}}, {}, 429,
+     "insufficient_quota", "Insufficient Balance"),
+    ("deepseek-generic-400-not-a-code", 400, {"error": {"message": "Invalid max_tokens value",
+                                                        "type": "invalid_request_error",
+                                                        "code": "invalid_request_error"}}, {}, 400,
+     "upstream_bad_request", "max_tokens"),
+    ("glm-1261", 400, {"error": {"code": "1261", "message": "Prompt exceeds max length"}}, {}, 400,
+     "context_length_exceeded", "Prompt exceeds max length"),
+    ("glm-1302", 429, {"error": {"code": "1302", "message": "您当前使用该API的并发数过高"}}, {}, 429,
+     "rate_limit_exceeded", "并发数"),
+    ("glm-1113", 429, {"error": {"code": "1113", "message": "您的账户已欠费"}}, {}, 429, "insufficient_quota", "欠费"),
+    ("glm-1301", 400, {"error": {"code": "1301", "message": "系统检测到输入或生成内容可能包含不安全或敏感内容"}}, {},
+     400, "invalid_prompt", "不安全"),
+    ("vllm-context", 400, {"object": "error", "message": "This model's maximum context length is 32768 tokens. However,"
+                           " you requested 40000 tokens.", "type": "BadRequestError", "param": None, "code": 400},
+     {}, 400, "context_length_exceeded", "32768"),
+    ("vllm-max-model-len", 400, {"object": "error", "message": "The decoder prompt (length 40000) is longer than the "
+                                 "maximum model length of 32768.", "type": "BadRequestError", "code": 400}, {}, 400,
+     "context_length_exceeded", "decoder prompt"),
+    ("vllm-other", 400, {"object": "error", "message": "tool_choice auto requires --enable-auto-tool-choice",
+                         "type": "BadRequestError", "code": 400}, {}, 400, "upstream_bad_request",
+     "--enable-auto-tool-choice"),
+    ("sglang-context", 400, {"object": "error", "message": "Input length (40000 tokens) exceeds the maximum allowed "
+                             "length (32768 tokens).", "type": "BadRequestError", "code": 400}, {}, 400,
+     "context_length_exceeded", "Input length"),
+    ("llamacpp-context", 400, {"error": {"code": 400, "message": "the request exceeds the available context size, try "
+                                         "increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 9000,
+                                         "n_ctx": 8192}}, {}, 400, "context_length_exceeded", "context size"),
+    ("ollama-string-error", 500, {"error": "model requires more system memory"}, {}, 502, "server_error",
+     "system memory"),
+    ("xai-context", 400, {"code": "Client specified an invalid argument", "error": "This model's maximum prompt "
+                          "length is 131072 but the request contains 140000 tokens."}, {}, 400,
+     "context_length_exceeded", "maximum prompt length"),
+    ("xai-credits", 429, {"code": "Some resource has been exhausted", "error": "Your team has either used all "
+                          "available credits or reached its monthly spending limit."}, {}, 429, "insufficient_quota",
+     "credits"),
+    ("mantle-bedrock-throttling", 429, {"message": "Too many requests, please wait before trying again."},
+     {"x-amzn-errortype": "ThrottlingException:http://internal.amazon.com/coral/com.amazonaws.bedrock/",
+      "retry-after": "3"}, 429, "rate_limit_exceeded", "Please try again in 3s."),
+    ("mantle-bedrock-validation-too-long", 400, {"message": "Input is too long for requested model."},
+     {"x-amzn-errortype": "ValidationException"}, 400, "context_length_exceeded", "too long"),
+    ("mantle-openai-shape", 400, {"error": {"message": "Invalid 'tools[0].name'", "type": "invalid_request_error",
+                                            "code": "invalid_value"}}, {}, 400, "invalid_value", "tools[0].name"),
+    ("gateway-detail", 400, {"detail": "prompt is too long: 300000 tokens > 200000 maximum"}, {}, 400,
+     "context_length_exceeded", "prompt is too long"),
+    ("plain-text-502", 502, b"<html>Bad Gateway</html>", {}, 502, "server_error", "Bad Gateway"),
+    ("plain-text-overloaded", 503, b"overloaded", {}, 503, "server_is_overloaded", "overloaded"),
+    ("server-500-context", 500, {"error": {"message": "maximum context length exceeded"}}, {}, 400,
+     "context_length_exceeded", "maximum context length"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("status, body, headers, want_status, want_code, want_text", [e[1:] for e in ERRORS],
+                         ids=[e[0] for e in ERRORS])  # fmt: skip
+def test_upstream_error_mapping(status: int, body: Any, headers: dict[str, str], want_status: int, want_code: str,
+                                want_text: str) -> None:  # fmt: skip
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    e = upstream_error(status, raw, httpx.Headers(headers), "prov")
+    assert (e.status, e.code) == (want_status, want_code)
+    assert e.message.startswith(f"upstream prov answered HTTP {status}")
+    assert want_text in e.message
+    out = orjson.loads(e.body("req_1"))["error"]
+    assert set(out) == {"message", "type", "param", "code", "request_id"}
+    if want_code == "rate_limit_exceeded":
+        assert e.type == "rate_limit_error"
+    if "retry-after" in headers or "retry-after-ms" in headers:
+        assert e.headers["retry-after"] == headers.get("retry-after", "7")
+
+
+def test_error_tables_map_to_known_or_specific_codes() -> None:
+    for code in UPSTREAM_CODES.values():
+        assert code in WELL_KNOWN or code == "model_not_found"
