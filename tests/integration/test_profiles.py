@@ -257,7 +257,7 @@ def b_kimi_chat(model: str, *, moonshot: bool, max_key: str = "max_completion_to
     return check
 
 
-def b_kimi_to_responses(model: str, *, mantle: bool = False) -> Callable[[dict[str, Any]], None]:
+def b_kimi_to_responses(model: str) -> Callable[[dict[str, Any]], None]:
     def check(b: dict[str, Any]) -> None:
         assert b["model"] == model and b["instructions"] == "You are Kimi."
         assert [i["type"] for i in b["input"]] == ["message", "function_call", "function_call_output"]
@@ -319,14 +319,6 @@ def c_codex_deepseek_cache(r: httpx.Response) -> None:
     assert v["final"]["usage"] == {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 9},
                                    "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
                                    "total_tokens": 25}  # prompt_cache_hit_tokens → cached_tokens
-
-
-def both(*checks: Callable[[Any], None]) -> Callable[[Any], None]:
-    def run(x: Any) -> None:
-        for c in checks:
-            c(x)
-
-    return run
 
 
 def b_mimo(b: dict[str, Any]) -> None:
@@ -438,7 +430,7 @@ CASES: list[Case] = [
                              "base_url": "https://bedrock-mantle.us-east-1.api.aws/v1", "api_key": "br-key"},
          {"name": "gpt-oss-120b", "provider": "mantle", "upstream_model": "openai.gpt-oss-120b"}, "chat",
          kimi_request("gpt-oss-120b"), "https://bedrock-mantle.us-east-1.api.aws/v1/responses",
-         ("authorization", "Bearer br-key"), b_kimi_to_responses("openai.gpt-oss-120b", mantle=True),
+         ("authorization", "Bearer br-key"), b_kimi_to_responses("openai.gpt-oss-120b"),
          responses_answer, c_kimi_from_responses),
     # -- kimi -----------------------------------------------------------------------------------
     Case("kimi-vllm-codex", P_KIMI_VLLM, {"name": "kimi-k2.6", "provider": "k2"}, "responses",
@@ -535,3 +527,353 @@ def test_every_profile_has_a_case() -> None:
 
     covered = {c.provider["profile"] for c in CASES}
     assert covered == set(PROFILES) - {"demo"}
+
+
+# -- one test per quirk, on and off, switched by config only ----------------------------------
+
+Q_CHAT = {"name": "q", "profile": "openai-compatible", "protocol": "chat", "base_url": "http://q.test/v1"}
+Q_RESP = {**Q_CHAT, "protocol": "responses"}
+INVALID_ENC = {"error": {"message": "The encrypted content could not be verified.", "type": "invalid_request_error",
+                         "code": "invalid_encrypted_content", "param": None}}
+BAD_ARGS = "{\"cmd\":\"echo a\x01b\"}"  # a raw control character: not JSON (T3-9)
+ROOT_ONEOF = {"type": "function", "function": {"name": "automation_update", "parameters": {
+    "oneOf": [{"properties": {"id": {"type": "string"}}, "required": ["id"]},
+              {"properties": {"id": {"type": "string"}, "rrule": {"type": "string"}}, "required": ["id", "rrule"]}]}}}
+
+
+def _codex_no_reasoning() -> dict[str, Any]:
+    req = codex_request("m")
+    del req["input"][2]
+    return req
+
+
+def _kimi_plus(**extra: Any) -> Callable[[], dict[str, Any]]:
+    def make() -> dict[str, Any]:
+        req = kimi_request("m")
+        for k, v in extra.items():
+            if k == "tool0":
+                req["tools"][0]["function"].update(v)
+            elif k == "tools":
+                req["tools"] = [*req["tools"], *v]
+            elif k == "messages_insert":
+                req["messages"][1:1] = v
+            elif k == "messages_append":
+                req["messages"].extend(v)
+            else:
+                req[k] = v
+        return req
+
+    return make
+
+
+def _mid_developer() -> dict[str, Any]:
+    req = codex_request("m")
+    req["input"].append({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "mid"}]})
+    return req
+
+
+@dataclass
+class QCase:
+    quirk: str
+    provider: dict[str, Any]
+    client: str
+    request: Callable[[], dict[str, Any]]
+    answers: Callable[[], list[httpx.Response]]
+    check: Callable[[bool, list[dict[str, Any]], httpx.Response], None]
+
+
+def q_mimo_raw_patch(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    v = codex_view(r)
+    if on:  # R3-a
+        assert v["status"] == "completed" and v["calls"] == [("call_1", "apply_patch", RAW_PATCH)]
+    else:  # T3-5: not wrapped, the original validation fails the turn
+        assert v["status"] == "failed" and v["calls"] == []
+
+
+def q_invalid_json(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    v = codex_view(r)
+    if on:  # R3-b: the bytes reach Codex, which answers the model with a parse error
+        assert v["status"] == "completed" and v["calls"] == [("functions.Bash:1", "exec_command", BAD_ARGS)]
+    else:  # a failed turn with a precise code (the pre-R3-b behaviour)
+        assert v["status"] == "failed" and v["calls"] == []
+        assert v["final"]["error"]["code"] == "invalid_tool_arguments"
+
+
+def q_mimo_request(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    b = bodies[0]
+    patch = next(t["function"] for t in b["tools"] if t["function"]["name"] == "apply_patch")
+    if on:
+        assert b["max_completion_tokens"] == 4096 and "max_tokens" not in b and "parallel_tool_calls" not in b
+        assert patch["strict"] is True and patch["parameters"]["additionalProperties"] is False
+    else:
+        assert b["max_tokens"] == 4096 and "max_completion_tokens" not in b and b["parallel_tool_calls"] is False
+        assert "strict" not in patch
+
+
+def q_reasoning_replay(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    call = next(m for m in bodies[0]["messages"] if m.get("tool_calls"))
+    assert call.get("reasoning_content") == ("tool call" if on else None)
+
+
+def q_reasoning_key(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    call = next(m for m in bodies[0]["messages"] if m.get("tool_calls"))
+    key, other = ("reasoning", "reasoning_content") if on else ("reasoning_content", "reasoning")
+    assert call[key] == "need ls" and other not in call
+
+
+def q_mantle(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    b = bodies[0]
+    assistant = next(i for i in b["input"] if i.get("role") == "assistant")
+    if on:  # T1-6
+        assert assistant["content"] == "One file." and "tools" not in b and "tool_choice" not in b
+    else:
+        assert assistant["content"] == [{"type": "output_text", "text": "One file."}] and b["tool_choice"] == "none"
+
+
+def q_kimi_request(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    b = bodies[0]
+    assert b["tool_choice"] == ("auto" if on else "required")
+    assert (b.get("max_completion_tokens"), b.get("max_tokens")) == ((4096, None) if on else (None, 4096))
+
+
+def q_strict_ids(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    call = next(m for m in bodies[0]["messages"] if m.get("tool_calls"))
+    want = "functions_exec_command_0" if on else "functions.exec_command:0"  # SPEC §1 strict vs Chat policy
+    assert call["tool_calls"][0]["id"] == want
+    assert next(m for m in bodies[0]["messages"] if m["role"] == "tool")["tool_call_id"] == want
+
+
+def q_max_completion_tokens(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    b = bodies[0]
+    assert (b.get("max_completion_tokens"), b.get("max_tokens")) == ((4096, None) if on else (None, 4096))
+
+
+def q_thinking(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    b = bodies[0]
+    if on:
+        assert b["thinking"] == {"type": "enabled"} and "reasoning_effort" not in b
+    else:
+        assert b["reasoning_effort"] == "high" and "thinking" not in b
+
+
+def q_moonshot_fields(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    kinds = [t["type"] for t in bodies[0]["tools"]]
+    assert kinds == (["function", "builtin_function"] if on else ["function"])
+    assert (r.headers.get("x-switchboard-dropped-tools") == "$web_search") is not on
+    assert bodies[0]["messages"][-1].get("partial") is (True if on else None)  # Moonshot prefill
+
+
+def q_envelope(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    # always on, whatever the config says: no upstream can open the proxy's envelope
+    assert ENVELOPE not in orjson.dumps(bodies[0]).decode()
+
+
+def q_inline_think(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    v = codex_view(r)
+    if on:
+        assert (v["reasoning"], v["text"]) == ("hmm", "Hello")
+    else:
+        assert (v["reasoning"], v["text"]) == ("", "<think>hmm</think>Hello")
+
+
+def q_encrypted_retry(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    if on:
+        assert len(bodies) == 2 and codex_view(r)["status"] == "completed"
+        assert "gAAAA-openai-blob" not in orjson.dumps(bodies[1]).decode()
+    else:
+        assert len(bodies) == 1 and r.status_code == 400
+        assert r.json()["error"]["code"] == "invalid_encrypted_content"
+
+
+def q_strict_subset(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    mode = bodies[0]["tools"][0]["function"]["parameters"]["properties"]["mode"]
+    assert mode == ({"enum": ["text", "bytes"], "type": "string"} if on else {"enum": ["text", "bytes"]})
+
+
+def q_root_combinators(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    params = bodies[0]["tools"][-1]["function"]["parameters"]
+    if on:
+        assert params == {"type": "object", "properties": {"id": {"type": "string"}, "rrule": {"type": "string"}},
+                          "required": ["id"]}
+    else:  # the always-on rule still gives the root its type (Kimi: "parameters.type is required")
+        assert params == {**ROOT_ONEOF["function"]["parameters"], "type": "object"}
+
+
+def q_strict_mode(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    params = bodies[0]["tools"][0]["function"]["parameters"]
+    if on:
+        assert params["required"] == ["path", "mode"] and params["additionalProperties"] is False
+    else:
+        assert params["required"] == ["path"] and "additionalProperties" not in params
+
+
+def q_developer(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    assert bodies[0]["messages"][1] == {"role": "system" if on else "developer", "content": "be careful"}
+
+
+def q_system_head(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    roles = [m["role"] for m in bodies[0]["messages"]]
+    if on:
+        assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
+        assert bodies[0]["messages"][0]["content"] == "You are Codex.\n\n<env>\n\nmid"
+    else:
+        assert roles == ["system", "system", "user", "assistant", "tool", "assistant", "user", "system"]
+
+
+def _one(resp: Callable[[], httpx.Response]) -> Callable[[], list[httpx.Response]]:
+    return lambda: [resp()]
+
+
+QCASES: list[QCase] = [
+    QCase("mimo_raw_patch", Q_CHAT, "responses", lambda: codex_request("m"),
+          _one(lambda: chat_answer(reasoning=None, text=None, calls=(("call_1", "apply_patch", RAW_PATCH),))),
+          q_mimo_raw_patch),
+    QCase("invalid_json_passthrough", Q_CHAT, "responses", lambda: codex_request("m"),
+          _one(lambda: chat_answer(reasoning=None, text=None, calls=(("functions.Bash:1", "exec_command", BAD_ARGS),))),
+          q_invalid_json),
+    QCase("mimo_request", Q_CHAT, "responses", lambda: codex_request("m", max_output_tokens=4096), _one(CHAT_OK),
+          q_mimo_request),
+    QCase("reasoning_replay", Q_CHAT, "responses", _codex_no_reasoning, _one(CHAT_OK), q_reasoning_replay),
+    QCase("reasoning_key_reasoning", Q_CHAT, "responses", lambda: codex_request("m"), _one(CHAT_OK), q_reasoning_key),
+    QCase("mantle_request", Q_RESP, "responses", lambda: codex_request("m", tool_choice="none"),
+          _one(responses_answer), q_mantle),
+    QCase("kimi_request", Q_CHAT, "responses", lambda: codex_request("m", tool_choice="required", max_output_tokens=4096),
+          _one(CHAT_OK), q_kimi_request),
+    QCase("strict_tool_ids", Q_CHAT, "responses", lambda: codex_request("m"), _one(CHAT_OK), q_strict_ids),
+    QCase("max_completion_tokens", Q_CHAT, "chat", lambda: kimi_request("m"), _one(CHAT_OK), q_max_completion_tokens),
+    QCase("thinking_param", Q_CHAT, "responses", lambda: codex_request("m"), _one(CHAT_OK), q_thinking),
+    QCase("moonshot_fields", Q_CHAT, "chat",
+          _kimi_plus(messages_append=[{"role": "assistant", "content": "Sure", "partial": True}]),
+          _one(CHAT_OK), q_moonshot_fields),
+    QCase("strip_reasoning_envelope", Q_RESP, "responses", lambda: with_envelope(codex_request("m")),
+          _one(responses_answer), q_envelope),
+    QCase("inline_think", Q_CHAT, "responses", lambda: codex_request("m"),
+          _one(lambda: chat_answer(reasoning=None, text="<think>hmm</think>Hello", calls=())), q_inline_think),
+    QCase("encrypted_content_retry", Q_RESP, "responses", lambda: with_envelope(codex_request("m")),
+          lambda: [httpx.Response(400, json=INVALID_ENC), responses_answer()], q_encrypted_retry),
+    QCase("schema_strict_subset", Q_CHAT, "chat", lambda: kimi_request("m"), _one(CHAT_OK), q_strict_subset),
+    QCase("schema_no_root_combinators", Q_CHAT, "chat", _kimi_plus(tools=[ROOT_ONEOF]), _one(CHAT_OK),
+          q_root_combinators),
+    QCase("schema_strict_mode", Q_CHAT, "chat", _kimi_plus(tool0={"strict": True}), _one(CHAT_OK), q_strict_mode),
+    QCase("developer_to_system", Q_CHAT, "chat",
+          _kimi_plus(messages_insert=[{"role": "developer", "content": "be careful"}]), _one(CHAT_OK), q_developer),
+    QCase("system_at_head", Q_CHAT, "responses", _mid_developer, _one(CHAT_OK), q_system_head),
+]  # fmt: skip
+
+# how the switch is thrown: (provider quirks, model quirks) for on / off
+SWITCHES: dict[str, tuple[Callable[[str], Any], Callable[[str], Any], Callable[[str], Any], Callable[[str], Any]]] = {
+    # name: provider-on, model-on, provider-off, model-off
+    "provider": (lambda q: {"enable": [q]}, lambda q: {}, lambda q: [], lambda q: {}),
+    "model": (lambda q: [], lambda q: {"enable": [q]}, lambda q: {"enable": [q]}, lambda q: {"disable": [q]}),
+    "model-glob": (lambda q: [{"enable": [q], "models": ["m", "mimo-*"]}], lambda q: {},
+                   lambda q: [{"enable": [q], "models": ["mimo-*"]}], lambda q: {}),
+}  # fmt: skip
+
+
+def test_every_quirk_has_a_case() -> None:
+    assert {c.quirk for c in QCASES} == QUIRKS
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["on", "off"])
+@pytest.mark.parametrize("how", list(SWITCHES))
+@pytest.mark.parametrize("case", QCASES, ids=[c.quirk for c in QCASES])
+async def test_quirk(client_factory: Any, mock: Any, case: QCase, how: str, on: bool) -> None:
+    p_on, m_on, p_off, m_off = SWITCHES[how]
+    pq, mq = (p_on(case.quirk), m_on(case.quirk)) if on else (p_off(case.quirk), m_off(case.quirk))
+    c = await client_factory(**_config([{**case.provider, "quirks": pq}], [{"name": "m", "provider": "q", "quirks": mq}]))
+    route = mock.route(method="POST", host="q.test").mock(side_effect=case.answers())
+    r = await _send(c, case.client, case.request())
+    bodies = [orjson.loads(call.request.content) for call in route.calls]
+    case.check(on, bodies, r)
+
+
+# -- profile defaults and model-id quirks can be switched off; glob model entries -----------
+
+
+async def test_moonshot_fields_off_by_config_on_moonshot(client_factory: Any, mock: Any) -> None:
+    c = await client_factory(**_config([{**P_KIMI_MOONSHOT, "quirks": {"disable": ["moonshot_fields"]}}],
+                                       [{"name": "kimi-k2.6", "provider": "moonshot"}]))
+    route = mock.route(method="POST", host="api.moonshot.ai").mock(return_value=chat_answer())
+    r = await _send(c, "chat", kimi_request("kimi-k2.6"))
+    body = orjson.loads(route.calls.last.request.content)
+    assert [t["type"] for t in body["tools"]] == ["function"]
+    assert r.headers["x-switchboard-dropped-tools"] == "$web_search"
+    # the other Moonshot-host quirk stays on
+    assert body["tools"][0]["function"]["parameters"]["properties"]["mode"]["type"] == "string"
+
+
+@pytest.mark.parametrize(
+    "model_entry, client_model, patched",
+    [
+        ({"name": "mimo-v2.6-pro", "provider": "gw"}, "mimo-v2.6-pro", True),  # model id switches it on
+        ({"name": "mimo-v2.6-pro", "provider": "gw", "quirks": {"disable": ["mimo_raw_patch"]}}, "mimo-v2.6-pro", False),
+        ({"name": "mimo-v2.6-*", "provider": "gw"}, "mimo-v2.6-flash", True),  # a glob entry forwards the name
+        ({"name": "mimo-v2.6-*", "provider": "gw", "quirks": {"disable": ["mimo_raw_patch"]}}, "mimo-v2.6-flash", False),
+        ({"name": "local-*", "provider": "gw", "quirks": {"enable": ["mimo_raw_patch"]}}, "local-patcher", True),
+    ],
+    ids=["model-id", "model-id-disabled", "glob-entry", "glob-entry-disabled", "glob-entry-enables"],
+)
+async def test_model_quirks_and_glob_entries(client_factory: Any, mock: Any, model_entry: dict[str, Any],
+                                             client_model: str, patched: bool) -> None:  # fmt: skip
+    gw = {"name": "gw", "profile": "openai-compatible", "protocol": "chat", "base_url": "https://gw.test/v1"}
+    c = await client_factory(**_config([gw], [model_entry]))
+    route = mock.route(method="POST", host="gw.test").mock(
+        return_value=chat_answer(reasoning=None, text=None, calls=(("call_1", "apply_patch", RAW_PATCH),)))
+    v = codex_view(await _send(c, "responses", codex_request(client_model)))
+    assert orjson.loads(route.calls.last.request.content)["model"] == client_model
+    assert (v["calls"] == [("call_1", "apply_patch", RAW_PATCH)]) is patched
+    assert v["status"] == ("completed" if patched else "failed")
+
+
+# -- upstream errors per provider, through the app --------------------------------------------
+
+ERROR_CASES = [
+    # id, provider, status, body, headers → client status, code
+    ("openai", P_OPENAI, 400, {"error": {"message": "Your input exceeds the context window of this model.",
+                                         "type": "invalid_request_error", "code": "context_length_exceeded"}}, {},
+     400, "context_length_exceeded"),
+    ("azure", {**P_AZURE_DEP, "protocol": "responses"}, 429,
+     {"error": {"code": "429", "message": "Requests have exceeded token rate limit."}}, {"retry-after": "6"},
+     429, "rate_limit_exceeded"),
+    ("xai", {"name": "xai", "profile": "xai", "protocol": "responses", "base_url": "https://api.x.ai/v1"}, 400,
+     {"code": "Client specified an invalid argument", "error": "This model's maximum prompt length is 131072"}, {},
+     400, "context_length_exceeded"),
+    ("bedrock-mantle", {"name": "m", "profile": "bedrock-mantle", "protocol": "responses",
+                        "base_url": "https://bedrock-mantle.us-east-1.api.aws/v1"}, 429,
+     {"message": "Too many requests"}, {"x-amzn-errortype": "ThrottlingException"}, 429, "rate_limit_exceeded"),
+    ("kimi-moonshot", P_KIMI_MOONSHOT, 400, {"error": {"message": "Invalid request: Your request exceeded model token "
+                                                       "limit: 262144", "type": "invalid_request_error"}}, {},
+     400, "context_length_exceeded"),
+    ("kimi-vllm", P_KIMI_VLLM, 400, {"object": "error", "message": "This model's maximum context length is 262144 "
+                                     "tokens.", "type": "BadRequestError", "code": 400}, {},
+     400, "context_length_exceeded"),
+    ("mimo", {"name": "mimo", "profile": "mimo", "protocol": "chat", "base_url": "https://api.xiaomimimo.com/v1"},
+     429, {"error": {"message": "rate limit", "type": "rate_limit_error"}}, {}, 429, "rate_limit_exceeded"),
+    ("deepseek", {"name": "ds", "profile": "deepseek", "protocol": "chat", "base_url": "https://api.deepseek.com"},
+     402, {"error": {"message": "Insufficient Balance", "type": "unknown_error", "code": "invalid_request_error"}},
+     {}, 429, "insufficient_quota"),
+    ("glm", {"name": "glm", "profile": "glm", "protocol": "chat", "base_url": "https://open.bigmodel.cn/api/paas/v4"},
+     400, {"error": {"code": "1261", "message": "Prompt exceeds max length"}}, {}, 400, "context_length_exceeded"),
+    ("openai-compatible", P_VLLM, 500, b"Internal Server Error", {}, 502, "server_error"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("provider, status, body, headers, want_status, want_code", [e[1:] for e in ERROR_CASES],
+                         ids=[e[0] for e in ERROR_CASES])  # fmt: skip
+async def test_provider_errors_reach_codex_classified(client_factory: Any, mock: Any, provider: dict[str, Any],
+                                                      status: int, body: Any, headers: dict[str, str],
+                                                      want_status: int, want_code: str) -> None:  # fmt: skip
+    c = await client_factory(**_config([provider], [{"name": "x", "provider": provider["name"]}]))
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    host = httpx.URL(provider["base_url"]).host
+    mock.route(method="POST", host=host).mock(return_value=httpx.Response(status, content=content, headers=headers))
+    for kind, req in (("responses", codex_request("x")), ("chat", kimi_request("x"))):
+        r = await _send(c, kind, req)
+        assert r.status_code == want_status, r.text
+        err = r.json()["error"]
+        assert err["code"] == want_code
+        upstream_message = body.decode() if isinstance(body, bytes) else (
+            body.get("message") or (body["error"] if isinstance(body["error"], str) else body["error"]["message"]))
+        assert upstream_message in err["message"]  # the upstream's own words reach the user
+        if "retry-after" in headers:
+            assert r.headers["retry-after"] == headers["retry-after"]
