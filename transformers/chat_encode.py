@@ -401,6 +401,20 @@ class ChatStreamEncoder:
 # -- non-stream ---------------------------------------------------------------------------
 
 
+def _agg_call(calls: dict[int, dict[str, Any]], ev: ToolCall | ToolCallEnd) -> dict[str, Any]:
+    """The aggregate of call ``ev.index``, with the identity ``ev`` brings merged in (first wins)."""
+    c = calls.get(ev.index)
+    if c is None:
+        c = calls[ev.index] = {"call_id": None, "name": None, "namespace": None, "args": [], "end": None}
+    if ev.call_id is not None and c["call_id"] is None:
+        c["call_id"] = ev.call_id
+    if ev.name and c["name"] is None:
+        c["name"] = ev.name
+    if ev.namespace is not None and c["namespace"] is None:
+        c["namespace"] = ev.namespace
+    return c
+
+
 def encode_chat_completion(
     events: Iterable[Event],
     ctx: Ctx,
@@ -426,15 +440,7 @@ def encode_chat_completion(
         if t is Text:
             text.append(ev.text)
         elif t is ToolCall:
-            c = calls.get(ev.index)
-            if c is None:
-                c = calls[ev.index] = {"call_id": None, "name": None, "namespace": None, "args": [], "end": None}
-            if ev.call_id is not None and c["call_id"] is None:
-                c["call_id"] = ev.call_id
-            if ev.name and c["name"] is None:
-                c["name"] = ev.name
-            if ev.namespace is not None and c["namespace"] is None:
-                c["namespace"] = ev.namespace
+            c = _agg_call(calls, ev)
             if ev.arguments:
                 c["args"].append(ev.arguments)
         elif t is Reasoning:
@@ -442,15 +448,7 @@ def encode_chat_completion(
         elif t is Refusal:
             refusal.append(ev.text)
         elif t is ToolCallEnd:
-            c = calls.get(ev.index)
-            if c is None:
-                c = calls[ev.index] = {"call_id": None, "name": None, "namespace": None, "args": [], "end": None}
-            if ev.call_id is not None and c["call_id"] is None:
-                c["call_id"] = ev.call_id
-            if ev.name and c["name"] is None:
-                c["name"] = ev.name
-            if ev.namespace is not None and c["namespace"] is None:
-                c["namespace"] = ev.namespace
+            c = _agg_call(calls, ev)
             if ev.mismatch:
                 return {"error": _error_body(_mismatch_error(c["call_id"]))}
             c["end"] = ev.arguments

@@ -279,34 +279,26 @@ class ResponsesStreamDecoder:
         return r
 
     def _on_summary(self, ev: dict[str, Any]) -> list[Event]:
-        d = ev.get("delta")
-        if not d or d.__class__ is not str:
-            return []
-        idx = ev.get("summary_index", 0)
-        if idx.__class__ is not int:
-            idx = 0
-        r = self._reasoning_state(ev.get("item_id"))
-        buf = r.summary.get(idx)
-        if buf is None:
-            r.summary[idx] = [d]
-        else:
-            buf.append(d)
-        return [Reasoning(d, "summary", idx)]
+        return self._on_reasoning_delta(ev, "summary", "summary_index")
 
     def _on_raw(self, ev: dict[str, Any]) -> list[Event]:
+        return self._on_reasoning_delta(ev, "raw", "content_index")
+
+    def _on_reasoning_delta(self, ev: dict[str, Any], kind: str, index_key: str) -> list[Event]:
         d = ev.get("delta")
         if not d or d.__class__ is not str:
             return []
-        idx = ev.get("content_index", 0)
+        idx = ev.get(index_key, 0)
         if idx.__class__ is not int:
             idx = 0
         r = self._reasoning_state(ev.get("item_id"))
-        buf = r.raw.get(idx)
+        parts = r.summary if kind == "summary" else r.raw
+        buf = parts.get(idx)
         if buf is None:
-            r.raw[idx] = [d]
+            parts[idx] = [d]
         else:
             buf.append(d)
-        return [Reasoning(d, "raw", idx)]
+        return [Reasoning(d, kind, idx)]
 
     # -- tool calls -----------------------------------------------------------------------
 
