@@ -132,6 +132,14 @@ def prepare(
         if upstream == "responses":
             echo.update((k, body[k]) for k in _ECHO_SAME_PROTOCOL if k in body)
         if upstream == "chat":
+            if body.get("previous_response_id"):
+                # a Chat upstream stores nothing and neither does the proxy: answering without
+                # the earlier turns would be a silently wrong answer
+                raise RequestError(
+                    "previous_response_id is not supported for this model (its upstream speaks Chat "
+                    "Completions and the proxy keeps no conversation state); send the whole conversation "
+                    "in 'input' with store=false, as Codex does",
+                    param="previous_response_id", code="unsupported_parameter")
             out = prepare_chat(responses_to_chat(body, ctx), ctx, translated=True)
         else:
             out = prepare_responses(body, ctx, translated=False)
@@ -314,6 +322,7 @@ class ProxyResponse(Response):
 
         watch.add_done_callback(on_disconnect)
         resp: httpx.Response | None = None
+        drain: Any = None
         try:
             payload = p.upstream_body
             for attempt in (0, 1):
@@ -350,12 +359,14 @@ class ProxyResponse(Response):
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no"), *base_headers]})
+            raw = resp.aiter_raw()  # one iterator: the rest of the body is drained after the break
             try:
-                async for chunk in resp.aiter_raw():
+                async for chunk in raw:
                     out = chain.feed(chunk)
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
                     if chain.finished or (chain.terminal and p.client == "responses"):
+                        drain = raw
                         break  # terminal event sent: close right away (PAINS 2)
                 out = chain.end()
             except httpx.ReadTimeout:
@@ -377,6 +388,8 @@ class ProxyResponse(Response):
         finally:
             watch.remove_done_callback(on_disconnect)
             watch.cancel()
+            if drain is not None and not cancelled_by_client:
+                await _drain(drain)
             if resp is not None:
                 await resp.aclose()
             _finish_log(p, status, ttfb, terminal)
@@ -400,6 +413,26 @@ async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
     except httpx.HTTPError as e:
         raise ProxyError(502, f"upstream {prov.name} is unreachable: {type(e).__name__}",
                          type="upstream_error", code="upstream_unreachable") from None
+
+
+_DRAIN_BYTES = 64 * 1024
+_DRAIN_SECONDS = 1.0
+
+
+async def _drain(raw: Any) -> None:
+    """Read what is left of an upstream body after the terminal event (the client already has
+    its whole answer): a body read to its end lets httpcore put the connection back in the pool
+    instead of closing it.  Bounded in bytes and time; past either bound the connection is
+    simply closed, as before."""
+    size = 0
+    try:
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for chunk in raw:
+                size += len(chunk)
+                if size > _DRAIN_BYTES:
+                    break
+    except (TimeoutError, httpx.HTTPError):
+        pass
 
 
 async def _wait_disconnect(receive: Any) -> None:

@@ -222,3 +222,12 @@ async def test_metrics_count_requests(client: httpx.AsyncClient, mock: Any) -> N
     text = (await client.get("/metrics")).text
     assert 'switchboard_requests_total{client="chat",provider="chatup",route="/v1/chat/completions",status="200"}' in text
     assert 'switchboard_stream_outcomes_total{client="chat",outcome="completed"}' in text
+
+
+async def test_previous_response_id_on_chat_upstream_is_a_clear_400(client: httpx.AsyncClient, mock: Any) -> None:
+    route = mock.post(CHAT_URL)
+    r = await client.post("/v1/responses", json={"model": "chat-model", "input": "and then?", "previous_response_id": "resp_123"})
+    assert r.status_code == 400
+    e = err(r)
+    assert e["param"] == "previous_response_id" and e["code"] == "unsupported_parameter"
+    assert route.call_count == 0
