@@ -238,10 +238,10 @@ def _children(node: Node, fix: Fix) -> Node:
     """``node`` with ``fix`` applied to every subschema below it (depth first, pre-order);
     the same object when nothing changed."""
     new: Node | None = None
-    for key, kind in SUBSCHEMA_KEYWORDS.items():
-        if key not in node:
+    for key, val in node.items():
+        kind = SUBSCHEMA_KEYWORDS.get(key)
+        if kind is None:
             continue
-        val = node[key]
         changed: Any = val
         if kind == "map" and isinstance(val, dict):
             items = {k: _all(v, fix) for k, v in val.items()}

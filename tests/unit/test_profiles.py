@@ -307,3 +307,23 @@ def test_upstream_error_mapping(status: int, body: Any, headers: dict[str, str],
 def test_error_tables_map_to_known_or_specific_codes() -> None:
     for code in UPSTREAM_CODES.values():
         assert code in WELL_KNOWN or code == "model_not_found"
+
+
+# -- docs/quirks.md names every quirk and every repair ----------------------------------------
+
+
+def test_quirks_doc_names_every_quirk_and_repair() -> None:
+    import re
+    from pathlib import Path
+
+    from transformers.schema import RULES
+
+    root = Path(__file__).parent.parent.parent
+    doc = (root / "docs" / "quirks.md").read_text()
+    src = "".join(p.read_text() for p in [*(root / "transformers").glob("*.py"), root / "app" / "pipeline.py"])
+    repairs = set(re.findall(r'(?:repaired|_rep|\brep)\("([a-z_]+)"\)', src))
+    repairs |= set(re.findall(r'"([a-z_]+_dropped)" if kind', src)) | set(re.findall(r'else "([a-z_]+_dropped)"', src))
+    repairs |= {r[0] for r in RULES}
+    assert len(repairs) > 30
+    missing = sorted(n for n in QUIRKS | repairs if f"`{n}`" not in doc)
+    assert missing == []
