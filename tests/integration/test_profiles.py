@@ -877,3 +877,50 @@ async def test_provider_errors_reach_codex_classified(client_factory: Any, mock:
         assert upstream_message in err["message"]  # the upstream's own words reach the user
         if "retry-after" in headers:
             assert r.headers["retry-after"] == headers["retry-after"]
+
+
+# -- non-streaming: upstream object in → client object out ----------------------------------
+
+CHAT_OBJECT = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "up",
+               "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                   "role": "assistant", "content": "Hello", "reasoning_content": "think",
+                   "tool_calls": [{"id": "functions.Bash:1", "type": "function",
+                                   "function": {"name": "exec_command", "arguments": "{\"cmd\":\"ls\"}"}}]}}],
+               "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25, "prompt_cache_hit_tokens": 9}}
+MANTLE_OBJECT = {"id": "resp_m", "object": "response", "created_at": 1, "status": "completed", "model": "openai.gpt-oss-120b",
+                 "output": [{"item_id": "fc_A", "output_index": 0, "type": "function_call", "call_id": "c1", "name": "f",
+                             "arguments": "{}"}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "provider, model, host, answer, client",
+    [
+        (P_KIMI_VLLM, {"name": "kimi-k2.6", "provider": "k2"}, "10.0.0.5", CHAT_OBJECT, "responses"),
+        (P_KIMI_VLLM, {"name": "kimi-k2.6", "provider": "k2"}, "10.0.0.5", CHAT_OBJECT, "chat"),
+        ({"name": "ds", "profile": "deepseek", "protocol": "chat", "base_url": "https://api.deepseek.com"},
+         {"name": "deepseek-chat", "provider": "ds"}, "api.deepseek.com", CHAT_OBJECT, "responses"),
+        ({"name": "mantle", "profile": "bedrock-mantle", "protocol": "responses",
+          "base_url": "https://bedrock-mantle.us-east-1.api.aws/v1"}, {"name": "gpt-oss-120b", "provider": "mantle"},
+         "bedrock-mantle.us-east-1.api.aws", MANTLE_OBJECT, "responses"),
+    ],
+    ids=["kimi-codex", "kimi-kimi-cli", "deepseek-codex", "mantle-codex"],
+)  # fmt: skip
+async def test_profile_nonstream(client_factory: Any, mock: Any, provider: dict[str, Any], model: dict[str, Any],
+                                 host: str, answer: dict[str, Any], client: str) -> None:  # fmt: skip
+    c = await client_factory(**_config([provider], [model]))
+    mock.route(method="POST", host=host).mock(return_value=httpx.Response(200, json=answer))
+    req = (codex_request if client == "responses" else kimi_request)(model["name"], stream=False)
+    r = await _send(c, client, req)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    if client == "chat":
+        msg = out["choices"][0]["message"]
+        assert (msg["content"], msg["reasoning_content"]) == ("Hello", "think")
+        assert [t["id"] for t in msg["tool_calls"]] == ["functions.Bash:1"]
+        return
+    calls = [i for i in out["output"] if i["type"] == "function_call"]
+    if answer is MANTLE_OBJECT:  # SPEC §2: the id-less item gets its id back, the stray key goes
+        assert [(i["id"], i["call_id"]) for i in calls] == [("fc_A", "c1")] and "output_index" not in calls[0]
+    else:
+        assert [i["call_id"] for i in calls] == ["functions.Bash:1"] and all(i["id"] for i in calls)
+        assert out["usage"]["input_tokens_details"]["cached_tokens"] == 9
