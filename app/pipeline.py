@@ -356,6 +356,7 @@ class ProxyResponse(Response):
                 terminal = "completed"
                 return
             chain = Chain(p)
+            rest = None
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no"), *base_headers]})
@@ -366,7 +367,7 @@ class ProxyResponse(Response):
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
                     if chain.finished or (chain.terminal and p.client == "responses"):
-                        drain = raw
+                        rest = raw
                         break  # terminal event sent: close right away (PAINS 2)
                 out = chain.end()
             except httpx.ReadTimeout:
@@ -375,6 +376,7 @@ class ProxyResponse(Response):
                 out = b"".join(chain.fail("upstream_stream_error", f"upstream {prov.name} stream failed: {type(e).__name__}")) + chain.end()
             terminal = chain.terminal or "failed"
             await send({"type": "http.response.body", "body": out, "more_body": False})
+            drain = rest
         except ProxyError as e:
             status = e.status
             terminal = "error"
@@ -388,16 +390,18 @@ class ProxyResponse(Response):
         finally:
             watch.remove_done_callback(on_disconnect)
             watch.cancel()
-            if drain is not None and not cancelled_by_client:
-                await _drain(drain)
-            if resp is not None:
-                await resp.aclose()
             _finish_log(p, status, ttfb, terminal)
-            if cancelled_by_client:
-                # the task's cancellation was ours: swallow it so the server closes cleanly
-                t = asyncio.current_task()
-                if t is not None:
-                    t.uncancel()
+            try:
+                if drain is not None:  # the client has its whole answer; not part of its duration
+                    await _drain(drain)
+            finally:
+                if resp is not None:
+                    await resp.aclose()
+                if cancelled_by_client:
+                    # the task's cancellation was ours: swallow it so the server closes cleanly
+                    t = asyncio.current_task()
+                    if t is not None:
+                        t.uncancel()
 
 
 async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
