@@ -6,10 +6,19 @@ import json
 from typing import Any
 
 import httpx
+import pytest
+import structlog
 
 from app import logs
 
 from .conftest import CHAT_URL, chat_chunk, sse_response
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Any:
+    """logs.setup binds the logger to this test's captured stderr: undo it afterwards."""
+    yield
+    structlog.reset_defaults()
 
 
 def lines(err: str) -> list[dict[str, Any]]:
