@@ -2,6 +2,18 @@
 
 The middleware chain is empty on purpose (DESIGN rule 6): auth and the body limit are two
 function calls inside the two proxy routes, and errors are rendered by exception handlers.
+
+Fast path: ``POST /v1/chat/completions`` and ``POST /v1/responses`` are dispatched by
+``Switchboard.__call__`` (the app's outermost ASGI layer) straight to a raw ASGI handler,
+without Starlette routing, FastAPI's middleware stack or its exception-handler wrappers
+(each of those wraps ``send``, and a stream sends once per upstream chunk).  That handler
+does auth, the body limit and ``prepare()`` itself and renders its errors exactly as the
+exception handlers below do (same status, OpenAI body, ``x-request-id``/``retry-after``
+headers, log line; an unexpected exception is logged, answered 500 if nothing was sent yet,
+and re-raised to the server).  Everything else goes through FastAPI.  The two routes are
+registered in FastAPI too, with the same handler minus its own catch-all (which FastAPI's
+``on_unexpected`` then does), so routing answers stay FastAPI's (405 on another method, the
+trailing-slash redirect) and a path under a ``root_path`` still reaches them.
 """
 
 from __future__ import annotations
@@ -9,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -17,6 +30,7 @@ import orjson
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
 from app import metrics
 from app.config import Config
@@ -41,6 +55,48 @@ def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Respo
     return Response(orjson.dumps(obj), status_code=status, media_type="application/json", headers=headers)
 
 
+_PROXY_ROUTES = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}
+
+ASGIHandler = Callable[[Any, Any, Any], Awaitable[None]]
+
+
+class Switchboard(FastAPI):
+    """FastAPI with the proxy routes dispatched before anything else (see the module docstring)."""
+
+    fast_routes: dict[str, ASGIHandler] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            handler = self.fast_routes.get(scope["path"])
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+class _RawEndpoint:
+    """A raw ASGI endpoint for Starlette's router (a plain function would be wrapped as a
+    request/response handler)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: ASGIHandler) -> None:
+        self.fn = fn
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.fn(scope, receive, send)
+
+
+def _headers(scope: Any) -> dict[str, str]:
+    """Request headers as a dict, first occurrence wins (as Starlette's ``Headers.get``)."""
+    h: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        key = k.decode("latin-1")
+        if key not in h:
+            h[key] = v.decode("latin-1")
+    return h
+
+
 def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     router = Router.build(config, transport=transport)
     digests = _key_digests(config.auth.keys)
@@ -60,14 +116,16 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
             state["ready"] = False
             await router.aclose()
 
-    app = FastAPI(title="Switchboard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = Switchboard(title="Switchboard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.router = router
     app.state.config = config
 
     def authorize(request: Request) -> None:
+        authorize_headers(request.headers)  # type: ignore[arg-type]
+
+    def authorize_headers(h: dict[str, str]) -> None:
         if not digests:
             return
-        h = request.headers
         auth = h.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else h.get("api-key") or h.get("x-api-key") or ""
         if not key:
@@ -76,41 +134,77 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
         if not any(hmac.compare_digest(d, x) for x in digests):
             raise ProxyError(401, "Incorrect API key provided.", code="invalid_api_key")
 
-    async def read_body(request: Request) -> bytes:
-        cl = request.headers.get("content-length")
+    async def read_body(receive: Any, cl: str | None) -> bytes:
         if cl and cl.isdigit() and int(cl) > limit:
             raise ProxyError(413, f"request body of {cl} bytes exceeds the limit of {limit} bytes", code="request_too_large")
         parts: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ProxyError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
-            parts.append(chunk)
-        return b"".join(parts)
+        while True:  # Starlette's Request.stream(), without the Request
+            msg = await receive()
+            kind = msg["type"]
+            if kind == "http.request":
+                chunk = msg.get("body", b"")
+                if chunk:
+                    size += len(chunk)
+                    if size > limit:
+                        raise ProxyError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
+                    parts.append(chunk)
+                if not msg.get("more_body", False):
+                    break
+            elif kind == "http.disconnect":
+                raise ClientDisconnect()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def proxy(request: Request, client: str) -> Any:
-        started = time.perf_counter()
-        rid = new_request_id()
-        request.state.request_id = rid
-        authorize(request)
-        raw = await read_body(request)
-        p = prepare(
-            router, raw, client, rid,
-            envelope_key=envelope_key,
-            incomplete_as_completed=config.server.incomplete_as_completed,
-            started=started,
-            client_headers=request.headers,  # type: ignore[arg-type]
-        )
-        return ProxyResponse(p)
+    incomplete_as_completed = config.server.incomplete_as_completed
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        return await proxy(request, "chat")
+    def proxy_handler(client: str, outer: bool) -> ASGIHandler:
+        """The raw ASGI handler of one proxy route; ``outer``: called by the fast path, so it
+        also does what FastAPI's ServerErrorMiddleware + ``on_unexpected`` would."""
 
-    @app.post("/v1/responses")
-    async def responses(request: Request) -> Any:
-        return await proxy(request, "responses")
+        async def proxy(scope: Any, receive: Any, send: Any) -> None:
+            started = time.perf_counter()
+            rid = new_request_id()
+            if not outer:
+                scope.setdefault("state", {})["request_id"] = rid  # for on_unexpected
+            response: ProxyResponse | None = None
+            try:
+                try:
+                    h = _headers(scope)
+                    authorize_headers(h)
+                    raw = await read_body(receive, h.get("content-length"))
+                    p = prepare(
+                        router, raw, client, rid,
+                        envelope_key=envelope_key,
+                        incomplete_as_completed=incomplete_as_completed,
+                        started=started,
+                        client_headers=h,
+                    )
+                except ProxyError as e:
+                    _log_rejected(scope["path"], e.status, e.code, rid)
+                    await _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})(scope, receive, send)
+                    return
+                except RequestError as e:
+                    _log_rejected(scope["path"], e.status, e.code, rid)
+                    body = {"error": {**e.to_dict(), "request_id": rid}}
+                    await _error_response(e.status, orjson.dumps(body), {"x-request-id": rid})(scope, receive, send)
+                    return
+                response = ProxyResponse(p)
+                await response(scope, receive, send)
+            except Exception as e:
+                if not outer:
+                    raise
+                log.exception("internal_error", request_id=rid, path=scope["path"], error=type(e).__name__)
+                if response is None or not response.started:
+                    await _internal_error(e, rid)(scope, receive, send)
+                raise  # as ServerErrorMiddleware does: the server logs it too
+
+        return proxy
+
+    fast: dict[str, ASGIHandler] = {}
+    for path, client in _PROXY_ROUTES.items():
+        fast[path] = proxy_handler(client, outer=True)
+        app.router.add_route(path, _RawEndpoint(proxy_handler(client, outer=False)), methods=["POST"])  # type: ignore[arg-type]
+    app.fast_routes = fast
 
     @app.get("/v1/responses")
     async def responses_ws_fallback(request: Request) -> Response:
@@ -156,16 +250,15 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     @app.exception_handler(ProxyError)
     async def on_proxy_error(request: Request, e: ProxyError) -> Response:
         rid = getattr(request.state, "request_id", None) or new_request_id()
-        _log_rejected(request, e.status, e.code, rid)
-        return Response(e.body(rid), status_code=e.status, media_type="application/json",
-                        headers={"x-request-id": rid, **e.headers})
+        _log_rejected(request.url.path, e.status, e.code, rid)
+        return _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, e: RequestError) -> Response:
         rid = getattr(request.state, "request_id", None) or new_request_id()
-        _log_rejected(request, e.status, e.code, rid)
+        _log_rejected(request.url.path, e.status, e.code, rid)
         body = {"error": {**e.to_dict(), "request_id": rid}}
-        return Response(orjson.dumps(body), status_code=e.status, media_type="application/json", headers={"x-request-id": rid})
+        return _error_response(e.status, orjson.dumps(body), {"x-request-id": rid})
 
     @app.exception_handler(RequestValidationError)
     async def on_validation(request: Request, e: RequestValidationError) -> Response:
@@ -183,12 +276,20 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     async def on_unexpected(request: Request, e: Exception) -> Response:
         rid = getattr(request.state, "request_id", None) or new_request_id()
         log.exception("internal_error", request_id=rid, path=request.url.path, error=type(e).__name__)
-        return _json(500, {"error": {"message": f"internal error ({type(e).__name__}); request id {rid}", "type": "server_error", "param": None, "code": "internal_error", "request_id": rid}},
-                     headers={"x-request-id": rid})
+        return _internal_error(e, rid)
 
     return app
 
 
-def _log_rejected(request: Request, status: int, code: str | None, rid: str) -> None:
-    metrics.inc("switchboard_requests_total", route=request.url.path, client="-", provider="-", status=str(status))
-    log.info("request", request_id=rid, route=request.url.path, status=status, code=code, terminal="rejected")
+def _error_response(status: int, body: bytes, headers: dict[str, str]) -> Response:
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _internal_error(e: Exception, rid: str) -> Response:
+    return _json(500, {"error": {"message": f"internal error ({type(e).__name__}); request id {rid}", "type": "server_error", "param": None, "code": "internal_error", "request_id": rid}},
+                 headers={"x-request-id": rid})
+
+
+def _log_rejected(path: str, status: int, code: str | None, rid: str) -> None:
+    metrics.inc("switchboard_requests_total", route=path, client="-", provider="-", status=str(status))
+    log.info("request", request_id=rid, route=path, status=status, code=code, terminal="rejected")

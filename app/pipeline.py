@@ -299,6 +299,7 @@ class ProxyResponse(Response):
     def __init__(self, p: Prepared) -> None:  # no super().__init__: nothing is rendered up front
         self.p = p
         self.background = None
+        self.started = False  # http.response.start sent (the app's catch-all can no longer answer)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         p = self.p
@@ -350,6 +351,7 @@ class ProxyResponse(Response):
                     raise ProxyError(502, f"upstream {prov.name} failed while sending its answer: {type(e).__name__}",
                                      type="upstream_error", code="upstream_stream_error") from None
                 status, out = full_response(p, body)
+                self.started = True
                 await send({"type": "http.response.start", "status": status,
                             "headers": [(b"content-type", b"application/json"), *base_headers]})
                 await send({"type": "http.response.body", "body": out})
@@ -357,6 +359,7 @@ class ProxyResponse(Response):
                 return
             chain = Chain(p)
             rest = None
+            self.started = True
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no"), *base_headers]})
@@ -381,6 +384,7 @@ class ProxyResponse(Response):
             status = e.status
             terminal = "error"
             metrics.inc("switchboard_upstream_errors_total", provider=prov.name, code=str(e.code))
+            self.started = True
             await _send_error(send, e, p.request_id)
         except asyncio.CancelledError:
             if not cancelled_by_client:
