@@ -353,6 +353,16 @@ class ResponsesStreamEncoder:
             )
         )
 
+    def heartbeat(self) -> list[dict]:
+        """A real event for a long upstream silence (SPEC §5.3: Codex's idle timer counts
+        parsed events, so SSE comments do not keep it alive): ``response.in_progress`` with
+        the response as it stands.  Nothing before the stream started or after it ended."""
+        if self.done or not self._started:
+            return []
+        out: list[dict] = []
+        self._emit(out, {"type": "response.in_progress", "response": self.response})
+        return out
+
     @property
     def response(self) -> dict:
         if self._final is not None:

@@ -898,3 +898,16 @@ def test_nothing_lost_property(stream, key):
         assert len(dones) == 1 and dones[0].get("arguments", dones[0].get("input")) == call_args[i]
         assert c["name"] == f"t{i}"
     assert final["status"] == "completed"
+
+
+def test_heartbeat_is_a_sequenced_in_progress_event_only_while_streaming():
+    enc = ResponsesStreamEncoder(Ctx(public_model="m"))
+    assert enc.heartbeat() == []  # nothing before the stream started
+    out = enc.feed(START) + enc.feed(Text("a"))
+    hb = enc.heartbeat()
+    assert [e["type"] for e in hb] == ["response.in_progress"]
+    assert hb[0]["sequence_number"] == out[-1]["sequence_number"] + 1
+    assert hb[0]["response"]["status"] == "in_progress" and hb[0]["response"]["id"] == out[0]["response"]["id"]
+    out += hb + enc.feed(Text("b")) + enc.feed(Finish())
+    invariants(out, enc.response)
+    assert enc.heartbeat() == []  # nothing after the terminal event
