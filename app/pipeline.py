@@ -19,8 +19,8 @@ disconnect cancels the task, which closes the upstream response.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,7 +290,49 @@ def full_response(p: Prepared, body: bytes) -> tuple[int, bytes]:
 
 
 def new_request_id() -> str:
-    return "req_" + uuid.uuid4().hex
+    # 128 random bits as 32 hex digits, as uuid4().hex was (without building a UUID object)
+    return "req_" + os.urandom(16).hex()
+
+
+class _Target:
+    """One provider endpoint's request template, built once: the URL with its query and the
+    headers exactly as ``client.build_request`` merges them (the client's defaults, then
+    content-type, accept, the forwarded client headers and the provider's headers, in that
+    order, a later one winning).  ``request()`` then costs one ``httpx.Request``, where
+    ``build_request`` parsed the URL and merged the headers again for every request."""
+
+    __slots__ = ("provider", "url", "headers", "forward", "timeout")
+
+    def __init__(self, prov: Any, protocol: str, stream: bool, forward: tuple[str, ...]) -> None:
+        self.provider = prov  # keeps the id() in the _TARGETS key alive
+        client = prov.client
+        self.url = client.build_request("POST", prov.url(protocol), params=prov.cfg.query or None).url
+        headers = httpx.Headers(client.headers)
+        # forwarded values are filled in per request, in place (Headers.__setitem__)
+        headers.update({"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json",
+                        **dict.fromkeys(forward, ""), **prov.headers})
+        self.headers = headers
+        self.forward = tuple(k for k in forward if k not in prov.headers)  # the provider's own win
+        self.timeout = prov.timeout.as_dict()
+
+    def request(self, payload: bytes, forward: dict[str, str]) -> httpx.Request:
+        headers = self.headers
+        if self.forward:
+            headers = headers.copy()
+            for k in self.forward:
+                headers[k] = forward[k]
+        return httpx.Request("POST", self.url, content=payload, headers=headers, extensions={"timeout": self.timeout})
+
+
+_TARGETS: dict[tuple[int, str, bool, tuple[str, ...]], _Target] = {}
+
+
+def _target(prov: Any, protocol: str, stream: bool, forward: dict[str, str]) -> _Target:
+    key = (id(prov), protocol, stream, tuple(forward))
+    t = _TARGETS.get(key)
+    if t is None or t.provider is not prov:
+        t = _TARGETS[key] = _Target(prov, protocol, stream, key[3])
+    return t
 
 
 class ProxyResponse(Response):
@@ -304,10 +346,7 @@ class ProxyResponse(Response):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         p = self.p
         prov = p.route.provider
-        headers = {"content-type": "application/json", "accept": "text/event-stream" if p.stream else "application/json",
-                   **p.forward_headers, **prov.headers}
-        params = prov.cfg.query or None
-        url = prov.url(p.upstream)
+        target = _target(prov, p.upstream, p.stream, p.forward_headers)
         status = 200
         ttfb = None
         terminal = ""
@@ -327,9 +366,7 @@ class ProxyResponse(Response):
         try:
             payload = p.upstream_body
             for attempt in (0, 1):
-                req = prov.client.build_request("POST", url, content=payload, headers=headers, params=params,
-                                                timeout=prov.timeout)
-                resp = await _open(prov, req)
+                resp = await _open(prov, target.request(payload, p.forward_headers))
                 if resp.status_code < 400:
                     break
                 body = await resp.aread()
@@ -409,10 +446,17 @@ class ProxyResponse(Response):
 
 
 async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
-    """Send and wait for the response headers, mapping failures to OpenAI errors."""
+    """Send and wait for the response headers, mapping failures to OpenAI errors.
+
+    Straight to the transport: what ``client.send(req, stream=True)`` adds on top (auth and
+    redirect loops, event hooks, elapsed timer, cookie jar) is unused here, apart from the
+    cookie jar: an upstream's Set-Cookie is not stored and replayed (the shared client's jar
+    would have sent one caller's upstream cookies with everybody's requests)."""
     try:
         async with asyncio.timeout(prov.first_byte):
-            return await prov.client.send(req, stream=True)
+            resp = await prov.transport.handle_async_request(req)
+            resp.request = req
+            return resp
     except TimeoutError:
         raise ProxyError(504, f"upstream {prov.name} sent no response within {prov.first_byte:g}s",
                          type="upstream_error", code="upstream_timeout") from None

@@ -24,6 +24,9 @@ class Provider:
     cfg: ProviderCfg
     quirkset: QuirkSet
     client: httpx.AsyncClient
+    # the client's transport: the pipeline builds its requests once per provider and sends
+    # them through this directly (no per-request URL parsing, header merging or cookie jar)
+    transport: httpx.AsyncBaseTransport
     headers: dict[str, str]
     timeout: httpx.Timeout
     first_byte: float
@@ -74,8 +77,11 @@ class Router:
     def build(cls, config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> Router:
         r = cls(config)
         limits = httpx.Limits(max_connections=2048, max_keepalive_connections=256, keepalive_expiry=30.0)
-        shared = httpx.AsyncClient(limits=limits, transport=transport, follow_redirects=False, trust_env=False)
-        demo = httpx.AsyncClient(transport=DemoTransport(), trust_env=False)
+        # what AsyncClient(limits=limits, trust_env=False) would build, made here to be shared
+        shared_transport = transport or httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+        shared = httpx.AsyncClient(transport=shared_transport, follow_redirects=False, trust_env=False)
+        demo_transport = DemoTransport()
+        demo = httpx.AsyncClient(transport=demo_transport, trust_env=False)
         r.clients = [shared, demo]
         providers: dict[str, Provider] = {}
         for p in config.providers:
@@ -87,6 +93,7 @@ class Router:
                 cfg=p,
                 quirkset=QuirkSet(p.profile, tuple(_override(q) for q in p.quirk_overrides), p.base_url or ""),
                 client=demo if p.profile == "demo" else shared,
+                transport=demo_transport if p.profile == "demo" else shared_transport,
                 headers={**{k.lower(): v for k, v in p.headers.items()}, **_auth_headers(p)},
                 timeout=httpx.Timeout(connect=t.connect, read=t.idle, write=t.write, pool=t.connect),
                 first_byte=t.first_byte,
