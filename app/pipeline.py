@@ -401,21 +401,60 @@ class ProxyResponse(Response):
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no"), *base_headers]})
             raw = resp.aiter_raw()  # one iterator: the rest of the body is drained after the break
+            pending: list[bytes] = []  # client bytes held back (coalescing: see _FLUSH_BYTES)
+            size = 0
+            since = 0.0  # time of the last timed send
+            clock = time.perf_counter
             try:
-                async for chunk in raw:
+                while True:
+                    # Run the next read eagerly: it completes at once while upstream chunks are
+                    # already buffered; only then is the client's output held back.
+                    step = raw.__anext__()
+                    try:
+                        blocked = step.send(None)
+                    except StopIteration as ready:
+                        chunk = ready.value
+                    except StopAsyncIteration:
+                        break
+                    else:  # the read waits for the network: send what we have, then wait
+                        if pending:
+                            body = b"".join(pending)
+                            pending.clear()
+                            size = 0
+                            await send({"type": "http.response.body", "body": body, "more_body": True})
+                        try:
+                            chunk = await _Resume(step, blocked)
+                        except StopAsyncIteration:
+                            break
                     out = chain.feed(chunk)
-                    if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
                     if chain.finished or (chain.terminal and p.client == "responses"):
+                        if out:
+                            pending.append(out)
                         rest = raw
-                        break  # terminal event sent: close right away (PAINS 2)
+                        break  # terminal event: answer and close right away (PAINS 2)
+                    if out:
+                        if not pending:
+                            now = clock()
+                            if now - since >= _FLUSH_SECONDS:  # nothing sent lately: send now
+                                since = now
+                                await send({"type": "http.response.body", "body": out, "more_body": True})
+                                continue
+                        pending.append(out)
+                        size += len(out)
+                        if size >= _FLUSH_BYTES or clock() - since >= _FLUSH_SECONDS:
+                            body = b"".join(pending)
+                            pending.clear()
+                            size = 0
+                            since = clock()
+                            await send({"type": "http.response.body", "body": body, "more_body": True})
                 out = chain.end()
             except httpx.ReadTimeout:
                 out = b"".join(chain.fail("upstream_idle_timeout", f"upstream {prov.name} was silent for {prov.timeout.read:g}s")) + chain.end()
             except httpx.HTTPError as e:
                 out = b"".join(chain.fail("upstream_stream_error", f"upstream {prov.name} stream failed: {type(e).__name__}")) + chain.end()
             terminal = chain.terminal or "failed"
-            await send({"type": "http.response.body", "body": out, "more_body": False})
+            pending.append(out)
+            await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
             drain = rest
         except ProxyError as e:
             status = e.status
@@ -465,6 +504,48 @@ async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
     except httpx.HTTPError as e:
         raise ProxyError(502, f"upstream {prov.name} is unreachable: {type(e).__name__}",
                          type="upstream_error", code="upstream_unreachable") from None
+
+
+# Coalescing.  Each upstream chunk used to cost one ASGI send and one socket write; when
+# several upstream chunks are already buffered (a fast upstream, or the proxy behind), their
+# output now goes out together: held back while the next read completes at once, sent as
+# soon as a read would wait, or when _FLUSH_BYTES are pending, or _FLUSH_SECONDS after the
+# last send (so at most one send per _FLUSH_SECONDS during a burst: an event waits that long
+# at most).  An output with nothing sent for _FLUSH_SECONDS goes out at once: the first
+# event, and every event at a token rate (chunks arriving one by one), go out as before.
+_FLUSH_BYTES = 16 * 1024
+_FLUSH_SECONDS = 0.0001
+
+
+class _Resume:
+    """Await the rest of an awaitable whose first step already ran and yielded ``first``:
+    what ``await`` does (``yield from``), by hand, for a step started eagerly."""
+
+    __slots__ = ("step", "first")
+
+    def __init__(self, step: Any, first: Any) -> None:
+        self.step = step
+        self.first = first
+
+    def __await__(self) -> Any:
+        step = self.step
+        value = self.first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                step.close()
+                raise
+            except BaseException as e:  # cancellation, timeouts: delivered where the read waits
+                try:
+                    value = step.throw(e)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    value = step.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 _DRAIN_BYTES = 64 * 1024
