@@ -50,6 +50,9 @@ class ServerCfg(_Strict):
     # finish_reason "length" → response.completed with status incomplete (instead of
     # response.incomplete), for Responses clients that want the partial output as a turn
     incomplete_as_completed: bool = False
+    # seconds of upstream silence mid-stream before the client gets a heartbeat (0 = never):
+    # a response.in_progress event for Responses clients, an SSE comment for Chat clients
+    keepalive_seconds: float = Field(15.0, ge=0)
     # HMAC key for the sealed reasoning envelope (docs/quirks.md); empty = summary only
     reasoning_envelope_key: str = ""
 

@@ -176,6 +176,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                         router, raw, client, rid,
                         envelope_key=envelope_key,
                         incomplete_as_completed=incomplete_as_completed,
+                        keepalive=config.server.keepalive_seconds,
                         started=started,
                         client_headers=h,
                     )

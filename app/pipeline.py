@@ -99,6 +99,7 @@ class Prepared:
     route_name: str
     headers: dict[str, str] = field(default_factory=dict)
     forward_headers: dict[str, str] = field(default_factory=dict)
+    keepalive: float = 15.0  # seconds of upstream silence before a heartbeat (0 = never)
 
 
 def prepare(
@@ -109,6 +110,7 @@ def prepare(
     *,
     envelope_key: bytes,
     incomplete_as_completed: bool,
+    keepalive: float = 15.0,
     started: float,
     client_headers: dict[str, str],
 ) -> Prepared:
@@ -159,7 +161,7 @@ def prepare(
     return Prepared(
         request_id=request_id, client=client, upstream=upstream, route=route, ctx=ctx, stream=stream,
         upstream_body=orjson.dumps(out), include_usage=include_usage, echo=echo,
-        incomplete_as_completed=incomplete_as_completed, started=started,
+        incomplete_as_completed=incomplete_as_completed, started=started, keepalive=keepalive,
         route_name="/v1/chat/completions" if client == "chat" else "/v1/responses",
         headers=headers, forward_headers=fwd,
     )
@@ -254,6 +256,13 @@ class Chain:
         if self.p.client == "chat":
             return [b"data: " + orjson.dumps(o) + b"\n\n" for o in objs]
         return [b"event: " + o["type"].encode() + b"\ndata: " + orjson.dumps(o) + b"\n\n" for o in objs]
+
+    def heartbeat(self) -> bytes:
+        """What to send during a long upstream silence: a real Responses event (Codex's idle
+        timer ignores SSE comments), an SSE comment for Chat clients."""
+        if self.p.client == "chat":
+            return b"" if self.terminal else sse.encode_comment()
+        return b"".join(self._serialize(self.encoder.heartbeat()))
 
     def fail(self, code: str, message: str) -> list[bytes]:
         """Inject a terminal failure (mid-stream upstream fault) into the encoder."""
@@ -363,6 +372,7 @@ class ProxyResponse(Response):
         watch.add_done_callback(on_disconnect)
         resp: httpx.Response | None = None
         drain: Any = None
+        ticker: asyncio.Future[Any] | None = None
         try:
             payload = p.upstream_body
             for attempt in (0, 1):
@@ -405,6 +415,9 @@ class ProxyResponse(Response):
             size = 0
             since = 0.0  # time of the last timed send
             clock = time.perf_counter
+            waiting: list[Any] = [False, clock()]  # [blocked on the upstream, since when]
+            if p.keepalive > 0:
+                ticker = asyncio.ensure_future(_heartbeats(chain, send, p.keepalive, waiting))
             try:
                 while True:
                     # Run the next read eagerly: it completes at once while upstream chunks are
@@ -422,10 +435,14 @@ class ProxyResponse(Response):
                             pending.clear()
                             size = 0
                             await send({"type": "http.response.body", "body": body, "more_body": True})
+                        waiting[0] = True
                         try:
                             chunk = await _Resume(step, blocked)
                         except StopAsyncIteration:
                             break
+                        finally:
+                            waiting[0] = False
+                            waiting[1] = clock()
                     out = chain.feed(chunk)
                     if chain.finished or (chain.terminal and p.client == "responses"):
                         if out:
@@ -452,6 +469,9 @@ class ProxyResponse(Response):
                 out = b"".join(chain.fail("upstream_idle_timeout", f"upstream {prov.name} was silent for {prov.timeout.read:g}s")) + chain.end()
             except httpx.HTTPError as e:
                 out = b"".join(chain.fail("upstream_stream_error", f"upstream {prov.name} stream failed: {type(e).__name__}")) + chain.end()
+            if ticker is not None:
+                ticker.cancel()
+                ticker = None
             terminal = chain.terminal or "failed"
             pending.append(out)
             await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
@@ -468,6 +488,8 @@ class ProxyResponse(Response):
             terminal = "client_cancel"
             status = 499
         finally:
+            if ticker is not None:
+                ticker.cancel()
             watch.remove_done_callback(on_disconnect)
             watch.cancel()
             _finish_log(p, status, ttfb, terminal)
@@ -482,6 +504,20 @@ class ProxyResponse(Response):
                     t = asyncio.current_task()
                     if t is not None:
                         t.uncancel()
+
+
+async def _heartbeats(chain: Chain, send: Any, interval: float, waiting: list[Any]) -> None:
+    """While the upstream is silent for ``interval`` seconds, send the client a heartbeat
+    (PAINS 21): long reasoning gaps must not trip the client's idle timeout.  Runs only while
+    the stream loop is blocked on an upstream read, so it never interleaves with its sends."""
+    clock = time.perf_counter
+    while True:
+        await asyncio.sleep(interval)
+        if waiting[0] and clock() - waiting[1] >= interval:
+            beat = chain.heartbeat()
+            if beat:
+                waiting[1] = clock()
+                await send({"type": "http.response.body", "body": beat, "more_body": True})
 
 
 async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
