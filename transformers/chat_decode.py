@@ -297,17 +297,7 @@ class ChatStreamDecoder:
             call.call_id = ev.call_id = cid
             self._by_id[cid] = n
             new = True
-        name = fn.get("name")
-        if name and call.name is None:
-            call.name = ev.name = name
-            new = True
-        a = fn.get("arguments")
-        if a and isinstance(a, str):
-            call.args.append(a)
-            ev.arguments = a
-            new = True
-        if new:
-            out.append(ev)
+        _name_and_args(call, ev, fn, new, out)
 
     def _legacy(self, fc: dict[str, Any], out: list[Event]) -> None:
         n = self._by_index.get("fc")
@@ -319,17 +309,7 @@ class ChatStreamDecoder:
         self._last = n
         call = self._calls[n]
         ev = ToolCall(n)
-        name = fc.get("name")
-        if name and call.name is None:
-            call.name = ev.name = name
-            new = True
-        a = fc.get("arguments")
-        if a and isinstance(a, str):
-            call.args.append(a)
-            ev.arguments = a
-            new = True
-        if new:
-            out.append(ev)
+        _name_and_args(call, ev, fc, new, out)
 
     # -- inline <think> -------------------------------------------------------------------
 
@@ -471,3 +451,19 @@ def decode_chat_completion(obj: dict[str, Any], ctx: Ctx) -> list[Event]:
         out.append(Usage(from_chat(u)))
     out.append(_finish(choice.get("finish_reason")))
     return out
+
+
+def _name_and_args(call: _Call, ev: ToolCall, fn: dict[str, Any], new: bool, out: list[Event]) -> None:
+    """Merge a ``function`` delta's name (first one wins) and argument text into ``call``;
+    emit ``ev`` when it carries anything new."""
+    name = fn.get("name")
+    if name and call.name is None:
+        call.name = ev.name = name
+        new = True
+    a = fn.get("arguments")
+    if a and isinstance(a, str):
+        call.args.append(a)
+        ev.arguments = a
+        new = True
+    if new:
+        out.append(ev)
