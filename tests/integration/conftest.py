@@ -51,7 +51,7 @@ async def client_factory() -> AsyncIterator[Any]:
         ctx = app.router.lifespan_context(app)
         await ctx.__aenter__()
         apps.append(ctx)
-        return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy.test")
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080")
 
     yield make
     for ctx in apps:
