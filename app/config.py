@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from transformers.context import QUIRKS
+from transformers.masking import SecretMask
 
 PROFILES = (
     "openai",
@@ -55,6 +56,11 @@ class ServerCfg(_Strict):
     keepalive_seconds: float = Field(15.0, ge=0)
     # HMAC key for the sealed reasoning envelope (docs/quirks.md); empty = summary only
     reasoning_envelope_key: str = ""
+    # browser origins allowed to call the proxy (exact "scheme://host[:port]", or "*");
+    # a request carrying any other Origin header is refused (docs/operations.md, Security)
+    allowed_origins: list[str] = Field(default_factory=list)
+    # Host names (or "*") served besides the loopback ones when no client key is configured
+    allowed_hosts: list[str] = Field(default_factory=list)
 
 
 class AuthCfg(_Strict):
@@ -64,7 +70,11 @@ class AuthCfg(_Strict):
     @field_validator("keys")
     @classmethod
     def _drop_empty(cls, v: list[str]) -> list[str]:
-        return [k for k in v if k]
+        keys = [k for k in v if k]
+        for i, k in enumerate(keys):
+            if k.startswith("sha256:") and not re.fullmatch(r"[0-9a-fA-F]{64}", k[7:]):
+                raise ValueError(f"keys[{i}]: a 'sha256:' key must be followed by 64 hex digits (the SHA-256 of the key)")
+        return keys
 
 
 class TimeoutsCfg(_Strict):
@@ -134,11 +144,31 @@ class ModelCfg(_Strict):
     modalities: list[str] | None = None
 
 
+_CREDENTIAL = re.compile(r"authorization|key|token|secret|password|cookie|signature|sig$", re.I)
+
+
 class Config(_Strict):
     server: ServerCfg = Field(default_factory=ServerCfg)
     auth: AuthCfg = Field(default_factory=AuthCfg)
     providers: list[ProviderCfg]
     models: list[ModelCfg]
+    # values that ``${VAR}`` put into this config (set by parse_config)
+    _env_values: tuple[str, ...] = PrivateAttr(default=())
+
+    def secrets(self) -> SecretMask:
+        """Every secret this configuration holds, as one mask for outgoing text: provider
+        keys, credential headers and query parameters, user:password in base URLs, values
+        read from the environment, the envelope key and plain client keys."""
+        found: list[str] = [*self._env_values, self.server.reasoning_envelope_key]
+        found += [k for k in self.auth.keys if not k.startswith("sha256:")]
+        for p in self.providers:
+            found.append(p.api_key or "")
+            found += [v for k, v in p.headers.items() if _CREDENTIAL.search(k)]
+            found += [v for k, v in p.query.items() if _CREDENTIAL.search(k)]
+            userinfo = re.match(r"^https?://([^/@]+)@", p.base_url or "")
+            if userinfo:
+                found += [userinfo.group(1), *userinfo.group(1).split(":", 1)]
+        return SecretMask(found)
 
     @model_validator(mode="after")
     def _refs(self) -> Config:
@@ -156,7 +186,9 @@ class Config(_Strict):
         return self
 
 
-def _expand(value: Any, path: str) -> Any:
+def _expand(value: Any, path: str, seen: list[str]) -> Any:
+    """Replace ``${VAR}`` in every string; the values taken from the environment are
+    appended to ``seen`` (they may be secrets: error messages must not print them)."""
     if isinstance(value, str):
 
         def sub(m: re.Match[str]) -> str:
@@ -166,13 +198,14 @@ def _expand(value: Any, path: str) -> Any:
                 if default is None:
                     raise ConfigError(f"{path}: environment variable {var} is not set (use ${{{var}:-}} to allow empty)")
                 return default
+            seen.append(got)
             return got
 
         return _ENV.sub(sub, value)
     if isinstance(value, list):
-        return [_expand(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_expand(v, f"{path}[{i}]", seen) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: _expand(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        return {k: _expand(v, f"{path}.{k}" if path else str(k), seen) for k, v in value.items()}
     return value
 
 
@@ -191,12 +224,13 @@ def _loc(loc: tuple[Any, ...]) -> str:
 def parse_config(data: Any, source: str = "<config>") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping with providers and models")
+    env_values: list[str] = []
     try:
-        expanded = _expand(data, "")
+        expanded = _expand(data, "", env_values)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     try:
-        return Config.model_validate(expanded)
+        cfg = Config.model_validate(expanded)
     except ValidationError as e:
         lines = [f"{source}: invalid configuration:"]
         seen = set()
@@ -205,7 +239,14 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
             if msg not in seen:
                 seen.add(msg)
                 lines.append(msg)
-        raise ConfigError("\n".join(lines)) from None
+        # a message may quote a value that came from the environment: never print it
+        mask = SecretMask(v for v in env_values if v)
+        text = "\n".join(lines)
+        for v in sorted({v for v in env_values if 0 < len(v) < 6}, key=len, reverse=True):
+            text = re.sub(rf"(?<![\w-]){re.escape(v)}(?![\w-])", "[from the environment]", text)
+        raise ConfigError(mask(text).replace("[redacted]", "[from the environment]")) from None
+    cfg._env_values = tuple(v for v in env_values if v)
+    return cfg
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

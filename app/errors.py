@@ -22,8 +22,13 @@ xAI, Ollama                                              ``{"error": "<message>"
 Bedrock (Mantle's AWS front)                             ``{"message": …}`` (+ ``__type`` or
                                                          the ``x-amzn-errortype`` header)
 gateways (FastAPI style)                                 ``{"detail": "<message>"}``
-anything else                                            the first 500 bytes as text
+HTML (an error page of a gateway or a debug server)       never echoed: a fixed message
+anything else                                            the first 300 characters as text
 =======================================================  ===================================
+
+Everything of the upstream's that reaches the client (message, param, code) first goes
+through the configured secrets' mask (``transformers.masking``): an upstream that echoes the
+Authorization or ``api-key`` header it received cannot hand the proxy's key to a client.
 
 Code resolution, first match wins:
 
@@ -37,9 +42,10 @@ Code resolution, first match wins:
    ``BadRequest``, numbers, sentences) are not codes;
 5. the default of the HTTP status (``_STATUS_MAP``).
 
-401/403 always map to ``upstream_auth_failed``/``upstream_forbidden`` with HTTP 502 (the
-proxy's key to the upstream is wrong: not the client's fault, and not the client's
-``invalid_api_key``).  A resolved ``insufficient_quota``/``rate_limit_exceeded`` is answered
+401/403 always map to ``upstream_auth_failed``/``upstream_forbidden`` with HTTP 502 and a
+fixed message (the proxy's key to the upstream is wrong: not the client's fault, not the
+client's ``invalid_api_key``, and the upstream's text about the proxy's credentials is none
+of the client's business).  A resolved ``insufficient_quota``/``rate_limit_exceeded`` is answered
 with HTTP 429, ``context_length_exceeded``/``invalid_prompt`` with 400 and
 ``server_is_overloaded`` with 503, whatever status the upstream chose (DeepSeek says 402
 for an empty balance, some servers 500 for an over-long prompt).  ``retry-after`` (or
@@ -54,6 +60,8 @@ import re
 from typing import Any
 
 import orjson
+
+from transformers.masking import NO_SECRETS, SecretMask
 
 
 class ProxyError(Exception):
@@ -184,6 +192,15 @@ _CODE_STATUS: dict[str, tuple[int, str]] = {
     "server_is_overloaded": (503, "upstream_error"),
 }
 
+# the codes the proxy itself answers with (docs/operations.md, "Errors clients see")
+OWN_CODES = frozenset(
+    {"invalid_json", "invalid_type", "missing_required_parameter", "unsupported_parameter", "invalid_value",
+     "missing_api_key", "invalid_api_key", "origin_not_allowed", "host_not_allowed", "unsupported_media_type",
+     "model_not_found", "request_too_large", "not_found", "method_not_allowed", "upgrade_required",
+     "upstream_unreachable", "upstream_timeout", "upstream_bad_response", "upstream_stream_error",
+     "upstream_stream_truncated", "upstream_idle_timeout", "upstream_bad_event", "upstream_error",
+     "internal_error"}
+)  # fmt: skip
 _GENERIC = frozenset(
     {"invalid_request_error", "invalid_request", "bad_request", "error", "unknown_error", "upstream_error",
      "server_error", "internal_error", "internal_server_error", "api_error", "invalid_parameter"}
@@ -196,14 +213,29 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def _extract(body: bytes) -> tuple[str, list[str], str | None, str | None]:
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]+")
+_TEXT_CHARS = 300
+
+
+def _text(body: bytes, content_type: str) -> str:
+    """A non-JSON error body as message text: never an HTML page (it may list the request
+    headers it got), otherwise its first characters without control characters."""
+    head = body[:1024].lstrip()[:64].lower()
+    if "html" in content_type.lower() or head.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body")) \
+            or (head.startswith(b"<") and b">" in head):
+        return "(the upstream answered with an HTML page; not shown)"
+    text = body[: _TEXT_CHARS * 4].decode("utf-8", "replace")[:_TEXT_CHARS]
+    return _CONTROL.sub(" ", text).strip()
+
+
+def _extract(body: bytes, content_type: str = "") -> tuple[str, list[str], str | None, str | None]:
     """(message, candidate codes/types in priority order, the upstream code, param)."""
     try:
         obj = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict):
-        return body[:500].decode("utf-8", "replace").strip(), [], None, None
+        return _text(body, content_type), [], None, None
     err = obj.get("error")
     if isinstance(err, dict):
         inner = err.get("innererror") if isinstance(err.get("innererror"), dict) else {}
@@ -218,7 +250,7 @@ def _extract(body: bytes) -> tuple[str, list[str], str | None, str | None]:
             aws = _str(obj.get("__type"))
             cands = [c for c in (_str(obj.get("code")), _str(obj.get("type")), aws.rsplit("#", 1)[-1] if aws else None) if c]
             return obj[key], cands, _str(obj.get("code")), _str(obj.get("param"))
-    return body[:500].decode("utf-8", "replace").strip(), [], None, None
+    return _text(body, content_type), [], None, None
 
 
 def _resolve(cands: list[str], code: str | None, message: str, default: str) -> str:
@@ -237,33 +269,60 @@ def _resolve(cands: list[str], code: str | None, message: str, default: str) -> 
     return default
 
 
-def upstream_error(status: int, body: bytes, headers: Any, provider: str) -> ProxyError:
-    """Map an upstream HTTP error answer to the OpenAI error the client gets."""
+_MAX_RETRY_AFTER = 24 * 3600
+
+
+def _retry_after(headers: Any) -> str | None:
+    """``retry-after`` in whole seconds (or Azure's ``retry-after-ms``), only when it is a
+    finite number: an upstream's header value is never copied as it came."""
+    if headers is None:
+        return None
+    for name, scale in (("retry-after", 1.0), ("retry-after-ms", 1000.0)):
+        raw = headers.get(name)
+        if not raw:
+            continue
+        try:
+            secs = float(raw) / scale
+        except (ValueError, OverflowError):
+            continue  # an HTTP-date or junk: no hint rather than a wrong one
+        if math.isfinite(secs) and secs >= 0:
+            return str(min(_MAX_RETRY_AFTER, max(1, math.ceil(secs))))
+    return None
+
+
+def upstream_error(status: int, body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS) -> ProxyError:
+    """Map an upstream HTTP error answer to the OpenAI error the client gets; the upstream's
+    text goes through ``mask`` (the configured secrets) before it can reach anyone."""
     mapped = _STATUS_MAP.get(status) or (
         (status, "invalid_request_error", "upstream_error") if status < 500 else (502, "upstream_error", "server_error")
     )
     out_status, etype, default = mapped
-    message, cands, code, param = _extract(body)
+    ctype = (headers.get("content-type") if headers is not None else None) or ""
+    message, cands, code, param = _extract(body, ctype)
     aws = headers.get("x-amzn-errortype") if headers is not None else None
     if aws:
         cands.append(aws.split(":", 1)[0])
     if status in _AUTH_STATUSES:
+        return ProxyError(out_status, f"the upstream rejected the proxy's credentials for provider {provider} "
+                          f"(HTTP {status})", type=etype, code=default)
+    resolved = _resolve(cands, code, message, default)
+    if mask(resolved) != resolved or len(resolved) > 64:
         resolved = default
-    else:
-        resolved = _resolve(cands, code, message, default)
-        if resolved in _CODE_STATUS:
-            out_status, etype = _CODE_STATUS[resolved]
+    if resolved in _CODE_STATUS:
+        out_status, etype = _CODE_STATUS[resolved]
+    message = mask(message)
     extra: dict[str, str] = {}
-    retry = headers.get("retry-after") if headers is not None else None
-    if not retry and headers is not None and headers.get("retry-after-ms"):
-        try:
-            retry = str(max(1, math.ceil(float(headers["retry-after-ms"]) / 1000)))
-        except ValueError:
-            retry = None
+    retry = _retry_after(headers)
     if retry:
         extra["retry-after"] = retry
-        if resolved == "rate_limit_exceeded" and retry.isdigit() and not _TRY_AGAIN.search(message):
+        if resolved == "rate_limit_exceeded" and not _TRY_AGAIN.search(message):
             message = f"{message.rstrip()} Please try again in {retry}s." if message else f"Please try again in {retry}s."
     prefix = f"upstream {provider} answered HTTP {status}"
     return ProxyError(out_status, f"{prefix}: {message}" if message else prefix, type=etype, code=resolved,
-                      param=param, headers=extra)
+                      param=mask(param)[:256] if param else None, headers=extra)
+
+
+def known_codes() -> frozenset[str]:
+    """Every code an error of the proxy can carry that is not the upstream's own: the
+    closed set metric labels take codes from."""
+    return OWN_CODES | WELL_KNOWN | frozenset(UPSTREAM_CODES.values()) | frozenset(v[2] for v in _STATUS_MAP.values())

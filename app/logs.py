@@ -2,7 +2,9 @@
 
 Request lines carry a fixed set of fields (no headers, no bodies); the redaction processor
 is a second line of defence for anything that slips into an event dict: keys whose name
-looks like a credential are masked, and bearer tokens inside strings are cut.
+looks like a credential are masked, every configured secret (``set_mask``) and bearer
+tokens inside strings are cut, tracebacks included (they are rendered into the line
+first, so an exception message that quotes a key is masked too).
 """
 
 from __future__ import annotations
@@ -15,13 +17,26 @@ from typing import Any
 import orjson
 import structlog
 
+from transformers.masking import NO_SECRETS, SecretMask
+
 _SECRET_KEYS = re.compile(r"(authorization|api[-_]?key|secret|token|password|cookie)$", re.I)
 _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
 
 
+_MASK: SecretMask = NO_SECRETS
+
+
+def set_mask(mask: SecretMask) -> None:
+    """The configured secrets, masked in every log line from now on."""
+    global _MASK
+    _MASK = mask
+
+
 def _redact_value(v: Any) -> Any:
-    if isinstance(v, str) and "earer" in v:
-        return _BEARER.sub(r"\1[redacted]", v)
+    if isinstance(v, str):
+        if "earer" in v:
+            v = _BEARER.sub(r"\1[redacted]", v)
+        return _MASK(v)
     return v
 
 
@@ -49,6 +64,7 @@ def setup(level: str = "info") -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
             redact,
             structlog.processors.JSONRenderer(serializer=_dumps),
         ],

@@ -32,9 +32,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from app import metrics
+from app import logs, metrics
 from app.config import Config
-from app.errors import ProxyError
+from app.errors import ProxyError, known_codes
+from app.guard import Guard
 from app.logs import log
 from app.pipeline import ProxyResponse, new_request_id, prepare
 from providers.upstream import Router
@@ -61,17 +62,52 @@ ASGIHandler = Callable[[Any, Any, Any], Awaitable[None]]
 
 
 class Switchboard(FastAPI):
-    """FastAPI with the proxy routes dispatched before anything else (see the module docstring)."""
+    """FastAPI with the proxy routes dispatched before anything else (see the module docstring),
+    behind the browser guard (``app.guard``)."""
 
     fast_routes: dict[str, ASGIHandler] = {}
+    guard: Guard = Guard()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            handler = self.fast_routes.get(scope["path"])
-            if handler is not None:
-                await handler(scope, receive, send)
+        kind = scope["type"]
+        if kind == "http" or kind == "websocket":
+            refusal = self.guard.check(scope)
+            if refusal is not None:
+                await _refuse(refusal, scope, receive, send)
                 return
+            cors = self.guard.cors_headers(scope) if kind == "http" else None
+            if cors is not None:  # a browser page whose Origin is allowed
+                if scope["method"] == "OPTIONS":
+                    await send({"type": "http.response.start", "status": 204, "headers": cors})
+                    await send({"type": "http.response.body", "body": b""})
+                    return
+                send = _with_headers(send, cors)
+            if kind == "http" and scope["method"] == "POST":
+                handler = self.fast_routes.get(scope["path"])
+                if handler is not None:
+                    await handler(scope, receive, send)
+                    return
         await super().__call__(scope, receive, send)
+
+
+def _with_headers(send: Any, extra: list[tuple[bytes, bytes]]) -> Any:
+    async def wrapped(msg: Any) -> None:
+        if msg["type"] == "http.response.start":
+            msg = {**msg, "headers": [*msg.get("headers", ()), *extra]}
+        await send(msg)
+
+    return wrapped
+
+
+async def _refuse(e: ProxyError, scope: Any, receive: Any, send: Any) -> None:
+    rid = new_request_id()
+    _log_rejected(scope.get("path", ""), e.status, e.code, rid)
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.http.response.start", "status": e.status,
+                    "headers": [(b"content-type", b"application/json"), (b"x-request-id", rid.encode())]})
+        await send({"type": "websocket.http.response.body", "body": e.body(rid)})
+        return
+    await _error_response(e.status, e.body(rid), {"x-request-id": rid})(scope, receive, send)
 
 
 class _RawEndpoint:
@@ -100,6 +136,9 @@ def _headers(scope: Any) -> dict[str, str]:
 def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     router = Router.build(config, transport=transport)
     digests = _key_digests(config.auth.keys)
+    secrets = config.secrets()
+    logs.set_mask(secrets)
+    metrics.configure((p.name for p in config.providers), known_codes())
     limit = config.server.max_body_bytes
     envelope_key = config.server.reasoning_envelope_key.encode()
     state = {"ready": False}
@@ -119,6 +158,8 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     app = Switchboard(title="Switchboard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.router = router
     app.state.config = config
+    app.guard = Guard(origins=config.server.allowed_origins, hosts=config.server.allowed_hosts,
+                      open_proxy=not digests, server_host=config.server.host)
 
     def authorize(request: Request) -> None:
         authorize_headers(request.headers)  # type: ignore[arg-type]
@@ -179,6 +220,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                         keepalive=config.server.keepalive_seconds,
                         started=started,
                         client_headers=h,
+                        secrets=secrets,
                     )
                 except ProxyError as e:
                     _log_rejected(scope["path"], e.status, e.code, rid)
@@ -191,13 +233,18 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                     return
                 response = ProxyResponse(p)
                 await response(scope, receive, send)
+            except ClientDisconnect:
+                # the client left while sending its body: nobody to answer, nothing went wrong
+                metrics.inc("switchboard_requests_total", route=scope["path"], client=client, provider="-", status="499")
+                log.info("request", request_id=rid, route=scope["path"], status=499, terminal="client_cancel")
             except Exception as e:
                 if not outer:
                     raise
                 log.exception("internal_error", request_id=rid, path=scope["path"], error=type(e).__name__)
                 if response is None or not response.started:
                     await _internal_error(e, rid)(scope, receive, send)
-                raise  # as ServerErrorMiddleware does: the server logs it too
+                    return  # answered and logged with its traceback
+                raise  # a started answer can only be cut: the server closes the connection
 
         return proxy
 
@@ -231,7 +278,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
         authorize(request)
         r = router.routes.get(model_id)
         if r is None:
-            raise ProxyError(404, f"The model '{model_id}' does not exist", code="model_not_found", param="model")
+            raise ProxyError(404, f"The model '{model_id[:200]}' does not exist", code="model_not_found", param="model")
         return _json(200, r.info.openai())
 
     @app.get("/healthz")
@@ -267,11 +314,11 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
 
     @app.exception_handler(404)
     async def on_404(request: Request, e: Exception) -> Response:
-        return _json(404, {"error": {"message": f"Unknown route {request.method} {request.url.path}", "type": "invalid_request_error", "param": None, "code": "not_found"}})
+        return _json(404, {"error": {"message": f"Unknown route {request.method} {request.url.path[:200]}", "type": "invalid_request_error", "param": None, "code": "not_found"}})
 
     @app.exception_handler(405)
     async def on_405(request: Request, e: Exception) -> Response:
-        return _json(405, {"error": {"message": f"Method {request.method} not allowed on {request.url.path}", "type": "invalid_request_error", "param": None, "code": "method_not_allowed"}})
+        return _json(405, {"error": {"message": f"Method {request.method} not allowed on {request.url.path[:200]}", "type": "invalid_request_error", "param": None, "code": "method_not_allowed"}})
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, e: Exception) -> Response:
@@ -291,6 +338,14 @@ def _internal_error(e: Exception, rid: str) -> Response:
                  headers={"x-request-id": rid})
 
 
+def _route_label(path: str) -> str:
+    """The route template of a path (a metric label: never the raw path)."""
+    if path in metrics.ROUTES:
+        return path
+    return "/v1/models/{model}" if path.startswith("/v1/models/") else metrics.OTHER
+
+
 def _log_rejected(path: str, status: int, code: str | None, rid: str) -> None:
-    metrics.inc("switchboard_requests_total", route=path, client="-", provider="-", status=str(status))
-    log.info("request", request_id=rid, route=path, status=status, code=code, terminal="rejected")
+    route = _route_label(path)
+    metrics.inc("switchboard_requests_total", route=route, client="-", provider="-", status=str(status))
+    log.info("request", request_id=rid, route=route, path=path[:200], status=status, code=code, terminal="rejected")

@@ -3,11 +3,21 @@
 Counters are plain dicts keyed by label tuples: an increment is one dict update, cheap
 enough for the per-request path.  With several workers or instances, each process exports
 its own series (scrape every instance; sum in the query).  Metric list: docs/operations.md.
+
+Label values come from closed sets, never from what a client or an upstream sent: a label
+whose value is not in its set (``LABELS``, completed at start-up with the configured
+provider names by ``configure``) is exported as ``other``.  A request path, an upstream's
+own error code or a client's model name can therefore never create a series, and the
+number of series is bounded by the product of the sets.  As a second bound, a metric that
+somehow reached ``MAX_SERIES`` series adds no new ones: further label sets are counted
+under all-``other`` labels.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 
 COUNTERS: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(lambda: defaultdict(float))
 
@@ -20,13 +30,63 @@ HELP = {
     "switchboard_ttfb_seconds_sum": "Total time to first upstream byte, by route.",
 }
 
+OTHER = "other"
+MAX_SERIES = 4096
+
+# the route templates the app serves; anything else (an unknown path, a model id inside a
+# path) is "other"
+ROUTES = frozenset({
+    "/v1/chat/completions", "/v1/responses", "/v1/models", "/v1/models/{model}", "/healthz", "/readyz", "/metrics",
+})  # fmt: skip
+
+_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_STATUSES = frozenset(str(s) for s in range(100, 600))
+
+# label name → test of a value; set members or a predicate for code-defined names (repair
+# rules are constants of the code, and a snake_case identifier cannot carry a path or text)
+LABELS: dict[str, frozenset[str] | Callable[[str], bool]] = {
+    "route": ROUTES,
+    "client": frozenset({"chat", "responses", "-"}),
+    "provider": frozenset({"-"}),
+    "status": _STATUSES,
+    "outcome": frozenset({"completed", "incomplete", "failed", "client_cancel", "error", "none"}),
+    "rule": lambda v: _IDENT.match(v) is not None,
+    "code": frozenset(),
+}
+
+
+def configure(providers: Iterable[str], codes: Iterable[str]) -> None:
+    """Complete the closed sets: the configured provider names and the error codes the
+    proxy knows (its own and the well-known OpenAI ones)."""
+    known = LABELS["provider"], LABELS["code"]
+    assert isinstance(known[0], frozenset) and isinstance(known[1], frozenset)
+    LABELS["provider"] = known[0] | frozenset(providers)
+    LABELS["code"] = known[1] | frozenset(codes)
+
+
+def _clean(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for k, v in sorted(labels.items()):
+        allowed = LABELS.get(k)
+        ok = allowed is not None and (v in allowed if isinstance(allowed, frozenset) else allowed(v))
+        out.append((k, v if ok else OTHER))
+    return tuple(out)
+
 
 def inc(name: str, value: float = 1.0, **labels: str) -> None:
-    COUNTERS[name][tuple(sorted(labels.items()))] += value
+    series = COUNTERS[name]
+    key = _clean(labels)
+    if key not in series and len(series) >= MAX_SERIES:
+        key = tuple((k, OTHER) for k, _ in key)
+    series[key] += value
 
 
 def get(name: str, **labels: str) -> float:
-    return COUNTERS.get(name, {}).get(tuple(sorted(labels.items())), 0.0)
+    return COUNTERS.get(name, {}).get(_clean(labels), 0.0)
+
+
+def series_count() -> int:
+    return sum(len(s) for s in COUNTERS.values())
 
 
 def render() -> bytes:

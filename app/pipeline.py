@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -38,6 +40,7 @@ from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.context import Ctx
 from transformers.encrypted_retry import is_invalid_encrypted_content, strip_encrypted_reasoning
 from transformers.errors import RequestError, stream_error
+from transformers.masking import NO_SECRETS, SecretMask
 from transformers.events import Finish
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
 from transformers.request_quirks import prepare_chat, prepare_responses
@@ -100,6 +103,7 @@ class Prepared:
     headers: dict[str, str] = field(default_factory=dict)
     forward_headers: dict[str, str] = field(default_factory=dict)
     keepalive: float = 15.0  # seconds of upstream silence before a heartbeat (0 = never)
+    secrets: SecretMask = NO_SECRETS  # masks the configured secrets in upstream text
 
 
 def prepare(
@@ -113,6 +117,7 @@ def prepare(
     keepalive: float = 15.0,
     started: float,
     client_headers: dict[str, str],
+    secrets: SecretMask = NO_SECRETS,
 ) -> Prepared:
     body = check_body(raw, client)
     model = body["model"]
@@ -156,15 +161,36 @@ def prepare(
     include_usage = bool((body.get("stream_options") or {}).get("include_usage")) if client == "chat" else True
     headers: dict[str, str] = {}
     if ctx.tools.dropped:
-        headers["x-switchboard-dropped-tools"] = ",".join(ctx.tools.dropped)
-    fwd = {"user-agent": client_headers["user-agent"]} if "user-agent" in client_headers else {}
+        headers["x-switchboard-dropped-tools"] = header_list(ctx.tools.dropped)
+    ua = safe_header_value(client_headers.get("user-agent"))
+    fwd = {"user-agent": ua} if ua else {}
     return Prepared(
         request_id=request_id, client=client, upstream=upstream, route=route, ctx=ctx, stream=stream,
         upstream_body=orjson.dumps(out), include_usage=include_usage, echo=echo,
         incomplete_as_completed=incomplete_as_completed, started=started, keepalive=keepalive,
         route_name="/v1/chat/completions" if client == "chat" else "/v1/responses",
-        headers=headers, forward_headers=fwd,
+        headers=headers, forward_headers=fwd, secrets=secrets,
     )
+
+
+_HEADER_MAX = 512
+_UNSAFE = re.compile(r"[^\x20-\x7e]")
+
+
+def safe_header_value(v: str | None) -> str | None:
+    """A client's header value fit to forward upstream: printable ASCII only (httpx encodes
+    header values as ASCII), at most _HEADER_MAX characters; None when nothing is left."""
+    if not v:
+        return None
+    v = _UNSAFE.sub("", v)[:_HEADER_MAX].strip()
+    return v or None
+
+
+def header_list(values: list[str]) -> str:
+    """Client strings as one response header value: each percent-encoded (no CR/LF, comma or
+    non-ASCII byte can reach the header), the whole at most _HEADER_MAX characters."""
+    out = ",".join(quote(v, safe="!#$&'*+-.^_`|~:/@()[]") for v in values)
+    return out if len(out) <= _HEADER_MAX else out[: _HEADER_MAX - 3] + "..."
 
 
 class Chain:
@@ -386,7 +412,7 @@ class ProxyResponse(Response):
                         and is_invalid_encrypted_content(resp.status_code, body):
                     retry = strip_encrypted_reasoning(orjson.loads(payload))
                 if retry is None:
-                    raise upstream_error(resp.status_code, body, resp.headers, prov.name)
+                    raise upstream_error(resp.status_code, body, resp.headers, prov.name, p.secrets)
                 p.ctx.repaired("encrypted_content_retry")
                 payload = orjson.dumps(retry)
             ttfb = time.perf_counter() - p.started
