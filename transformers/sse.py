@@ -16,6 +16,9 @@ its last ``data:`` line).  The parser follows the WHATWG rules that matter on th
 * several ``data:`` lines join with ``\\n``; one space after the colon is dropped;
 * an event is dispatched at a blank line, only if it had data.
 
+A peer that never ends a line or an event cannot make the parser hold more than
+``MAX_EVENT_BYTES``: past it ``feed`` raises ``SSEOverflow`` (the caller fails the stream).
+
 ``encode(data, event)`` frames one event: ``event:`` line when given, one ``data:`` line
 (our payloads are orjson output, which never contains a raw newline), blank line.
 """
@@ -24,7 +27,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["SSEEvent", "SSEParser", "encode", "encode_comment", "DONE"]
+__all__ = ["SSEEvent", "SSEParser", "SSEOverflow", "MAX_EVENT_BYTES", "encode", "encode_comment", "DONE"]
+
+
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+class SSEOverflow(ValueError):
+    """An event (or a line) longer than MAX_EVENT_BYTES."""
 
 
 class SSEEvent(NamedTuple):
@@ -36,12 +46,14 @@ DONE = b"data: [DONE]\n\n"
 
 
 class SSEParser:
-    __slots__ = ("_buf", "_event", "_data", "_lines_seen")
+    __slots__ = ("_buf", "_event", "_data", "_held", "max_bytes")
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""
         self._event: str | None = None
         self._data: list[bytes] = []
+        self._held = 0  # bytes in _data
+        self.max_bytes = max_bytes
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buf = self._buf + chunk if self._buf else chunk
@@ -56,6 +68,8 @@ class SSEParser:
         else:
             lines = buf.split(b"\n")
             self._buf = lines.pop()
+        if len(self._buf) > self.max_bytes:
+            raise SSEOverflow(f"an upstream line is longer than {self.max_bytes} bytes")
         if not lines:
             return []
         return self._lines(lines)
@@ -79,6 +93,7 @@ class SSEParser:
                     payload = data[0] if len(data) == 1 else b"\n".join(data)
                     out.append(SSEEvent(self._event, payload.decode("utf-8", "replace")))
                     data.clear()
+                    self._held = 0
                 self._event = None
                 continue
             if line[0] == 0x3A:  # ':' comment / keep-alive
@@ -88,6 +103,9 @@ class SSEParser:
                 value = value[1:]
             if name == b"data":
                 data.append(value)
+                self._held += len(value)
+                if self._held > self.max_bytes:
+                    raise SSEOverflow(f"an upstream event is longer than {self.max_bytes} bytes")
             elif name == b"event":
                 self._event = value.decode("utf-8", "replace")
             # "id" and "retry" carry nothing the proxy needs

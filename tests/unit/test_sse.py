@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transformers.sse import DONE, SSEEvent, SSEParser, encode, encode_comment
+from transformers.sse import DONE, SSEEvent, SSEOverflow, SSEParser, encode, encode_comment
 
 
 def parse_all(chunks: list[bytes]) -> list[SSEEvent]:
@@ -60,3 +60,18 @@ def test_any_split_any_line_ending_loses_nothing(datas: list[str], data: st.Data
         prev = c
     chunks.append(wire[prev:])
     assert [e.data for e in parse_all(chunks)] == datas
+
+
+def test_overflow_bounds_a_line_and_an_event() -> None:
+    p = SSEParser(max_bytes=1024)
+    p.feed(b"data: " + b"x" * 1000)
+    with pytest.raises(SSEOverflow):
+        p.feed(b"y" * 100)  # one line that never ends
+    p = SSEParser(max_bytes=1024)
+    for _ in range(9):
+        p.feed(b"data: " + b"x" * 100 + b"\n")  # many data lines, no blank line
+    with pytest.raises(SSEOverflow):
+        p.feed(b"data: " + b"x" * 200 + b"\n")
+    p = SSEParser(max_bytes=1024)
+    for _ in range(50):  # complete events release what they held
+        assert len(p.feed(b"data: " + b"x" * 600 + b"\n\n")) == 1
