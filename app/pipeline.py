@@ -346,6 +346,8 @@ class _Target:
         # forwarded values are filled in per request, in place (Headers.__setitem__)
         headers.update({"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json",
                         **dict.fromkeys(forward, ""), **prov.headers})
+        if stream:  # streams are read raw (no decoder in the loop): ask for them uncompressed
+            headers["accept-encoding"] = "identity"
         self.headers = headers
         self.forward = tuple(k for k in forward if k not in prov.headers)  # the provider's own win
         self.timeout = prov.timeout.as_dict()
@@ -405,7 +407,7 @@ class ProxyResponse(Response):
                 resp = await _open(prov, target.request(payload, p.forward_headers))
                 if resp.status_code < 400:
                     break
-                body = await resp.aread()
+                body = await _read_capped(resp, _ERROR_BODY_MAX)
                 await resp.aclose()
                 retry = None
                 if attempt == 0 and p.upstream == "responses" and p.ctx.on("encrypted_content_retry") \
@@ -419,7 +421,7 @@ class ProxyResponse(Response):
             base_headers = [(b"x-request-id", p.request_id.encode())] + [(k.encode(), v.encode()) for k, v in p.headers.items()]
             if not p.stream:
                 try:
-                    body = await resp.aread()
+                    body = await _read_capped(resp, _BODY_MAX)
                 except httpx.HTTPError as e:
                     raise ProxyError(502, f"upstream {prov.name} failed while sending its answer: {type(e).__name__}",
                                      type="upstream_error", code="upstream_stream_error") from None
@@ -612,6 +614,27 @@ class _Resume:
 
 _DRAIN_BYTES = 64 * 1024
 _DRAIN_SECONDS = 1.0
+
+
+_ERROR_BODY_MAX = 64 * 1024  # of an upstream error answer: enough for any message
+_BODY_MAX = 64 * 1024 * 1024  # of a non-streamed upstream answer
+
+
+async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
+    """The upstream body, at most ``limit`` bytes: an error answer is cut there (its start
+    holds the message), a longer answer is refused (memory stays bounded per request)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            if limit == _ERROR_BODY_MAX:
+                parts.append(chunk[: limit - (size - len(chunk))])
+                break
+            raise ProxyError(502, f"the upstream's answer is larger than {limit} bytes", type="upstream_error",
+                             code="upstream_bad_response")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def _drain(raw: Any) -> None:

@@ -302,3 +302,21 @@ def test_masking_min_length_and_scheme_split() -> None:
     m = SecretMask(["Bearer abcdefghij", "tiny", os.urandom(4).hex()])
     assert m("token abcdefghij here") == "token [redacted] here"
     assert m("tiny stays") == "tiny stays"
+
+
+# ---------------------------------------------------------------- bounded upstream bodies
+
+async def test_upstream_bodies_are_read_within_bounds(client: httpx.AsyncClient, mock: Any, monkeypatch: Any) -> None:
+    mock.post(CHAT_URL).mock(return_value=httpx.Response(400, content=b'{"error": {"message": "' + b"m" * 5_000_000))
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 400 and len(r.content) < 70_000
+    monkeypatch.setattr("app.pipeline._BODY_MAX", 1000)
+    mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json={"choices": [{"message": {"content": "x" * 5000}}]}))
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_bad_response"
+
+
+async def test_streams_are_asked_for_uncompressed(client: httpx.AsyncClient, mock: Any) -> None:
+    route = mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({}, "stop")], done=True))
+    await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert route.calls[0].request.headers["accept-encoding"] == "identity"
