@@ -1,0 +1,126 @@
+"""For every golden case served both ways: the non-streamed client answer equals the
+aggregate of the streamed one (the same upstream answer, streamed and not).
+
+Run on its own with ``.venv/bin/python -m pytest tests/golden/test_differential.py``.
+
+What is compared (``view``), after masking each answer on its own (``harness.mask``):
+
+* Chat client: the streamed chunks aggregated into a ``chat.completion``
+  (``aggregate.aggregate_chat``) against the non-streamed object: ``id``, ``model``,
+  ``finish_reason``, ``content`` (empty = null), reasoning (``reasoning_content`` /
+  ``reasoning``), ``refusal``, tool calls (``id``, ``type``, ``name``, ``namespace``,
+  ``arguments``) and ``usage``;
+* Responses client: the ``response`` of the terminal event against the non-streamed object:
+  ``id``, ``model``, ``status``, ``incomplete_details``, every ``output`` item as a whole, and
+  ``usage``;
+* a failure on either side (an HTTP error, a Chat error chunk, a failed response) is
+  compared by its error code only: a stream that failed after its first byte cannot carry
+  the status of an HTTP error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.golden.aggregate import aggregate_chat, parse_sse, terminal_response
+from tests.golden.cases import CASES, Case
+from tests.golden.harness import Result, body_text, mask, result
+
+BOTH = [c for c in CASES if c.modes == ("stream", "json")]
+
+
+def _masked(r: Result) -> str:
+    return mask(body_text(r.body))
+
+
+def client_object(case: Case, r: Result, mode: str) -> Any:
+    text = _masked(r)
+    if r.status != 200:
+        return {"http_error": json.loads(text) if text.startswith("{") else text}
+    if mode == "json":
+        return json.loads(text)
+    events = parse_sse(text.encode())
+    if case.client == "chat":
+        return aggregate_chat([e for e in events if e != "[DONE]"])
+    return terminal_response(events) or {"missing": "no terminal event"}
+
+
+def _error_code(err: Any) -> Any:
+    if isinstance(err, dict):
+        inner = err.get("error", err)
+        return inner.get("code") if isinstance(inner, dict) else inner
+    return err
+
+
+def view(case: Case, obj: Any) -> dict[str, Any]:
+    if "http_error" in obj:
+        return {"error": _error_code(obj["http_error"])}
+    if "missing" in obj:
+        return obj
+    if case.client == "chat":
+        if obj.get("error"):
+            return {"error": _error_code(obj["error"])}
+        choice = (obj.get("choices") or [{}])[0]
+        msg = choice.get("message") or {}
+        calls = []
+        for tc in msg.get("tool_calls") or []:
+            fn = tc.get("function") or {}
+            call = {"id": tc.get("id"), "type": tc.get("type"), "name": fn.get("name"), "arguments": fn.get("arguments")}
+            if "namespace" in fn:
+                call["namespace"] = fn["namespace"]
+            calls.append(call)
+        return {
+            "id": obj.get("id"),
+            "model": obj.get("model"),
+            "finish_reason": choice.get("finish_reason"),
+            "content": msg.get("content") or None,
+            "reasoning": {k: msg[k] for k in ("reasoning_content", "reasoning") if msg.get(k)},
+            "refusal": msg.get("refusal") or None,
+            "tool_calls": calls,
+            "usage": obj.get("usage"),
+        }
+    if obj.get("status") == "failed":
+        return {"error": _error_code(obj.get("error"))}
+    return {
+        "id": obj.get("id"),
+        "model": obj.get("model"),
+        "status": obj.get("status"),
+        "incomplete_details": obj.get("incomplete_details"),
+        "output": obj.get("output"),
+        "usage": obj.get("usage"),
+    }
+
+
+def compare(case: Case, streamed: Result, nonstreamed: Result) -> str | None:
+    """None when both agree, else a short description of what differs."""
+    s = view(case, client_object(case, streamed, "stream"))
+    j = view(case, client_object(case, nonstreamed, "json"))
+    if s == j:
+        return None
+    lines: list[str] = []
+    for k in sorted(set(s) | set(j)):
+        a, b = s.get(k), j.get(k)
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):  # only the entries that differ
+            for i, (x, y) in enumerate(zip(a, b)):
+                if x != y:
+                    lines.append(_pair(f"{k}[{i}]", x, y))
+        else:
+            lines.append(_pair(k, a, b))
+    return "\n".join(lines)
+
+
+def _pair(key: str, streamed: Any, nonstreamed: Any) -> str:
+    return (f"  {key}:\n    streamed     {json.dumps(streamed, ensure_ascii=False)}\n"
+            f"    non-streamed {json.dumps(nonstreamed, ensure_ascii=False)}")
+
+
+@pytest.mark.parametrize("case", BOTH, ids=[c.name for c in BOTH])
+async def test_nonstreamed_equals_aggregated_stream(case: Case) -> None:
+    problem = compare(case, await result(case, "stream"), await result(case, "json"))
+    if problem:
+        pytest.fail(f"{case.name} ({case.answer.source}): streamed and non-streamed answers differ\n{problem}", pytrace=False)
