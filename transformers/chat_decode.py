@@ -40,12 +40,29 @@ Failed streams do not close their tool calls: a ``ToolCallEnd`` would tell a Res
 client that a partial call is complete (``output_item.done``), so encoders must accept a
 ``Finish("failed")`` with calls still open.
 
+Untrusted input.  Every field is type-checked before use; a field of the wrong type is
+ignored as if absent and ``chat_malformed_field_dropped`` is recorded (``choices`` not an
+array, ``choices[0]`` or ``delta`` not an object: the chunk carries nothing; ``id``,
+``model``, ``created``, ``finish_reason``, ``content``, ``refusal``, a ``tool_calls`` that
+is not an array, a tool call or ``function`` that is not an object, a name that is not a
+string, an ``index`` that is not an integer).  Non-string ``arguments`` (an object, as
+some servers send) become their JSON text (``chat_arguments_stringified``), in a stream as
+in an object; arguments nested too deep to write fail the stream (``upstream_bad_event``)
+or the object (``upstream_bad_response``).  A numeric tool-call id becomes its decimal
+text (``tool_call_id_stringified``).  Usage goes
+through ``usage.py``, which treats its own fields the same way.
+
 ``decode_chat_completion(obj, ctx)`` does the same for a non-stream ``chat.completion``.
+There ``choices`` that is not an array, or a ``choices[0]``/``message`` that is not an
+object, leaves nothing to answer with: ``Finish("failed")`` with code
+``upstream_bad_response`` (the app answers 502).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import orjson
 
 from .context import Ctx
 from .errors import stream_error
@@ -60,6 +77,7 @@ from .events import (
     ToolCallEnd,
     Usage,
 )
+from .ids import upstream_call_id
 from .usage import from_chat
 
 __all__ = ["ChatStreamDecoder", "decode_chat_completion", "FINISH_REASONS", "normalize_error"]
@@ -81,25 +99,54 @@ _CLOSE = "</think>"
 _PROBE, _THINK, _TEXT = 0, 1, 2
 
 
+def _scalar_text(v: Any) -> str | None:
+    """A string as is, a number as its text; anything else (objects, arrays, booleans) None:
+    an upstream's error fields are shown to the client, never a structure of its choosing."""
+    if v.__class__ is str:
+        return v or None
+    if v.__class__ is int or v.__class__ is float:
+        return str(v)
+    return None
+
+
 def normalize_error(err: Any) -> dict[str, Any]:
     """An upstream error (dict or bare string) as ``{code, message, type, param}``."""
-    if not isinstance(err, dict):
-        return {"code": "upstream_error", "message": str(err), "type": "server_error", "param": None}
-    code = err.get("code")
-    if code is None or code == "":
-        code = err.get("type") or "upstream_error"
-    elif not isinstance(code, str):
-        code = str(code)
-    message = err.get("message")
-    if not isinstance(message, str) or not message:
-        message = "upstream error" if message is None or message == "" else str(message)
+    if err.__class__ is not dict:
+        return {"code": "upstream_error", "message": _scalar_text(err) or "upstream error",
+                "type": "server_error", "param": None}
     etype = err.get("type")
+    etype = etype if etype.__class__ is str and etype else None
+    param = err.get("param")
     return {
-        "code": code,
-        "message": message,
-        "type": etype if isinstance(etype, str) and etype else "server_error",
-        "param": err.get("param"),
+        "code": _scalar_text(err.get("code")) or etype or "upstream_error",
+        "message": _scalar_text(err.get("message")) or "upstream error",
+        "type": etype or "server_error",
+        "param": param if param.__class__ is str else None,
     }
+
+
+def _start(obj: dict[str, Any], ctx: Ctx) -> Start:
+    """``Start`` from a chunk's (or object's) ``id``, ``model`` and ``created``, type-checked."""
+    rid, model, created = obj.get("id"), obj.get("model"), obj.get("created")
+    bad = False
+    if rid is not None and rid.__class__ is not str:
+        rid, bad = None, True
+    if model is not None and model.__class__ is not str:
+        model, bad = None, True
+    if created is not None and created.__class__ is not int:
+        created, bad = None, True
+    if bad:
+        ctx.repaired("chat_malformed_field_dropped")
+    return Start(rid, model, created)
+
+
+def _bad_response(what: str) -> Finish:
+    return Finish(
+        status="failed",
+        error=stream_error(
+            "upstream_bad_response", f"the upstream answered with a malformed chat.completion: {what}", "upstream_error"
+        ),
+    )
 
 
 def _reasoning_text(d: dict[str, Any]) -> str | None:
@@ -127,6 +174,10 @@ def _reasoning_text(d: dict[str, Any]) -> str | None:
 def _finish(fr: str | None) -> Finish:
     status, reason = FINISH_REASONS.get(fr, _COMPLETED) if fr else _COMPLETED
     return Finish(status=status, reason=reason)
+
+
+class _Unwritable(Exception):
+    """Upstream data that cannot be passed on (caught inside this module, never escapes)."""
 
 
 class _Call:
@@ -176,29 +227,43 @@ class ChatStreamDecoder:
         out: list[Event] = []
         if not self._started:
             self._started = True
-            out.append(Start(chunk.get("id"), chunk.get("model"), chunk.get("created")))
+            out.append(_start(chunk, self.ctx))
         err = chunk.get("error")
         if err:
             self._flush_held(out)
             self._done = True
             if self._usage is not None:
-                out.append(Usage(from_chat(self._usage)))
+                out.append(Usage(from_chat(self._usage, self.ctx)))
             out.append(Finish(status="failed", error=normalize_error(err)))
             return out
         u = chunk.get("usage")
-        if u and isinstance(u, dict):
-            self._usage = u
+        if u is not None:
+            self._take_usage(u)
         choices = chunk.get("choices")
+        if choices.__class__ is not list:
+            if choices is not None:
+                self.ctx.repaired("chat_malformed_field_dropped")
+            return out
         if not choices:
             return out
         choice = choices[0]
+        if choice.__class__ is not dict:
+            self.ctx.repaired("chat_malformed_field_dropped")
+            return out
         u = choice.get("usage")
-        if u and isinstance(u, dict):
-            self._usage = u
+        if u is not None:
+            self._take_usage(u)
         fr = choice.get("finish_reason")
         if fr:
-            self._finish_reason = fr
+            if fr.__class__ is str:
+                self._finish_reason = fr
+            else:
+                self.ctx.repaired("chat_malformed_field_dropped")
         d = choice.get("delta")
+        if d.__class__ is not dict:
+            if d is not None:
+                self.ctx.repaired("chat_malformed_field_dropped")
+            return out
         if not d:
             return out
         if "reasoning_content" in d or "reasoning" in d or "reasoning_details" in d:
@@ -213,23 +278,38 @@ class ChatStreamDecoder:
                 out.append(Text(c))
             else:
                 self._inline(c, out)
+        elif c is not None and c.__class__ is not str:
+            self.ctx.repaired("chat_malformed_field_dropped")
         r = d.get("refusal")
         if r and isinstance(r, str):
             if self._held:
                 self._flush_held(out)
             out.append(Refusal(r))
+        elif r is not None and r.__class__ is not str:
+            self.ctx.repaired("chat_malformed_field_dropped")
         tcs = d.get("tool_calls")
-        if tcs:
-            if self._held:
-                self._flush_held(out)
-            for tc in tcs:
-                self._tool_delta(tc, out)
-        else:
-            fc = d.get("function_call")
-            if fc and isinstance(fc, dict):
+        try:
+            if tcs and tcs.__class__ is list:
                 if self._held:
                     self._flush_held(out)
-                self._legacy(fc, out)
+                for tc in tcs:
+                    if tc.__class__ is dict:
+                        self._tool_delta(tc, out)
+                    else:
+                        self.ctx.repaired("chat_malformed_field_dropped")
+            else:
+                if tcs is not None and tcs.__class__ is not list:
+                    self.ctx.repaired("chat_malformed_field_dropped")
+                fc = d.get("function_call")
+                if fc and isinstance(fc, dict):
+                    if self._held:
+                        self._flush_held(out)
+                    self._legacy(fc, out)
+        except _Unwritable as e:  # rejected as data: the stream fails here
+            self._done = True
+            if self._usage is not None:
+                out.append(Usage(from_chat(self._usage, self.ctx)))
+            out.append(Finish(status="failed", error=stream_error("upstream_bad_event", str(e))))
         return out
 
     def end(self) -> list[Event]:
@@ -244,7 +324,7 @@ class ChatStreamDecoder:
         fr = self._finish_reason
         if fr is None:
             if self._usage is not None:
-                out.append(Usage(from_chat(self._usage)))
+                out.append(Usage(from_chat(self._usage, self.ctx)))
             out.append(
                 Finish(
                     status="failed",
@@ -258,15 +338,30 @@ class ChatStreamDecoder:
         for i, call in enumerate(self._calls):
             out.append(ToolCallEnd(i, "".join(call.args), call.call_id, call.name))
         if self._usage is not None:
-            out.append(Usage(from_chat(self._usage)))
+            out.append(Usage(from_chat(self._usage, self.ctx)))
         out.append(_finish(fr))
         return out
+
+    def _take_usage(self, u: Any) -> None:
+        """Remember a chunk's usage (the last one wins); one that is not an object is dropped."""
+        if u.__class__ is dict:
+            if u:
+                self._usage = u
+        else:
+            self.ctx.repaired("chat_malformed_field_dropped")
 
     # -- tool calls -----------------------------------------------------------------------
 
     def _tool_delta(self, tc: dict[str, Any], out: list[Event]) -> None:
+        rep = self.ctx.repaired
         idx = tc.get("index")
-        cid = tc.get("id") or None
+        if idx is not None and idx.__class__ is not int:
+            rep("chat_malformed_field_dropped")
+            idx = None
+        raw = tc.get("id")
+        cid = upstream_call_id(raw, rep)
+        if cid is None and raw is not None and raw.__class__ is not str:
+            rep("chat_malformed_field_dropped")
         calls = self._calls
         n: int | None
         if idx is not None:
@@ -291,13 +386,17 @@ class ChatStreamDecoder:
         else:
             new = False
         call = calls[n]
-        fn = tc.get("function") or _EMPTY
+        fn = tc.get("function")
+        if fn.__class__ is not dict:
+            if fn is not None:
+                rep("chat_malformed_field_dropped")
+            fn = _EMPTY
         ev = ToolCall(n)
         if cid and call.call_id is None:
             call.call_id = ev.call_id = cid
             self._by_id[cid] = n
             new = True
-        _name_and_args(call, ev, fn, new, out)
+        _name_and_args(call, ev, fn, new, out, self.ctx)
 
     def _legacy(self, fc: dict[str, Any], out: list[Event]) -> None:
         n = self._by_index.get("fc")
@@ -309,7 +408,7 @@ class ChatStreamDecoder:
         self._last = n
         call = self._calls[n]
         ev = ToolCall(n)
-        _name_and_args(call, ev, fc, new, out)
+        _name_and_args(call, ev, fc, new, out, self.ctx)
 
     # -- inline <think> -------------------------------------------------------------------
 
@@ -387,16 +486,55 @@ def _split_think(content: str, out: list[Event], ctx: Ctx) -> None:
     out.append(Text(content))
 
 
+def _args_text(args: Any, ctx: Ctx) -> str | None:
+    """A non-stream call's ``arguments`` as text: a string as is, absent as ``""``, any
+    other JSON value as its JSON text (``chat_arguments_stringified``); None when even that
+    cannot be written (nested deeper than the serializer allows)."""
+    if args.__class__ is str:
+        return args
+    if args is None:
+        return ""
+    try:
+        text = orjson.dumps(args).decode()
+    except orjson.JSONEncodeError:
+        return None
+    ctx.repaired("chat_arguments_stringified")
+    return text
+
+
+def _fn_name(fn: dict[str, Any], ctx: Ctx) -> str | None:
+    name = fn.get("name")
+    if name.__class__ is str:
+        return name or None
+    if name is not None:
+        ctx.repaired("chat_malformed_field_dropped")
+    return None
+
+
 def decode_chat_completion(obj: dict[str, Any], ctx: Ctx) -> list[Event]:
     """Events of one non-stream ``chat.completion`` (or ``{"error": …}``) object."""
-    out: list[Event] = [Start(obj.get("id"), obj.get("model"), obj.get("created"))]
+    rep = ctx.repaired
+    out: list[Event] = [_start(obj, ctx)]
     err = obj.get("error")
     if err:
         out.append(Finish(status="failed", error=normalize_error(err)))
         return out
-    choices = obj.get("choices") or []
-    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-    msg = choice.get("message") or {}
+    choices = obj.get("choices")
+    if choices is None:
+        choices = []
+    elif choices.__class__ is not list:
+        out.append(_bad_response("'choices' is not an array"))
+        return out
+    choice = choices[0] if choices else {}
+    if choice.__class__ is not dict:
+        out.append(_bad_response("'choices[0]' is not an object"))
+        return out
+    msg = choice.get("message")
+    if msg is None:
+        msg = {}
+    elif msg.__class__ is not dict:
+        out.append(_bad_response("'choices[0].message' is not an object"))
+        return out
     r = _reasoning_text(msg)
     if r:
         out.append(Reasoning(r))
@@ -412,56 +550,91 @@ def decode_chat_completion(obj: dict[str, Any], ctx: Ctx) -> list[Event]:
         for part in content:
             if not isinstance(part, dict):
                 continue
-            if part.get("type") == "refusal" and part.get("refusal"):
-                refusals.append(part["refusal"])
+            if part.get("type") == "refusal":
+                ref = part.get("refusal")
+                if ref and ref.__class__ is str:
+                    refusals.append(ref)
             elif isinstance(part.get("text"), str) and part["text"]:
                 out.append(Text(part["text"]))
+    elif content is not None:
+        rep("chat_malformed_field_dropped")
     ref = msg.get("refusal")
     if ref and isinstance(ref, str):
         refusals.append(ref)
     for ref in refusals:
         out.append(Refusal(ref))
     ends: list[ToolCallEnd] = []
-    for tc in msg.get("tool_calls") or ():
-        if not isinstance(tc, dict):
+    tcs = msg.get("tool_calls")
+    if tcs is not None and tcs.__class__ is not list:
+        rep("chat_malformed_field_dropped")
+        tcs = None
+    for tc in tcs or ():
+        if tc.__class__ is not dict:
+            rep("chat_malformed_field_dropped")
             continue
-        fn = tc.get("function") or {}
-        args = fn.get("arguments")
-        if not isinstance(args, str):
-            args = "" if args is None else str(args)
+        fn = tc.get("function")
+        if fn.__class__ is not dict:
+            if fn is not None:
+                rep("chat_malformed_field_dropped")
+            fn = _EMPTY
+        args = _args_text(fn.get("arguments"), ctx)
+        if args is None:
+            out.append(_bad_response("tool call arguments nested too deep"))
+            return out
         n = len(ends)
-        cid = tc.get("id") or None
-        name = fn.get("name") or None
+        raw = tc.get("id")
+        cid = upstream_call_id(raw, rep)
+        if cid is None and raw is not None and raw.__class__ is not str:
+            rep("chat_malformed_field_dropped")
+        name = _fn_name(fn, ctx)
         out.append(ToolCall(n, args, cid, name))
         ends.append(ToolCallEnd(n, args, cid, name))
     fc = msg.get("function_call")
     if fc and isinstance(fc, dict) and not ends:
-        ctx.repaired("chat_legacy_function_call")
-        args = fc.get("arguments")
-        if not isinstance(args, str):
-            args = "" if args is None else str(args)
-        name = fc.get("name") or None
+        rep("chat_legacy_function_call")
+        args = _args_text(fc.get("arguments"), ctx)
+        if args is None:
+            out.append(_bad_response("function_call arguments nested too deep"))
+            return out
+        name = _fn_name(fc, ctx)
         out.append(ToolCall(0, args, None, name))
         ends.append(ToolCallEnd(0, args, None, name))
     out.extend(ends)
     u = choice.get("usage")
-    if not (u and isinstance(u, dict)):
+    if u.__class__ is not dict or not u:
+        if u is not None and u.__class__ is not dict:
+            rep("chat_malformed_field_dropped")
         u = obj.get("usage")
-    if u and isinstance(u, dict):
-        out.append(Usage(from_chat(u)))
-    out.append(_finish(choice.get("finish_reason")))
+    if u is not None:
+        if u.__class__ is dict:
+            if u:
+                out.append(Usage(from_chat(u, ctx)))
+        else:
+            rep("chat_malformed_field_dropped")
+    fr = choice.get("finish_reason")
+    if fr is not None and fr.__class__ is not str:
+        rep("chat_malformed_field_dropped")
+        fr = None
+    out.append(_finish(fr))
     return out
 
 
-def _name_and_args(call: _Call, ev: ToolCall, fn: dict[str, Any], new: bool, out: list[Event]) -> None:
+def _name_and_args(call: _Call, ev: ToolCall, fn: dict[str, Any], new: bool, out: list[Event], ctx: Ctx) -> None:
     """Merge a ``function`` delta's name (first one wins) and argument text into ``call``;
     emit ``ev`` when it carries anything new."""
     name = fn.get("name")
     if name and call.name is None:
-        call.name = ev.name = name
-        new = True
+        if name.__class__ is str:
+            call.name = ev.name = name
+            new = True
+        else:
+            ctx.repaired("chat_malformed_field_dropped")
     a = fn.get("arguments")
-    if a and isinstance(a, str):
+    if a is not None and a.__class__ is not str:
+        a = _args_text(a, ctx)
+        if a is None:
+            raise _Unwritable("the upstream sent tool call arguments nested too deep to pass on")
+    if a:
         call.args.append(a)
         ev.arguments = a
         new = True

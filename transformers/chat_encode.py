@@ -43,6 +43,11 @@ with ``include_usage``, the ``choices: []`` usage chunk.  A failed ``Finish``, a
 text must be an error) and ``end()`` without ``Finish`` send one ``{"error": {...}}``
 chunk and set ``failed``; queued content is flushed first, unfinished calls are not.
 
+``abort(error)`` is the last resort of the app's stream guard: when a ``feed`` raised half
+way (a bug, or input no rule foresaw), it returns the one error chunk built from ``error``
+alone, whatever state the encoder was left in, sets ``failed`` and ends the encoder; it
+cannot raise.
+
 ``encode_chat_completion(events, ctx)`` builds the non-stream ``chat.completion`` (its
 message always has ``content``, ``refusal`` and ``annotations: []``, as OpenAI's does); for
 a failed stream it returns ``{"error": {...}}`` (no ``choices``) and the app maps it to an
@@ -198,7 +203,8 @@ class ChatStreamEncoder:
             c = ev.created if ev else None
             self._created = c if isinstance(c, int) and not isinstance(c, bool) else int(time.time())
         if not self._model:
-            self._model = (ev.model if ev else None) or ""
+            m = ev.model if ev else None
+            self._model = m if m.__class__ is str else ""
         out.append(self._chunk({"role": "assistant"}))
 
     def _fail(self, err: dict[str, Any] | None, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -257,6 +263,19 @@ class ChatStreamEncoder:
             return self._finish(ev, out)
         # Passthrough, ReasoningEnd: nothing a Chat client can receive
         return out
+
+    def abort(self, error: dict[str, Any]) -> list[dict[str, Any]]:
+        """One error chunk from ``error`` alone, whatever state a failed ``feed`` left (see
+        the module docstring); the encoder is finished afterwards."""
+        self._finished = True
+        self.failed = True
+        message, code = error.get("message"), error.get("code")
+        return [{"error": {
+            "message": message if message.__class__ is str and message else "upstream error",
+            "type": "server_error",
+            "code": code if code.__class__ is str and code else "upstream_error",
+            "param": None,
+        }}]
 
     def end(self) -> list[dict[str, Any]]:
         if self._finished:

@@ -16,6 +16,10 @@ itself), so every policy below keys on the id's shape, never on the provider:
 ``strict_policy``    always sanitised and cut to 64 (Anthropic-like ``[A-Za-z0-9_-]``)
 ===================  =====================================================================
 
+``upstream_call_id`` reads a tool-call id as an upstream sent it: a string as is, a number
+(``"id": 123``) as its decimal text so that clients always receive string
+ids (repair ``tool_call_id_stringified``), anything else as no id at all.
+
 ``sanitize`` replaces every character outside ``[A-Za-z0-9_-]`` with ``_`` and optionally
 cuts.  Bare ``<name>:<idx>`` (``Write:6``) is deliberately NOT canonical.
 
@@ -31,8 +35,10 @@ across instances).  Known, accepted limitation: two ids that differ only in thei
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = [
     "MAX_CALL_ID",
@@ -43,6 +49,7 @@ __all__ = [
     "responses_policy",
     "strict_policy",
     "unique_map",
+    "upstream_call_id",
 ]
 
 MAX_CALL_ID = 64
@@ -51,6 +58,20 @@ EMPTY_ID = "tool_call"
 # ASCII digits only (``\d`` would accept other Unicode digits); fullmatch, so no trailing "\n".
 _CANONICAL = re.compile(r"functions\.[A-Za-z0-9_-]+:[0-9]+")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def upstream_call_id(v: Any, rep: Callable[[str], None]) -> str | None:
+    """An upstream's tool-call id as a string, or None (absent, empty, or not an id at all).
+
+    A finite number becomes its decimal text and ``tool_call_id_stringified`` is recorded
+    through ``rep``; the caller decides what a value of any other type means.
+    """
+    if v.__class__ is str:
+        return v or None
+    if v.__class__ is int or (v.__class__ is float and math.isfinite(v)):
+        rep("tool_call_id_stringified")
+        return str(v)
+    return None
 
 
 def is_canonical_kimi(id: str) -> bool:

@@ -14,12 +14,17 @@ What ``feed`` does, by event shape (it mutates the event in place and returns it
 ============================================  ===============================================
 event                                         action
 ============================================  ===============================================
+``response.completed/incomplete/failed``      resolve ``response.output[i]`` in slot ``i``
 has ``item`` (``output_item.added/.done``)    resolve the item in slot ``output_index``
+``item_id`` that is not a string              removed (``responses_malformed_field_dropped``),
+                                              then as if it had never been there
 no ``item_id``, has ``output_index``          delta remap: ``item_id := slots[output_index]``
 (``*.delta``, ``*.done``, ``content_part.*``)  (left alone when the slot is unknown)
-``response.completed/incomplete/failed``      resolve ``response.output[i]`` in slot ``i``
 anything else                                 untouched
 ============================================  ===============================================
+
+So afterwards every item ``id`` and every ``item_id`` present is a string (an upstream's
+hostile event cannot make the decoder index its tables with a list or a dict).
 
 Resolving one item (mirrors Codex's ``assign_missing_streamed_response_item_id``):
 
@@ -71,13 +76,29 @@ class ResponsesNormalizer:
         self._rep = ctx.repaired if ctx is not None else _noop
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any]:
+        t = event.get("type")
+        if t.__class__ is str and t in _TERMINAL:
+            resp = event.get("response")
+            if resp.__class__ is dict:
+                output = resp.get("output")
+                if output.__class__ is list:
+                    for i, it in enumerate(output):
+                        if it.__class__ is dict:
+                            self._resolve(it, i)
+            return event
         item = event.get("item")
         if item is not None:
             if item.__class__ is dict:
                 self._resolve(item, event.get("output_index"))
             return event
-        if event.get("item_id"):
-            return event
+        iid = event.get("item_id")
+        if iid is not None:
+            if iid.__class__ is str:
+                if iid:
+                    return event
+            else:  # not an id at all: as if absent
+                del event["item_id"]
+                self._rep("responses_malformed_field_dropped")
         oi = event.get("output_index")
         if oi is not None:
             iid = self._slots.get(oi) if oi.__class__ is int else None
@@ -86,15 +107,6 @@ class ResponsesNormalizer:
                 if oi not in self._remapped:
                     self._remapped.add(oi)
                     self._rep("responses_delta_item_id_remap")
-            return event
-        if event.get("type") in _TERMINAL:
-            resp = event.get("response")
-            if resp.__class__ is dict:
-                output = resp.get("output")
-                if output.__class__ is list:
-                    for i, it in enumerate(output):
-                        if it.__class__ is dict:
-                            self._resolve(it, i)
         return event
 
     def _resolve(self, item: dict[str, Any], slot: Any) -> None:

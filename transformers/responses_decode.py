@@ -66,6 +66,14 @@ carries it, an identity-only ``ToolCall`` (arguments ``""``) is emitted
 
 Message and reasoning text use the prefix rule only: a final text that extends what was
 streamed adds the missing suffix; anything else adds nothing (never duplicate).
+
+Untrusted input: every field is type-checked where it is read.  An event whose ``type`` is
+not a string is skipped, like an unknown type; an ``item``, content part, summary part,
+``usage`` or text field of the wrong type is ignored as if absent.  Both record
+``responses_malformed_field_dropped`` (a non-string ``item_id`` is removed by the
+normalizer under the same name).  A numeric ``call_id`` becomes its decimal text
+(``tool_call_id_stringified``).  Passthrough items are handed on as they came; the
+Responses encoder refuses one nested too deep to be written (``responses_encode.py``).
 """
 
 from __future__ import annotations
@@ -86,6 +94,7 @@ from .events import (
     ToolCallEnd,
     Usage,
 )
+from .ids import upstream_call_id
 from .jsoneq import json_equal
 from .normalize import ResponsesNormalizer
 from .usage import normalize_responses
@@ -113,7 +122,7 @@ def _error(src: Any, default_code: str, default_message: str, *, take_type: bool
         "code": _str(src.get("code")) or default_code,
         "message": _str(src.get("message")) or default_message,
         "type": (_str(src.get("type")) if take_type else None) or "server_error",
-        "param": src.get("param"),
+        "param": _str(src.get("param")),
     }
 
 
@@ -209,8 +218,14 @@ class ResponsesStreamDecoder:
     def feed(self, event: dict[str, Any]) -> list[Event]:
         if self._finished:
             return []
-        self._norm.feed(event)
-        h = self._handlers.get(event.get("type"))  # type: ignore[arg-type]
+        t = event.get("type")
+        if t.__class__ is str:
+            self._norm.feed(event)
+            h = self._handlers.get(t)
+        else:  # no way to tell what it is: skipped, like an unknown type
+            if t is not None:
+                self._ctx.repaired("responses_malformed_field_dropped")
+            h = None
         if self._started:
             return h(event) if h is not None else []
         self._started = True
@@ -302,8 +317,20 @@ class ResponsesStreamDecoder:
 
     # -- tool calls -----------------------------------------------------------------------
 
+    def _call_id(self, v: Any) -> str | None:
+        """An upstream ``call_id`` as a string (a number as its text), else None."""
+        if v.__class__ is str:
+            return v or None
+        if v is None:
+            return None
+        cid = upstream_call_id(v, self._ctx.repaired)
+        if cid is None:
+            self._ctx.repaired("responses_malformed_field_dropped")
+        return cid
+
     def _find(self, call_id: Any, item_id: Any) -> _Call | None:
-        if call_id and call_id.__class__ is str:
+        call_id = self._call_id(call_id)
+        if call_id is not None:
             c = self._by_call.get(call_id)
             if c is not None:
                 return c
@@ -323,7 +350,7 @@ class ResponsesStreamDecoder:
     def _learn(self, c: _Call, src: dict[str, Any]) -> bool:
         """Fill identity still unknown from ``src``; True if anything was learnt."""
         changed = False
-        if c.call_id is None and (v := _str(src.get("call_id"))) is not None:
+        if c.call_id is None and (v := self._call_id(src.get("call_id"))) is not None:
             c.call_id = v
             self._by_call.setdefault(v, c)
             changed = True
@@ -338,6 +365,7 @@ class ResponsesStreamDecoder:
     def _on_added(self, ev: dict[str, Any]) -> list[Event]:
         item = ev.get("item")
         if item.__class__ is not dict:
+            self._ctx.repaired("responses_malformed_field_dropped")
             return []
         t = item.get("type")
         iid = item.get("id")
@@ -363,13 +391,13 @@ class ResponsesStreamDecoder:
         return [ToolCall(c.index, args, c.call_id, c.name, c.namespace, custom, c.item_id)]
 
     def _args_delta(self, ev: dict[str, Any], custom: bool) -> list[Event]:
-        cid = ev.get("call_id")
+        cid = self._call_id(ev.get("call_id"))
         c = self._find(cid, ev.get("item_id"))
         if c is None:
             c = self._new_call(ev.get("item_id"), custom)
         if c.ended:
             return []
-        if c.call_id is None and cid and cid.__class__ is str:
+        if c.call_id is None and cid is not None:
             c.call_id = cid
             self._by_call.setdefault(cid, c)
         d = ev.get("delta")
@@ -444,6 +472,7 @@ class ResponsesStreamDecoder:
     def _on_item_done(self, ev: dict[str, Any]) -> list[Event]:
         item = ev.get("item")
         if item.__class__ is not dict:
+            self._ctx.repaired("responses_malformed_field_dropped")
             return []
         out: list[Event] = []
         self._item_final(item, out)
@@ -451,8 +480,11 @@ class ResponsesStreamDecoder:
 
     def _item_final(self, item: dict[str, Any], out: list[Event]) -> None:
         t = item.get("type")
+        if t.__class__ is not str:  # no kind to tell the client: not an item at all
+            self._ctx.repaired("responses_malformed_field_dropped")
+            return
         iid = item.get("id")
-        custom = _TOOL_TYPES.get(t) if t.__class__ is str else None
+        custom = _TOOL_TYPES.get(t)
         if custom is not None:
             c = self._find(item.get("call_id"), iid)
             if c is None:
@@ -482,11 +514,14 @@ class ResponsesStreamDecoder:
             st = self._msgs.pop(None, None)  # deltas that had no way to name their item
         content = item.get("content")
         if content.__class__ is not list:
+            if content is not None:
+                self._ctx.repaired("responses_malformed_field_dropped")
             return
         text: list[str] = []
         refusal: list[str] = []
         for p in content:
             if p.__class__ is not dict:
+                self._ctx.repaired("responses_malformed_field_dropped")
                 continue
             if p.get("type") == "refusal":
                 if (r := _str(p.get("refusal"))) is not None:
@@ -510,9 +545,13 @@ class ResponsesStreamDecoder:
             return
         for parts, kind, store in ((item.get("summary"), "summary", r.summary), (item.get("content"), "raw", r.raw)):
             if parts.__class__ is not list:
+                if parts is not None:
+                    self._ctx.repaired("responses_malformed_field_dropped")
                 continue
             for i, p in enumerate(parts):
-                if p.__class__ is dict and (x := _str(p.get("text"))) is not None:
+                if p.__class__ is not dict:
+                    self._ctx.repaired("responses_malformed_field_dropped")
+                elif (x := _str(p.get("text"))) is not None:
                     if s := _missing(store.get(i), x):
                         out.append(Reasoning(s, kind, i))
         r.ended = True
@@ -538,10 +577,16 @@ class ResponsesStreamDecoder:
             for item in output:
                 if item.__class__ is dict:
                     self._item_final(item, out)
+                else:
+                    self._ctx.repaired("responses_malformed_field_dropped")
+        elif output is not None:
+            self._ctx.repaired("responses_malformed_field_dropped")
         self._close(out)
         usage = resp.get("usage")
         if usage.__class__ is dict:
-            out.append(Usage(normalize_responses(usage)))
+            out.append(Usage(normalize_responses(usage, self._ctx)))
+        elif usage is not None:
+            self._ctx.repaired("responses_malformed_field_dropped")
         out.append(finish)
         self._finished = True
         return out

@@ -37,6 +37,14 @@ Items and their output slots:
   turn.  ``end()`` without ``Finish`` fails the response (``upstream_stream_truncated``).
 * The terminal response's ``output`` is every item as its ``output_item.done`` carried
   it, in ``output_index`` order; ``response`` exposes it for the non-streaming path.
+* A ``Passthrough`` item is the upstream's own structure, written back as it came.  One
+  nested deeper than ``MAX_ITEM_DEPTH`` levels could not be written inside the terminal
+  event (orjson writes at most 254), so it fails the response instead
+  (``upstream_bad_event``), before anything of it goes out.
+* ``abort(error)`` is the last resort of the app's stream guard: when a ``feed`` raised
+  half way, it returns ``error`` + ``response.failed`` built from the response id, model
+  and sequence number alone (``response.created`` first if nothing was sent yet), whatever
+  state the encoder was left in; it cannot raise.
 
 Reasoning replay: the reasoning item's ``encrypted_content`` is the upstream's blob when
 one came with ``ReasoningEnd``, else — when ``ctx.envelope_key`` is set — the full
@@ -82,7 +90,11 @@ from .events import (
 )
 from .usage import normalize_responses
 
-__all__ = ["ResponsesStreamEncoder", "encode_response"]
+__all__ = ["ResponsesStreamEncoder", "encode_response", "MAX_ITEM_DEPTH"]
+
+# nesting levels a passthrough item may have: it is written at most 3 levels down (the
+# terminal event's response.output), and orjson refuses to write more than 254 levels
+MAX_ITEM_DEPTH = 200
 
 # Finish.status → (terminal event type, response status); see also incomplete_as_completed
 _TERMINAL: dict[str, tuple[str, str]] = {
@@ -193,6 +205,20 @@ def _normalize_echo(echo: dict | None) -> dict[str, Any]:
 
 def _now() -> int:
     return int(time.time())
+
+
+def _too_deep(v: Any, limit: int) -> bool:
+    """True when ``v`` nests objects/arrays more than ``limit`` levels (iterative: an upstream's
+    structure never costs recursion)."""
+    stack: list[tuple[Any, int]] = [(v, 1)]
+    while stack:
+        x, d = stack.pop()
+        if d > limit:
+            return True
+        for y in x.values() if x.__class__ is dict else x:
+            if y.__class__ is dict or y.__class__ is list:
+                stack.append((y, d + 1))
+    return False
 
 
 def _hex() -> str:
@@ -363,6 +389,41 @@ class ResponsesStreamEncoder:
         self._emit(out, {"type": "response.in_progress", "response": self.response})
         return out
 
+    def abort(self, error: dict[str, Any]) -> list[dict]:
+        """``error`` + ``response.failed`` from the id, model and sequence number alone (see
+        the module docstring); the encoder is done afterwards."""
+        self.done = True
+        rid = self._id if self._id.__class__ is str else "resp_" + _hex()
+        self._id = rid
+        created = self._created_at if self._created_at.__class__ is int else _now()
+        model = self._model if self._model.__class__ is str else ""
+        seq = self._seq if self._seq.__class__ is int else 0
+        code, message = error.get("code"), error.get("message")
+        code = code if code.__class__ is str and code else "server_error"
+        message = message if message.__class__ is str and message else "upstream error"
+
+        def resp(status: str, err: Any) -> dict:
+            return {
+                **_DEFAULTS, "id": rid, "object": "response", "created_at": created, "status": status,
+                "completed_at": None, "model": model, "output": [], "error": err, "incomplete_details": None,
+                "max_output_tokens": None, "metadata": {}, "tools": [], "text": {"format": {"type": "text"}},
+                "reasoning": {"effort": None, "summary": None}, "usage": normalize_responses(None),
+            }
+
+        out: list[dict] = []
+        if not self._started:
+            self._started = True
+            out.append({"type": "response.created", "response": resp("in_progress", None), "sequence_number": seq})
+            seq += 1
+        payload = {"type": "server_error", "code": code, "message": message, "param": None}
+        out.append({"type": "error", "code": code, "message": message, "param": None, "error": payload,
+                    "sequence_number": seq})
+        final = resp("failed", {"code": code, "message": message})
+        out.append({"type": "response.failed", "response": final, "sequence_number": seq + 1})
+        self._seq = seq + 2
+        self._final = final
+        return out
+
     @property
     def response(self) -> dict:
         if self._final is not None:
@@ -410,8 +471,8 @@ class ResponsesStreamEncoder:
             self._id = rid if isinstance(rid, str) and rid.startswith("resp_") else "resp_" + _hex()
         if self._created_at is None:
             c = ev.created if ev is not None else None
-            self._created_at = c if isinstance(c, int) else int(time.time())
-        if not self._model and ev is not None and ev.model:
+            self._created_at = c if c.__class__ is int else int(time.time())
+        if not self._model and ev is not None and ev.model and ev.model.__class__ is str:
             self._model = ev.model
         self._emit(out, {"type": "response.created", "response": self._resp("in_progress", [])})
         self._emit(out, {"type": "response.in_progress", "response": self._resp("in_progress", [])})
@@ -757,6 +818,10 @@ class ResponsesStreamEncoder:
     # ------------------------------------------------------------------ the rest
 
     def _on_passthrough(self, out: list[dict], ev: Passthrough) -> None:
+        if ev.item.__class__ is not dict or _too_deep(ev.item, MAX_ITEM_DEPTH):
+            msg = f"the upstream sent an output item nested deeper than {MAX_ITEM_DEPTH} levels"
+            self._on_finish(out, Finish("failed", error=stream_error("upstream_bad_event", msg)))
+            return
         self._close_msg(out)
         self._close_rs(out)
         oi = self._slot()
@@ -809,10 +874,13 @@ class ResponsesStreamEncoder:
         elif status == "incomplete":
             resp["incomplete_details"] = {"reason": ev.reason}
         else:
-            error = error or {}
-            code = error.get("code") or "server_error"
-            message = error.get("message") or "upstream error"
+            error = error if error.__class__ is dict else {}
+            code = error.get("code")
+            code = code if code.__class__ is str and code else "server_error"
+            message = error.get("message")
+            message = message if message.__class__ is str and message else "upstream error"
             param = error.get("param")
+            param = param if param.__class__ is str else None
             resp["error"] = {"code": code, "message": message}
             payload = {"type": error.get("type") or "server_error", "code": code, "message": message, "param": param}
             self._emit(out, {"type": "error", "code": code, "message": message, "param": param, "error": payload})

@@ -7,72 +7,117 @@ present and every field an integer (Codex fails to parse a partial object).  ``f
 reads a Chat ``usage`` (OpenAI, Moonshot's ``cached_tokens``, DeepSeek's
 ``prompt_cache_hit_tokens``, Anthropic-style cache fields); ``to_chat`` goes back;
 ``normalize_responses`` fills whatever a Responses upstream left out.
+
+Upstream usage is untrusted: a ``usage`` or ``*_tokens_details`` that is not an object
+counts as absent, a count that is not an integer counts as 0 (an integral float such as
+``12.0`` is taken as the integer it is).  Either records ``usage_malformed_field_dropped``
+on the ``ctx`` given, once per object; ``null`` is simply absent.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+_EMPTY: dict[str, Any] = {}
+
+
+class _Reader:
+    """Reads counts and details objects, noting once whether anything had the wrong type."""
+
+    __slots__ = ("bad",)
+
+    def __init__(self) -> None:
+        self.bad = False
+
+    def obj(self, v: Any) -> dict[str, Any]:
+        if v.__class__ is dict:
+            return v
+        if v is not None:
+            self.bad = True
+        return _EMPTY
+
+    def count(self, v: Any) -> int | None:
+        """The count ``v`` stands for; None when absent or unusable."""
+        if v.__class__ is int:
+            return v
+        if v is None:
+            return None
+        if v.__class__ is float and v.is_integer():
+            return int(v)
+        self.bad = True
+        return None
+
+    def first(self, *vals: Any) -> int:
+        for v in vals:
+            n = self.count(v)
+            if n is not None:
+                return n
+        return 0
+
+    def done(self, ctx: Any) -> None:
+        if self.bad and ctx is not None:
+            ctx.repaired("usage_malformed_field_dropped")
+
 
 def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
-def _first(*vals: Any) -> int:
-    for v in vals:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return 0
-
-
-def from_chat(u: dict[str, Any] | None) -> dict[str, Any]:
-    u = u or {}
-    ptd = u.get("prompt_tokens_details") or {}
-    ctd = u.get("completion_tokens_details") or {}
-    inp = _int(u.get("prompt_tokens"))
-    out = _int(u.get("completion_tokens"))
-    cached = _first(
+def from_chat(u: Any, ctx: Any = None) -> dict[str, Any]:
+    r = _Reader()
+    u = r.obj(u)
+    ptd = r.obj(u.get("prompt_tokens_details"))
+    ctd = r.obj(u.get("completion_tokens_details"))
+    inp = r.first(u.get("prompt_tokens"))
+    out = r.first(u.get("completion_tokens"))
+    cached = r.first(
         ptd.get("cached_tokens"),
         u.get("cached_tokens"),
         u.get("prompt_cache_hit_tokens"),
         u.get("cache_read_input_tokens"),
     )
     details: dict[str, int] = {"cached_tokens": cached}
-    write = _first(ptd.get("cache_write_tokens"), u.get("cache_creation_input_tokens"))
+    write = r.first(ptd.get("cache_write_tokens"), u.get("cache_creation_input_tokens"))
     if write:
         details["cache_write_tokens"] = write
-    total = u.get("total_tokens")
+    total = r.count(u.get("total_tokens"))
+    r.done(ctx)
     return {
         "input_tokens": inp,
         "input_tokens_details": details,
         "output_tokens": out,
-        "output_tokens_details": {"reasoning_tokens": _int(ctd.get("reasoning_tokens"))},
-        "total_tokens": total if isinstance(total, int) and not isinstance(total, bool) else inp + out,
+        "output_tokens_details": {"reasoning_tokens": r.first(ctd.get("reasoning_tokens"))},
+        "total_tokens": inp + out if total is None else total,
     }
 
 
-def normalize_responses(u: dict[str, Any] | None) -> dict[str, Any]:
-    u = u or {}
-    itd = u.get("input_tokens_details") or {}
-    otd = u.get("output_tokens_details") or {}
-    inp = _int(u.get("input_tokens"))
-    out = _int(u.get("output_tokens"))
-    details: dict[str, int] = {"cached_tokens": _int(itd.get("cached_tokens"))}
-    if isinstance(itd.get("cache_write_tokens"), int):
-        details["cache_write_tokens"] = itd["cache_write_tokens"]
-    total = u.get("total_tokens")
+def normalize_responses(u: Any, ctx: Any = None) -> dict[str, Any]:
+    r = _Reader()
+    u = r.obj(u)
+    itd = r.obj(u.get("input_tokens_details"))
+    otd = r.obj(u.get("output_tokens_details"))
+    inp = r.first(u.get("input_tokens"))
+    out = r.first(u.get("output_tokens"))
+    details: dict[str, int] = {"cached_tokens": r.first(itd.get("cached_tokens"))}
+    write = r.count(itd.get("cache_write_tokens"))
+    if write is not None:
+        details["cache_write_tokens"] = write
+    total = r.count(u.get("total_tokens"))
+    r.done(ctx)
     return {
         "input_tokens": inp,
         "input_tokens_details": details,
         "output_tokens": out,
-        "output_tokens_details": {"reasoning_tokens": _int(otd.get("reasoning_tokens"))},
-        "total_tokens": total if isinstance(total, int) and not isinstance(total, bool) else inp + out,
+        "output_tokens_details": {"reasoning_tokens": r.first(otd.get("reasoning_tokens"))},
+        "total_tokens": inp + out if total is None else total,
     }
 
 
 def to_chat(u: dict[str, Any]) -> dict[str, Any]:
-    itd = u.get("input_tokens_details") or {}
-    otd = u.get("output_tokens_details") or {}
+    itd = u.get("input_tokens_details")
+    otd = u.get("output_tokens_details")
+    itd = itd if itd.__class__ is dict else _EMPTY
+    otd = otd if otd.__class__ is dict else _EMPTY
     ptd: dict[str, int] = {"cached_tokens": _int(itd.get("cached_tokens"))}
     if "cache_write_tokens" in itd:
         ptd["cache_write_tokens"] = _int(itd["cache_write_tokens"])
