@@ -194,134 +194,224 @@ def header_list(values: list[str]) -> str:
 
 
 class Chain:
-    """decoder → [stage] → encoder, bytes out.  Sans-IO pieces, glued without awaits."""
+    """decoder → [stage] → encoder, bytes out.  Sans-IO pieces, glued without awaits.
 
-    __slots__ = ("p", "decoder", "stage", "encoder", "parser", "terminal", "finished", "_done_sent")
+    Guard (an upstream is untrusted): an exception raised while an upstream event goes
+    through the pieces (decoder, tool stage, encoder, serialization) never escapes.  It
+    becomes the protocol's failure terminal with code ``upstream_bad_event`` (Responses
+    ``error`` + ``response.failed``; Chat an error chunk), exactly once and only if no
+    terminal went out yet, and the chain is ``broken``: later feeds, ``end()`` and
+    heartbeats produce nothing, and ``finished`` tells the app to stop reading.  The
+    terminal goes through the encoder's own Finish path while that still works; when it
+    raises too, or yields nothing (the encoder believes it already ended), the encoder's
+    ``abort`` builds it from nothing.  The stages themselves reject malformed input as data;
+    the guard is for what no rule foresaw."""
+
+    __slots__ = ("p", "decoder", "stage", "encoder", "parser", "terminal", "finished", "broken",
+                 "_done_sent", "_closed", "_chat")
 
     def __init__(self, p: Prepared) -> None:
         self.p = p
         ctx = p.ctx
         self.decoder = ChatStreamDecoder(ctx) if p.upstream == "chat" else ResponsesStreamDecoder(ctx)
         self.stage = ToolStage(ctx, p.client) if p.upstream == "chat" and needed(ctx, p.client) else None
-        if p.client == "chat":
+        self._chat = p.client == "chat"
+        if self._chat:
             self.encoder: Any = ChatStreamEncoder(ctx, include_usage=p.include_usage)
         else:
             self.encoder = ResponsesStreamEncoder(ctx, incomplete_as_completed=p.incomplete_as_completed, request_echo=p.echo)
         self.parser = sse.SSEParser()
         self.terminal = ""
         self.finished = False  # the decoder has ended: nothing more to read upstream
+        self.broken = False  # the guard fired: nothing more goes out
         self._done_sent = False
+        self._closed = False  # the client's terminal went out
 
-    def _encode(self, events: list[Any]) -> list[bytes]:
-        out: list[bytes] = []
+    def _encode(self, events: list[Any], out: list[bytes]) -> None:
         if self.stage is not None:
             staged: list[Any] = []
             for ev in events:
                 staged.extend(self.stage.feed(ev))
             events = staged
         enc = self.encoder
-        chat = self.p.client == "chat"
+        chat = self._chat
         for ev in events:
-            if type(ev) is Finish:
+            fin = type(ev) is Finish
+            if fin and not self._closed:
                 self.terminal = ev.status
             for obj in enc.feed(ev):
                 if chat:
                     out.append(b"data: " + orjson.dumps(obj) + b"\n\n")
                 else:
                     out.append(b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n")
-        return out
+            if fin:
+                self._closed = True
+            elif not self._closed and (enc.failed if chat else enc.done):
+                # the encoder ended the stream itself (an argument mismatch, an item it cannot write)
+                self._closed = True
+                self.terminal = "failed"
 
     def feed(self, chunk: bytes) -> bytes:
+        if self.broken:
+            return b""
         out: list[bytes] = []
         decoder = self.decoder
-        for ev in self.parser.feed(chunk):
-            out.extend(self._event(ev.data, decoder))
+        try:
+            for ev in self.parser.feed(chunk):
+                self._event(ev.data, decoder, out)
+                if self.broken:
+                    break
+        except sse.SSEOverflow as e:
+            self._crash(out, e, "upstream_bad_event", str(e))
+        except Exception as e:
+            self._crash(out, e)
         return b"".join(out)
 
-    def _event(self, data: str, decoder: Any) -> list[bytes]:
+    def _event(self, data: str, decoder: Any, out: list[bytes]) -> None:
         if data == "[DONE]":
-            return self._end_decoder()
+            self._end_decoder(out)
+            return
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
-            return self.fail("upstream_bad_event", "the upstream sent an event that is not JSON")
+            out.extend(self.fail("upstream_bad_event", "the upstream sent an event that is not JSON"))
+            return
         if not isinstance(obj, dict):
-            return self.fail("upstream_bad_event", "the upstream sent an event that is not a JSON object")
-        return self._encode(decoder.feed(obj))
+            out.extend(self.fail("upstream_bad_event", "the upstream sent an event that is not a JSON object"))
+            return
+        self._encode(decoder.feed(obj), out)
 
     def end(self) -> bytes:
         out: list[bytes] = []
-        for ev in self.parser.end():
-            out.extend(self._event(ev.data, self.decoder))
-        out.extend(self._end_decoder())
-        tail = self.encoder.end()
-        out.extend(self._serialize(tail))
-        if self.p.client == "chat" and not getattr(self.encoder, "failed", False) and not self._done_sent:
+        if not self.broken:
+            try:
+                for ev in self.parser.end():
+                    self._event(ev.data, self.decoder, out)
+                    if self.broken:
+                        break
+                else:
+                    self._end_decoder(out)
+                    tail = self.encoder.end()
+                    if tail:
+                        out.extend(self._serialize(tail))
+                        self._closed = True
+            except Exception as e:
+                self._crash(out, e)
+        # a Chat stream ends with [DONE] unless it ended with an error chunk (also when the
+        # guard fired after the finish chunk went out)
+        if self._chat and not self.encoder.failed and not self._done_sent:
             self._done_sent = True
             out.append(sse.DONE)
         return b"".join(out)
 
-    def _end_decoder(self) -> list[bytes]:
+    def _end_decoder(self, out: list[bytes]) -> None:
         if self.finished:
-            return []
+            return
         self.finished = True
-        out = self._encode(self.decoder.end())
+        self._encode(self.decoder.end(), out)
         if self.stage is not None:
-            out.extend(self._encode_stage_end())
-        return out
+            self._encode_stage_end(out)
 
-    def _encode_stage_end(self) -> list[bytes]:
+    def _encode_stage_end(self, out: list[bytes]) -> None:
         events = self.stage.end()  # type: ignore[union-attr]
         stage, self.stage = self.stage, None
         try:
-            return self._encode(events)
+            self._encode(events, out)
         finally:
             self.stage = stage
 
     def _serialize(self, objs: list[dict[str, Any]]) -> list[bytes]:
-        if self.p.client == "chat":
+        if self._chat:
             return [b"data: " + orjson.dumps(o) + b"\n\n" for o in objs]
         return [b"event: " + o["type"].encode() + b"\ndata: " + orjson.dumps(o) + b"\n\n" for o in objs]
 
     def heartbeat(self) -> bytes:
         """What to send during a long upstream silence: a real Responses event (Codex's idle
         timer ignores SSE comments), an SSE comment for Chat clients."""
-        if self.p.client == "chat":
+        if self.broken:
+            return b""
+        if self._chat:
             return b"" if self.terminal else sse.encode_comment()
-        return b"".join(self._serialize(self.encoder.heartbeat()))
+        try:
+            return b"".join(self._serialize(self.encoder.heartbeat()))
+        except Exception:  # nothing worth failing the stream for: the next event will tell
+            return b""
 
     def fail(self, code: str, message: str) -> list[bytes]:
         """Inject a terminal failure (mid-stream upstream fault) into the encoder."""
-        if self.terminal:
+        if self.terminal or self.broken:
             return []
-        return self._encode([Finish("failed", error=stream_error(code, message))])
+        out: list[bytes] = []
+        try:
+            self._encode([Finish("failed", error=stream_error(code, message))], out)
+        except Exception as e:
+            self._crash(out, e, code, message)
+        return out
+
+    def _crash(self, out: list[bytes], exc: BaseException, code: str = "upstream_bad_event",
+               message: str = "the upstream sent an event the proxy could not process") -> None:
+        """The guard (see the class docstring): the failure terminal, once, then nothing."""
+        self.broken = True
+        self.finished = True
+        log.warning("stream_guard", request_id=self.p.request_id, error=type(exc).__name__, code=code, exc_info=exc)
+        if self._closed:
+            return
+        self._closed = True
+        self.terminal = "failed"
+        err = stream_error(code, message)
+        enc = self.encoder
+        try:
+            objs = enc.feed(Finish("failed", error=err))
+            if objs:
+                out.extend(self._serialize(objs))
+                return
+        except Exception:
+            pass
+        out.extend(self._serialize(enc.abort(err)))
 
 
 def full_response(p: Prepared, body: bytes) -> tuple[int, bytes]:
-    """Non-streaming: decode the upstream object, run the same stages, encode the client object."""
+    """Non-streaming: decode the upstream object, run the same stages, encode the client object.
+
+    An upstream body is untrusted: one the decoders reject (``upstream_bad_response``,
+    ``upstream_bad_event``), and any exception while decoding or encoding it, is a 502
+    ``upstream_bad_response``, never a 500."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise ProxyError(502, "the upstream answered with a body that is not JSON", type="upstream_error", code="upstream_bad_response") from None
     if not isinstance(obj, dict):
         raise ProxyError(502, "the upstream answered with a body that is not a JSON object", type="upstream_error", code="upstream_bad_response")
+    bad = ("upstream_bad_response", "upstream_bad_event")
     ctx = p.ctx
-    events = decode_chat_completion(obj, ctx) if p.upstream == "chat" else decode_response(obj, ctx)
-    if p.upstream == "chat" and needed(ctx, p.client):
-        stage = ToolStage(ctx, p.client)
-        staged: list[Any] = []
-        for ev in events:
-            staged.extend(stage.feed(ev))
-        staged.extend(stage.end())
-        events = staged
-    if p.client == "chat":
-        result = encode_chat_completion(events, ctx)
-        if "error" in result:
-            err = result["error"]
-            raise ProxyError(502, err.get("message") or "upstream failure", type=err.get("type") or "upstream_error", code=err.get("code"))
-        return 200, orjson.dumps(result)
-    resp = encode_response(events, ctx, incomplete_as_completed=p.incomplete_as_completed, request_echo=p.echo)
-    return 200, orjson.dumps(resp)
+    try:
+        events = decode_chat_completion(obj, ctx) if p.upstream == "chat" else decode_response(obj, ctx)
+        if p.upstream == "chat" and needed(ctx, p.client):
+            stage = ToolStage(ctx, p.client)
+            staged: list[Any] = []
+            for ev in events:
+                staged.extend(stage.feed(ev))
+            staged.extend(stage.end())
+            events = staged
+        if p.client == "chat":
+            result = encode_chat_completion(events, ctx)
+            err = result.get("error")
+        else:
+            result = encode_response(events, ctx, incomplete_as_completed=p.incomplete_as_completed, request_echo=p.echo)
+            err = result.get("error") if result.get("status") == "failed" else None
+            if not (isinstance(err, dict) and err.get("code") in bad):
+                err = None  # an upstream's own failure is a failed response object, as it came
+        out = None if err else orjson.dumps(result)
+    except Exception as e:
+        log.warning("upstream_bad_response", request_id=p.request_id, error=type(e).__name__, exc_info=e)
+        raise ProxyError(502, "the upstream answered with a body the proxy could not process",
+                         type="upstream_error", code="upstream_bad_response") from None
+    if err:
+        message = err.get("message") or "upstream failure"
+        if err.get("code") in bad:
+            raise ProxyError(502, message, type="upstream_error", code="upstream_bad_response")
+        raise ProxyError(502, message, type=err.get("type") or "upstream_error", code=err.get("code"))
+    return 200, out  # type: ignore[return-value]
 
 
 def new_request_id() -> str:
