@@ -199,7 +199,8 @@ OWN_CODES = frozenset(
      "model_not_found", "request_too_large", "not_found", "method_not_allowed", "upgrade_required",
      "upstream_unreachable", "upstream_timeout", "upstream_bad_response", "upstream_stream_error",
      "upstream_stream_truncated", "upstream_idle_timeout", "upstream_bad_event", "upstream_error",
-     "internal_error"}
+     "internal_error", "invalid_tool_arguments", "integer_below_min_value", "nesting_too_deep",
+     "unsupported_protocol", "integer_above_max_value"}
 )  # fmt: skip
 _GENERIC = frozenset(
     {"invalid_request_error", "invalid_request", "bad_request", "error", "unknown_error", "upstream_error",
@@ -290,9 +291,13 @@ def _retry_after(headers: Any) -> str | None:
     return None
 
 
-def upstream_error(status: int, body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS) -> ProxyError:
+def upstream_error(status: int, body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS,
+                   *, said: str | None = None) -> ProxyError:
     """Map an upstream HTTP error answer to the OpenAI error the client gets; the upstream's
-    text goes through ``mask`` (the configured secrets) before it can reach anyone."""
+    text goes through ``mask`` (the configured secrets) before it can reach anyone.  An
+    upstream's own specific code (rule 4) and ``param`` are kept for a 4xx only: on a 5xx
+    they describe the upstream's trouble, not the client's request.  ``said`` replaces
+    "answered HTTP <status>" in the message (an error carried by a 200 answer)."""
     mapped = _STATUS_MAP.get(status) or (
         (status, "invalid_request_error", "upstream_error") if status < 500 else (502, "upstream_error", "server_error")
     )
@@ -305,7 +310,8 @@ def upstream_error(status: int, body: bytes, headers: Any, provider: str, mask: 
     if status in _AUTH_STATUSES:
         return ProxyError(out_status, f"the upstream rejected the proxy's credentials for provider {provider} "
                           f"(HTTP {status})", type=etype, code=default)
-    resolved = _resolve(cands, code, message, default)
+    client_fault = status < 500
+    resolved = _resolve(cands, code if client_fault else None, message, default)
     if mask(resolved) != resolved or len(resolved) > 64:
         resolved = default
     if resolved in _CODE_STATUS:
@@ -317,9 +323,51 @@ def upstream_error(status: int, body: bytes, headers: Any, provider: str, mask: 
         extra["retry-after"] = retry
         if resolved == "rate_limit_exceeded" and not _TRY_AGAIN.search(message):
             message = f"{message.rstrip()} Please try again in {retry}s." if message else f"Please try again in {retry}s."
-    prefix = f"upstream {provider} answered HTTP {status}"
-    return ProxyError(out_status, f"{prefix}: {message}" if message else prefix, type=etype, code=resolved,
-                      param=mask(param)[:256] if param else None, headers=extra)
+    prefix = f"upstream {provider} {said or f'answered HTTP {status}'}"
+    return ProxyError(out_status, f"{prefix}: {message[:4000]}" if message else prefix, type=etype, code=resolved,
+                      param=mask(param)[:256] if param and client_fault else None, headers=extra)
+
+
+def error_in_ok_body(body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS) -> ProxyError | None:
+    """An HTTP 200 whose JSON body is an error object and nothing else (some OpenAI-compatible
+    servers answer so): the same OpenAI error as for that error with a non-200 status —
+    status by the resolved code, else by a numeric HTTP-like ``code`` in the body (vLLM puts
+    400 there), else 502.  None when the body is not such an error."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or "error" not in obj or obj.get("error") is None:
+        return None
+    if any(k in obj for k in ("choices", "output")):
+        return None  # an answer that also mentions an error: the decoders judge it
+    err = obj["error"]
+    raw = err.get("code") if isinstance(err, dict) else obj.get("code")
+    status = 502
+    if isinstance(raw, int | str) and not isinstance(raw, bool) and str(raw).isdigit() and 400 <= int(raw) <= 599:
+        status = int(raw)
+    if status in _AUTH_STATUSES:
+        status = 502  # a 200 is no statement about the proxy's credentials
+    return upstream_error(status, body, headers, provider, mask, said="answered HTTP 200 with an error")
+
+
+def mask_error(err: dict[str, Any], mask: SecretMask) -> dict[str, Any]:
+    """An upstream's error object (mid-stream, or inside a failed response) with every
+    configured secret masked in its text fields."""
+    return {k: mask(v) if isinstance(v, str) else v for k, v in err.items()}
+
+
+def failed_answer_error(err: dict[str, Any], mask: SecretMask) -> ProxyError:
+    """A Chat client's non-streamed answer that failed (the upstream's error inside its
+    answer, or a repair that refused it): HTTP 502, or the status of a well-known code;
+    text masked, a code outside the known set (an upstream's own) becomes ``upstream_error``."""
+    code = err.get("code") if isinstance(err.get("code"), str) else None
+    if code not in known_codes():
+        code = "upstream_error"
+    status, etype = _CODE_STATUS.get(code, (502, None))  # type: ignore[arg-type]
+    raw_type = err.get("type")
+    etype = etype or (raw_type if isinstance(raw_type, str) and _IDENT.match(raw_type) and len(raw_type) <= 64 else "upstream_error")
+    return ProxyError(status, mask(str(err.get("message") or "upstream failure"))[:4000], type=etype, code=code)
 
 
 def known_codes() -> frozenset[str]:

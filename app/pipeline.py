@@ -31,7 +31,7 @@ import orjson
 from starlette.responses import Response
 
 from app import metrics
-from app.errors import ProxyError, upstream_error
+from app.errors import ProxyError, error_in_ok_body, failed_answer_error, mask_error, upstream_error
 from app.logs import log
 from providers.upstream import Route, Router
 from transformers import sse
@@ -43,6 +43,7 @@ from transformers.errors import RequestError, stream_error
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.events import Finish
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
+from transformers.request_check import check_integers, check_shapes, check_values
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
@@ -70,9 +71,11 @@ def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
+        check_integers(raw)  # an integer too long even for a double: name it
         raise RequestError(f"the request body is not valid JSON: {e}", param=None, code="invalid_json") from None
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", code="invalid_json")
+    check_values(raw, body)  # nesting depth, integers beyond 64 bits
     for name in _REQUIRED[protocol]:
         if body.get(name) is None:
             raise RequestError(f"missing required parameter: '{name}'", param=name, code="missing_required_parameter")
@@ -83,6 +86,7 @@ def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
             raise RequestError(f"invalid type for '{name}': expected {want}", param=name, code="invalid_type")
     if protocol == "responses" and body.get("input") is None and not body.get("previous_response_id"):
         raise RequestError("missing required parameter: 'input'", param="input", code="missing_required_parameter")
+    check_shapes(body, protocol)  # the fields the proxy reads, down to content parts and tools
     return body
 
 
@@ -239,6 +243,8 @@ class Chain:
             fin = type(ev) is Finish
             if fin and not self._closed:
                 self.terminal = ev.status
+                if ev.error and self.p.secrets:
+                    ev.error = mask_error(ev.error, self.p.secrets)
             for obj in enc.feed(ev):
                 if chat:
                     out.append(b"data: " + orjson.dumps(obj) + b"\n\n")
@@ -266,6 +272,21 @@ class Chain:
         except Exception as e:
             self._crash(out, e)
         return b"".join(out)
+
+    def replay(self, obj: dict[str, Any]) -> bytes:
+        """A whole answer object (an upstream that answered a stream request without
+        streaming) as the client's complete stream: the events its stream would have given."""
+        out: list[bytes] = []
+        try:
+            p = self.p
+            events = decode_chat_completion(obj, p.ctx) if p.upstream == "chat" else decode_response(obj, p.ctx)
+            self._encode(events, out)
+            self.finished = True
+            if self.stage is not None:
+                self._encode_stage_end(out)
+        except Exception as e:
+            self._crash(out, e)
+        return b"".join(out) + self.end()
 
     def _event(self, data: str, decoder: Any, out: list[bytes]) -> None:
         if data == "[DONE]":
@@ -370,18 +391,28 @@ class Chain:
         out.extend(self._serialize(enc.abort(err)))
 
 
-def full_response(p: Prepared, body: bytes) -> tuple[int, bytes]:
-    """Non-streaming: decode the upstream object, run the same stages, encode the client object.
+def _is_json(ctype: str | None) -> bool:
+    media = (ctype or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
-    An upstream body is untrusted: one the decoders reject (``upstream_bad_response``,
-    ``upstream_bad_event``), and any exception while decoding or encoding it, is a 502
-    ``upstream_bad_response``, never a 500."""
+
+def _json_object(body: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise ProxyError(502, "the upstream answered with a body that is not JSON", type="upstream_error", code="upstream_bad_response") from None
     if not isinstance(obj, dict):
         raise ProxyError(502, "the upstream answered with a body that is not a JSON object", type="upstream_error", code="upstream_bad_response")
+    return obj
+
+
+def full_response(p: Prepared, body: bytes) -> tuple[int, bytes]:
+    """Non-streaming: decode the upstream object, run the same stages, encode the client object.
+
+    An upstream body is untrusted: one the decoders reject (``upstream_bad_response``,
+    ``upstream_bad_event``), and any exception while decoding or encoding it, is a 502
+    ``upstream_bad_response``, never a 500."""
+    obj = _json_object(body)
     bad = ("upstream_bad_response", "upstream_bad_event")
     ctx = p.ctx
     try:
@@ -401,16 +432,18 @@ def full_response(p: Prepared, body: bytes) -> tuple[int, bytes]:
             err = result.get("error") if result.get("status") == "failed" else None
             if not (isinstance(err, dict) and err.get("code") in bad):
                 err = None  # an upstream's own failure is a failed response object, as it came
+                if isinstance(result.get("error"), dict):
+                    result["error"] = mask_error(result["error"], p.secrets)
         out = None if err else orjson.dumps(result)
     except Exception as e:
         log.warning("upstream_bad_response", request_id=p.request_id, error=type(e).__name__, exc_info=e)
         raise ProxyError(502, "the upstream answered with a body the proxy could not process",
                          type="upstream_error", code="upstream_bad_response") from None
     if err:
-        message = err.get("message") or "upstream failure"
+        message = p.secrets(str(err.get("message") or "upstream failure"))
         if err.get("code") in bad:
             raise ProxyError(502, message, type="upstream_error", code="upstream_bad_response")
-        raise ProxyError(502, message, type=err.get("type") or "upstream_error", code=err.get("code"))
+        raise failed_answer_error(err, p.secrets)
     return 200, out  # type: ignore[return-value]
 
 
@@ -509,12 +542,21 @@ class ProxyResponse(Response):
                 payload = orjson.dumps(retry)
             ttfb = time.perf_counter() - p.started
             base_headers = [(b"x-request-id", p.request_id.encode())] + [(k.encode(), v.encode()) for k, v in p.headers.items()]
-            if not p.stream:
+            whole: dict[str, Any] | None = None
+            if not p.stream or _is_json(resp.headers.get("content-type")):
+                # a whole JSON answer (also to a stream request: an error object, or an
+                # upstream that ignored `stream`)
                 try:
                     body = await _read_capped(resp, _BODY_MAX)
                 except httpx.HTTPError as e:
                     raise ProxyError(502, f"upstream {prov.name} failed while sending its answer: {type(e).__name__}",
                                      type="upstream_error", code="upstream_stream_error") from None
+                err = error_in_ok_body(body, resp.headers, prov.name, p.secrets)
+                if err is not None:
+                    raise err
+                if p.stream:
+                    whole = _json_object(body)
+            if not p.stream:
                 status, out = full_response(p, body)
                 self.started = True
                 await send({"type": "http.response.start", "status": status,
@@ -528,6 +570,10 @@ class ProxyResponse(Response):
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no"), *base_headers]})
+            if whole is not None:
+                await send({"type": "http.response.body", "body": chain.replay(whole), "more_body": False})
+                terminal = chain.terminal or "failed"
+                return
             raw = resp.aiter_raw()  # one iterator: the rest of the body is drained after the break
             pending: list[bytes] = []  # client bytes held back (coalescing: see _FLUSH_BYTES)
             size = 0
