@@ -33,7 +33,9 @@ any other ``system``/``developer`` ``message`` role ``developer`` (``input_text`
 ``call_id``: SPEC §1 Responses policy + uniqueness pass over every ``tool_calls[].id`` and
 ``tool_call_id`` of the request, so the mapping is stateless and a call and its output stay
 paired.  A tool call without ``id`` or a tool message without ``tool_call_id`` is a 400:
-ids are never invented.  The legacy ``function`` role is a 400 too (no id to pair with).
+ids are never invented.  The legacy ``function`` role is a 400 too (no id to pair with), and
+so are ``tool_calls`` that are not an array, a call or a function tool without a string
+name.
 
 Top level:
 
@@ -119,7 +121,7 @@ def toolinfo_from_chat(tools: Any) -> ToolInfo:
         if not isinstance(params, dict):
             continue
         required, props = params.get("required"), params.get("properties")
-        if isinstance(required, list) and len(required) == 1 and isinstance(props, dict):
+        if isinstance(required, list) and len(required) == 1 and isinstance(required[0], str) and isinstance(props, dict):
             prop = props.get(required[0])
             if isinstance(prop, dict) and prop.get("type") == "string":
                 info.single_string_param[name] = required[0]
@@ -161,7 +163,7 @@ def _tool_output(content: Any, ctx: Ctx) -> Any:
         if all(isinstance(p, dict) and p.get("type") == "text" for p in content):
             return text_of(content)
         return _user_parts(content, ctx)
-    return "" if content is None else str(content)
+    return "" if content is None else orjson.dumps(content).decode()
 
 
 def _assistant_items(msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
@@ -169,7 +171,10 @@ def _assistant_items(msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
     text = text_of(content)
     refusal = msg.get("refusal") if isinstance(msg.get("refusal"), str) else ""
     if isinstance(content, list):
-        refusal += "".join(p.get("refusal") or "" for p in content if isinstance(p, dict) and p.get("type") == "refusal")
+        refusal += "".join(
+            p["refusal"] for p in content
+            if isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str)
+        )
     if not text and not refusal:
         return []
     if ctx.on("mantle_request"):
@@ -187,7 +192,8 @@ def _collect_ids(messages: list[Any]) -> list[str]:
     for m in messages:
         if not isinstance(m, dict):
             continue
-        for tc in m.get("tool_calls") or ():
+        calls = m.get("tool_calls")
+        for tc in calls if isinstance(calls, list) else ():
             if isinstance(tc, dict) and isinstance(tc.get("id"), str):
                 ids.append(tc["id"])
         if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
@@ -215,7 +221,10 @@ def _input_items(messages: list[Any], ctx: Ctx) -> tuple[str | None, list[dict[s
         elif role == "assistant":
             reasoning_dropped |= any(m.get(k) for k in _REASONING_KEYS)
             items.extend(_assistant_items(m, ctx))
-            for j, tc in enumerate(m.get("tool_calls") or ()):
+            calls = m.get("tool_calls")
+            if calls is not None and not isinstance(calls, list):
+                raise RequestError("tool_calls must be an array", param=f"messages[{i}].tool_calls")
+            for j, tc in enumerate(calls or ()):
                 if not isinstance(tc, dict):
                     raise RequestError("tool call must be an object", param=f"messages[{i}].tool_calls[{j}]")
                 fn = tc.get("function")
@@ -223,7 +232,7 @@ def _input_items(messages: list[Any], ctx: Ctx) -> tuple[str | None, list[dict[s
                     raise RequestError(
                         "assistant tool call has no id", param=f"messages[{i}].tool_calls[{j}].id"
                     )
-                if not isinstance(fn, dict) or not fn.get("name"):
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
                     raise RequestError(
                         "assistant tool call has no function name",
                         param=f"messages[{i}].tool_calls[{j}].function.name",
@@ -258,12 +267,14 @@ def _tools(tools: Any, ctx: Ctx) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if not isinstance(tools, list):
         return out
-    for t in tools:
+    for i, t in enumerate(tools):
         if not isinstance(t, dict):
             continue
         kind = t.get("type", "function")
         if kind == "function" and isinstance(t.get("function"), dict):
             fn = t["function"]
+            if not isinstance(fn.get("name"), str):
+                raise RequestError("a function tool needs a string name", param=f"tools[{i}].function.name")
             params, forced = force_object_schema(fn.get("parameters"))
             if forced:
                 ctx.repaired("tool_schema_type_object")
@@ -278,7 +289,8 @@ def _tools(tools: Any, ctx: Ctx) -> list[dict[str, Any]]:
             out.append({"type": "custom", **{k: v for k, v in c.items() if k in ("name", "description", "format")}})
         else:  # builtin_function ($web_search) and anything unknown
             fn = t.get("function")
-            ctx.tools.dropped.append(fn.get("name") if isinstance(fn, dict) and fn.get("name") else str(kind))
+            name = fn.get("name") if isinstance(fn, dict) else None
+            ctx.tools.dropped.append(name if isinstance(name, str) and name else str(kind))
             ctx.repaired("builtin_function_dropped" if kind == "builtin_function" else "unknown_tool_dropped")
     return out
 
@@ -293,10 +305,11 @@ def _tool_choice(choice: Any) -> Any:
         return {"type": "custom", "name": choice["custom"].get("name")}
     if kind == "allowed_tools" and isinstance(choice.get("allowed_tools"), dict):
         allowed = choice["allowed_tools"]
+        entries = allowed.get("tools")
         return {
             "type": "allowed_tools",
             "mode": allowed.get("mode", "auto"),
-            "tools": [_tool_choice(t) for t in allowed.get("tools") or () if isinstance(t, dict)],
+            "tools": [_tool_choice(t) for t in (entries if isinstance(entries, list) else ()) if isinstance(t, dict)],
         }
     return choice
 

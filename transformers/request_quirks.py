@@ -145,7 +145,8 @@ def _tool_name(tool: Any) -> str | None:
     if not isinstance(tool, dict):
         return None
     fn = tool.get("function")
-    return fn.get("name") if isinstance(fn, dict) else tool.get("name")
+    name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+    return name if isinstance(name, str) else None
 
 
 def _drop_tools(body: Body) -> None:
@@ -288,7 +289,7 @@ def _strict_custom_tools(body: Body, ctx: Ctx) -> bool:
     out = []
     for t in tools:
         fn = t.get("function") if isinstance(t, dict) else None
-        if isinstance(fn, dict) and fn.get("name") in ctx.tools.custom:
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"] in ctx.tools.custom:
             params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {"type": "object"}
             if fn.get("strict") is not True or params.get("additionalProperties") is not False:
                 t = {**t, "function": {**fn, "strict": True, "parameters": {**params, "additionalProperties": False}}}
@@ -425,6 +426,14 @@ def _is_message(item: Any) -> bool:
     return isinstance(item, dict) and (item.get("type") == "message" or ("type" not in item and "role" in item))
 
 
+def _part_text(p: dict[str, Any]) -> str:
+    for key in ("text", "refusal"):
+        v = p.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return ""
+
+
 def _mantle_request(body: Body, ctx: Ctx) -> None:
     changed = False
     items = _input_items(body)
@@ -433,9 +442,7 @@ def _mantle_request(body: Body, ctx: Ctx) -> None:
         for i, it in enumerate(items):
             if _is_message(it) and it.get("role") == "assistant" and isinstance(it.get("content"), list):
                 text = "".join(
-                    p.get("text") or p.get("refusal") or ""
-                    for p in it["content"]
-                    if isinstance(p, dict)
+                    _part_text(p) for p in it["content"] if isinstance(p, dict)
                 )
                 out = out if out is not None else list(items)
                 out[i] = {**it, "content": text}
@@ -457,15 +464,19 @@ def _mantle_request(body: Body, ctx: Ctx) -> None:
 CALL_ITEM_TYPES = frozenset({"function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output"})
 
 
+def _is_call_item(it: Any) -> bool:
+    """A call or call output item with a string ``call_id``."""
+    if not isinstance(it, dict):
+        return False
+    kind = it.get("type")
+    return isinstance(kind, str) and kind in CALL_ITEM_TYPES and isinstance(it.get("call_id"), str)
+
+
 def _responses_call_ids(body: Body, ctx: Ctx) -> None:
     items = _input_items(body)
     if items is None:
         return
-    raw = [
-        it["call_id"]
-        for it in items
-        if isinstance(it, dict) and it.get("type") in CALL_ITEM_TYPES and isinstance(it.get("call_id"), str)
-    ]
+    raw = [it["call_id"] for it in items if _is_call_item(it)]
     if not raw:
         return
     mapping = unique_map(raw, responses_policy, MAX_CALL_ID)
@@ -473,10 +484,7 @@ def _responses_call_ids(body: Body, ctx: Ctx) -> None:
         return
     body["input"] = [
         {**it, "call_id": mapping[it["call_id"]]}
-        if isinstance(it, dict)
-        and it.get("type") in CALL_ITEM_TYPES
-        and isinstance(it.get("call_id"), str)
-        and mapping[it["call_id"]] != it["call_id"]
+        if _is_call_item(it) and mapping[it["call_id"]] != it["call_id"]
         else it
         for it in items
     ]

@@ -82,6 +82,11 @@ anything else (hosted:     dropped, named in ``ctx.tools.dropped``
 ``image_generation``, …)
 =========================  ================================================================
 
+A function, custom or namespace tool without a string name, or with a description that is
+not a string, is a 400 naming it (``tools[<i>].name``, ``tools[<i>].tools[<j>].name``…): a
+tool is never dropped silently.  So is an input item whose ``type`` or ``role`` is not a
+string (``app.pipeline.check_body`` refuses all of these first, with the same params).
+
 Top level:
 
 ==========================  ===============================================================
@@ -144,6 +149,11 @@ CUSTOM_INPUT_PARAM = "input"
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+def _is_text_part(p: dict[str, Any]) -> bool:
+    kind = p.get("type", "text")
+    return isinstance(kind, str) and kind in _TEXT_PARTS
 _KEEP = ("temperature", "top_p")
 
 
@@ -164,7 +174,8 @@ def _function_tool(name: str, tool: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
 
 
 def _custom_description(tool: dict[str, Any]) -> str:
-    parts = [tool["description"]] if tool.get("description") else []
+    desc = tool.get("description")
+    parts = [desc] if isinstance(desc, str) and desc else []
     parts.append(
         f'Call this tool with a JSON object {{"{CUSTOM_INPUT_PARAM}": "<text>"}}: the string is '
         "passed to the tool verbatim as its raw freeform input."
@@ -200,9 +211,11 @@ def _tools(tools: Any, ctx: Ctx) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         return out
 
-    def add(name: Any, tool: dict[str, Any], namespace: str | None) -> None:
+    def add(name: Any, tool: dict[str, Any], namespace: str | None, where: str) -> None:
         if not isinstance(name, str) or not name:
-            return
+            raise RequestError(f"{where} has no name", param=f"{where}.name")
+        if tool.get("description") is not None and not isinstance(tool["description"], str):
+            raise RequestError(f"{where}.description must be a string", param=f"{where}.description")
         flat = flatten_name(namespace, name) if namespace else name
         if namespace:
             info.namespaces[flat] = (namespace, name)
@@ -213,18 +226,21 @@ def _tools(tools: Any, ctx: Ctx) -> list[dict[str, Any]]:
             info.functions.add(flat)
             out.append(_function_tool(flat, tool, ctx))
 
-    for tool in tools:
+    for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             continue
         kind = tool.get("type")
         if kind in ("function", "custom"):
-            add(tool.get("name"), tool, None)
+            add(tool.get("name"), tool, None, f"tools[{i}]")
         elif kind == "namespace" and isinstance(tool.get("tools"), list):
-            for child in tool["tools"]:
+            ns = tool.get("name")
+            if not isinstance(ns, str) or not ns:
+                raise RequestError(f"tools[{i}] (namespace) has no name", param=f"tools[{i}].name")
+            for j, child in enumerate(tool["tools"]):
                 if isinstance(child, dict) and child.get("type", "function") in ("function", "custom"):
-                    add(child.get("name"), child, tool.get("name"))
+                    add(child.get("name"), child, ns, f"tools[{i}].tools[{j}]")
         else:
-            info.dropped.append(str(kind))
+            info.dropped.append(kind if isinstance(kind, str) else str(kind))
             ctx.repaired("hosted_tool_dropped")
     return out
 
@@ -244,7 +260,8 @@ def _tool_choice(choice: Any, tools: list[dict[str, Any]], ctx: Ctx) -> tuple[An
         return {"type": "function", "function": {"name": _flat(choice)}}, tools
     if kind == "allowed_tools":
         allowed: set[str] = set()
-        for entry in choice.get("tools") or ():
+        entries = choice.get("tools")
+        for entry in entries if isinstance(entries, list) else ():
             if not isinstance(entry, dict):
                 continue
             if entry.get("type") == "namespace":
@@ -269,7 +286,7 @@ def _text(content: Any, sep: str) -> str:
         if isinstance(p, dict):
             if p.get("type") == "refusal" and isinstance(p.get("refusal"), str):
                 out.append(p["refusal"])
-            elif isinstance(p.get("text"), str) and p.get("type", "text") in _TEXT_PARTS:
+            elif isinstance(p.get("text"), str) and _is_text_part(p):
                 out.append(p["text"])
     return sep.join(out)
 
@@ -295,7 +312,7 @@ def _split_parts(content: Any, ctx: Ctx) -> tuple[list[str], list[dict[str, Any]
     for p in content:
         if not isinstance(p, dict):
             continue
-        if p.get("type", "text") in _TEXT_PARTS and isinstance(p.get("text"), str):
+        if _is_text_part(p) and isinstance(p.get("text"), str):
             texts.append(p["text"])
         else:
             part = _media_part(p, ctx)
@@ -309,14 +326,14 @@ def _user_content(content: Any, ctx: Ctx) -> Any:
         return content
     if not isinstance(content, list):
         return ""
-    has_media = any(isinstance(p, dict) and p.get("type", "text") not in _TEXT_PARTS for p in content)
+    has_media = any(isinstance(p, dict) and not _is_text_part(p) for p in content)
     if not has_media:
         return "\n".join(_split_parts(content, ctx)[0])
     parts: list[dict[str, Any]] = []
     for p in content:
         if not isinstance(p, dict):
             continue
-        if p.get("type", "text") in _TEXT_PARTS and isinstance(p.get("text"), str):
+        if _is_text_part(p) and isinstance(p.get("text"), str):
             parts.append({"type": "text", "text": p["text"]})
         else:
             part = _media_part(p, ctx)
@@ -524,8 +541,8 @@ def _pair_outputs(items: list[dict[str, Any]]) -> dict[int, int]:
             free.setdefault(it["call_id"], []).append(j)
     answer: dict[int, int] = {}
     for i, it in enumerate(items):
-        if _item_kind(it) in CALL_TYPES:
-            queue = free.get(it.get("call_id"))  # type: ignore[arg-type]
+        if _item_kind(it) in CALL_TYPES and isinstance(it.get("call_id"), str):
+            queue = free.get(it["call_id"])
             if queue:
                 answer[i] = queue.pop(0)
     return answer
@@ -542,6 +559,9 @@ def _input(body: dict[str, Any]) -> list[dict[str, Any]]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
             raise RequestError(f"input[{i}] must be an object", param=f"input[{i}]")
+        for key in ("type", "role"):
+            if item.get(key) is not None and not isinstance(item[key], str):
+                raise RequestError(f"input[{i}].{key} must be a string", param=f"input[{i}].{key}")
     return raw
 
 

@@ -69,6 +69,9 @@ Decisions:
   property required would change what the model must send.
 * Function tools only: ``custom`` tools have no schema, hosted tools are not ours, and
   ``builtin_function`` (Moonshot ``$web_search``) has no parameters.
+* The walk recurses, so it stops ``MAX_WALK_DEPTH`` subschema levels down (deeper
+  subschemas are left as they are); the app refuses bodies nested that deep before this
+  runs (``request_check``).  A ``required`` that is not an array of strings names nothing.
 """
 
 from __future__ import annotations
@@ -141,13 +144,13 @@ def _merge_branches(node: Node) -> Node:
     if len(out) == len(node):
         return node
     props: dict[str, Any] = dict(node["properties"]) if isinstance(node.get("properties"), dict) else {}
-    required: list[str] = [r for r in node.get("required") or () if isinstance(r, str)]
+    required: list[str] = _names(node.get("required"))
     for key in ("allOf", "anyOf", "oneOf"):
         branches = [b for b in node.get(key) or () if isinstance(b, dict)] if isinstance(node.get(key), list) else []
         for b in branches:
             for name, sub in (b.get("properties") or {}).items() if isinstance(b.get("properties"), dict) else ():
                 props.setdefault(name, sub)
-        reqs = [[r for r in b.get("required") or () if isinstance(r, str)] for b in branches]
+        reqs = [_names(b.get("required")) for b in branches]
         if key == "allOf":
             extra = [r for rs in reqs for r in rs]
         else:  # anyOf / oneOf: only what every branch requires
@@ -162,6 +165,11 @@ def _merge_branches(node: Node) -> Node:
     else:
         out.pop("required", None)
     return out
+
+
+def _names(required: Any) -> list[str]:
+    """The names of a ``required`` keyword (anything but an array of strings holds none)."""
+    return [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
 
 
 def _infer_type(node: Node) -> str:
@@ -234,9 +242,17 @@ SCHEMA_QUIRKS = frozenset(q for _, q, _, _, _ in RULES if q is not None)
 # -- the walk --------------------------------------------------------------------------------
 
 
-def _children(node: Node, fix: Fix) -> Node:
+# subschema levels the walk descends at most (the app refuses bodies nested that deep
+# anyway); below that a schema is left as it is, so the recursion stays bounded
+MAX_WALK_DEPTH = 200
+
+
+def _children(node: Node, fix: Fix, depth: int = 0) -> Node:
     """``node`` with ``fix`` applied to every subschema below it (depth first, pre-order);
     the same object when nothing changed."""
+    if depth >= MAX_WALK_DEPTH:
+        return node
+    depth += 1
     new: Node | None = None
     for key, val in node.items():
         kind = SUBSCHEMA_KEYWORDS.get(key)
@@ -244,15 +260,15 @@ def _children(node: Node, fix: Fix) -> Node:
             continue
         changed: Any = val
         if kind == "map" and isinstance(val, dict):
-            items = {k: _all(v, fix) for k, v in val.items()}
+            items = {k: _all(v, fix, depth) for k, v in val.items()}
             if any(items[k] is not val[k] for k in val):
                 changed = items
         elif (kind == "list" or kind == "one_or_list") and isinstance(val, list):
-            lst = [_all(v, fix) for v in val]
+            lst = [_all(v, fix, depth) for v in val]
             if any(a is not b for a, b in zip(lst, val)):
                 changed = lst
         elif kind in ("one", "one_or_list") and isinstance(val, dict):
-            changed = _all(val, fix)
+            changed = _all(val, fix, depth)
         if changed is not val:
             if new is None:
                 new = dict(node)
@@ -260,10 +276,10 @@ def _children(node: Node, fix: Fix) -> Node:
     return node if new is None else new
 
 
-def _all(node: Any, fix: Fix) -> Any:
+def _all(node: Any, fix: Fix, depth: int = 0) -> Any:
     if not isinstance(node, dict):
         return node  # booleans (true/false schemas) and junk are left alone
-    return _children(fix(node), fix)
+    return _children(fix(node), fix, depth)
 
 
 def subschemas(node: Any) -> list[Node]:
