@@ -43,28 +43,46 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _value_for(schema: dict[str, Any]) -> Any:
+def _obj(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+_VALUES = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+
+
+def _value_for(schema: Any) -> Any:
+    schema = _obj(schema)
     t = schema.get("type")
     if isinstance(t, list):
         t = next((x for x in t if x != "null"), "string")
-    if "enum" in schema and schema["enum"]:
-        return schema["enum"][0]
-    return {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}.get(t, "echo hello from switchboard" if t == "string" else "demo")
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    if not isinstance(t, str):
+        return "demo"
+    return _VALUES.get(t, "echo hello from switchboard" if t == "string" else "demo")
 
 
 def _arguments(tool: dict[str, Any]) -> str:
-    params = (tool.get("function") or {}).get("parameters") or {}
-    props = params.get("properties") or {}
-    required = params.get("required") or list(props)[:1]
-    args = {k: _value_for(props.get(k) or {}) for k in required if k in props}
+    params = _obj(_obj(tool.get("function")).get("parameters"))
+    props = _obj(params.get("properties"))
+    required = params.get("required")
+    if not isinstance(required, list) or not required:
+        required = list(props)[:1]
+    args = {k: _value_for(props[k]) for k in required if isinstance(k, str) and k in props}
     return orjson.dumps(args).decode()
+
+
+def _tool_name(tool: dict[str, Any]) -> str | None:
+    name = _obj(tool.get("function")).get("name")
+    return name if isinstance(name, str) and name else None
 
 
 def plan(body: dict[str, Any]) -> dict[str, Any]:
     """What the demo model answers: {"reasoning", "text"} or {"reasoning", "tool_call"}."""
-    messages = body.get("messages") or []
+    messages = _messages(body)
     last = messages[-1] if messages else {}
-    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function"]
+    tools = [t for t in _list(body.get("tools")) if isinstance(t, dict) and t.get("type") == "function" and _tool_name(t)]
     thinking = body.get("thinking")
     wants_reasoning = body.get("reasoning_effort") not in (None, "none") or (
         isinstance(thinking, dict) and thinking.get("type") == "enabled"
@@ -75,11 +93,11 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
         return {"reasoning": reasoning, "text": f"The tool returned: {out}"}
     user = _text_of(last.get("content"))
     choice = body.get("tool_choice")
-    named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    named = _obj(choice.get("function")).get("name") if isinstance(choice, dict) else None
     if tools and choice != "none" and (named or choice == "required" or any(w in user.lower() for w in _ASK_TOOL)):
-        tool = next((t for t in tools if t["function"].get("name") == named), tools[0])
-        name = tool["function"]["name"]
-        n = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+        tool = next((t for t in tools if _tool_name(t) == named), tools[0])
+        name = _tool_name(tool)
+        n = sum(len(_list(m.get("tool_calls"))) for m in messages if m.get("role") == "assistant")
         return {
             "reasoning": reasoning,
             "tool_call": {"id": f"functions.{name}:{n}", "name": name, "arguments": _arguments(tool)},
@@ -89,8 +107,17 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     return {"reasoning": reasoning, "text": text}
 
 
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's messages that are objects (anything else is not a message)."""
+    return [m for m in _list(body.get("messages")) if isinstance(m, dict)]
+
+
 def _usage(body: dict[str, Any], out_words: int, reasoning: str = "") -> dict[str, Any]:
-    prompt = sum(len(_text_of(m.get("content")).split()) for m in body.get("messages") or []) + 1
+    prompt = sum(len(_text_of(m.get("content")).split()) for m in _messages(body)) + 1
     thought = len(reasoning.split())
     completion = out_words + thought
     return {
@@ -155,7 +182,7 @@ async def stream(body: dict[str, Any], cid: str, created: int) -> AsyncIterator[
             yield chunk({"content": w if i == 0 else " " + w})
         finish = "stop"
     yield chunk({}, finish)
-    if (body.get("stream_options") or {}).get("include_usage"):
+    if _obj(body.get("stream_options")).get("include_usage"):
         u = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": _usage(body, words, p["reasoning"])}
         yield b"data: " + orjson.dumps(u) + b"\n\n"
     yield b"data: [DONE]\n\n"
@@ -169,7 +196,9 @@ class DemoTransport(httpx.AsyncBaseTransport):
         try:
             body = orjson.loads(await request.aread())
         except orjson.JSONDecodeError:
-            return httpx.Response(400, json={"error": {"message": "invalid JSON", "type": "invalid_request_error", "param": None, "code": None}})
+            body = None
+        if not isinstance(body, dict):
+            return httpx.Response(400, json={"error": {"message": "the body is not a JSON object", "type": "invalid_request_error", "param": None, "code": None}})
         cid = "chatcmpl-demo%08x" % zlib.crc32(orjson.dumps(body.get("messages")))
         created = int(time.time())
         if body.get("stream"):

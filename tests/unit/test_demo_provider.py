@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import orjson
 import pytest
 
@@ -71,3 +72,41 @@ async def test_usage_counts_reasoning_tokens(extra, completion, reasoning, monke
                                            "chatcmpl-x", 1)]
     assert chunks[-1] == b"data: [DONE]\n\n"
     assert orjson.loads(chunks[-2][len(b"data: "):])["usage"] == want
+
+
+ODD = {"type": "function", "function": {"name": "odd", "parameters": {
+    "type": "object", "properties": {"a": 5, "b": {"enum": {"x": 1}}, "c": {"type": {"t": 1}}}, "required": [["a"], "b", "c"]}}}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"messages": ["hi"]}, id="message-string"),
+        pytest.param({"messages": [None]}, id="message-null"),
+        pytest.param({"messages": "hi"}, id="messages-string"),
+        pytest.param({"messages": [{"role": "assistant", "tool_calls": 5}, {"role": "user", "content": "call it"}],
+                      "tools": [WEATHER]}, id="tool-calls-number"),
+        pytest.param({"messages": USER, "tools": [{"type": "function"}], "tool_choice": "required"}, id="tool-without-function"),
+        pytest.param({"messages": USER, "tools": [{"type": "function", "function": "f"}], "tool_choice": "required"},
+                     id="function-string"),
+        pytest.param({"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "parameters": "p"}}],
+                      "tool_choice": "required"}, id="parameters-string"),
+        pytest.param({"messages": USER, "tools": [ODD], "tool_choice": "required"}, id="odd-schema"),
+        pytest.param({"messages": USER, "tools": [WEATHER], "tool_choice": {"type": "function", "function": "x"}},
+                     id="tool-choice-function-string"),
+        pytest.param({"messages": USER, "stream_options": "x", "stream": True}, id="stream-options-string"),
+    ],
+)
+async def test_malformed_requests_get_an_answer(body, monkeypatch):
+    """The demo answers whatever reaches it (the app refuses these first, but the demo is
+    also a plain upstream): no exception, a complete answer."""
+    monkeypatch.setattr(demo, "WORD_DELAY", 0)
+    assert demo.completion(body, "c", 1)["choices"][0]["finish_reason"] in ("stop", "tool_calls")
+    chunks = [c async for c in demo.stream(body, "c", 1)]
+    assert chunks[-1] == b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("raw", [b"[1]", b"null", b"{bad"])
+async def test_transport_refuses_a_body_that_is_not_an_object(raw):
+    r = await demo.DemoTransport().handle_async_request(httpx.Request("POST", "http://demo/v1/chat/completions", content=raw))
+    assert r.status_code == 400
