@@ -1,0 +1,267 @@
+"""Property: whatever a client sends, the proxy answers 2xx or a 4xx OpenAI error object,
+never 5xx; a 2xx stream always ends with its protocol's terminal.
+
+Bodies are valid Chat / Responses requests (tools, tool calls, content parts, reasoning)
+mutated at random JSON paths — a value replaced by another type, ``null``, deep nesting,
+a huge string, an integer beyond 64 bits, invalid UTF-8 bytes; a key deleted or added —
+plus arbitrary JSON objects built from the fields the proxy knows.  They go through the real
+ASGI app to every upstream kind (the demo provider, mocked Chat and Responses upstreams,
+each quirk switched on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.main import create_app
+from transformers.context import QUIRKS
+from transformers.sse import SSEParser
+
+from .conftest import BASE_CONFIG, chat_chunk, make_config, resp_stream_two_calls, sse_body
+from .test_hostile_input import MODELS, chat_base, resp_base
+
+CHAT = "/v1/chat/completions"
+RESP = "/v1/responses"
+
+PROPERTY = settings(max_examples=150, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+
+
+def _streamed(body: bytes) -> httpx.Response:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield body
+
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=chunks())
+
+
+# besides the table's upstreams: every quirk switched on at once (Chat and Responses
+# upstreams), Moonshot, Bedrock Mantle and OpenAI profiles, Kimi and MiMo models
+EXTRA_PROVIDERS = [
+    {"name": "allchat", "profile": "openai-compatible", "protocol": "chat", "base_url": "http://chat.test/v1",
+     "quirks": {"enable": sorted(QUIRKS)}},
+    {"name": "allresp", "profile": "openai-compatible", "protocol": "responses", "base_url": "http://resp.test/v1",
+     "quirks": {"enable": sorted(QUIRKS)}},
+    {"name": "moonshot", "profile": "kimi", "base_url": "https://api.moonshot.ai/v1", "api_key": "k"},
+    {"name": "mantle", "profile": "bedrock-mantle", "protocol": "responses", "base_url": "http://resp.test/v1", "api_key": "k"},
+    {"name": "oai", "profile": "openai", "protocol": "responses", "base_url": "http://resp.test/v1", "api_key": "k"},
+]
+EXTRA_MODELS = [{"name": n, "provider": p} for n, p in
+                (("all-chat", "allchat"), ("all-resp", "allresp"), ("kimi-moon", "moonshot"), ("mantle-model", "mantle"),
+                 ("oai-model", "oai"))]
+ALL_MODELS = (*MODELS, "kimi-k2.6", "mimo-v2.6-flash", *(m["name"] for m in EXTRA_MODELS))
+
+
+def upstream(request: httpx.Request) -> httpx.Response:
+    stream = orjson.loads(request.content).get("stream")
+    if request.url.path.endswith("/chat/completions"):
+        if stream:
+            return _streamed(sse_body([chat_chunk({"role": "assistant", "content": "hi"}), chat_chunk({}, "stop")], done=True))
+        return httpx.Response(200, json={"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "up-chat",
+                                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                                      "finish_reason": "stop"}]})
+    assert request.url.path.endswith("/responses"), request.url
+    events = resp_stream_two_calls()
+    if stream:
+        return _streamed(sse_body(events, event_names=True))
+    return httpx.Response(200, json=events[-1]["response"])
+
+
+class Proxy:
+    """The app on an event loop of its own, driven synchronously (one per test)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        config = make_config(providers=BASE_CONFIG["providers"] + EXTRA_PROVIDERS, models=BASE_CONFIG["models"] + EXTRA_MODELS)
+        self.app = create_app(config, transport=httpx.MockTransport(upstream))
+        self.life = self.app.router.lifespan_context(self.app)
+        self.loop.run_until_complete(self.life.__aenter__())
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://127.0.0.1:8080")
+
+    def post(self, path: str, raw: bytes) -> httpx.Response:
+        return self.loop.run_until_complete(
+            self.client.post(path, content=raw, headers={"content-type": "application/json"}))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.run_until_complete(self.life.__aexit__(None, None, None))
+        self.loop.close()
+
+
+@pytest.fixture
+def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxy]:
+    monkeypatch.setattr("providers.demo.WORD_DELAY", 0)
+    p = Proxy()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def check_answer(r: httpx.Response, path: str, stream: bool) -> None:
+    assert r.status_code < 500, r.text[:800]
+    if r.status_code >= 400:
+        body = r.json()
+        assert set(body) == {"error"}, body
+        assert {"message", "type", "param", "code"} <= set(body["error"]), body
+        return
+    if not stream or not r.headers.get("content-type", "").startswith("text/event-stream"):
+        assert isinstance(r.json(), dict)
+        return
+    p = SSEParser()
+    events = p.feed(r.content) + p.end()
+    assert events, "an empty stream"
+    if path == CHAT:
+        last = events[-1].data
+        assert last == "[DONE]" or "error" in orjson.loads(last), last[:300]
+    else:
+        last = orjson.loads(events[-1].data)
+        assert last["type"] in ("response.completed", "response.failed", "response.incomplete"), last["type"]
+
+
+# -- mutation ----------------------------------------------------------------------------------
+
+
+def paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every JSON path below ``obj`` (not ``obj`` itself)."""
+    out: list[tuple[Any, ...]] = []
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        out.append((*prefix, k))
+        out.extend(paths(v, (*prefix, k)))
+    return out
+
+
+class Splice:
+    """Bytes put in the encoded body in place of a placeholder string."""
+
+    def __init__(self, raw: bytes, inside_string: bool = False) -> None:
+        self.raw = raw
+        self.inside_string = inside_string
+
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
+                         st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
+json_values = st.recursive(json_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                                 st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                           max_leaves=12)
+
+BAD_UTF8 = [b"\x80", b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\xe2\x82"]
+
+replacements = st.one_of(
+    json_values,
+    st.sampled_from([None, 0, -1, True, 1.5, "", "x", [], {}, [None], {"type": None}, ["text"], {"name": 5}]),
+    st.integers(1, 1100).map(lambda n: Splice(b"[" * n + b"]" * n)),
+    st.integers(1, 600).map(lambda n: Splice(b'{"a":' * n + b"0" + b"}" * n)),
+    st.integers(19, 400).map(lambda n: Splice(b"9" * n)),
+    st.integers(19, 40).map(lambda n: Splice(b"-" + b"9" * n)),
+    st.integers(1, 200_000).map(lambda n: "y" * n),
+    st.sampled_from(BAD_UTF8).map(lambda b: Splice(b, inside_string=True)),
+)
+
+
+def encode(body: dict[str, Any], splices: dict[str, Splice]) -> bytes:
+    raw = orjson.dumps(body)
+    for key, sp in splices.items():
+        if sp.inside_string:
+            raw = raw.replace(key.encode(), b"a" + sp.raw + b"b")
+        else:
+            raw = raw.replace(b'"' + key.encode() + b'"', sp.raw)
+    return raw
+
+
+def mutate(data: st.DataObject, body: dict[str, Any]) -> bytes:
+    splices: dict[str, Splice] = {}
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        all_paths = paths(body)
+        if not all_paths:
+            break
+        path = data.draw(st.sampled_from(all_paths), label="path")
+        parent: Any = body
+        for seg in path[:-1]:
+            parent = parent[seg]
+        action = data.draw(st.sampled_from(["replace", "replace", "replace", "delete", "add"]), label="action")
+        if action == "delete":
+            del parent[path[-1]]
+            continue
+        if action == "add" and isinstance(parent, dict):
+            parent[data.draw(st.sampled_from(["type", "role", "content", "name", "text", "tools", "function", "x"]))] = \
+                data.draw(json_values, label="added")
+            continue
+        value = copy.deepcopy(data.draw(replacements, label="value"))  # sampled values are shared objects
+        if isinstance(value, Splice):
+            key = f"@@s{len(splices)}@@"
+            splices[key] = value
+            value = key
+        parent[path[-1]] = value
+    return encode(body, splices)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_mutated_chat_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
+    body = {**chat_base(), "model": data.draw(st.sampled_from(ALL_MODELS)), "stream": data.draw(st.booleans())}
+    body["messages"].insert(1, {"role": "developer", "content": [{"type": "text", "text": "d"}]})
+    body["tools"].append({"type": "custom", "custom": {"name": "apply_patch", "description": "p", "format": {"type": "text"}}})
+    body["tool_choice"] = data.draw(st.sampled_from(["auto", "required", {"type": "function", "function": {"name": "ls"}}]))
+    body["stream_options"] = {"include_usage": True}
+    stream = body["stream"]
+    raw = mutate(data, body)
+    check_answer(proxy.post(CHAT, raw), CHAT, stream)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_mutated_responses_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
+    body = {**resp_base(), "model": data.draw(st.sampled_from(ALL_MODELS)), "stream": data.draw(st.booleans())}
+    body["input"].insert(1, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"},
+                                                                                 {"type": "refusal", "refusal": "no"}]})
+    body["input"][0]["content"].append({"type": "input_image", "image_url": "data:image/png;base64,AAAA"})
+    body["tool_choice"] = data.draw(st.sampled_from(["auto", {"type": "function", "name": "ls"},
+                                                     {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "ls"}]}]))
+    body["reasoning"] = {"effort": "high", "summary": "auto"}
+    body["text"] = {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}}}
+    stream = body["stream"]
+    raw = mutate(data, body)
+    check_answer(proxy.post(RESP, raw), RESP, stream)
+
+
+FIELDS = ["model", "messages", "input", "instructions", "tools", "tool_choice", "stream", "stream_options",
+          "response_format", "text", "reasoning", "max_tokens", "max_output_tokens", "n", "previous_response_id",
+          "parallel_tool_calls", "store", "metadata", "reasoning_effort", "thinking", "seed"]
+
+
+@PROPERTY
+@given(data=st.data())
+def test_arbitrary_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
+    path = data.draw(st.sampled_from([CHAT, RESP]))
+    if data.draw(st.integers(0, 9)) == 0:  # not even JSON, sometimes
+        check_answer(proxy.post(path, data.draw(st.binary(max_size=64))), path, False)
+        return
+    body = data.draw(st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=8))
+    body["model"] = data.draw(st.sampled_from([*ALL_MODELS, 5, None]))
+    if data.draw(st.integers(0, 4)):
+        key = "messages" if path == CHAT else "input"
+        body[key] = data.draw(st.lists(st.one_of(
+            json_values,
+            st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system", 5]), "content": json_values},
+                                  optional={"tool_calls": json_values, "tool_call_id": json_values, "refusal": json_values}),
+            st.fixed_dictionaries({"type": st.sampled_from(["message", "function_call", "function_call_output", "reasoning",
+                                                            "custom_tool_call"])},
+                                  optional={"role": json_values, "content": json_values, "call_id": json_values,
+                                            "name": json_values, "output": json_values, "summary": json_values}),
+        ), max_size=4))
+    if data.draw(st.booleans()):
+        body["tools"] = data.draw(st.lists(st.one_of(json_values, st.fixed_dictionaries(
+            {"type": st.sampled_from(["function", "custom", "namespace", "builtin_function", "web_search"])},
+            optional={"name": json_values, "function": json_values, "custom": json_values, "tools": json_values,
+                      "description": json_values, "parameters": json_values})), max_size=3))
+    check_answer(proxy.post(path, orjson.dumps(body)), path, body.get("stream") is True)
