@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from app.errors import ProxyError
+from transformers.errors import ProxyError
 
 PROBES = frozenset({"/healthz", "/readyz"})
 JSON_POSTS = frozenset({"/v1/chat/completions", "/v1/responses"})

@@ -34,12 +34,12 @@ from starlette.requests import ClientDisconnect
 
 from app import logs, metrics
 from app.config import Config
-from app.errors import ProxyError, known_codes
 from app.guard import Guard
 from app.logs import log
 from app.pipeline import ProxyResponse, new_request_id, prepare
+from providers.errors import known_codes
 from providers.upstream import Router
-from transformers.errors import RequestError
+from transformers.errors import ProxyError, RequestError
 
 
 def _key_digests(keys: list[str]) -> list[bytes]:

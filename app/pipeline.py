@@ -31,15 +31,15 @@ import orjson
 from starlette.responses import Response
 
 from app import metrics
-from app.errors import ProxyError, error_in_ok_body, failed_answer_error, mask_error, upstream_error
 from app.logs import log
+from providers.errors import error_in_ok_body, failed_answer_error, mask_error, upstream_error
 from providers.upstream import Route, Router
 from transformers import sse
 from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
 from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.context import Ctx
 from transformers.encrypted_retry import is_invalid_encrypted_content, strip_encrypted_reasoning
-from transformers.errors import RequestError, stream_error
+from transformers.errors import ProxyError, RequestError, stream_error
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.events import Finish
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from app.config import Config, ModelCfg, ProviderCfg
 from providers.catalog import ModelInfo, catalog_entry
+from providers.config import Config, ModelCfg, ProviderCfg
 from providers.demo import DemoTransport
 from providers.profiles import Override, QuirkSet, auth_headers, upstream_query, upstream_url
 

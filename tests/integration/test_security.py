@@ -14,8 +14,8 @@ import structlog
 
 from app import logs, metrics
 from app.config import ConfigError, parse_config
-from app.errors import upstream_error
 from app.guard import Guard
+from providers.errors import upstream_error
 from transformers.masking import SecretMask
 
 from .conftest import BASE_CONFIG, CHAT_URL, chat_chunk, sse_response

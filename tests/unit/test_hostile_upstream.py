@@ -28,12 +28,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import transformers.responses_encode as responses_encode
-from app.errors import ProxyError
 from app.pipeline import Chain, Prepared, full_response
 from providers.profiles import PROFILES, QuirkSet
 from transformers.chat_decode import ChatStreamDecoder
 from transformers.chat_encode import ChatStreamEncoder
 from transformers.context import QUIRKS, Ctx, ToolInfo
+from transformers.errors import ProxyError
 from transformers.responses_decode import ResponsesStreamDecoder
 from transformers.responses_encode import ResponsesStreamEncoder
 from transformers.sse import SSEParser

@@ -10,9 +10,9 @@ import httpx
 import orjson
 import pytest
 
-from app import config as app_config
-from app.errors import UPSTREAM_CODES, WELL_KNOWN, upstream_error
+from providers import config as config_schema
 from providers.catalog import BUILTIN, catalog_entry
+from providers.errors import UPSTREAM_CODES, WELL_KNOWN, upstream_error
 from providers.profiles import MODEL_QUIRKS, PROFILES, Override, QuirkSet, auth_headers, upstream_query, upstream_url
 from transformers.context import QUIRKS
 
@@ -20,7 +20,7 @@ from transformers.context import QUIRKS
 
 
 def test_profiles_match_config_and_quirk_names() -> None:
-    assert set(PROFILES) == set(app_config.PROFILES)
+    assert set(PROFILES) == set(config_schema.PROFILES)
     for p in PROFILES.values():
         assert p.quirks <= QUIRKS, p.name
         assert p.auth in ("bearer", "api-key", "none")

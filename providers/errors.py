@@ -1,6 +1,7 @@
-"""OpenAI-shaped errors (DESIGN rule 5) and the mapping of upstream failures onto them.
+"""The mapping of upstream failures onto OpenAI-shaped errors (DESIGN rule 5).
 
-An upstream error answer (before the first byte) becomes ``ProxyError``: an HTTP status and
+An upstream error answer (before the first byte) becomes ``ProxyError``
+(``transformers.errors``): an HTTP status and
 an OpenAI error object ``{"error": {"message", "type", "param", "code"}}`` that carries the
 upstream's own message and the most specific well-known code we can find, because Codex
 classifies failures by ``code`` (SPEC §5.3: ``context_length_exceeded`` and
@@ -61,36 +62,8 @@ from typing import Any
 
 import orjson
 
+from transformers.errors import ProxyError
 from transformers.masking import NO_SECRETS, SecretMask
-
-
-class ProxyError(Exception):
-    """An error answered before the first byte: HTTP status + OpenAI error object."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.code = code
-        self.param = param
-        self.headers = headers or {}
-
-    def body(self, request_id: str | None = None) -> bytes:
-        err: dict[str, Any] = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        if request_id:
-            err["request_id"] = request_id
-        return orjson.dumps({"error": err})
-
 
 # upstream HTTP status → (status we answer, error type, default code)
 _STATUS_MAP: dict[int, tuple[int, str, str]] = {
