@@ -154,3 +154,46 @@ def _route(m: ModelCfg, provider: Provider) -> Route:
     upstream = m.upstream_model or m.name
     quirks = provider.quirkset.resolve(upstream, m.name, _model_override(m))
     return Route(m.name, upstream, provider, quirks, catalog_entry(m, upstream, provider.cfg.name))
+
+
+class Target:
+    """One provider endpoint's request template, built once: the URL with its query and the
+    headers exactly as ``client.build_request`` merges them (the client's defaults, then
+    content-type, accept, the forwarded client headers and the provider's headers, in that
+    order, a later one winning).  ``request()`` then costs one ``httpx.Request``, where
+    ``build_request`` parsed the URL and merged the headers again for every request."""
+
+    __slots__ = ("provider", "url", "headers", "forward", "timeout")
+
+    def __init__(self, prov: Any, protocol: str, stream: bool, forward: tuple[str, ...]) -> None:
+        self.provider = prov  # keeps the id() in the TARGETS key alive
+        client = prov.client
+        self.url = client.build_request("POST", prov.url(protocol), params=prov.cfg.query or None).url
+        headers = httpx.Headers(client.headers)
+        # forwarded values are filled in per request, in place (Headers.__setitem__)
+        headers.update({"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json",
+                        **dict.fromkeys(forward, ""), **prov.headers})
+        if stream:  # streams are read raw (no decoder in the loop): ask for them uncompressed
+            headers["accept-encoding"] = "identity"
+        self.headers = headers
+        self.forward = tuple(k for k in forward if k not in prov.headers)  # the provider's own win
+        self.timeout = prov.timeout.as_dict()
+
+    def request(self, payload: bytes, forward: dict[str, str]) -> httpx.Request:
+        headers = self.headers
+        if self.forward:
+            headers = headers.copy()
+            for k in self.forward:
+                headers[k] = forward[k]
+        return httpx.Request("POST", self.url, content=payload, headers=headers, extensions={"timeout": self.timeout})
+
+
+TARGETS: dict[tuple[int, str, bool, tuple[str, ...]], Target] = {}
+
+
+def target_for(prov: Any, protocol: str, stream: bool, forward: dict[str, str]) -> Target:
+    key = (id(prov), protocol, stream, tuple(forward))
+    t = TARGETS.get(key)
+    if t is None or t.provider is not prov:
+        t = TARGETS[key] = Target(prov, protocol, stream, key[3])
+    return t

@@ -560,3 +560,36 @@ def check_request(raw: bytes, body: dict[str, Any], protocol: str) -> None:
     wrong type."""
     check_values(raw, body)
     check_shapes(body, protocol)
+
+
+_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "chat": {"model": (str,), "messages": (list,), "stream": (bool,), "tools": (list,), "stream_options": (dict,),
+             "max_tokens": (int,), "max_completion_tokens": (int,), "n": (int,)},
+    "responses": {"model": (str,), "input": (str, list), "stream": (bool,), "tools": (list,),
+                  "instructions": (str,), "max_output_tokens": (int,), "reasoning": (dict,), "text": (dict,)},
+}
+_REQUIRED = {"chat": ("model", "messages"), "responses": ("model",)}
+
+
+def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
+    """Parse and type-check the fields the proxy relies on; everything else passes through."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        check_integers(raw)  # an integer too long even for a double: name it
+        raise RequestError(f"the request body is not valid JSON: {e}", param=None, code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_json")
+    check_values(raw, body)  # nesting depth, integers beyond 64 bits
+    for name in _REQUIRED[protocol]:
+        if body.get(name) is None:
+            raise RequestError(f"missing required parameter: '{name}'", param=name, code="missing_required_parameter")
+    for name, types in _TYPES[protocol].items():
+        v = body.get(name)
+        if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
+            want = " or ".join({str: "string", list: "array", bool: "boolean", dict: "object", int: "integer"}[t] for t in types)
+            raise RequestError(f"invalid type for '{name}': expected {want}", param=name, code="invalid_type")
+    if protocol == "responses" and body.get("input") is None and not body.get("previous_response_id"):
+        raise RequestError("missing required parameter: 'input'", param="input", code="missing_required_parameter")
+    check_shapes(body, protocol)  # the fields the proxy reads, down to content parts and tools
+    return body

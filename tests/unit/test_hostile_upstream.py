@@ -1,7 +1,7 @@
 """A hostile or broken upstream never crashes a request.
 
-Three layers, all through the real stream entry point ``app.pipeline.Chain`` (and
-``full_response`` for non-stream bodies):
+Three layers, all through the real entry point ``transformers.bridge.Bridge`` (streams, and
+``Bridge.complete`` as the app calls it for non-stream bodies):
 
 * tables: every malformed chunk, event and body the fuzzing found.  The bad field is
   skipped (a repair is recorded) or the answer is rejected as data (a failure terminal, a
@@ -28,7 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import transformers.responses_encode as responses_encode
-from app.pipeline import Chain, Prepared, full_response
+from app.pipeline import Prepared, _complete, _json_object
+from transformers.bridge import DIRECTIONS, Bridge
 from providers.profiles import PROFILES, QuirkSet
 from transformers.chat_decode import ChatStreamDecoder
 from transformers.chat_encode import ChatStreamEncoder
@@ -80,9 +81,18 @@ def prepared(client: str, upstream: str, quirks: frozenset[str] = frozenset(), *
               tools=tool_info(client) if tools else ToolInfo())
     return Prepared(
         request_id="req_test", client=client, upstream=upstream, route=None, ctx=ctx,  # type: ignore[arg-type]
-        stream=True, upstream_body=b"", include_usage=True, echo={}, incomplete_as_completed=False,
-        started=0.0, route_name="test",
+        bridge=Bridge(DIRECTIONS[(client, upstream)], ctx), stream=True, upstream_body=b"", started=0.0,
+        route_name="test",
     )
+
+
+def Chain(p: Prepared) -> Bridge:  # noqa: N802 - a fresh Bridge on the request's context
+    return Bridge(DIRECTIONS[(p.client, p.upstream)], p.ctx)
+
+
+def full_response(p: Prepared, body: bytes) -> tuple[int, bytes]:
+    """The app's non-stream path: the body parsed, then the Bridge's answer (or its error)."""
+    return 200, _complete(p, _json_object(body))
 
 
 def deep(n: int) -> bytes:
@@ -118,13 +128,13 @@ def sse_bytes(events: list[Any], *, names: bool = False, crlf: bool = False) -> 
     return body.replace(b"\n", b"\r\n") if crlf else body
 
 
-def run_chain(p: Prepared, body: bytes, cuts: list[int] = (), heartbeats: bool = False) -> tuple[Chain, bytes]:
+def run_chain(p: Prepared, body: bytes, cuts: list[int] = (), heartbeats: bool = False) -> tuple[Bridge, bytes]:
     chain = Chain(p)
     points = sorted({c % (len(body) + 1) for c in cuts})
     out = []
     prev = 0
     for c in [*points, len(body)]:
-        out.append(chain.feed(body[prev:c]))
+        out.append(chain.receive_data(body[prev:c]))
         prev = c
         if heartbeats:
             out.append(chain.heartbeat())
@@ -223,7 +233,7 @@ def check_responses(raw: bytes) -> list[dict[str, Any]]:
     return objs
 
 
-def guard_fired(chain: Chain) -> bool:
+def guard_fired(chain: Bridge) -> bool:
     return getattr(chain, "broken", False)
 
 
@@ -605,14 +615,14 @@ def test_guard_turns_a_stage_exception_into_one_failure_terminal(
     body = sse_bytes(events)
     chain = Chain(p)
     half = len(body) // 2
-    raw = chain.feed(body[:half]) + chain.feed(body[half:])
+    raw = chain.receive_data(body[:half]) + chain.receive_data(body[half:])
     raw += chain.end()
     assert chain.broken and chain.finished and chain.terminal == "failed"
     objs = check(client, raw)
     assert error_code(client, objs) == "upstream_bad_event"
     # afterwards: nothing, whatever comes
-    assert chain.feed(body) == b"" and chain.end() == b"" and chain.heartbeat() == b""
-    assert chain.fail("upstream_idle_timeout", "x") == []
+    assert chain.receive_data(body) == b"" and chain.end() == b"" and chain.heartbeat() == b""
+    assert chain.fail("upstream_idle_timeout", "x") == b""
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -674,10 +684,10 @@ def test_guard_after_the_terminal_adds_nothing_and_chat_still_gets_done(monkeypa
     second terminal, and the stream still ends with [DONE]."""
     p = prepared("chat", "responses")
     chain = Chain(p)
-    raw = chain.feed(sse_bytes(load(RESP_FIXTURES[0])))
+    raw = chain.receive_data(sse_bytes(load(RESP_FIXTURES[0])))
     assert chain.terminal == "completed"
     monkeypatch.setattr(ResponsesStreamDecoder, "feed", boom)
-    raw += chain.feed(sse_bytes([r_created()]))
+    raw += chain.receive_data(sse_bytes([r_created()]))
     assert chain.broken
     raw += chain.end()
     objs = check_chat(raw)
@@ -689,7 +699,7 @@ def test_guard_sse_overflow_is_a_failure_terminal(client: str) -> None:
     """An upstream line longer than the parser takes: a failure terminal saying so."""
     chain = Chain(prepared(client, "chat"))
     chain.parser.max_bytes = 400
-    raw = chain.feed(sse_bytes([ch({"content": "a"})])) + chain.feed(b"data: " + b"x" * 1000) + chain.end()
+    raw = chain.receive_data(sse_bytes([ch({"content": "a"})])) + chain.receive_data(b"data: " + b"x" * 1000) + chain.end()
     assert chain.broken
     objs = check(client, raw)
     assert error_code(client, objs) == "upstream_bad_event"
@@ -700,10 +710,10 @@ def test_guard_after_a_failure_terminal_adds_nothing(monkeypatch: pytest.MonkeyP
     """A mid-stream fault (a timeout) went out as the terminal; a later crash adds nothing."""
     p = prepared("responses", "chat")
     chain = Chain(p)
-    raw = chain.feed(sse_bytes(load(CHAT_FIXTURES[0])[:4]))
-    raw += b"".join(chain.fail("upstream_idle_timeout", "silent"))
+    raw = chain.receive_data(sse_bytes(load(CHAT_FIXTURES[0])[:4]))
+    raw += chain.fail("upstream_idle_timeout", "silent")
     monkeypatch.setattr(ChatStreamDecoder, "feed", boom)
-    raw += chain.feed(sse_bytes(load(CHAT_FIXTURES[0])[4:])) + chain.end()
+    raw += chain.receive_data(sse_bytes(load(CHAT_FIXTURES[0])[4:])) + chain.end()
     assert guard_fired(chain)
     objs = check_responses(raw)
     assert error_code("responses", objs) == "upstream_idle_timeout"
@@ -810,9 +820,9 @@ def test_non_stream_numeric_and_object_tool_call_fields(client: str) -> None:
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("upstream", CLIENTS)
 def test_non_stream_guard_any_exception_is_a_502(monkeypatch: pytest.MonkeyPatch, client: str, upstream: str) -> None:
-    import app.pipeline as pipeline
+    import transformers.bridge as bridge
 
-    monkeypatch.setattr(pipeline, "decode_chat_completion" if upstream == "chat" else "decode_response", boom)
+    monkeypatch.setattr(bridge, "decode_chat_completion" if upstream == "chat" else "decode_response", boom)
     p = prepared(client, upstream)
     with pytest.raises(ProxyError) as ei:
         full_response(p, body_of(chat_obj() if upstream == "chat" else resp_obj()))

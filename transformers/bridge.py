@@ -1,0 +1,425 @@
+"""The Bridge: one sans-IO object per request, from the client's body to the client's bytes.
+
+Theory of operation
+-------------------
+A request goes one of four *directions*, (client protocol, upstream protocol).  Each is a
+row of ``DIRECTIONS``: how the client's body becomes the upstream's (translation and the
+request quirk rows), which decoder reads the upstream, whether the tool stage runs between
+decoder and encoder (it finishes tool calls that a Chat upstream leaves loose), and which
+encoder writes for the client.  ``open_bridge`` picks the row, translates the body and
+returns the upstream body with a ``Bridge`` for the answer::
+
+    upstream bytes ─▶ SSEParser ─▶ decoder ─▶ [ToolStage] ─▶ encoder ─▶ framer ─▶ client bytes
+
+The Bridge is h11-shaped: the caller does all I/O and feeds it.
+
+=====================  ==================================================================
+call                   returns
+=====================  ==================================================================
+``receive_data(b)``    the client bytes that upstream bytes ``b`` complete
+``end()``              the rest at the upstream's end of body (a truncated stream fails)
+``fail(code, msg)``    the protocol's failure terminal (transport faults: idle timeout…)
+``heartbeat()``        what to send during a long upstream silence ('' when nothing)
+``replay(obj)``        a whole answer object to a stream request, as the complete stream
+``complete(body)``     non-streaming: ``(200, bytes)`` of the client's answer object, or
+                       raises ``AnswerError`` (the app picks the HTTP error)
+``terminal``           what the client received: '' (not yet), completed, incomplete, failed
+``error_code``         the code of the failure terminal the client received, if any
+``crashed``            the exception the guard caught, if it fired (the app logs it)
+``finished``           nothing more to read upstream (the decoder ended, or the guard fired)
+=====================  ==================================================================
+
+Non-streaming answers go through the very same machines: the upstream's object is replayed
+as the one-event stream it stands for (``decode_chat_completion`` / ``decode_response``),
+and the client's object is what the encoder's stream adds up to.
+
+Guard (an upstream is untrusted): an exception raised while an upstream event goes through
+the pieces never escapes.  It becomes the protocol's failure terminal with code
+``upstream_bad_event`` (Responses ``error`` + ``response.failed``; Chat an error chunk),
+exactly once and only if no terminal went out yet, and the bridge is ``broken``: later
+feeds, ``end()`` and heartbeats produce nothing.  The terminal goes through the encoder's
+own Finish path while that still works; when it raises too, or yields nothing, the
+encoder's ``abort`` builds it from nothing.  The stages reject malformed input as data; the
+guard is for what no rule foresaw.  Every upstream error that reaches the client (a
+``Finish`` carrying one) passes through ``mask`` first: the configured secrets never do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from transformers import sse
+from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
+from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
+from transformers.context import Ctx
+from transformers.errors import RequestError, stream_error
+from transformers.events import Event, Finish
+from transformers.masking import NO_SECRETS, SecretMask
+from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
+from transformers.request_quirks import prepare_chat, prepare_responses
+from transformers.request_r2c import responses_to_chat
+from transformers.responses_decode import ResponsesStreamDecoder, decode_response
+from transformers.responses_encode import ResponsesStreamEncoder, encode_response
+from transformers.tool_stage import ToolStage, needed
+
+__all__ = ["DIRECTIONS", "AnswerError", "Bridge", "Direction", "open_bridge", "SSEFraming"]
+
+# fields of a Responses request echoed on the response object (the SDK's Response type)
+ECHO = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text", "metadata",
+        "max_output_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "top_logprobs",
+        "max_tool_calls", "safety_identifier", "prompt_cache_key")
+# only true when the upstream itself speaks Responses (a Chat upstream stores nothing)
+ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_tier", "background")
+
+_BAD = frozenset({"upstream_bad_response", "upstream_bad_event"})
+
+
+class AnswerError(Exception):
+    """A non-streamed answer that failed: ``error`` is the OpenAI error dict; ``bad`` when the
+    proxy could not process the upstream's body (rather than the upstream saying it failed)."""
+
+    def __init__(self, error: dict[str, Any], bad: bool = False) -> None:
+        super().__init__(error.get("message"))
+        self.error = error
+        self.bad = bad
+
+
+# -- request translation: one function per direction ------------------------------------
+
+
+def _chat_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    ctx.tools = toolinfo_from_chat(body.get("tools"))
+    return prepare_chat(body, ctx, translated=False)
+
+
+def _chat_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return prepare_responses(chat_to_responses(body, ctx), ctx, translated=True)
+
+
+def _responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    if body.get("previous_response_id"):
+        # a Chat upstream stores nothing and neither does the proxy: answering without the
+        # earlier turns would be a silently wrong answer
+        raise RequestError(
+            "previous_response_id is not supported for this model (its upstream speaks Chat Completions and the "
+            "proxy keeps no conversation state); send the whole conversation in 'input' with store=false, as Codex does",
+            param="previous_response_id", code="unsupported_parameter")
+    return prepare_chat(responses_to_chat(body, ctx), ctx, translated=True)
+
+
+def _responses_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return prepare_responses(body, ctx, translated=False)
+
+
+# -- framing ---------------------------------------------------------------------------------
+
+
+class SSEFraming:
+    """Server-Sent Events for one client protocol: Chat chunks as bare ``data:`` lines ending
+    with ``[DONE]``; Responses events with their ``event:`` line."""
+
+    __slots__ = ("chat",)
+
+    def __init__(self, client: str) -> None:
+        self.chat = client == "chat"
+
+    def frame(self, obj: dict[str, Any]) -> bytes:
+        if self.chat:
+            return b"data: " + orjson.dumps(obj) + b"\n\n"
+        return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+    def done(self) -> bytes:
+        return sse.DONE if self.chat else b""
+
+    def comment(self) -> bytes:
+        return sse.encode_comment()
+
+
+@dataclass(frozen=True, slots=True)
+class Direction:
+    client: str
+    upstream: str
+    translate: Callable[[dict[str, Any], Ctx], dict[str, Any]]
+    tool_stage: bool  # a Chat upstream's calls are finished by the ToolStage (when needed)
+
+
+DIRECTIONS: dict[tuple[str, str], Direction] = {
+    ("chat", "chat"): Direction("chat", "chat", _chat_to_chat, tool_stage=True),
+    ("chat", "responses"): Direction("chat", "responses", _chat_to_responses, tool_stage=False),
+    ("responses", "chat"): Direction("responses", "chat", _responses_to_chat, tool_stage=True),
+    ("responses", "responses"): Direction("responses", "responses", _responses_to_responses, tool_stage=False),
+}
+
+
+def open_bridge(body: dict[str, Any], client: str, upstream: str, ctx: Ctx, *, incomplete_as_completed: bool = False,
+                mask: SecretMask = NO_SECRETS) -> tuple[dict[str, Any], Bridge]:
+    """Translate a checked client body for the upstream; the Bridge that answers it."""
+    d = DIRECTIONS[(client, upstream)]
+    out = d.translate(body, ctx)
+    out["stream"] = bool(body.get("stream"))
+    echo: dict[str, Any] = {}
+    if client == "responses":
+        echo = {k: body[k] for k in ECHO if k in body}
+        if upstream == "responses":
+            echo.update((k, body[k]) for k in ECHO_SAME_PROTOCOL if k in body)
+    opts = body.get("stream_options")
+    include_usage = bool(opts.get("include_usage")) if client == "chat" and isinstance(opts, dict) else client != "chat"
+    return out, Bridge(d, ctx, include_usage=include_usage, incomplete_as_completed=incomplete_as_completed,
+                       echo=echo, mask=mask)
+
+
+class Bridge:
+    """One request's answer, upstream bytes in, client bytes out (see the module docstring)."""
+
+    __slots__ = ("direction", "ctx", "decoder", "stage", "encoder", "parser", "framing", "mask", "terminal",
+                 "finished", "broken", "crashed", "error_code", "_include_usage", "_incomplete_as_completed", "_echo", "_done_sent",
+                 "_closed", "_chat")
+
+    def __init__(self, direction: Direction, ctx: Ctx, *, include_usage: bool = True,
+                 incomplete_as_completed: bool = False, echo: dict[str, Any] | None = None,
+                 mask: SecretMask = NO_SECRETS) -> None:
+        self.direction = direction
+        self.ctx = ctx
+        self.mask = mask
+        self._chat = direction.client == "chat"
+        self._include_usage = include_usage
+        self._incomplete_as_completed = incomplete_as_completed
+        self._echo = echo or {}
+        self.decoder: Any = ChatStreamDecoder(ctx) if direction.upstream == "chat" else ResponsesStreamDecoder(ctx)
+        self.stage = ToolStage(ctx, direction.client) if direction.tool_stage and needed(ctx, direction.client) else None
+        if self._chat:
+            self.encoder: Any = ChatStreamEncoder(ctx, include_usage=include_usage)
+        else:
+            self.encoder = ResponsesStreamEncoder(ctx, incomplete_as_completed=incomplete_as_completed,
+                                                  request_echo=self._echo)
+        self.parser = sse.SSEParser()
+        self.framing = SSEFraming(direction.client)
+        self.terminal = ""
+        self.finished = False  # the decoder has ended: nothing more to read upstream
+        self.broken = False  # the guard fired: nothing more goes out
+        self.crashed: BaseException | None = None
+        self.error_code = ""
+        self._done_sent = False
+        self._closed = False  # the client's terminal went out
+
+    @property
+    def repairs(self) -> list[str]:
+        return self.ctx.repairs
+
+    # -- streaming ------------------------------------------------------------------------
+
+    def receive_data(self, chunk: bytes) -> bytes:
+        if self.broken:
+            return b""
+        out: list[bytes] = []
+        decoder = self.decoder
+        try:
+            for ev in self.parser.feed(chunk):
+                self._event(ev.data, decoder, out)
+                if self.broken:
+                    break
+        except sse.SSEOverflow as e:
+            self._crash(out, e, "upstream_bad_event", str(e))
+        except Exception as e:
+            self._crash(out, e)
+        return b"".join(out)
+
+    def end(self) -> bytes:
+        out: list[bytes] = []
+        if not self.broken:
+            try:
+                for ev in self.parser.end():
+                    self._event(ev.data, self.decoder, out)
+                    if self.broken:
+                        break
+                else:
+                    self._end_decoder(out)
+                    tail = self.encoder.end()
+                    if tail:
+                        out.extend(self._frame(tail))
+                        self._closed = True
+            except Exception as e:
+                self._crash(out, e)
+        # a Chat stream ends with [DONE] unless it ended with an error chunk (also when the
+        # guard fired after the finish chunk went out)
+        if self._chat and not self.encoder.failed and not self._done_sent:
+            self._done_sent = True
+            out.append(self.framing.done())
+        return b"".join(out)
+
+    def fail(self, code: str, message: str) -> bytes:
+        """Inject a terminal failure (a transport fault mid-stream) into the encoder."""
+        if self.terminal or self.broken:
+            return b""
+        out: list[bytes] = []
+        try:
+            self._encode([Finish("failed", error=stream_error(code, message))], out)
+        except Exception as e:
+            self._crash(out, e, code, message)
+        return b"".join(out)
+
+    def heartbeat(self) -> bytes:
+        """What to send during a long upstream silence: a real Responses event (Codex's idle
+        timer ignores SSE comments), an SSE comment for Chat clients."""
+        if self.broken:
+            return b""
+        if self._chat:
+            return b"" if self.terminal else self.framing.comment()
+        try:
+            return b"".join(self._frame(self.encoder.heartbeat()))
+        except Exception:  # nothing worth failing the stream for: the next event will tell
+            return b""
+
+    def replay(self, obj: dict[str, Any]) -> bytes:
+        """A whole answer object (an upstream that answered a stream request without
+        streaming) as the client's complete stream: the events its stream would have given."""
+        out: list[bytes] = []
+        try:
+            self._encode(self._decode_object(obj), out)
+            self.finished = True
+            if self.stage is not None:
+                self._encode_stage_end(out)
+        except Exception as e:
+            self._crash(out, e)
+        return b"".join(out) + self.end()
+
+    # -- non-streaming --------------------------------------------------------------------
+
+    def complete(self, obj: dict[str, Any]) -> tuple[int, bytes]:
+        """The client's answer object for the upstream's answer object, through the same
+        machines; raises ``AnswerError`` when the answer failed."""
+        ctx = self.ctx
+        try:
+            events = self._decode_object(obj)
+            if self.stage is not None:
+                staged: list[Event] = []
+                for ev in events:
+                    staged.extend(self.stage.feed(ev))
+                staged.extend(self.stage.end())
+                events = staged
+            if self._chat:
+                result = encode_chat_completion(events, ctx)
+                err = result.get("error")
+                self.terminal = "failed" if err else _chat_status(result)
+            else:
+                result = encode_response(events, ctx, incomplete_as_completed=self._incomplete_as_completed,
+                                         request_echo=self._echo)
+                status = result.get("status")
+                self.terminal = status if status in ("completed", "incomplete", "failed") else "completed"
+                err = result.get("error") if status == "failed" else None
+                if not (isinstance(err, dict) and err.get("code") in _BAD):
+                    err = None  # an upstream's own failure is a failed response object, as it came
+                    if isinstance(result.get("error"), dict):
+                        result["error"] = self._masked(result["error"])
+            body = None if err else orjson.dumps(result)
+        except Exception as e:
+            self.terminal = "failed"
+            raise AnswerError(stream_error("upstream_bad_response", "the upstream answered with a body the proxy "
+                                           "could not process"), bad=True) from e
+        if err or body is None:
+            error = self._masked(err if isinstance(err, dict) else {})
+            raise AnswerError(error, bad=error.get("code") in _BAD)
+        return 200, body
+
+    # -- the pieces -----------------------------------------------------------------------
+
+    def _decode_object(self, obj: dict[str, Any]) -> list[Event]:
+        if self.direction.upstream == "chat":
+            return decode_chat_completion(obj, self.ctx)
+        return decode_response(obj, self.ctx)
+
+    def _masked(self, err: dict[str, Any]) -> dict[str, Any]:
+        mask = self.mask
+        return {k: mask(v) if isinstance(v, str) else v for k, v in err.items()} if mask else err
+
+    def _frame(self, objs: list[dict[str, Any]]) -> list[bytes]:
+        frame = self.framing.frame
+        return [frame(o) for o in objs]
+
+    def _event(self, data: str, decoder: Any, out: list[bytes]) -> None:
+        if data == "[DONE]":
+            self._end_decoder(out)
+            return
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            out.append(self.fail("upstream_bad_event", "the upstream sent an event that is not JSON"))
+            return
+        if not isinstance(obj, dict):
+            out.append(self.fail("upstream_bad_event", "the upstream sent an event that is not a JSON object"))
+            return
+        self._encode(decoder.feed(obj), out)
+
+    def _encode(self, events: list[Event], out: list[bytes]) -> None:
+        if self.stage is not None:
+            staged: list[Event] = []
+            for ev in events:
+                staged.extend(self.stage.feed(ev))
+            events = staged
+        enc = self.encoder
+        chat = self._chat
+        frame = self.framing.frame
+        for ev in events:
+            fin = type(ev) is Finish
+            if fin and not self._closed:
+                self.terminal = ev.status  # type: ignore[union-attr]
+                if ev.error:  # type: ignore[union-attr]
+                    ev.error = self._masked(ev.error)  # type: ignore[union-attr]
+                    code = ev.error.get("code")  # type: ignore[union-attr]
+                    self.error_code = code if isinstance(code, str) else "upstream_error"
+            for obj in enc.feed(ev):
+                out.append(frame(obj))
+            if fin:
+                self._closed = True
+            elif not self._closed and (enc.failed if chat else enc.done):
+                # the encoder ended the stream itself (an argument mismatch, an item it cannot write)
+                self._closed = True
+                self.terminal = "failed"
+                self.error_code = self.error_code or "invalid_tool_arguments"
+
+    def _end_decoder(self, out: list[bytes]) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self._encode(self.decoder.end(), out)
+        if self.stage is not None:
+            self._encode_stage_end(out)
+
+    def _encode_stage_end(self, out: list[bytes]) -> None:
+        events = self.stage.end()  # type: ignore[union-attr]
+        stage, self.stage = self.stage, None
+        try:
+            self._encode(events, out)
+        finally:
+            self.stage = stage
+
+    def _crash(self, out: list[bytes], exc: BaseException, code: str = "upstream_bad_event",
+               message: str = "the upstream sent an event the proxy could not process") -> None:
+        """The guard (see the module docstring): the failure terminal, once, then nothing."""
+        self.broken = True
+        self.finished = True
+        self.crashed = exc
+        if self._closed:
+            return
+        self._closed = True
+        self.terminal = "failed"
+        self.error_code = code
+        err = stream_error(code, message)
+        enc = self.encoder
+        try:
+            objs = enc.feed(Finish("failed", error=err))
+            if objs:
+                out.extend(self._frame(objs))
+                return
+        except Exception:
+            pass
+        out.extend(self._frame(enc.abort(err)))
+
+
+def _chat_status(result: dict[str, Any]) -> str:
+    choices = result.get("choices") or [{}]
+    return "incomplete" if choices[0].get("finish_reason") in ("length", "content_filter") else "completed"
