@@ -512,110 +512,74 @@ def _fn_name(fn: dict[str, Any], ctx: Ctx) -> str | None:
 
 
 def decode_chat_completion(obj: dict[str, Any], ctx: Ctx) -> list[Event]:
-    """Events of one non-stream ``chat.completion`` (or ``{"error": …}``) object."""
-    rep = ctx.repaired
-    out: list[Event] = [_start(obj, ctx)]
-    err = obj.get("error")
-    if err:
-        out.append(Finish(status="failed", error=normalize_error(err)))
-        return out
+    """Events of one non-stream ``chat.completion`` (or ``{"error": …}``) object: the object
+    replayed through the stream decoder as the chunks its stream would have been
+    (``completion_chunks``), so both paths share every rule.  A top-level shape the proxy
+    cannot read (``choices`` or its first entry or ``message`` of the wrong type) ends it
+    with ``upstream_bad_response``."""
+    chunks = completion_chunks(obj)
+    if isinstance(chunks, str):
+        return [_start(obj, ctx), _bad_response(chunks)]
+    dec = ChatStreamDecoder(ctx)
+    out: list[Event] = []
+    for c in chunks:
+        out += dec.feed(c)
+    out += dec.end()
+    return out
+
+
+def completion_chunks(obj: dict[str, Any]) -> list[dict[str, Any]] | str:
+    """A ``chat.completion`` object as the stream of chunks it stands for: one chunk with the
+    whole message as its delta (tool calls numbered by position; content parts joined into
+    ``content`` and ``refusal``; a missing finish reason is ``stop``: the object is whole),
+    then one with the usage.  An error object is its own error chunk.  A string says why
+    the object cannot be read."""
+    head = {k: obj[k] for k in ("id", "created", "model") if k in obj}
+    if obj.get("error"):
+        return [{**head, "error": obj["error"]}]
     choices = obj.get("choices")
     if choices is None:
         choices = []
     elif choices.__class__ is not list:
-        out.append(_bad_response("'choices' is not an array"))
-        return out
+        return "'choices' is not an array"
     choice = choices[0] if choices else {}
     if choice.__class__ is not dict:
-        out.append(_bad_response("'choices[0]' is not an object"))
-        return out
+        return "'choices[0]' is not an object"
     msg = choice.get("message")
     if msg is None:
         msg = {}
     elif msg.__class__ is not dict:
-        out.append(_bad_response("'choices[0].message' is not an object"))
-        return out
-    r = _reasoning_text(msg)
-    if r:
-        out.append(Reasoning(r))
+        return "'choices[0].message' is not an object"
+    delta = dict(msg)
     content = msg.get("content")
-    refusals: list[str] = []
-    if isinstance(content, str):
-        if content:
-            if ctx.on("inline_think"):
-                _split_think(content, out, ctx)
-            else:
-                out.append(Text(content))
-    elif isinstance(content, list):  # some providers answer with content parts
-        for part in content:
-            if not isinstance(part, dict):
-                continue
-            if part.get("type") == "refusal":
-                ref = part.get("refusal")
-                if ref and ref.__class__ is str:
-                    refusals.append(ref)
-            elif isinstance(part.get("text"), str) and part["text"]:
-                out.append(Text(part["text"]))
-    elif content is not None:
-        rep("chat_malformed_field_dropped")
-    ref = msg.get("refusal")
-    if ref and isinstance(ref, str):
-        refusals.append(ref)
-    for ref in refusals:
-        out.append(Refusal(ref))
-    ends: list[ToolCallEnd] = []
+    if content.__class__ is list:  # some providers answer with content parts
+        text = [p["text"] for p in content if p.__class__ is dict and p.get("type") != "refusal"
+                and p.get("text").__class__ is str]
+        refusals = [p["refusal"] for p in content if p.__class__ is dict and p.get("type") == "refusal"
+                    and p.get("refusal").__class__ is str]
+        delta["content"] = "".join(text)
+        if refusals:
+            r = msg.get("refusal")
+            delta["refusal"] = "".join(refusals) + (r if r.__class__ is str else "")
     tcs = msg.get("tool_calls")
-    if tcs is not None and tcs.__class__ is not list:
-        rep("chat_malformed_field_dropped")
-        tcs = None
-    for tc in tcs or ():
-        if tc.__class__ is not dict:
-            rep("chat_malformed_field_dropped")
-            continue
-        fn = tc.get("function")
-        if fn.__class__ is not dict:
-            if fn is not None:
-                rep("chat_malformed_field_dropped")
-            fn = _EMPTY
-        args = _args_text(fn.get("arguments"), ctx)
-        if args is None:
-            out.append(_bad_response("tool call arguments nested too deep"))
-            return out
-        n = len(ends)
-        raw = tc.get("id")
-        cid = upstream_call_id(raw, rep)
-        if cid is None and raw is not None and raw.__class__ is not str:
-            rep("chat_malformed_field_dropped")
-        name = _fn_name(fn, ctx)
-        out.append(ToolCall(n, args, cid, name))
-        ends.append(ToolCallEnd(n, args, cid, name))
-    fc = msg.get("function_call")
-    if fc and isinstance(fc, dict) and not ends:
-        rep("chat_legacy_function_call")
-        args = _args_text(fc.get("arguments"), ctx)
-        if args is None:
-            out.append(_bad_response("function_call arguments nested too deep"))
-            return out
-        name = _fn_name(fc, ctx)
-        out.append(ToolCall(0, args, None, name))
-        ends.append(ToolCallEnd(0, args, None, name))
-    out.extend(ends)
-    u = choice.get("usage")
-    if u.__class__ is not dict or not u:
-        if u is not None and u.__class__ is not dict:
-            rep("chat_malformed_field_dropped")
-        u = obj.get("usage")
-    if u is not None:
-        if u.__class__ is dict:
-            if u:
-                out.append(Usage(from_chat(u, ctx)))
-        else:
-            rep("chat_malformed_field_dropped")
+    if tcs.__class__ is list:
+        delta["tool_calls"] = [{**tc, "index": i} if tc.__class__ is dict else tc for i, tc in enumerate(tcs)]
+        if delta["tool_calls"]:
+            delta.pop("function_call", None)  # tool calls win over the legacy field
     fr = choice.get("finish_reason")
-    if fr is not None and fr.__class__ is not str:
-        rep("chat_malformed_field_dropped")
-        fr = None
-    out.append(_finish(fr))
+    first: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": fr if fr is not None else "stop"}
+    out = [{**head, "choices": [first]}]
+    if fr is not None and fr.__class__ is not str:  # dropped by the decoder (a repair); the object is whole
+        out.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    u = choice.get("usage")
+    if u.__class__ is dict and u:  # Moonshot's per-choice usage wins over the object's
+        first["usage"] = u
+    elif u is not None:
+        first["usage"] = u  # of the wrong type: the decoder drops it (a repair)
+        if obj.get("usage") is not None:
+            out.append({**head, "choices": [], "usage": obj["usage"]})
+    elif obj.get("usage") is not None:
+        out.append({**head, "choices": [], "usage": obj["usage"]})
     return out
 
 

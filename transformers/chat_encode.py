@@ -420,20 +420,6 @@ class ChatStreamEncoder:
 # -- non-stream ---------------------------------------------------------------------------
 
 
-def _agg_call(calls: dict[int, dict[str, Any]], ev: ToolCall | ToolCallEnd) -> dict[str, Any]:
-    """The aggregate of call ``ev.index``, with the identity ``ev`` brings merged in (first wins)."""
-    c = calls.get(ev.index)
-    if c is None:
-        c = calls[ev.index] = {"call_id": None, "name": None, "namespace": None, "args": [], "end": None}
-    if ev.call_id is not None and c["call_id"] is None:
-        c["call_id"] = ev.call_id
-    if ev.name and c["name"] is None:
-        c["name"] = ev.name
-    if ev.namespace is not None and c["namespace"] is None:
-        c["namespace"] = ev.namespace
-    return c
-
-
 def encode_chat_completion(
     events: Iterable[Event],
     ctx: Ctx,
@@ -441,70 +427,59 @@ def encode_chat_completion(
     completion_id: str | None = None,
     created: int | None = None,
 ) -> dict[str, Any]:
-    """The non-stream ``chat.completion`` for a whole decoded stream.
+    """The non-stream ``chat.completion`` for a whole decoded stream: what the stream encoder's
+    chunks add up to (``completion_from_chunks``), so both paths share every rule.
 
     Returns ``{"error": {message, type, code, param}}`` instead (never raises) when the
     stream failed, had a tool-argument mismatch, lost all its tool calls to missing names,
     or never finished; the caller checks for the ``error`` key and picks the HTTP status.
     """
-    start: Start | None = None
+    enc = ChatStreamEncoder(ctx, include_usage=True, chunk_id=completion_id, created=created)
+    chunks: list[dict[str, Any]] = []
+    for ev in events:
+        chunks += enc.feed(ev)
+        if enc._finished:
+            break
+    chunks += enc.end()
+    return completion_from_chunks(chunks)
+
+
+def completion_from_chunks(chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Fold the chunks of one Chat stream into the ``chat.completion`` object it stands for
+    (or its ``{"error": …}``): text, reasoning and refusal joined, tool calls by index with
+    their argument pieces joined, the finish reason and the usage."""
+    head: dict[str, Any] | None = None
     text: list[str] = []
     reasoning: list[str] = []
     refusal: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
-    usage: dict[str, Any] | None = None
-    fin: Finish | None = None
-    for ev in events:
-        t = ev.__class__
-        if t is Text:
-            text.append(ev.text)
-        elif t is ToolCall:
-            c = _agg_call(calls, ev)
-            if ev.arguments:
-                c["args"].append(ev.arguments)
-        elif t is Reasoning:
-            reasoning.append(ev.text)
-        elif t is Refusal:
-            refusal.append(ev.text)
-        elif t is ToolCallEnd:
-            c = _agg_call(calls, ev)
-            if ev.mismatch:
-                return {"error": _error_body(_mismatch_error(c["call_id"]))}
-            c["end"] = ev.arguments
-        elif t is Start:
-            if start is None:
-                start = ev
-        elif t is Usage:
-            usage = ev.usage
-        elif t is Finish:
-            fin = ev
-            break
-    if fin is None:
-        return {
-            "error": _error_body(
-                stream_error("upstream_stream_truncated", "upstream response ended before completion")
-            )
-        }
-    if fin.status == "failed":
-        return {"error": _error_body(fin.error)}
-    tool_calls: list[dict[str, Any]] = []
-    dropped = 0
-    for i in sorted(calls):
-        c = calls[i]
-        if not c["name"]:
-            ctx.repaired("tool_call_unnamed_dropped")
-            dropped += 1
-            continue
-        args = c["end"] if c["end"] is not None else "".join(c["args"])
-        tool_calls.append(
-            {
-                "id": c["call_id"] or _mint_call_id(),
-                "type": "function",
-                "function": {"name": _client_name(c["name"], c["namespace"]), "arguments": args},
-            }
-        )
-    if dropped and not tool_calls and fin.status == "completed":
-        return {"error": _error_body(stream_error(*_DROPPED_ERROR))}
+    finish = None
+    usage = None
+    for c in chunks:
+        if "error" in c:
+            return {"error": c["error"]}
+        if head is None:
+            head = c
+        if c.get("usage") is not None:
+            usage = c["usage"]
+        for ch in c["choices"]:
+            d = ch["delta"]
+            if "content" in d:
+                text.append(d["content"])
+            if "reasoning_content" in d:
+                reasoning.append(d["reasoning_content"])
+            if "refusal" in d:
+                refusal.append(d["refusal"])
+            for tc in d.get("tool_calls", ()):
+                slot = calls.get(tc["index"])
+                if slot is None:
+                    slot = calls[tc["index"]] = {"id": tc.get("id"), "type": "function",
+                                                 "function": {"name": tc["function"].get("name"), "arguments": []}}
+                slot["function"]["arguments"].append(tc["function"].get("arguments", ""))
+            if ch.get("finish_reason"):
+                finish = ch["finish_reason"]
+    if head is None:  # pragma: no cover - the encoder always begins
+        return {"error": _error_body(stream_error("upstream_stream_truncated", "upstream response ended before completion"))}
     message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(text) if text else None,
@@ -513,23 +488,15 @@ def encode_chat_completion(
     }
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    c_created = start.created if start is not None else None
-    if created is None:
-        created = c_created if isinstance(c_created, int) and not isinstance(c_created, bool) else int(time.time())
+    if calls:
+        for slot in calls.values():
+            slot["function"]["arguments"] = "".join(slot["function"]["arguments"])
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
     return {
-        "id": _completion_id(completion_id, start.response_id if start is not None else None),
+        "id": head["id"],
         "object": "chat.completion",
-        "created": created,
-        "model": ctx.public_model or (start.model if start is not None else None) or "",
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": finish_reason(fin.status, fin.reason, bool(tool_calls)),
-                "logprobs": None,
-            }
-        ],
-        "usage": to_chat(usage or _ZERO_USAGE),
+        "created": head["created"],
+        "model": head["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": usage if usage is not None else to_chat(_ZERO_USAGE),
     }

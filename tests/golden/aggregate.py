@@ -112,8 +112,30 @@ def _merge_call(calls: dict[int, dict[str, Any]], tc: dict[str, Any]) -> None:
 
 
 def terminal_response(events: list[Any]) -> dict[str, Any] | None:
+    """The response object of the terminal event.  An upstream whose terminal output items
+    carry no ids (Mantle) gives them in its non-streamed body: they are taken from the
+    stream's own item events, by output index."""
     found = None
+    ids: dict[int, str] = {}
     for e in events:
-        if isinstance(e, dict) and e.get("type") in TERMINALS and isinstance(e.get("response"), dict):
+        if not isinstance(e, dict):
+            continue
+        item = e.get("item")
+        if isinstance(item, dict) and isinstance(item.get("id"), str) and isinstance(e.get("output_index"), int):
+            ids.setdefault(e["output_index"], item["id"])
+        if e.get("type") in TERMINALS and isinstance(e.get("response"), dict):
             found = e["response"]
+    if found is not None and isinstance(found.get("output"), list):
+        found = {**found, "output": [{**it, "id": ids[i]} if isinstance(it, dict) and "id" not in it and i in ids else it
+                                     for i, it in enumerate(found["output"])]}
     return found
+
+
+def chat_finished(chunks: list[Any]) -> bool:
+    """Whether a Chat stream ended (a finish reason or an error): a truncated one has no
+    whole-object twin to compare with."""
+    for c in chunks:
+        if isinstance(c, dict) and ("error" in c or any(
+                isinstance(ch, dict) and ch.get("finish_reason") for ch in c.get("choices") or [])):
+            return True
+    return False

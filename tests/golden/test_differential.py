@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.golden.aggregate import aggregate_chat, parse_sse, terminal_response
+from tests.golden.aggregate import aggregate_chat, chat_finished, parse_sse, terminal_response
 from tests.golden.cases import CASES, Case
 from tests.golden.harness import Result, body_text, mask, result
 
@@ -119,7 +119,14 @@ def _pair(key: str, streamed: Any, nonstreamed: Any) -> str:
             f"    non-streamed {json.dumps(nonstreamed, ensure_ascii=False)}")
 
 
-@pytest.mark.parametrize("case", BOTH, ids=[c.name for c in BOTH])
+# A truncated Chat stream (no finish reason, no error) has no whole-object twin: its
+# "non-streamed form" would be an invented complete answer, which the proxy rightly answers
+# as complete while the stream rightly fails.
+COMPARABLE = [c for c in BOTH if c.answer.protocol != "chat" or c.answer.stream is None
+              or chat_finished(parse_sse(c.answer.stream))]
+
+
+@pytest.mark.parametrize("case", COMPARABLE, ids=[c.name for c in COMPARABLE])
 async def test_nonstreamed_equals_aggregated_stream(case: Case) -> None:
     problem = compare(case, await result(case, "stream"), await result(case, "json"))
     if problem:
