@@ -1,0 +1,133 @@
+"""The Bridge as a unit: every documented failure code is produced through it, in both client
+protocols, with exactly one terminal; the directions table is complete."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from transformers.bridge import DIRECTIONS, AnswerError, Bridge, open_bridge
+from transformers.context import Ctx
+from transformers.sse import SSEParser
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+CLIENTS = ("chat", "responses")
+
+
+def bridge(client: str, upstream: str) -> Bridge:
+    body: dict[str, Any] = {"model": "m", "stream": True}
+    body.update({"messages": [{"role": "user", "content": "hi"}]} if client == "chat" else {"input": "hi"})
+    _, b = open_bridge(body, client, upstream, Ctx(upstream_model="m", public_model="m"))
+    return b
+
+
+def chat_data(*chunks: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + orjson.dumps({"id": "c1", "created": 1, "model": "m", **c}) + b"\n\n" for c in chunks)
+
+
+TEXT = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]}
+
+
+def failure(client: str, raw: bytes) -> str:
+    """The failure code the client received (exactly one terminal, and it is a failure)."""
+    p = SSEParser()
+    objs = [e.data for e in p.feed(raw) + p.end()]
+    if client == "chat":
+        assert objs[-1] != "[DONE]"
+        last = orjson.loads(objs[-1])
+        assert sum(1 for d in objs if d.startswith('{"error"')) == 1
+        return last["error"]["code"]
+    events = [orjson.loads(d) for d in objs]
+    terminals = [e for e in events if e["type"] in ("response.completed", "response.incomplete", "response.failed")]
+    assert len(terminals) == 1 and terminals[0] is events[-1] and terminals[0]["type"] == "response.failed"
+    return terminals[0]["response"]["error"]["code"]
+
+
+def truncated(b: Bridge) -> bytes:
+    return b.receive_data(chat_data(TEXT)) + b.end()
+
+
+def idle(b: Bridge) -> bytes:
+    return b.receive_data(chat_data(TEXT)) + b.fail("upstream_idle_timeout", "silent for 300s") + b.end()
+
+
+def transport(b: Bridge) -> bytes:
+    return b.receive_data(chat_data(TEXT)) + b.fail("upstream_stream_error", "ReadError") + b.end()
+
+
+def junk(b: Bridge) -> bytes:
+    return b.receive_data(chat_data(TEXT) + b"data: {not json\n\n" + chat_data(TEXT)) + b.end()
+
+
+def overflow(b: Bridge) -> bytes:
+    b.parser.max_bytes = 1000
+    return b.receive_data(chat_data(TEXT) + b"data: " + b"x" * 2000) + b.end()
+
+
+SCENARIOS = {
+    "upstream_stream_truncated": truncated,
+    "upstream_idle_timeout": idle,
+    "upstream_stream_error": transport,
+    "upstream_bad_event": junk,
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("code", sorted(SCENARIOS))
+def test_failure_codes_through_the_bridge(client: str, code: str) -> None:
+    b = bridge(client, "chat")
+    assert failure(client, SCENARIOS[code](b)) == code
+    assert b.terminal == "failed" and b.error_code == code
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_event_too_long_is_a_bad_event(client: str) -> None:
+    b = bridge(client, "chat")
+    assert failure(client, overflow(b)) == "upstream_bad_event"
+    assert b.broken and b.receive_data(chat_data(TEXT)) == b"" and b.heartbeat() == b""
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("upstream", CLIENTS)
+def test_bad_answer_object_is_upstream_bad_response(client: str, upstream: str) -> None:
+    b = bridge(client, upstream)
+    obj = {"choices": 1} if upstream == "chat" else {"output": [{"type": "message", "content": 7}], "status": "completed",
+                                                        "id": "r", "object": "response"}
+    if upstream == "chat":
+        with pytest.raises(AnswerError) as e:
+            b.complete(obj)
+        assert e.value.bad and e.value.error["code"] == "upstream_bad_response"
+        assert b.terminal == "failed"
+    else:  # a bad item is skipped as data: the answer still completes
+        status, out = b.complete(obj)
+        assert status == 200 and orjson.loads(out)
+
+
+def test_a_failure_after_the_terminal_changes_nothing() -> None:
+    b = bridge("chat", "chat")
+    fin = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    out = b.receive_data(chat_data(TEXT, fin) + b"data: [DONE]\n\n")
+    assert b.terminal == "completed"
+    assert b.fail("upstream_stream_error", "late") == b""
+    out += b.end()
+    assert out.endswith(b"data: [DONE]\n\n") and b.terminal == "completed" and not b.error_code
+
+
+def test_documented_stream_failure_codes_are_all_produced_here() -> None:
+    text = DOCS.read_text()
+    para = text[text.index("After the first byte"):]
+    para = para[: para.index("\n\n")]
+    documented = set(re.findall(r"`(upstream_[a-z_]+)`", para))
+    assert documented, "docs/operations.md names no stream failure codes"
+    assert documented <= set(SCENARIOS), documented - set(SCENARIOS)
+
+
+def test_directions_table_is_complete() -> None:
+    assert set(DIRECTIONS) == {(c, u) for c in CLIENTS for u in CLIENTS}
+    for (c, u), d in DIRECTIONS.items():
+        assert (d.client, d.upstream) == (c, u)
+        assert d.tool_stage == (u == "chat")
