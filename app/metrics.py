@@ -15,9 +15,11 @@ under all-``other`` labels.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+
+from transformers import repairs
+from transformers.vocab import OUTCOMES, PROTOCOLS
 
 COUNTERS: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(lambda: defaultdict(float))
 
@@ -39,18 +41,17 @@ ROUTES = frozenset({
     "/v1/chat/completions", "/v1/responses", "/v1/models", "/v1/models/{model}", "/healthz", "/readyz", "/metrics",
 })  # fmt: skip
 
-_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _STATUSES = frozenset(str(s) for s in range(100, 600))
 
-# label name → test of a value; set members or a predicate for code-defined names (repair
-# rules are constants of the code, and a snake_case identifier cannot carry a path or text)
-LABELS: dict[str, frozenset[str] | Callable[[str], bool]] = {
+# label name → the closed set of its values (protocols, outcomes and repair rule names come
+# from the one vocabulary: transformers/vocab.py, transformers/repairs.py)
+LABELS: dict[str, frozenset[str]] = {
     "route": ROUTES,
-    "client": frozenset({"chat", "responses", "-"}),
+    "client": PROTOCOLS | {"-"},
     "provider": frozenset({"-"}),
     "status": _STATUSES,
-    "outcome": frozenset({"completed", "incomplete", "failed", "client_cancel", "error", "none"}),
-    "rule": lambda v: _IDENT.match(v) is not None,
+    "outcome": OUTCOMES,
+    "rule": repairs.NAMES,
     "code": frozenset(),
 }
 
@@ -58,18 +59,15 @@ LABELS: dict[str, frozenset[str] | Callable[[str], bool]] = {
 def configure(providers: Iterable[str], codes: Iterable[str]) -> None:
     """Complete the closed sets: the configured provider names and the error codes the
     proxy knows (its own and the well-known OpenAI ones)."""
-    known = LABELS["provider"], LABELS["code"]
-    assert isinstance(known[0], frozenset) and isinstance(known[1], frozenset)
-    LABELS["provider"] = known[0] | frozenset(providers)
-    LABELS["code"] = known[1] | frozenset(codes)
+    LABELS["provider"] = LABELS["provider"] | frozenset(providers)
+    LABELS["code"] = LABELS["code"] | frozenset(codes)
 
 
 def _clean(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
     out = []
     for k, v in sorted(labels.items()):
         allowed = LABELS.get(k)
-        ok = allowed is not None and (v in allowed if isinstance(allowed, frozenset) else allowed(v))
-        out.append((k, v if ok else OTHER))
+        out.append((k, v if allowed is not None and v in allowed else OTHER))
     return tuple(out)
 
 

@@ -37,7 +37,8 @@ mimo               Bearer      chat               mimo_raw_patch, invalid_json_p
 deepseek           Bearer      chat               reasoning_replay, developer_to_system
 glm                Bearer      chat               reasoning_replay, thinking_param,
                                                   developer_to_system
-openai-compatible  Bearer      chat, responses    (none: nothing is assumed, quirks opt-in)
+openai-compatible  Bearer      chat, responses    strip_reasoning_envelope (only: nothing else is
+                                                  assumed, quirks opt-in)
 demo               none        chat               (in-process)
 =================  ==========  =================  =============================================
 
@@ -74,9 +75,11 @@ __all__ = [
 # accept the Moonshot-only fields and validate tool schemas as "moonshot flavored"
 MOONSHOT_HOSTS = ("api.moonshot.ai", "api.moonshot.cn", "api.kimi.com")
 _MOONSHOT = frozenset({"moonshot_fields", "schema_strict_subset"})
-_OPENAI = frozenset(
+# every profile that can speak Responses: no upstream but a Switchboard opens the proxy's
+# sealed reasoning envelope (tests/unit/test_profiles.py holds every such profile to it)
+_RESPONSES = frozenset({"strip_reasoning_envelope"})
+_OPENAI = _RESPONSES | frozenset(
     {
-        "strip_reasoning_envelope",
         "max_completion_tokens",
         "encrypted_content_retry",
         "schema_no_root_combinators",
@@ -109,10 +112,10 @@ PROFILES: dict[str, Profile] = {
     for p in (
         Profile("openai", quirks=_OPENAI),
         Profile("azure", auth="api-key", quirks=_OPENAI, deployment_query=(("api-version", AZURE_API_VERSION),)),
-        Profile("xai", quirks=frozenset({"strip_reasoning_envelope"})),
+        Profile("xai", quirks=_RESPONSES),
         Profile(
             "bedrock-mantle",
-            quirks=frozenset({"mantle_request", "strip_reasoning_envelope"}),
+            quirks=_RESPONSES | {"mantle_request"},
             protocols=("responses",),
         ),
         Profile(
@@ -141,7 +144,7 @@ PROFILES: dict[str, Profile] = {
             quirks=frozenset({"reasoning_replay", "thinking_param", "developer_to_system"}),
             protocols=("chat",),
         ),
-        Profile("openai-compatible"),
+        Profile("openai-compatible", quirks=_RESPONSES),
         Profile("demo", auth="none", protocols=("chat",)),
     )
 }

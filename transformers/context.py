@@ -13,7 +13,8 @@ instance can serve any turn, so nothing here lives beyond the request):
 * ``Ctx``: the quirk names switched on for this (provider, model), the upstream model
   name, defaults from the model catalogue, and the ``repairs`` list that every stage
   appends a rule name to when it changes something (the app turns it into counters and a
-  debug log line; transformers do no logging).
+  debug log line; transformers do no logging).  Rule names are a closed set, registered
+  in ``transformers/repairs.py``.
 
 Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirks.md):
 
@@ -31,7 +32,8 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
 ``max_completion_tokens``  send ``max_completion_tokens`` instead of ``max_tokens``
 ``thinking_param``         ``reasoning.effort`` → ``thinking:{type}``
 ``moonshot_fields``        keep Moonshot-only message/tool fields (else they are stripped)
-``strip_reasoning_envelope`` drop proxy-sealed reasoning before a real OpenAI upstream
+``strip_reasoning_envelope`` drop proxy-sealed (``pxy1.``) reasoning items before a Responses
+                           upstream (on for every profile that speaks Responses)
 ``inline_think``           a leading ``<think>…</think>`` in Chat content is reasoning
 ``encrypted_content_retry`` on ``400 invalid_encrypted_content`` retry once without the
                            replayed reasoning blobs
@@ -48,6 +50,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import repairs as _repairs
 
 MAX_TOOL_NAME = 64
 
@@ -124,4 +128,8 @@ class Ctx:
         return quirk in self.quirks
 
     def repaired(self, rule: str) -> None:
+        """Record that rule ``rule`` changed something.  ``rule`` must be registered in
+        ``transformers/repairs.py`` (refused under ``repairs.STRICT``, as in the tests)."""
+        if rule not in _repairs.NAMES:
+            _repairs.unregistered(rule)
         self.repairs.append(rule)

@@ -45,6 +45,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .vocab import FinishStatus
+
 __all__ = [
     "Start",
     "Text",
@@ -125,7 +127,7 @@ class Usage:
 
 @dataclass(slots=True)
 class Finish:
-    status: str = "completed"  # completed | incomplete | failed
+    status: FinishStatus = "completed"
     reason: str | None = None  # incomplete reason
     error: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)

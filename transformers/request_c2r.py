@@ -291,7 +291,10 @@ def _tools(tools: Any, ctx: Ctx) -> list[dict[str, Any]]:
             fn = t.get("function")
             name = fn.get("name") if isinstance(fn, dict) else None
             ctx.tools.dropped.append(name if isinstance(name, str) and name else str(kind))
-            ctx.repaired("builtin_function_dropped" if kind == "builtin_function" else "unknown_tool_dropped")
+            if kind == "builtin_function":
+                ctx.repaired("builtin_function_dropped")
+            else:
+                ctx.repaired("unknown_tool_dropped")
     return out
 
 

@@ -55,9 +55,9 @@ Responses upstreams (``prepare_responses``):
 
 ==========================  ==================  ==========================================
 same_protocol_model         same protocol       ``model`` := ``ctx.upstream_model``
-strip_reasoning_envelope    always              reasoning items whose ``encrypted_content``
-                                                is a proxy envelope (``pxy1.``) are removed
-                                                WHOLE
+strip_reasoning_envelope    that quirk (on in   reasoning items whose ``encrypted_content``
+                            every profile that  is a proxy envelope (``pxy1.``) are removed
+                            speaks Responses)   WHOLE
 mantle_request              ``mantle_request``  assistant ``output_text`` content → a
                                                 string; ``tool_choice:none`` → neither
                                                 ``tools`` nor ``tool_choice``; any other
@@ -70,11 +70,15 @@ tool_schemas                always              as for Chat (flat and namespace 
 
 Decisions:
 
-* ``strip_reasoning_envelope`` runs for every Responses upstream, whatever the quirk list
-  says: no upstream can open our envelope (OpenAI answers ``invalid_encrypted_content``).
-  The whole item goes, summary included: a reasoning item without ``encrypted_content`` and
+* ``strip_reasoning_envelope``: no provider can open our envelope (OpenAI answers
+  ``invalid_encrypted_content``), so every profile that can speak Responses switches the
+  quirk on (``providers/profiles.py``; a unit test holds every such profile to it).
+  Switched off, the envelope goes upstream as the client sent it: for an upstream that
+  opens it itself, another Switchboard tier whose own reasoning items these are.  The
+  whole item goes, summary included: a reasoning item without ``encrypted_content`` and
   without a stored id is rejected or useless to a real OpenAI model, and the text is
-  another model's reasoning anyway.
+  another model's reasoning anyway.  Only ``reasoning`` items are looked at; a foreign
+  blob (not ``pxy1.``) is left for ``encrypted_content_retry``.
 * ``store_false_item_ids``: with ``store:false`` nothing is stored upstream, so an item
   ``id`` can only be wrong (another provider's id, or ``rs_…`` "not found", PAINS 8/9); the
   ``call_id`` is always kept (T1-5).  ``item_reference`` items keep their id (it is their
@@ -91,6 +95,7 @@ from .envelope import is_envelope
 from .ids import MAX_CALL_ID, responses_policy, unique_map
 from .request_c2r import text_of, toolinfo_from_chat
 from .schema import sanitize_tools
+from .vocab import ProtocolName
 
 __all__ = [
     "REASONING_PLACEHOLDER",
@@ -508,7 +513,7 @@ def _store_false_item_ids(body: Body, ctx: Ctx) -> None:
 
 # -- the table -------------------------------------------------------------------------------
 
-QUIRK_TABLE: tuple[tuple[str, str, Gate, Pass], ...] = (
+QUIRK_TABLE: tuple[tuple[str, ProtocolName, Gate, Pass], ...] = (
     # rule                        protocol     gate                              pass
     ("same_protocol_model",       "chat",      _same_protocol,                   _set_model),
     ("same_protocol_toolinfo",    "chat",      _same_protocol,                   _chat_toolinfo),
@@ -524,7 +529,7 @@ QUIRK_TABLE: tuple[tuple[str, str, Gate, Pass], ...] = (
     ("system_at_head",            "chat",      _on("system_at_head"),            _system_at_head),
     ("tool_schemas",              "chat",      _always,                          _tool_schemas),
     ("same_protocol_model",       "responses", _same_protocol,                   _set_model),
-    ("strip_reasoning_envelope",  "responses", _always,                          _strip_reasoning_envelope),
+    ("strip_reasoning_envelope",  "responses", _on("strip_reasoning_envelope"),  _strip_reasoning_envelope),
     ("mantle_request",            "responses", _on("mantle_request"),            _mantle_request),
     ("responses_call_ids",        "responses", _always,                          _responses_call_ids),
     ("store_false_item_ids",      "responses", _always,                          _store_false_item_ids),
@@ -535,7 +540,7 @@ _CHAT_ROWS = tuple(r for r in QUIRK_TABLE if r[1] == "chat")
 _RESPONSES_ROWS = tuple(r for r in QUIRK_TABLE if r[1] == "responses")
 
 
-def _run(rows: tuple[tuple[str, str, Gate, Pass], ...], body: Body, ctx: Ctx, translated: bool) -> Body:
+def _run(rows: tuple[tuple[str, ProtocolName, Gate, Pass], ...], body: Body, ctx: Ctx, translated: bool) -> Body:
     out = dict(body)
     for _rule, _protocol, gate, fn in rows:
         if gate(ctx, translated):

@@ -31,7 +31,7 @@ Items and their output slots:
   ``output_item.done``); otherwise the streamed bytes are the final text.
 * ``Finish`` closes everything still open (items cut short by a non-``completed`` finish
   get ``status: "incomplete"``), drops calls that never got a name (SPEC §7.2; repair
-  ``tool_call_dropped_no_name``) and emits exactly one terminal event (table
+  ``tool_call_unnamed_dropped``) and emits exactly one terminal event (table
   ``_TERMINAL``).  A ``completed`` turn left with nothing but reasoning after such a drop
   becomes ``response.failed`` (``upstream_tool_call_dropped``) instead of a silent empty
   turn.  ``end()`` without ``Finish`` fails the response (``upstream_stream_truncated``).
@@ -89,6 +89,7 @@ from .events import (
     Usage,
 )
 from .usage import normalize_responses
+from .vocab import FinishStatus
 
 __all__ = ["ResponsesStreamEncoder", "encode_response", "MAX_ITEM_DEPTH"]
 
@@ -97,7 +98,7 @@ __all__ = ["ResponsesStreamEncoder", "encode_response", "MAX_ITEM_DEPTH"]
 MAX_ITEM_DEPTH = 200
 
 # Finish.status → (terminal event type, response status); see also incomplete_as_completed
-_TERMINAL: dict[str, tuple[str, str]] = {
+_TERMINAL: dict[FinishStatus, tuple[str, str]] = {
     "completed": ("response.completed", "completed"),
     "incomplete": ("response.incomplete", "incomplete"),
     "failed": ("response.failed", "failed"),
@@ -847,7 +848,7 @@ class ResponsesStreamEncoder:
                 self._release(out, c)
             elif not c.name:
                 dropped += 1
-                self.ctx.repaired("tool_call_dropped_no_name")
+                self.ctx.repaired("tool_call_unnamed_dropped")
         self._pending = []
         if status == "completed":
             for c in sorted(self._calls.values(), key=lambda x: x.oi):

@@ -74,6 +74,7 @@ import orjson
 from .context import Ctx
 from .errors import stream_error
 from .events import Event, Finish, ToolCall, ToolCallEnd
+from .vocab import PROTOCOLS, ProtocolName
 
 __all__ = [
     "ToolStage",
@@ -169,7 +170,7 @@ def wrap_chat_patch(raw: str, *, tool_name: str, ctx: Ctx) -> str | None:
     return orjson.dumps({param: raw}).decode()
 
 
-def needed(ctx: Ctx, client: str) -> bool:
+def needed(ctx: Ctx, client: ProtocolName) -> bool:
     """False when the stage would be a no-op for this request (the app then skips it)."""
     t = ctx.tools
     return bool(
@@ -217,8 +218,8 @@ class ToolStage:
         "_done",
     )
 
-    def __init__(self, ctx: Ctx, client: str) -> None:
-        if client not in ("responses", "chat"):
+    def __init__(self, ctx: Ctx, client: ProtocolName) -> None:
+        if client not in PROTOCOLS:
             raise ValueError(f"client must be 'responses' or 'chat', not {client!r}")
         self.ctx = ctx
         self.client = client

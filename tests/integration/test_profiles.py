@@ -664,8 +664,12 @@ def q_moonshot_fields(on: bool, bodies: list[dict[str, Any]], r: httpx.Response)
 
 
 def q_envelope(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
-    # always on, whatever the config says: no upstream can open the proxy's envelope
-    assert ENVELOPE not in orjson.dumps(bodies[0]).decode()
+    blobs = [i.get("encrypted_content") for i in bodies[0]["input"] if i.get("type") == "reasoning"]
+    if on:  # the sealed item goes whole; a foreign blob is left to encrypted_content_retry
+        assert blobs == [None, "gAAAA-openai-blob"] and ENVELOPE not in orjson.dumps(bodies[0]).decode()
+    else:  # as the client sent it: for an upstream that opens it (another Switchboard tier)
+        assert blobs == [None, ENVELOPE, "gAAAA-openai-blob"]
+    assert codex_view(r)["status"] == "completed"
 
 
 def q_inline_think(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
@@ -762,11 +766,13 @@ QCASES: list[QCase] = [
 
 # how the switch is thrown: (provider quirks, model quirks) for on / off
 SWITCHES: dict[str, tuple[Callable[[str], Any], Callable[[str], Any], Callable[[str], Any], Callable[[str], Any]]] = {
-    # name: provider-on, model-on, provider-off, model-off
-    "provider": (lambda q: {"enable": [q]}, lambda q: {}, lambda q: [], lambda q: {}),
+    # name: provider-on, model-on, provider-off, model-off ("off" disables explicitly: a quirk
+    # the profile has on by default, strip_reasoning_envelope, must go off too)
+    "provider": (lambda q: {"enable": [q]}, lambda q: {}, lambda q: {"disable": [q]}, lambda q: {}),
     "model": (lambda q: [], lambda q: {"enable": [q]}, lambda q: {"enable": [q]}, lambda q: {"disable": [q]}),
     "model-glob": (lambda q: [{"enable": [q], "models": ["m", "mimo-*"]}], lambda q: {},
-                   lambda q: [{"enable": [q], "models": ["mimo-*"]}], lambda q: {}),
+                   lambda q: [{"disable": [q], "models": ["m"]}, {"enable": [q], "models": ["mimo-*"]}],
+                   lambda q: {}),
 }  # fmt: skip
 
 

@@ -4,6 +4,7 @@ mapping of each provider's error bodies onto OpenAI errors (SPEC §5.3)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -29,12 +30,20 @@ def test_profiles_match_config_and_quirk_names() -> None:
             assert q <= QUIRKS
     for _, q in MODEL_QUIRKS:
         assert q <= QUIRKS
-    assert PROFILES["openai-compatible"].quirks == frozenset()  # nothing assumed
+    # nothing assumed, but that it cannot open the proxy's own reasoning envelope
+    assert PROFILES["openai-compatible"].quirks == frozenset({"strip_reasoning_envelope"})
+
+
+def test_every_profile_that_speaks_responses_strips_the_envelope() -> None:
+    # a new profile cannot leak the proxy's sealed reasoning to its upstream by omission
+    for p in PROFILES.values():
+        assert ("strip_reasoning_envelope" in p.quirks) is ("responses" in p.protocols), p.name
 
 
 # -- quirk resolution ------------------------------------------------------------------------
 
 O = Override  # noqa: E741
+ENV = frozenset({"strip_reasoning_envelope"})  # the openai-compatible default
 RESOLVE: list[tuple[str, str, str, str, tuple[Override, ...], Override | None, frozenset[str]]] = [
     # id, profile, base_url, upstream model, provider overrides, model override → quirks
     ("kimi-selfhosted", "kimi", "http://10.0.0.5:8000/v1", "kimi-k2.6", (), None,
@@ -51,33 +60,37 @@ RESOLVE: list[tuple[str, str, str, str, tuple[Override, ...], Override | None, f
     ("moonshot-lookalike-host", "kimi", "https://api.moonshot.ai.evil.example/v1", "kimi-k2.6", (), None,
      frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system"})),
     ("openai-compatible-moonshot-url", "openai-compatible", "https://api.moonshot.ai/v1", "x", (), None,
+     ENV),
+    ("generic-nothing-else", "openai-compatible", "http://127.0.0.1:8000/v1", "qwen3-coder", (), None, ENV),
+    ("generic-envelope-off", "openai-compatible", "http://sb-tier:8080/v1", "m", (O(disable=ENV),), None,
      frozenset()),
-    ("generic-nothing", "openai-compatible", "http://127.0.0.1:8000/v1", "qwen3-coder", (), None, frozenset()),
     ("mimo-id-any-provider", "openai-compatible", "https://opencode.example/v1", "mimo-v2.6-flash", (), None,
-     frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
+     ENV | frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
     ("mimo-id-behind-gateway", "openai-compatible", "https://gw/v1", "xiaomi/MiMo-V2.6-Pro", (), None,
-     frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
+     ENV | frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
     ("kimi-id-any-provider", "openai-compatible", "https://gw/v1", "moonshotai/kimi-k2.6", (), None,
-     frozenset({"reasoning_replay"})),
+     ENV | frozenset({"reasoning_replay"})),
     ("provider-enable", "openai-compatible", "", "m", (O(enable=frozenset({"inline_think"})),), None,
-     frozenset({"inline_think"})),
+     ENV | frozenset({"inline_think"})),
     ("provider-disable-profile-default", "kimi", "", "k", (O(disable=frozenset({"kimi_request"})),), None,
      frozenset({"reasoning_replay", "max_completion_tokens", "developer_to_system"})),
     ("provider-disable-model-id-quirk", "openai-compatible", "", "mimo-v2.6-pro",
      (O(disable=frozenset({"mimo_raw_patch"})),), None,
-     frozenset({"invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
+     ENV | frozenset({"invalid_json_passthrough", "mimo_request", "reasoning_replay"})),
     ("provider-glob-matches", "openai-compatible", "", "mimo-v2.6-pro",
      (O(enable=frozenset({"thinking_param"}), models=("mimo-v2.6-*",)),), None,
-     frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay", "thinking_param"})),
+     ENV | frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay",
+                      "thinking_param"})),
     ("provider-glob-misses", "openai-compatible", "", "qwen3",
-     (O(enable=frozenset({"thinking_param"}), models=("mimo-v2.6-*",)),), None, frozenset()),
+     (O(enable=frozenset({"thinking_param"}), models=("mimo-v2.6-*",)),), None, ENV),
     ("provider-glob-on-public-name", "openai-compatible", "", "Qwen/Qwen3-Coder",
-     (O(enable=frozenset({"inline_think"}), models=("local-*",)),), None, frozenset({"inline_think"})),
+     (O(enable=frozenset({"inline_think"}), models=("local-*",)),), None, ENV | frozenset({"inline_think"})),
     ("overrides-in-order", "openai-compatible", "", "m",
      (O(enable=frozenset({"inline_think", "system_at_head"})), O(disable=frozenset({"inline_think"}))), None,
-     frozenset({"system_at_head"})),
+     ENV | frozenset({"system_at_head"})),
     ("model-override-wins", "openai-compatible", "", "m", (O(enable=frozenset({"inline_think"})),),
-     O(disable=frozenset({"inline_think"}), enable=frozenset({"strict_tool_ids"})), frozenset({"strict_tool_ids"})),
+     O(disable=frozenset({"inline_think"}) | ENV, enable=frozenset({"strict_tool_ids"})),
+     frozenset({"strict_tool_ids"})),
     ("moonshot-fields-off-by-config", "kimi", "https://api.moonshot.ai/v1", "kimi-k2.6",
      (O(disable=frozenset({"moonshot_fields"})),), None,
      frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system",
@@ -313,21 +326,31 @@ def test_error_tables_map_to_known_or_specific_codes() -> None:
         assert code in WELL_KNOWN or code == "model_not_found"
 
 
-# -- docs/quirks.md names every quirk and every repair ----------------------------------------
+# -- docs/quirks.md documents every quirk and every registered repair, and nothing else -----
 
 
-def test_quirks_doc_names_every_quirk_and_repair() -> None:
-    import re
+def _doc_tables() -> dict[str, tuple[set[str], set[str]]]:
+    """Section title → (names in the first column of its tables, names after "rule ")."""
     from pathlib import Path
 
-    from transformers.schema import RULES
+    doc = (Path(__file__).parent.parent.parent / "docs" / "quirks.md").read_text()
+    out: dict[str, tuple[set[str], set[str]]] = {}
+    for section in doc.split("\n## ")[1:]:
+        title, _, body = section.partition("\n")
+        keys = {n for line in body.splitlines() if line.startswith("| `")
+                for n in re.findall(r"`([a-z0-9_]+)`", line.split("|")[1])}  # fmt: skip
+        out[title.strip()] = keys, set(re.findall(r"\brule `([a-z0-9_]+)`", body))
+    return out
 
-    root = Path(__file__).parent.parent.parent
-    doc = (root / "docs" / "quirks.md").read_text()
-    src = "".join(p.read_text() for p in [*(root / "transformers").glob("*.py"), root / "app" / "pipeline.py"])
-    repairs = set(re.findall(r'(?:repaired|_rep|\brep)\("([a-z_]+)"\)', src))
-    repairs |= set(re.findall(r'"([a-z_]+_dropped)" if kind', src)) | set(re.findall(r'else "([a-z_]+_dropped)"', src))
-    repairs |= {r[0] for r in RULES}
-    assert len(repairs) > 30
-    missing = sorted(n for n in QUIRKS | repairs if f"`{n}`" not in doc)
-    assert missing == []
+
+def test_quirks_doc_matches_the_quirks_and_the_repair_registry() -> None:
+    from transformers.repairs import NAMES
+
+    tables = _doc_tables()
+    quirk_rows, quirk_rules = tables["Quirks"]
+    repair_rows, repair_rules = tables["Always-on repairs"]
+    assert quirk_rows == QUIRKS  # one row per quirk, no row for a quirk that does not exist
+    documented = repair_rows | quirk_rules | repair_rules
+    assert sorted(documented - NAMES) == []  # every repair the doc names is registered
+    # every registered name has a row (a rule named after its quirk: the quirk's row)
+    assert sorted(NAMES - documented - quirk_rows) == []

@@ -359,21 +359,43 @@ def test_mantle_forced_choice_becomes_auto():
     assert out["tool_choice"] == "auto" and out["tools"]
 
 
-def test_strip_reasoning_envelope_before_openai():
-    sealed = seal("our reasoning", b"k")
-    body = {
-        "input": [
-            {"type": "message", "role": "user", "content": "u"},
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "our reasoning"}], "encrypted_content": sealed},
-            {"type": "reasoning", "summary": [], "encrypted_content": "gAAAAopenai"},
-            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
-        ]
-    }
-    c = ctx("strip_reasoning_envelope")
-    out = prepare_responses(copy.deepcopy(body), c, translated=False)
-    assert out["input"] == [body["input"][0], *body["input"][2:]]
-    assert c.repairs == ["strip_reasoning_envelope"]
+SEALED = seal("our reasoning", b"k")
+USER = {"type": "message", "role": "user", "content": "u"}
+R_SEALED = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "our reasoning"}], "encrypted_content": SEALED}
+R_FOREIGN = {"type": "reasoning", "summary": [], "encrypted_content": "gAAAAopenai"}
+R_PLAIN = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]}
+CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+OUTPUT = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+
+# id, input, what is left with the quirk on (off: the input as sent, always)
+ENVELOPE_CASES = [
+    ("sealed-item-goes-whole", [USER, R_SEALED, R_FOREIGN, CALL, OUTPUT], [USER, R_FOREIGN, CALL, OUTPUT]),
+    ("every-sealed-item", [R_SEALED, USER, {**R_SEALED, "id": "rs_2"}, CALL, OUTPUT], [USER, CALL, OUTPUT]),
+    ("bad-mac-still-ours", [{**R_SEALED, "encrypted_content": "pxy1.not-base64!.x"}, USER], [USER]),
+    ("foreign-blob-kept", [USER, R_FOREIGN], None),  # encrypted_content_retry's business
+    ("summary-only-kept", [USER, R_PLAIN], None),
+    ("non-string-blob-kept", [USER, {**R_PLAIN, "encrypted_content": 5}, {**R_PLAIN, "encrypted_content": None}], None),
+    ("prefix-elsewhere-kept", [{**USER, "content": SEALED}, {**OUTPUT, "output": SEALED}, CALL], None),
+    ("not-a-reasoning-item", [{"type": "compaction", "encrypted_content": SEALED}, USER], None),
+    ("odd-items-kept", [USER, "pxy1.x", None, R_SEALED], [USER, "pxy1.x", None]),
+    ("no-input", None, None),
+    ("string-input", "pxy1.text", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["on", "off"])
+@pytest.mark.parametrize(("items", "want"), [c[1:] for c in ENVELOPE_CASES], ids=[c[0] for c in ENVELOPE_CASES])
+def test_strip_reasoning_envelope(items, want, on):
+    body = {"model": "m", "store": True} if items is None else {"model": "m", "store": True, "input": items}
+    sent = copy.deepcopy(body)
+    c = ctx("strip_reasoning_envelope") if on else ctx()
+    out = prepare_responses(sent, c, translated=True)
+    assert sent == body  # the client's body is never mutated
+    changed = on and want is not None
+    assert out.get("input") == (want if changed else items)
+    assert c.repairs == (["strip_reasoning_envelope"] if changed else [])
+    if not changed and items is not None:
+        assert out["input"] is sent["input"]  # nothing to strip: the very same list
 
 
 @pytest.mark.parametrize(

@@ -412,7 +412,7 @@ def test_T2_4_mismatch_final_text_wins_in_done_events():
 def test_dropped_no_name_call(case, before, expect_failed):
     ctx = Ctx(public_model="kimi-k2.6")
     out, enc = run([START, *before, ToolCall(0, call_id="call_x", arguments='{"a":1}'), Finish()], ctx)
-    assert ctx.repairs == ["tool_call_dropped_no_name"]
+    assert ctx.repairs == ["tool_call_unnamed_dropped"]
     assert not any(e["type"].startswith("response.function_call") for e in out)
     if expect_failed:
         msg = "the upstream sent a tool call without a name; it was dropped"
@@ -434,7 +434,7 @@ def test_named_call_behind_unnamed_one_is_released_at_finish():
     ], ctx)
     fc = fc_events(0, "call_b", "b", ["{}"])
     assert out == seqd(head(model="upstream-model") + fc + [completed([fc[-1]["item"]], model="upstream-model")])
-    assert ctx.repairs == ["tool_call_dropped_no_name"]
+    assert ctx.repairs == ["tool_call_unnamed_dropped"]
 
 
 @pytest.mark.parametrize("as_completed", [False, True], ids=["S7.2-length-incomplete", "S7.2-length-as-completed"])
