@@ -67,13 +67,14 @@ class Switchboard(FastAPI):
 
     fast_routes: dict[str, ASGIHandler] = {}
     guard: Guard = Guard()
+    metrics: metrics.Metrics = metrics.Metrics()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind == "http" or kind == "websocket":
             refusal = self.guard.check(scope)
             if refusal is not None:
-                await _refuse(refusal, scope, receive, send)
+                await _refuse(self.metrics, refusal, scope, receive, send)
                 return
             cors = self.guard.cors_headers(scope) if kind == "http" else None
             if cors is not None:  # a browser page whose Origin is allowed
@@ -99,9 +100,9 @@ def _with_headers(send: Any, extra: list[tuple[bytes, bytes]]) -> Any:
     return wrapped
 
 
-async def _refuse(e: ProxyError, scope: Any, receive: Any, send: Any) -> None:
+async def _refuse(counters: metrics.Metrics, e: ProxyError, scope: Any, receive: Any, send: Any) -> None:
     rid = new_request_id()
-    _log_rejected(scope.get("path", ""), e.status, e.code, rid)
+    _log_rejected(counters, scope.get("path", ""), e.status, e.code, rid)
     if scope["type"] == "websocket":
         await send({"type": "websocket.http.response.start", "status": e.status,
                     "headers": [(b"content-type", b"application/json"), (b"x-request-id", rid.encode())]})
@@ -138,7 +139,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     digests = _key_digests(config.auth.keys)
     secrets = config.secrets()
     logs.set_mask(secrets)
-    metrics.configure((p.name for p in config.providers), known_codes())
+    counters = metrics.Metrics((p.name for p in config.providers), known_codes())
     limit = config.server.max_body_bytes
     envelope_key = config.server.reasoning_envelope_key.encode()
     state = {"ready": False}
@@ -158,6 +159,8 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     app = Switchboard(title="Switchboard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.router = router
     app.state.config = config
+    app.state.metrics = counters
+    app.metrics = counters
     app.guard = Guard(origins=config.server.allowed_origins, hosts=config.server.allowed_hosts,
                       open_proxy=not digests, server_host=config.server.host)
 
@@ -221,13 +224,14 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                         started=started,
                         client_headers=h,
                         secrets=secrets,
+                        counters=counters,
                     )
                 except ProxyError as e:
-                    _log_rejected(scope["path"], e.status, e.code, rid)
+                    _log_rejected(counters, scope["path"], e.status, e.code, rid)
                     await _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})(scope, receive, send)
                     return
                 except RequestError as e:
-                    _log_rejected(scope["path"], e.status, e.code, rid)
+                    _log_rejected(counters, scope["path"], e.status, e.code, rid)
                     body = {"error": {**e.to_dict(), "request_id": rid}}
                     await _error_response(e.status, orjson.dumps(body), {"x-request-id": rid})(scope, receive, send)
                     return
@@ -235,7 +239,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                 await response(scope, receive, send)
             except ClientDisconnect:
                 # the client left while sending its body: nobody to answer, nothing went wrong
-                metrics.inc("switchboard_requests_total", route=scope["path"], client=client, provider="-", status="499")
+                counters.inc("switchboard_requests_total", route=scope["path"], client=client, provider="-", status="499")
                 log.info("request", request_id=rid, route=scope["path"], status=499, terminal="client_cancel")
             except Exception as e:
                 if not outer:
@@ -293,18 +297,18 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+        return Response(counters.render(), media_type="text/plain; version=0.0.4")
 
     @app.exception_handler(ProxyError)
     async def on_proxy_error(request: Request, e: ProxyError) -> Response:
         rid = getattr(request.state, "request_id", None) or new_request_id()
-        _log_rejected(request.url.path, e.status, e.code, rid)
+        _log_rejected(counters, request.url.path, e.status, e.code, rid)
         return _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, e: RequestError) -> Response:
         rid = getattr(request.state, "request_id", None) or new_request_id()
-        _log_rejected(request.url.path, e.status, e.code, rid)
+        _log_rejected(counters, request.url.path, e.status, e.code, rid)
         body = {"error": {**e.to_dict(), "request_id": rid}}
         return _error_response(e.status, orjson.dumps(body), {"x-request-id": rid})
 
@@ -345,7 +349,7 @@ def _route_label(path: str) -> str:
     return "/v1/models/{model}" if path.startswith("/v1/models/") else metrics.OTHER
 
 
-def _log_rejected(path: str, status: int, code: str | None, rid: str) -> None:
+def _log_rejected(counters: metrics.Metrics, path: str, status: int, code: str | None, rid: str) -> None:
     route = _route_label(path)
-    metrics.inc("switchboard_requests_total", route=route, client="-", provider="-", status=str(status))
+    counters.inc("switchboard_requests_total", route=route, client="-", provider="-", status=str(status))
     log.info("request", request_id=rid, route=route, path=path[:200], status=status, code=code, terminal="rejected")

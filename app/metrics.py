@@ -5,8 +5,8 @@ enough for the per-request path.  With several workers or instances, each proces
 its own series (scrape every instance; sum in the query).  Metric list: docs/operations.md.
 
 Label values come from closed sets, never from what a client or an upstream sent: a label
-whose value is not in its set (``LABELS``, completed at start-up with the configured
-provider names by ``configure``) is exported as ``other``.  A request path, an upstream's
+whose value is not in its set (``LABELS``, completed for each ``Metrics`` with the
+configured provider names and the known error codes) is exported as ``other``.  A request path, an upstream's
 own error code or a client's model name can therefore never create a series, and the
 number of series is bounded by the product of the sets.  As a second bound, a metric that
 somehow reached ``MAX_SERIES`` series adds no new ones: further label sets are counted
@@ -21,13 +21,12 @@ from collections.abc import Iterable
 from transformers import repairs
 from transformers.vocab import OUTCOMES, PROTOCOLS
 
-COUNTERS: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(lambda: defaultdict(float))
-
 HELP = {
     "switchboard_requests_total": "Requests answered, by route, client protocol, provider and status.",
     "switchboard_stream_outcomes_total": "Streams by terminal outcome (completed, incomplete, failed, client_cancel).",
     "switchboard_repairs_total": "Wire repairs that fired, by rule and provider.",
     "switchboard_upstream_errors_total": "Upstream failures before the first byte, by provider and code.",
+    "switchboard_stream_failures_total": "Answers that ended failed after the first byte, by provider and code.",
     "switchboard_request_duration_seconds_sum": "Total request time, by route.",
     "switchboard_ttfb_seconds_sum": "Total time to first upstream byte, by route.",
 }
@@ -56,47 +55,52 @@ LABELS: dict[str, frozenset[str]] = {
 }
 
 
-def configure(providers: Iterable[str], codes: Iterable[str]) -> None:
-    """Complete the closed sets: the configured provider names and the error codes the
-    proxy knows (its own and the well-known OpenAI ones)."""
-    LABELS["provider"] = LABELS["provider"] | frozenset(providers)
-    LABELS["code"] = LABELS["code"] | frozenset(codes)
+Series = dict[tuple[tuple[str, str], ...], float]
 
 
-def _clean(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    out = []
-    for k, v in sorted(labels.items()):
-        allowed = LABELS.get(k)
-        out.append((k, v if allowed is not None and v in allowed else OTHER))
-    return tuple(out)
+class Metrics:
+    """The counters of one app instance (``create_app`` makes one: two apps in one process,
+    as in the tests, never see each other's counts)."""
 
+    __slots__ = ("counters", "labels")
 
-def inc(name: str, value: float = 1.0, **labels: str) -> None:
-    series = COUNTERS[name]
-    key = _clean(labels)
-    if key not in series and len(series) >= MAX_SERIES:
-        key = tuple((k, OTHER) for k, _ in key)
-    series[key] += value
+    def __init__(self, providers: Iterable[str] = (), codes: Iterable[str] = ()) -> None:
+        self.counters: dict[str, Series] = defaultdict(lambda: defaultdict(float))
+        # the closed sets, completed with the configured provider names and the error codes
+        # the proxy knows (its own and the well-known OpenAI ones)
+        self.labels = {**LABELS, "provider": LABELS["provider"] | frozenset(providers),
+                       "code": LABELS["code"] | frozenset(codes)}
 
+    def _clean(self, labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        sets = self.labels
+        out = []
+        for k, v in sorted(labels.items()):
+            allowed = sets.get(k)
+            out.append((k, v if allowed is not None and v in allowed else OTHER))
+        return tuple(out)
 
-def get(name: str, **labels: str) -> float:
-    return COUNTERS.get(name, {}).get(_clean(labels), 0.0)
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
+        series = self.counters[name]
+        key = self._clean(labels)
+        if key not in series and len(series) >= MAX_SERIES:
+            key = tuple((k, OTHER) for k, _ in key)
+        series[key] += value
 
+    def get(self, name: str, **labels: str) -> float:
+        return self.counters.get(name, {}).get(self._clean(labels), 0.0)
 
-def series_count() -> int:
-    return sum(len(s) for s in COUNTERS.values())
+    def series_count(self) -> int:
+        return sum(len(s) for s in self.counters.values())
 
-
-def render() -> bytes:
-    out: list[str] = []
-    for name in sorted(COUNTERS):
-        kind = "counter"
-        out.append(f"# HELP {name} {HELP.get(name, name)}")
-        out.append(f"# TYPE {name} {kind}")
-        for labels, v in sorted(COUNTERS[name].items()):
-            lab = ",".join(f'{k}="{_esc(val)}"' for k, val in labels)
-            out.append(f"{name}{{{lab}}} {v:g}" if lab else f"{name} {v:g}")
-    return ("\n".join(out) + "\n").encode()
+    def render(self) -> bytes:
+        out: list[str] = []
+        for name in sorted(self.counters):
+            out.append(f"# HELP {name} {HELP.get(name, name)}")
+            out.append(f"# TYPE {name} counter")
+            for labels, v in sorted(self.counters[name].items()):
+                lab = ",".join(f'{k}="{_esc(val)}"' for k, val in labels)
+                out.append(f"{name}{{{lab}}} {v:g}" if lab else f"{name} {v:g}")
+        return ("\n".join(out) + "\n").encode()
 
 
 def _esc(v: str) -> str:

@@ -38,7 +38,7 @@ import httpx
 import orjson
 from starlette.responses import Response
 
-from app import metrics
+from app.metrics import Metrics
 from app.logs import log
 from providers.errors import error_in_ok_body, failed_answer_error, upstream_error
 from providers.upstream import Provider, Route, Router, target_for
@@ -68,6 +68,7 @@ class Prepared:
     forward_headers: dict[str, str] = field(default_factory=dict)
     keepalive: float = 15.0  # seconds of upstream silence before a heartbeat (0 = never)
     secrets: SecretMask = NO_SECRETS  # masks the configured secrets in upstream text
+    metrics: Metrics = field(default_factory=Metrics)  # the app's counters
 
 
 def prepare(
@@ -82,6 +83,7 @@ def prepare(
     started: float,
     client_headers: dict[str, str],
     secrets: SecretMask = NO_SECRETS,
+    counters: Metrics | None = None,
 ) -> Prepared:
     body = check_body(raw, client)
     model = body["model"]
@@ -108,6 +110,7 @@ def prepare(
         stream=bool(out["stream"]), upstream_body=orjson.dumps(out), started=started, keepalive=keepalive,
         route_name="/v1/chat/completions" if client == "chat" else "/v1/responses",
         headers=headers, forward_headers={"user-agent": ua} if ua else {}, secrets=secrets,
+        metrics=counters if counters is not None else Metrics(),
     )
 
 
@@ -186,7 +189,7 @@ class ProxyResponse(Response):
         except ProxyError as e:
             status = e.status
             terminal = "error"
-            metrics.inc("switchboard_upstream_errors_total", provider=prov.name, code=str(e.code))
+            p.metrics.inc("switchboard_upstream_errors_total", provider=prov.name, code=str(e.code))
             self.started = True
             await _send_error(send, e, p.request_id)
         except asyncio.CancelledError:
@@ -489,16 +492,16 @@ async def _send_error(send: Any, e: ProxyError, request_id: str) -> None:
 def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> None:
     dur = time.perf_counter() - p.started
     prov = p.route.provider.name
-    metrics.inc("switchboard_requests_total", route=p.route_name, client=p.client, provider=prov, status=str(status))
-    metrics.inc("switchboard_request_duration_seconds_sum", dur, route=p.route_name)
+    p.metrics.inc("switchboard_requests_total", route=p.route_name, client=p.client, provider=prov, status=str(status))
+    p.metrics.inc("switchboard_request_duration_seconds_sum", dur, route=p.route_name)
     if ttfb is not None:
-        metrics.inc("switchboard_ttfb_seconds_sum", ttfb, route=p.route_name)
+        p.metrics.inc("switchboard_ttfb_seconds_sum", ttfb, route=p.route_name)
     if p.stream:
-        metrics.inc("switchboard_stream_outcomes_total", outcome=terminal or "none", client=p.client)
+        p.metrics.inc("switchboard_stream_outcomes_total", outcome=terminal or "none", client=p.client)
     repairs = p.ctx.repairs
     if repairs:
         for rule in repairs:
-            metrics.inc("switchboard_repairs_total", rule=rule, provider=prov)
+            p.metrics.inc("switchboard_repairs_total", rule=rule, provider=prov)
         log.debug("repairs", request_id=p.request_id, provider=prov, rules=sorted(set(repairs)))
     if p.ctx.tools.dropped:
         log.warning("hosted_tools_dropped", request_id=p.request_id, provider=prov, tools=p.ctx.tools.dropped)
@@ -507,7 +510,7 @@ def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> 
         log.warning("stream_guard", request_id=p.request_id, provider=prov, code=bridge.error_code,
                     error=type(bridge.crashed).__name__, exc_info=bridge.crashed)
     if terminal == "failed" and bridge.error_code:
-        metrics.inc("switchboard_stream_failures_total", provider=prov, code=bridge.error_code)
+        p.metrics.inc("switchboard_stream_failures_total", provider=prov, code=bridge.error_code)
     log.info(
         "request",
         request_id=p.request_id, route=p.route_name, client_protocol=p.client, provider=prov,

@@ -220,8 +220,8 @@ async def test_metrics_count_requests(client: httpx.AsyncClient, mock: Any) -> N
     mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({"content": "x"}), chat_chunk({}, "stop")], done=True))
     await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     text = (await client.get("/metrics")).text
-    assert 'switchboard_requests_total{client="chat",provider="chatup",route="/v1/chat/completions",status="200"}' in text
-    assert 'switchboard_stream_outcomes_total{client="chat",outcome="completed"}' in text
+    assert 'switchboard_requests_total{client="chat",provider="chatup",route="/v1/chat/completions",status="200"} 1\n' in text
+    assert 'switchboard_stream_outcomes_total{client="chat",outcome="completed"} 1\n' in text
 
 
 async def test_previous_response_id_on_chat_upstream_is_a_clear_400(client: httpx.AsyncClient, mock: Any) -> None:
