@@ -60,7 +60,9 @@ def _expand(value: Any, path: str, seen: list[str]) -> Any:
             got = os.environ.get(var)
             if got is None:
                 if default is None:
-                    raise ConfigError(f"{path}: environment variable {var} is not set (use ${{{var}:-}} to allow empty)")
+                    raise ConfigError(
+                        f"{path}: environment variable {var} is not set (use ${{{var}:-}} to allow empty)"
+                    )
                 return default
             seen.append(got)
             return got
@@ -78,7 +80,9 @@ def _loc(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("str", "list[literal['chat','responses']]", "QuirksCfg", "list[QuirksCfg]") or "literal" in str(part):
+        elif part in ("str", "list[literal['chat','responses']]", "QuirksCfg", "list[QuirksCfg]") or "literal" in str(
+            part
+        ):
             continue
         else:
             out += f".{part}" if out else str(part)

@@ -70,8 +70,9 @@ def _is_json(ctype: str) -> bool:
 class Guard:
     __slots__ = ("origins", "any_origin", "hosts", "any_host", "open_proxy")
 
-    def __init__(self, origins: Iterable[str] = (), hosts: Iterable[str] = (), *, open_proxy: bool = False,
-                 server_host: str = "") -> None:
+    def __init__(
+        self, origins: Iterable[str] = (), hosts: Iterable[str] = (), *, open_proxy: bool = False, server_host: str = ""
+    ) -> None:
         origins = [o.strip().rstrip("/").lower() for o in origins]
         self.any_origin = "*" in origins
         self.origins = frozenset(origins)
@@ -96,17 +97,31 @@ class Guard:
             elif k == b"content-type":
                 ctype = v
         if origin is not None and not self.origin_allowed(origin.decode("latin-1")):
-            return ProxyError(403, "requests from web pages are not allowed: this Origin is not in the proxy's "
-                              "server.allowed_origins", code="origin_not_allowed")
+            return ProxyError(
+                403,
+                "requests from web pages are not allowed: this Origin is not in the proxy's server.allowed_origins",
+                code="origin_not_allowed",
+            )
         if self.open_proxy and host is not None and not self.any_host:
             name = _host_name(host.decode("latin-1"))
             if not _loopback(name) and name not in self.hosts:
-                return ProxyError(403, "this Host is not served: with no client keys configured the proxy answers "
-                                  "only loopback names and server.allowed_hosts", code="host_not_allowed")
-        if scope["type"] == "http" and scope["method"] == "POST" and path in JSON_POSTS \
-                and not _is_json((ctype or b"").decode("latin-1")):
-            return ProxyError(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
-                              code="unsupported_media_type")
+                return ProxyError(
+                    403,
+                    "this Host is not served: with no client keys configured the proxy answers "
+                    "only loopback names and server.allowed_hosts",
+                    code="host_not_allowed",
+                )
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and path in JSON_POSTS
+            and not _is_json((ctype or b"").decode("latin-1"))
+        ):
+            return ProxyError(
+                415,
+                "the request body must be JSON, sent with 'Content-Type: application/json'",
+                code="unsupported_media_type",
+            )
         return None
 
     def origin_allowed(self, origin: str) -> bool:
@@ -124,10 +139,16 @@ class Guard:
                 asked = v
         if origin is None:
             return None
-        out = [(b"access-control-allow-origin", origin), (b"vary", b"Origin"),
-               (b"access-control-expose-headers", b"x-request-id, retry-after")]
+        out = [
+            (b"access-control-allow-origin", origin),
+            (b"vary", b"Origin"),
+            (b"access-control-expose-headers", b"x-request-id, retry-after"),
+        ]
         if scope["method"] == "OPTIONS":
             allow = asked if _TOKEN_LIST.match(asked.decode("latin-1")) else b"authorization, content-type"
-            out += [(b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
-                    (b"access-control-allow-headers", allow), (b"access-control-max-age", b"600")]
+            out += [
+                (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
+                (b"access-control-allow-headers", allow),
+                (b"access-control-max-age", b"600"),
+            ]
         return out

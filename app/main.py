@@ -104,8 +104,13 @@ async def _refuse(counters: metrics.Metrics, e: ProxyError, scope: Any, receive:
     rid = new_request_id()
     _log_rejected(counters, scope.get("path", ""), e.status, e.code, rid)
     if scope["type"] == "websocket":
-        await send({"type": "websocket.http.response.start", "status": e.status,
-                    "headers": [(b"content-type", b"application/json"), (b"x-request-id", rid.encode())]})
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": e.status,
+                "headers": [(b"content-type", b"application/json"), (b"x-request-id", rid.encode())],
+            }
+        )
         await send({"type": "websocket.http.response.body", "body": e.body(rid)})
         return
     await _error_response(e.status, e.body(rid), {"x-request-id": rid})(scope, receive, send)
@@ -147,7 +152,10 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
         if not digests:
-            log.warning("open_proxy", message="no client API keys configured (auth.keys): anyone who can reach this port can use every configured provider")
+            log.warning(
+                "open_proxy",
+                message="no client API keys configured (auth.keys): anyone who can reach this port can use every configured provider",
+            )
         state["ready"] = True
         log.info("ready", models=len(router.routes), providers=len(config.providers))
         try:
@@ -161,8 +169,12 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     app.state.config = config
     app.state.metrics = counters
     app.metrics = counters
-    app.guard = Guard(origins=config.server.allowed_origins, hosts=config.server.allowed_hosts,
-                      open_proxy=not digests, server_host=config.server.host)
+    app.guard = Guard(
+        origins=config.server.allowed_origins,
+        hosts=config.server.allowed_hosts,
+        open_proxy=not digests,
+        server_host=config.server.host,
+    )
 
     def authorize(request: Request) -> None:
         authorize_headers(request.headers)  # type: ignore[arg-type]
@@ -180,7 +192,9 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
 
     async def read_body(receive: Any, cl: str | None) -> bytes:
         if cl and cl.isdigit() and int(cl) > limit:
-            raise ProxyError(413, f"request body of {cl} bytes exceeds the limit of {limit} bytes", code="request_too_large")
+            raise ProxyError(
+                413, f"request body of {cl} bytes exceeds the limit of {limit} bytes", code="request_too_large"
+            )
         parts: list[bytes] = []
         size = 0
         while True:  # Starlette's Request.stream(), without the Request
@@ -191,7 +205,9 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                 if chunk:
                     size += len(chunk)
                     if size > limit:
-                        raise ProxyError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
+                        raise ProxyError(
+                            413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
+                        )
                     parts.append(chunk)
                 if not msg.get("more_body", False):
                     break
@@ -217,7 +233,10 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                     authorize_headers(h)
                     raw = await read_body(receive, h.get("content-length"))
                     p = prepare(
-                        router, raw, client, rid,
+                        router,
+                        raw,
+                        client,
+                        rid,
                         envelope_key=envelope_key,
                         incomplete_as_completed=incomplete_as_completed,
                         keepalive=config.server.keepalive_seconds,
@@ -228,7 +247,9 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                     )
                 except ProxyError as e:
                     _log_rejected(counters, scope["path"], e.status, e.code, rid)
-                    await _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})(scope, receive, send)
+                    await _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})(
+                        scope, receive, send
+                    )
                     return
                 except RequestError as e:
                     _log_rejected(counters, scope["path"], e.status, e.code, rid)
@@ -239,7 +260,9 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                 await response(scope, receive, send)
             except ClientDisconnect:
                 # the client left while sending its body: nobody to answer, nothing went wrong
-                counters.inc("switchboard_requests_total", route=scope["path"], client=client, provider="-", status="499")
+                counters.inc(
+                    "switchboard_requests_total", route=scope["path"], client=client, provider="-", status="499"
+                )
                 log.info("request", request_id=rid, route=scope["path"], status=499, terminal="client_cancel")
             except Exception as e:
                 if not outer:
@@ -261,8 +284,17 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     @app.get("/v1/responses")
     async def responses_ws_fallback(request: Request) -> Response:
         # Codex tries a WebSocket first; 426 makes it fall back to HTTP at once (PAINS 22)
-        return _json(426, {"error": {"message": "WebSocket transport is not supported; use HTTP POST /v1/responses",
-                                     "type": "invalid_request_error", "param": None, "code": "upgrade_required"}})
+        return _json(
+            426,
+            {
+                "error": {
+                    "message": "WebSocket transport is not supported; use HTTP POST /v1/responses",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "upgrade_required",
+                }
+            },
+        )
 
     @app.websocket("/v1/responses")
     async def responses_ws(ws: WebSocket) -> None:
@@ -318,11 +350,31 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
 
     @app.exception_handler(404)
     async def on_404(request: Request, e: Exception) -> Response:
-        return _json(404, {"error": {"message": f"Unknown route {request.method} {request.url.path[:200]}", "type": "invalid_request_error", "param": None, "code": "not_found"}})
+        return _json(
+            404,
+            {
+                "error": {
+                    "message": f"Unknown route {request.method} {request.url.path[:200]}",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "not_found",
+                }
+            },
+        )
 
     @app.exception_handler(405)
     async def on_405(request: Request, e: Exception) -> Response:
-        return _json(405, {"error": {"message": f"Method {request.method} not allowed on {request.url.path[:200]}", "type": "invalid_request_error", "param": None, "code": "method_not_allowed"}})
+        return _json(
+            405,
+            {
+                "error": {
+                    "message": f"Method {request.method} not allowed on {request.url.path[:200]}",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "method_not_allowed",
+                }
+            },
+        )
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, e: Exception) -> Response:
@@ -338,8 +390,19 @@ def _error_response(status: int, body: bytes, headers: dict[str, str]) -> Respon
 
 
 def _internal_error(e: Exception, rid: str) -> Response:
-    return _json(500, {"error": {"message": f"internal error ({type(e).__name__}); request id {rid}", "type": "server_error", "param": None, "code": "internal_error", "request_id": rid}},
-                 headers={"x-request-id": rid})
+    return _json(
+        500,
+        {
+            "error": {
+                "message": f"internal error ({type(e).__name__}); request id {rid}",
+                "type": "server_error",
+                "param": None,
+                "code": "internal_error",
+                "request_id": rid,
+            }
+        },
+        headers={"x-request-id": rid},
+    )
 
 
 def _route_label(path: str) -> str:

@@ -68,8 +68,11 @@ class Metrics:
         self.counters: dict[str, Series] = defaultdict(lambda: defaultdict(float))
         # the closed sets, completed with the configured provider names and the error codes
         # the proxy knows (its own and the well-known OpenAI ones)
-        self.labels = {**LABELS, "provider": LABELS["provider"] | frozenset(providers),
-                       "code": LABELS["code"] | frozenset(codes)}
+        self.labels = {
+            **LABELS,
+            "provider": LABELS["provider"] | frozenset(providers),
+            "code": LABELS["code"] | frozenset(codes),
+        }
 
     def _clean(self, labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
         sets = self.labels

@@ -38,8 +38,8 @@ import httpx
 import orjson
 from starlette.responses import Response
 
-from app.metrics import Metrics
 from app.logs import log
+from app.metrics import Metrics
 from providers.errors import error_in_ok_body, failed_answer_error, upstream_error
 from providers.upstream import Provider, Route, Router, target_for
 from transformers.bridge import AnswerError, Bridge, open_bridge
@@ -89,8 +89,12 @@ def prepare(
     model = body["model"]
     route = router.resolve(model)
     if route is None:
-        raise ProxyError(404, f"The model '{model}' does not exist or you do not have access to it.",
-                         code="model_not_found", param="model")
+        raise ProxyError(
+            404,
+            f"The model '{model}' does not exist or you do not have access to it.",
+            code="model_not_found",
+            param="model",
+        )
     upstream = route.provider.protocol_for(client)
     ctx = Ctx(
         quirks=route.quirks,
@@ -99,17 +103,28 @@ def prepare(
         max_output_tokens=route.info.max_output_tokens,
         envelope_key=envelope_key,
     )
-    out, bridge = open_bridge(body, client, upstream, ctx, incomplete_as_completed=incomplete_as_completed,
-                              mask=secrets)
+    out, bridge = open_bridge(
+        body, client, upstream, ctx, incomplete_as_completed=incomplete_as_completed, mask=secrets
+    )
     headers: dict[str, str] = {}
     if ctx.tools.dropped:
         headers["x-switchboard-dropped-tools"] = header_list(ctx.tools.dropped)
     ua = safe_header_value(client_headers.get("user-agent"))
     return Prepared(
-        request_id=request_id, client=client, upstream=upstream, route=route, ctx=ctx, bridge=bridge,
-        stream=bool(out["stream"]), upstream_body=orjson.dumps(out), started=started, keepalive=keepalive,
+        request_id=request_id,
+        client=client,
+        upstream=upstream,
+        route=route,
+        ctx=ctx,
+        bridge=bridge,
+        stream=bool(out["stream"]),
+        upstream_body=orjson.dumps(out),
+        started=started,
+        keepalive=keepalive,
         route_name="/v1/chat/completions" if client == "chat" else "/v1/responses",
-        headers=headers, forward_headers={"user-agent": ua} if ua else {}, secrets=secrets,
+        headers=headers,
+        forward_headers={"user-agent": ua} if ua else {},
+        secrets=secrets,
         metrics=counters if counters is not None else Metrics(),
     )
 
@@ -170,18 +185,36 @@ class ProxyResponse(Response):
             resp = await _exchange(p, prov)
             ttfb = time.perf_counter() - p.started
             head = [(b"x-request-id", p.request_id.encode()), *((k.encode(), v.encode()) for k, v in p.headers.items())]
-            whole = await _whole_answer(p, prov, resp) if not p.stream or _is_json(resp.headers.get("content-type")) else None
+            whole = (
+                await _whole_answer(p, prov, resp)
+                if not p.stream or _is_json(resp.headers.get("content-type"))
+                else None
+            )
             if not p.stream:
                 out = _complete(p, whole)  # type: ignore[arg-type]
                 self.started = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": [(b"content-type", b"application/json"), *head]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [(b"content-type", b"application/json"), *head],
+                    }
+                )
                 await send({"type": "http.response.body", "body": out})
                 return
             self.started = True
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                (b"x-accel-buffering", b"no"), *head]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        (b"cache-control", b"no-cache"),
+                        (b"x-accel-buffering", b"no"),
+                        *head,
+                    ],
+                }
+            )
             if whole is not None:  # an upstream that ignored `stream`
                 await send({"type": "http.response.body", "body": p.bridge.replay(whole), "more_body": False})
                 return
@@ -226,8 +259,12 @@ async def _exchange(p: Prepared, prov: Provider) -> httpx.Response:
         body = await _read_capped(resp, _ERROR_BODY_MAX)
         await resp.aclose()
         retry = None
-        if attempt == 0 and p.upstream == "responses" and p.ctx.on("encrypted_content_retry") \
-                and is_invalid_encrypted_content(resp.status_code, body):
+        if (
+            attempt == 0
+            and p.upstream == "responses"
+            and p.ctx.on("encrypted_content_retry")
+            and is_invalid_encrypted_content(resp.status_code, body)
+        ):
             retry = strip_encrypted_reasoning(orjson.loads(payload))
         if retry is None:
             raise upstream_error(resp.status_code, body, resp.headers, prov.name, p.secrets)
@@ -242,8 +279,12 @@ async def _whole_answer(p: Prepared, prov: Provider, resp: httpx.Response) -> di
     try:
         body = await _read_capped(resp, _BODY_MAX)
     except httpx.HTTPError as e:
-        raise ProxyError(502, f"upstream {prov.name} failed while sending its answer: {type(e).__name__}",
-                         type="upstream_error", code="upstream_stream_error") from None
+        raise ProxyError(
+            502,
+            f"upstream {prov.name} failed while sending its answer: {type(e).__name__}",
+            type="upstream_error",
+            code="upstream_stream_error",
+        ) from None
     err = error_in_ok_body(body, resp.headers, prov.name, p.secrets)
     if err is not None:
         raise err
@@ -256,11 +297,16 @@ def _complete(p: Prepared, obj: dict[str, Any]) -> bytes:
         return p.bridge.complete(obj)[1]
     except AnswerError as e:
         if e.__cause__ is not None:
-            log.warning("upstream_bad_response", request_id=p.request_id, error=type(e.__cause__).__name__,
-                        exc_info=e.__cause__)
+            log.warning(
+                "upstream_bad_response", request_id=p.request_id, error=type(e.__cause__).__name__, exc_info=e.__cause__
+            )
         if e.bad:
-            raise ProxyError(502, str(e.error.get("message") or "the upstream answered with a body the proxy could "
-                             "not process"), type="upstream_error", code="upstream_bad_response") from None
+            raise ProxyError(
+                502,
+                str(e.error.get("message") or "the upstream answered with a body the proxy could not process"),
+                type="upstream_error",
+                code="upstream_bad_response",
+            ) from None
         raise failed_answer_error(e.error, p.secrets) from None
 
 
@@ -348,11 +394,19 @@ def _json_object(body: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise ProxyError(502, "the upstream answered with a body that is not JSON", type="upstream_error",
-                         code="upstream_bad_response") from None
+        raise ProxyError(
+            502,
+            "the upstream answered with a body that is not JSON",
+            type="upstream_error",
+            code="upstream_bad_response",
+        ) from None
     if not isinstance(obj, dict):
-        raise ProxyError(502, "the upstream answered with a body that is not a JSON object", type="upstream_error",
-                         code="upstream_bad_response")
+        raise ProxyError(
+            502,
+            "the upstream answered with a body that is not a JSON object",
+            type="upstream_error",
+            code="upstream_bad_response",
+        )
     return obj
 
 
@@ -383,13 +437,23 @@ async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
             resp.request = req
             return resp
     except TimeoutError:
-        raise ProxyError(504, f"upstream {prov.name} sent no response within {prov.first_byte:g}s",
-                         type="upstream_error", code="upstream_timeout") from None
+        raise ProxyError(
+            504,
+            f"upstream {prov.name} sent no response within {prov.first_byte:g}s",
+            type="upstream_error",
+            code="upstream_timeout",
+        ) from None
     except httpx.TimeoutException:
-        raise ProxyError(504, f"upstream {prov.name} timed out", type="upstream_error", code="upstream_timeout") from None
+        raise ProxyError(
+            504, f"upstream {prov.name} timed out", type="upstream_error", code="upstream_timeout"
+        ) from None
     except httpx.HTTPError as e:
-        raise ProxyError(502, f"upstream {prov.name} is unreachable: {type(e).__name__}",
-                         type="upstream_error", code="upstream_unreachable") from None
+        raise ProxyError(
+            502,
+            f"upstream {prov.name} is unreachable: {type(e).__name__}",
+            type="upstream_error",
+            code="upstream_unreachable",
+        ) from None
 
 
 # Coalescing.  Each upstream chunk used to cost one ASGI send and one socket write; when
@@ -453,8 +517,12 @@ async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
             if limit == _ERROR_BODY_MAX:
                 parts.append(chunk[: limit - (size - len(chunk))])
                 break
-            raise ProxyError(502, f"the upstream's answer is larger than {limit} bytes", type="upstream_error",
-                             code="upstream_bad_response")
+            raise ProxyError(
+                502,
+                f"the upstream's answer is larger than {limit} bytes",
+                type="upstream_error",
+                code="upstream_bad_response",
+            )
         parts.append(chunk)
     return b"".join(parts)
 
@@ -507,14 +575,28 @@ def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> 
         log.warning("hosted_tools_dropped", request_id=p.request_id, provider=prov, tools=p.ctx.tools.dropped)
     bridge = p.bridge
     if bridge.crashed is not None:
-        log.warning("stream_guard", request_id=p.request_id, provider=prov, code=bridge.error_code,
-                    error=type(bridge.crashed).__name__, exc_info=bridge.crashed)
+        log.warning(
+            "stream_guard",
+            request_id=p.request_id,
+            provider=prov,
+            code=bridge.error_code,
+            error=type(bridge.crashed).__name__,
+            exc_info=bridge.crashed,
+        )
     if terminal == "failed" and bridge.error_code:
         p.metrics.inc("switchboard_stream_failures_total", provider=prov, code=bridge.error_code)
     log.info(
         "request",
-        request_id=p.request_id, route=p.route_name, client_protocol=p.client, provider=prov,
-        upstream_protocol=p.upstream, model=p.route.public_model, upstream_model=p.route.upstream_model,
-        stream=p.stream, status=status, duration_ms=round(dur * 1000, 2),
-        ttfb_ms=round(ttfb * 1000, 2) if ttfb is not None else None, terminal=terminal,
+        request_id=p.request_id,
+        route=p.route_name,
+        client_protocol=p.client,
+        provider=prov,
+        upstream_protocol=p.upstream,
+        model=p.route.public_model,
+        upstream_model=p.route.upstream_model,
+        stream=p.stream,
+        status=status,
+        duration_ms=round(dur * 1000, 2),
+        ttfb_ms=round(ttfb * 1000, 2) if ttfb is not None else None,
+        terminal=terminal,
     )

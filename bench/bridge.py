@@ -23,17 +23,27 @@ CHUNKS = 200
 
 
 def _body(client: str) -> dict:
-    tool = {"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}
+    tool = {
+        "type": "function",
+        "name": "shell",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+    }
     if client == "chat":
-        return {"model": "m", "stream": True, "stream_options": {"include_usage": True},
-                "messages": [{"role": "user", "content": "hi"}],
-                "tools": [{"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}]}
+        return {
+            "model": "m",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}],
+        }
     return {"model": "m", "stream": True, "input": "hi", "tools": [tool]}
 
 
 def run(client: str, upstream: str, seconds: float) -> tuple[float, int]:
     """(client events per CPU-second, events per stream)"""
-    steps = chat_steps(f"bench-n{CHUNKS}", CHUNKS) if upstream == "chat" else responses_steps(f"bench-n{CHUNKS}", CHUNKS)
+    steps = (
+        chat_steps(f"bench-n{CHUNKS}", CHUNKS) if upstream == "chat" else responses_steps(f"bench-n{CHUNKS}", CHUNKS)
+    )
     quirks = QuirkSet("openai-compatible", (), "").resolve("m", "m", None)
     events = streams = 0
     body = _body(client)

@@ -74,8 +74,26 @@ __all__ = [
 ]
 
 WORDS = (
-    " The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".",
-    " Voilà", " café", " naïve", " 東京", " —", " def", " main", "()", ":", "\n",
+    " The",
+    " quick",
+    " brown",
+    " fox",
+    " jumps",
+    " over",
+    " the",
+    " lazy",
+    " dog",
+    ".",
+    " Voilà",
+    " café",
+    " naïve",
+    " 東京",
+    " —",
+    " def",
+    " main",
+    "()",
+    ":",
+    "\n",
 )
 TOOL_NAME = "shell"
 TOOL_CALL_ID = "call_bench_0"
@@ -137,20 +155,43 @@ def chat_steps(model: str, n: int) -> list[bytes]:
         steps.append(_sse(_chat_chunk(model, {"content": chunk_text(i)})))
     inp, out, tot = usage_for(n)
     tail = [
-        _sse(_chat_chunk(model, {"tool_calls": [
-            {"index": 0, "id": TOOL_CALL_ID, "type": "function",
-             "function": {"name": TOOL_NAME, "arguments": ""}}]})),
+        _sse(
+            _chat_chunk(
+                model,
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": TOOL_CALL_ID,
+                            "type": "function",
+                            "function": {"name": TOOL_NAME, "arguments": ""},
+                        }
+                    ]
+                },
+            )
+        ),
     ]
     for part in TOOL_ARG_PARTS:
         tail.append(_sse(_chat_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": part}}]})))
     tail.append(_sse(_chat_chunk(model, {}, "tool_calls")))
-    tail.append(_sse({
-        "id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
-        "model": model, "choices": [],
-        "usage": {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": tot,
-                  "prompt_tokens_details": {"cached_tokens": 0},
-                  "completion_tokens_details": {"reasoning_tokens": 0}},
-    }))
+    tail.append(
+        _sse(
+            {
+                "id": "chatcmpl-bench",
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": model,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": inp,
+                    "completion_tokens": out,
+                    "total_tokens": tot,
+                    "prompt_tokens_details": {"cached_tokens": 0},
+                    "completion_tokens_details": {"reasoning_tokens": 0},
+                },
+            }
+        )
+    )
     tail.append(b"data: [DONE]\n\n")
     steps.append(b"".join(tail))
     return steps
@@ -163,19 +204,30 @@ def chat_json(model: str, n: int) -> dict:
         "object": "chat.completion",
         "created": CREATED,
         "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {
-                "role": "assistant",
-                "content": expected_text(n),
-                "tool_calls": [{"id": TOOL_CALL_ID, "type": "function",
-                                "function": {"name": TOOL_NAME, "arguments": TOOL_ARGS}}],
-            },
-            "finish_reason": "tool_calls",
-        }],
-        "usage": {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": tot,
-                  "prompt_tokens_details": {"cached_tokens": 0},
-                  "completion_tokens_details": {"reasoning_tokens": 0}},
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": expected_text(n),
+                    "tool_calls": [
+                        {
+                            "id": TOOL_CALL_ID,
+                            "type": "function",
+                            "function": {"name": TOOL_NAME, "arguments": TOOL_ARGS},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": inp,
+            "completion_tokens": out,
+            "total_tokens": tot,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        },
     }
 
 
@@ -187,23 +239,45 @@ _FC_ID = "fc_" + TOOL_CALL_ID
 
 def _resp_usage(n: int) -> dict:
     inp, out, tot = usage_for(n)
-    return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": tot}
+    return {
+        "input_tokens": inp,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": tot,
+    }
 
 
 def _resp_output(n: int) -> list[dict]:
     return [
-        {"id": _MSG_ID, "type": "message", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": expected_text(n), "annotations": []}]},
-        {"id": _FC_ID, "type": "function_call", "status": "completed", "call_id": TOOL_CALL_ID,
-         "name": TOOL_NAME, "arguments": TOOL_ARGS},
+        {
+            "id": _MSG_ID,
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": expected_text(n), "annotations": []}],
+        },
+        {
+            "id": _FC_ID,
+            "type": "function_call",
+            "status": "completed",
+            "call_id": TOOL_CALL_ID,
+            "name": TOOL_NAME,
+            "arguments": TOOL_ARGS,
+        },
     ]
 
 
 def responses_json(model: str, n: int) -> dict:
-    return {"id": _RESP_ID, "object": "response", "created_at": CREATED, "status": "completed",
-            "model": model, "output": _resp_output(n), "usage": _resp_usage(n)}
+    return {
+        "id": _RESP_ID,
+        "object": "response",
+        "created_at": CREATED,
+        "status": "completed",
+        "model": model,
+        "output": _resp_output(n),
+        "usage": _resp_usage(n),
+    }
 
 
 def responses_steps(model: str, n: int) -> list[bytes]:
@@ -216,43 +290,104 @@ def responses_steps(model: str, n: int) -> list[bytes]:
         seq += 1
         return _sse(obj, obj["type"])
 
-    base = {"id": _RESP_ID, "object": "response", "created_at": CREATED, "model": model,
-            "status": "in_progress", "output": []}
+    base = {
+        "id": _RESP_ID,
+        "object": "response",
+        "created_at": CREATED,
+        "model": model,
+        "status": "in_progress",
+        "output": [],
+    }
     text = expected_text(n)
-    msg_open = {"id": _MSG_ID, "type": "message", "role": "assistant", "status": "in_progress",
-                "content": []}
+    msg_open = {"id": _MSG_ID, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
     part_empty = {"type": "output_text", "text": "", "annotations": []}
     part_full = {"type": "output_text", "text": text, "annotations": []}
-    steps = [b"".join((
-        ev({"type": "response.created", "response": base}),
-        ev({"type": "response.in_progress", "response": base}),
-        ev({"type": "response.output_item.added", "output_index": 0, "item": msg_open}),
-        ev({"type": "response.content_part.added", "item_id": _MSG_ID, "output_index": 0,
-            "content_index": 0, "part": part_empty}),
-    ))]
+    steps = [
+        b"".join(
+            (
+                ev({"type": "response.created", "response": base}),
+                ev({"type": "response.in_progress", "response": base}),
+                ev({"type": "response.output_item.added", "output_index": 0, "item": msg_open}),
+                ev(
+                    {
+                        "type": "response.content_part.added",
+                        "item_id": _MSG_ID,
+                        "output_index": 0,
+                        "content_index": 0,
+                        "part": part_empty,
+                    }
+                ),
+            )
+        )
+    ]
     for i in range(n):
-        steps.append(ev({"type": "response.output_text.delta", "item_id": _MSG_ID,
-                         "output_index": 0, "content_index": 0, "delta": chunk_text(i)}))
+        steps.append(
+            ev(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": _MSG_ID,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": chunk_text(i),
+                }
+            )
+        )
     out = _resp_output(n)
     tail = [
-        ev({"type": "response.output_text.done", "item_id": _MSG_ID, "output_index": 0,
-            "content_index": 0, "text": text}),
-        ev({"type": "response.content_part.done", "item_id": _MSG_ID, "output_index": 0,
-            "content_index": 0, "part": part_full}),
+        ev(
+            {
+                "type": "response.output_text.done",
+                "item_id": _MSG_ID,
+                "output_index": 0,
+                "content_index": 0,
+                "text": text,
+            }
+        ),
+        ev(
+            {
+                "type": "response.content_part.done",
+                "item_id": _MSG_ID,
+                "output_index": 0,
+                "content_index": 0,
+                "part": part_full,
+            }
+        ),
         ev({"type": "response.output_item.done", "output_index": 0, "item": out[0]}),
-        ev({"type": "response.output_item.added", "output_index": 1,
-            "item": {"id": _FC_ID, "type": "function_call", "status": "in_progress",
-                     "call_id": TOOL_CALL_ID, "name": TOOL_NAME, "arguments": ""}}),
+        ev(
+            {
+                "type": "response.output_item.added",
+                "output_index": 1,
+                "item": {
+                    "id": _FC_ID,
+                    "type": "function_call",
+                    "status": "in_progress",
+                    "call_id": TOOL_CALL_ID,
+                    "name": TOOL_NAME,
+                    "arguments": "",
+                },
+            }
+        ),
     ]
     for part in TOOL_ARG_PARTS:
-        tail.append(ev({"type": "response.function_call_arguments.delta", "item_id": _FC_ID,
-                        "output_index": 1, "delta": part}))
+        tail.append(
+            ev({"type": "response.function_call_arguments.delta", "item_id": _FC_ID, "output_index": 1, "delta": part})
+        )
     tail += [
-        ev({"type": "response.function_call_arguments.done", "item_id": _FC_ID,
-            "output_index": 1, "arguments": TOOL_ARGS}),
+        ev(
+            {
+                "type": "response.function_call_arguments.done",
+                "item_id": _FC_ID,
+                "output_index": 1,
+                "arguments": TOOL_ARGS,
+            }
+        ),
         ev({"type": "response.output_item.done", "output_index": 1, "item": out[1]}),
-        ev({"type": "response.completed",
-            "response": {**base, "status": "completed", "output": out, "usage": _resp_usage(n)}}),
+        ev(
+            {
+                "type": "response.completed",
+                "response": {**base, "status": "completed", "output": out, "usage": _resp_usage(n)},
+            }
+        ),
     ]
     steps.append(b"".join(tail))
     return steps
@@ -263,14 +398,20 @@ def _chunked(step: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(step), step)
 
 
-_STREAM_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
+_STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+)
 _CHUNK_END = b"0\r\n\r\n"
 
 
 def _json_response(status: int, body: bytes, reason: str = "OK") -> bytes:
-    return (b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
-            % (status, reason.encode(), len(body), body))
+    return b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b" % (
+        status,
+        reason.encode(),
+        len(body),
+        body,
+    )
 
 
 class _Answer:
@@ -279,8 +420,8 @@ class _Answer:
     __slots__ = ("whole", "steps", "delay")
 
     def __init__(self, whole: bytes, steps: list[bytes] | None, delay: float) -> None:
-        self.whole = whole        # the full HTTP response (used when delay == 0)
-        self.steps = steps        # [head+chunk0, chunk1, …, last chunk + terminator] if streaming
+        self.whole = whole  # the full HTTP response (used when delay == 0)
+        self.steps = steps  # [head+chunk0, chunk1, …, last chunk + terminator] if streaming
         self.delay = delay
 
 
@@ -309,10 +450,8 @@ def answer_for(kind: str, model: str, stream: bool) -> _Answer:
     return a
 
 
-_NOT_FOUND = _json_response(404, b'{"error":{"message":"not found","type":"invalid_request_error"}}',
-                            "Not Found")
-_BAD = _json_response(400, b'{"error":{"message":"bad request body","type":"invalid_request_error"}}',
-                      "Bad Request")
+_NOT_FOUND = _json_response(404, b'{"error":{"message":"not found","type":"invalid_request_error"}}', "Not Found")
+_BAD = _json_response(400, b'{"error":{"message":"bad request body","type":"invalid_request_error"}}', "Bad Request")
 _HEALTH = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
 
 
@@ -380,7 +519,7 @@ class FakeUpstream(asyncio.Protocol):
             kind = "chat"
         elif path.endswith(b"/responses"):
             kind = "responses"
-        elif path.endswith(b"/healthz") or path.endswith(b"/readyz"):
+        elif path.endswith((b"/healthz", b"/readyz")):
             t.write(_HEALTH)
             return
         elif path == b"/stats":
@@ -455,6 +594,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     try:
         import uvloop
+
         uvloop.run(_main(args.host, args.port))
     except ImportError:  # pragma: no cover
         asyncio.run(_main(args.host, args.port))

@@ -100,7 +100,7 @@ class StreamScan:
         self.proto = proto
         self.parser = SSEParser()
         self.events = 0
-        self.ttft: float | None = None   # seconds after t0
+        self.ttft: float | None = None  # seconds after t0
         self.last: SSEEvent | None = None
         self.error: str | None = None
         self.keep = keep
@@ -290,8 +290,13 @@ def validate_json(proto: str, body: bytes, n: int, same_ids: bool = True) -> lis
             problems.append(f"usage {obj.get('usage')!r}")
         return problems
     out = obj.get("output") or []
-    text = "".join(p.get("text", "") for i in out if i.get("type") == "message"
-                   for p in i.get("content") or () if p.get("type") == "output_text")
+    text = "".join(
+        p.get("text", "")
+        for i in out
+        if i.get("type") == "message"
+        for p in i.get("content") or ()
+        if p.get("type") == "output_text"
+    )
     if text != want_text:
         problems.append("output text differs")
     fcs = [i for i in out if i.get("type") == "function_call"]
@@ -316,35 +321,36 @@ def percentile(values: list[float], p: float) -> float | None:
 # ------------------------------------------------------------------------- client
 def build_request(host: str, port: int, path: str, body: bytes, stream: bool) -> bytes:
     accept = b"text/event-stream" if stream else b"application/json"
-    return (b"POST %b HTTP/1.1\r\nhost: %b:%d\r\ncontent-type: application/json\r\n"
-            b"accept: %b\r\ncontent-length: %d\r\n\r\n%b"
-            % (path.encode(), host.encode(), port, accept, len(body), body))
+    return (
+        b"POST %b HTTP/1.1\r\nhost: %b:%d\r\ncontent-type: application/json\r\n"
+        b"accept: %b\r\ncontent-length: %d\r\n\r\n%b" % (path.encode(), host.encode(), port, accept, len(body), body)
+    )
 
 
 @dataclass
 class LoadSpec:
     host: str
     port: int
-    path: str                 # /v1/chat/completions or /v1/responses
-    proto: str                # the client's protocol: chat | responses
+    path: str  # /v1/chat/completions or /v1/responses
+    proto: str  # the client's protocol: chat | responses
     body: bytes
     stream: bool
     concurrency: int
-    duration: float | None = None    # stop sending new requests after this many seconds
-    per_worker: int | None = None    # or after this many requests per connection
-    n: int = 20                      # text chunks the fake sends (for validation)
+    duration: float | None = None  # stop sending new requests after this many seconds
+    per_worker: int | None = None  # or after this many requests per connection
+    n: int = 20  # text chunks the fake sends (for validation)
     same_ids: bool = True
-    validate: bool = True            # check the first answer in full
+    validate: bool = True  # check the first answer in full
     timeout: float = 60.0
 
 
 @dataclass
 class LoadResult:
-    records: list[tuple] = field(default_factory=list)   # (t_send, ttfb, ttft, total, events, ok)
+    records: list[tuple] = field(default_factory=list)  # (t_send, ttfb, ttft, total, events, ok)
     errors: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)    # from the full check of one answer
+    problems: list[str] = field(default_factory=list)  # from the full check of one answer
     wall: float = 0.0
-    cpu: float = 0.0                                     # this process's CPU seconds
+    cpu: float = 0.0  # this process's CPU seconds
 
     @property
     def ok(self) -> int:
@@ -437,8 +443,9 @@ class _Client(asyncio.Protocol):
             fut.set_result(now - self.t_send)
 
 
-async def _worker(spec: LoadSpec, conn: _Client, req: bytes, res: LoadResult,
-                  deadline: float, first: list[bool]) -> None:
+async def _worker(
+    spec: LoadSpec, conn: _Client, req: bytes, res: LoadResult, deadline: float, first: list[bool]
+) -> None:
     loop = asyncio.get_running_loop()
     count = 0
     while True:
@@ -453,15 +460,14 @@ async def _worker(spec: LoadSpec, conn: _Client, req: bytes, res: LoadResult,
             keep = True
         if conn.transport is None:
             try:
-                _, conn = await loop.create_connection(
-                    lambda: _Client(spec.proto, spec.stream), spec.host, spec.port)
+                _, conn = await loop.create_connection(lambda: _Client(spec.proto, spec.stream), spec.host, spec.port)
             except OSError as e:
                 res.errors.append(f"conn: {e!r}")
                 return
         t_send = time.perf_counter()
         try:
             total = await asyncio.wait_for(conn.send(req, keep), spec.timeout)
-        except (ConnectionError, asyncio.TimeoutError) as e:
+        except (TimeoutError, ConnectionError) as e:
             res.errors.append(f"{type(e).__name__}: {e}")
             res.records.append((t_send, conn.ttfb, None, time.perf_counter() - t_send, 0, False))
             if conn.transport is not None:
@@ -502,8 +508,7 @@ async def run_load(spec: LoadSpec) -> LoadResult:
     async def connect() -> _Client | None:
         async with sem:
             try:
-                _, c = await loop.create_connection(
-                    lambda: _Client(spec.proto, spec.stream), spec.host, spec.port)
+                _, c = await loop.create_connection(lambda: _Client(spec.proto, spec.stream), spec.host, spec.port)
                 return c
             except OSError as e:
                 res.errors.append(f"conn: {e!r}")

@@ -65,9 +65,9 @@ SHORT = {"chat": "chat", "responses": "resp"}
 class Scenario:
     name: str
     title: str
-    kind: str            # ns (non-stream) | lat (stream, c=1) | tput (stream, CPU-bound) | rt | mem
-    client: str          # protocol the client speaks: chat | responses
-    upstream: str        # protocol the (fake) upstream speaks behind the proxy
+    kind: str  # ns (non-stream) | lat (stream, c=1) | tput (stream, CPU-bound) | rt | mem
+    client: str  # protocol the client speaks: chat | responses
+    upstream: str  # protocol the (fake) upstream speaks behind the proxy
     stream: bool
     n: int
     delay_ms: int
@@ -104,25 +104,47 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
         out.append(Scenario(f"st-{tag}-c8", f"{title}, 200 chunks, c=8", "tput", cl, up, True, 200, 0, 8, d))
     for cl, up, title in flows:
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
-        out.append(Scenario(f"rt-{tag}", f"{title}, 200 chunks × 5 ms, 4 streams", "rt", cl, up, True,
-                            200, 5, 4, None, rt_per))
-    out.append(Scenario("mem-512", f"512 slow streams (Responses→Chat, {mem_n} × 20 ms)", "mem",
-                        "responses", "chat", True, mem_n, 20, 512, None, 1))
+        out.append(
+            Scenario(f"rt-{tag}", f"{title}, 200 chunks × 5 ms, 4 streams", "rt", cl, up, True, 200, 5, 4, None, rt_per)
+        )
+    out.append(
+        Scenario(
+            "mem-512",
+            f"512 slow streams (Responses→Chat, {mem_n} × 20 ms)",
+            "mem",
+            "responses",
+            "chat",
+            True,
+            mem_n,
+            20,
+            512,
+            None,
+            1,
+        )
+    )
     return out
 
 
 def request_body(s: Scenario) -> bytes:
     """What a coding agent would send: a short conversation and one function tool."""
-    params = {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}},
-                                               "workdir": {"type": "string"}},
-              "required": ["command"]}
+    params = {
+        "type": "object",
+        "properties": {"command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"}},
+        "required": ["command"],
+    }
     if s.client == "chat":
         body = {
             "model": s.model,
-            "messages": [{"role": "system", "content": "You are a coding agent."},
-                         {"role": "user", "content": "List the files in /tmp."}],
-            "tools": [{"type": "function", "function": {"name": TOOL_NAME, "description": "Run a command",
-                                                        "parameters": params}}],
+            "messages": [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "List the files in /tmp."},
+            ],
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {"name": TOOL_NAME, "description": "Run a command", "parameters": params},
+                }
+            ],
             "stream": s.stream,
         }
         if s.stream:
@@ -131,10 +153,22 @@ def request_body(s: Scenario) -> bytes:
         body = {
             "model": s.model,
             "instructions": "You are a coding agent.",
-            "input": [{"type": "message", "role": "user",
-                       "content": [{"type": "input_text", "text": "List the files in /tmp."}]}],
-            "tools": [{"type": "function", "name": TOOL_NAME, "description": "Run a command",
-                       "parameters": params, "strict": False}],
+            "input": [
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "List the files in /tmp."}],
+                }
+            ],
+            "tools": [
+                {
+                    "type": "function",
+                    "name": TOOL_NAME,
+                    "description": "Run a command",
+                    "parameters": params,
+                    "strict": False,
+                }
+            ],
             "tool_choice": "auto",
             "parallel_tool_calls": False,
             "store": False,
@@ -152,8 +186,7 @@ def proxy_config(upstream_port: int, scs: list[Scenario]) -> dict:
             {"name": "fake-chat", "profile": "openai-compatible", "protocol": "chat", "base_url": base},
             {"name": "fake-resp", "profile": "openai-compatible", "protocol": "responses", "base_url": base},
         ],
-        "models": [{"name": m, "provider": "fake-chat" if s.upstream == "chat" else "fake-resp"}
-                   for m, s in models],
+        "models": [{"name": m, "provider": "fake-chat" if s.upstream == "chat" else "fake-resp"} for m, s in models],
     }
 
 
@@ -169,7 +202,7 @@ def proc_children(pid: int) -> list[int]:
                 st = f.read()
         except OSError:
             continue
-        ppid = int(st[st.rindex(b")") + 2:].split()[1])
+        ppid = int(st[st.rindex(b")") + 2 :].split()[1])
         kids.setdefault(ppid, []).append(int(d))
     out, todo = [], [pid]
     while todo:
@@ -188,8 +221,8 @@ def cpu_seconds(pids: list[int]) -> float:
                 st = f.read()
         except OSError:
             continue
-        fields = st[st.rindex(b")") + 2:].split()
-        total += int(fields[11]) + int(fields[12])   # fields 14 and 15 of proc(5)
+        fields = st[st.rindex(b")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
     return total / CLK_TCK
 
 
@@ -254,8 +287,9 @@ class Child:
         self.log = log
         self.logf = open(log, "ab")
         self.t_start = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=self.logf,
-                                     start_new_session=True, cwd=ROOT, **kw)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stderr=self.logf, start_new_session=True, cwd=ROOT, **kw
+        )
         self.pid = self.proc.pid
 
     def alive(self) -> bool:
@@ -293,14 +327,14 @@ class Child:
 async def http_get_status(port: int, path: str, timeout: float = 1.0) -> int:
     try:
         r, w = await asyncio.wait_for(asyncio.open_connection(HOST, port), timeout)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return 0
     try:
         w.write(f"GET {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\nconnection: close\r\n\r\n".encode())
         line = await asyncio.wait_for(r.readline(), timeout)
         parts = line.split()
         return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return 0
     finally:
         w.close()
@@ -310,23 +344,33 @@ async def fake_stats(port: int) -> dict:
     """The fake upstream's counters (connections accepted, requests answered)."""
     try:
         r, w = await asyncio.wait_for(asyncio.open_connection(HOST, port), 2)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return {}
     try:
         w.write(f"GET /stats HTTP/1.1\r\nhost: {HOST}:{port}\r\nconnection: close\r\n\r\n".encode())
         head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 2)
         m = re.search(rb"content-length: *(\d+)", head, re.I)
         return orjson.loads(await asyncio.wait_for(r.readexactly(int(m.group(1))), 2))
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-            AttributeError, orjson.JSONDecodeError):
+    except (
+        TimeoutError,
+        OSError,
+        asyncio.IncompleteReadError,
+        asyncio.LimitOverrunError,
+        AttributeError,
+        orjson.JSONDecodeError,
+    ):
         return {}
     finally:
         w.close()
 
 
 async def start_fake(workdir: Path, core: int | None) -> tuple[Child, int]:
-    child = Child("fake-upstream", pinned([sys.executable, "-m", "bench.fake_upstream", "--port", "0"], core),
-                  workdir / "fake_upstream.log", stdout=subprocess.PIPE)
+    child = Child(
+        "fake-upstream",
+        pinned([sys.executable, "-m", "bench.fake_upstream", "--port", "0"], core),
+        workdir / "fake_upstream.log",
+        stdout=subprocess.PIPE,
+    )
     loop = asyncio.get_running_loop()
     line = await asyncio.wait_for(loop.run_in_executor(None, child.proc.stdout.readline), 20)
     m = re.match(rb"READY (\d+)", line)
@@ -336,8 +380,9 @@ async def start_fake(workdir: Path, core: int | None) -> tuple[Child, int]:
     return child, int(m.group(1))
 
 
-async def start_proxy(cmd_base: list[str], config: Path, workdir: Path, core: int | None,
-                      timeout: float = 30.0) -> tuple[Child, int, float]:
+async def start_proxy(
+    cmd_base: list[str], config: Path, workdir: Path, core: int | None, timeout: float = 30.0
+) -> tuple[Child, int, float]:
     port = free_port()
     cmd = pinned([*cmd_base, "serve", "--config", str(config), "--host", HOST, "--port", str(port)], core)
     child = Child("switchboard", cmd, workdir / "switchboard.log", stdout=subprocess.DEVNULL)
@@ -362,12 +407,22 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else x * 1000.0
 
 
-async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: Child,
-                  rnd: int, fake_port: int) -> dict:
+async def measure(
+    s: Scenario, side: str, port: int, proxy: Child | None, fake: Child, rnd: int, fake_port: int
+) -> dict:
     spec = LoadSpec(
-        host=HOST, port=port, path=PATHS[s.client], proto=s.client, body=request_body(s),
-        stream=s.stream, concurrency=s.concurrency, duration=s.duration, per_worker=s.per_worker,
-        n=s.n, same_ids=not s.bridged, validate=True,
+        host=HOST,
+        port=port,
+        path=PATHS[s.client],
+        proto=s.client,
+        body=request_body(s),
+        stream=s.stream,
+        concurrency=s.concurrency,
+        duration=s.duration,
+        per_worker=s.per_worker,
+        n=s.n,
+        same_ids=not s.bridged,
+        validate=True,
         timeout=max(30.0, 4 * s.n * s.delay_ms / 1000.0),
     )
     ppids = proc_children(proxy.pid) if (side == "switchboard" and proxy) else []
@@ -391,13 +446,19 @@ async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: 
     events = sum(r[4] for r in ok)
     wall = res.wall or 1e-9
     row = {
-        "type": "sample", "scenario": s.name, "side": side, "round": rnd,
-        "requests": n_ok, "errors": len(recs) - n_ok + sum(1 for e in res.errors if e.startswith("conn:")),
+        "type": "sample",
+        "scenario": s.name,
+        "side": side,
+        "round": rnd,
+        "requests": n_ok,
+        "errors": len(recs) - n_ok + sum(1 for e in res.errors if e.startswith("conn:")),
         "wall_s": round(wall, 4),
         "req_s": n_ok / wall,
-        "lat_p50_ms": _ms(percentile(lat, 50)), "lat_p99_ms": _ms(percentile(lat, 99)),
+        "lat_p50_ms": _ms(percentile(lat, 50)),
+        "lat_p99_ms": _ms(percentile(lat, 99)),
         "lat_mean_ms": _ms(statistics.fmean(lat)) if lat else None,
-        "ttfb_p50_ms": _ms(percentile(ttfb, 50)), "ttfb_p99_ms": _ms(percentile(ttfb, 99)),
+        "ttfb_p50_ms": _ms(percentile(ttfb, 50)),
+        "ttfb_p99_ms": _ms(percentile(ttfb, 99)),
         "ttft_p50_ms": _ms(percentile(ttft, 50)) if s.stream else None,
         "ttft_p99_ms": _ms(percentile(ttft, 99)) if s.stream else None,
         "events": events if s.stream else None,
@@ -414,9 +475,12 @@ async def measure(s: Scenario, side: str, port: int, proxy: Child | None, fake: 
         # connections the fake upstream accepted per request it answered: ~0 when the
         # caller (load generator or proxy) keeps its upstream connections alive
         # (less the /stats connection itself, and the load generator's own when direct)
-        "upstream_conns_per_req": ((st1["connections"] - st0["connections"] - 1
-                                    - (s.concurrency if side == "direct" else 0))
-                                   / max(1, st1["requests"] - st0["requests"])) if (st0 and st1) else None,
+        "upstream_conns_per_req": (
+            (st1["connections"] - st0["connections"] - 1 - (s.concurrency if side == "direct" else 0))
+            / max(1, st1["requests"] - st0["requests"])
+        )
+        if (st0 and st1)
+        else None,
         "problems": res.problems[:5],
         "error_samples": res.errors[:3],
     }
@@ -429,23 +493,62 @@ def warmups(scs: list[Scenario]) -> list[Scenario]:
     for s in scs:
         key = (s.client, s.upstream, s.stream)
         if key not in seen:
-            seen[key] = Scenario(f"warm-{SHORT[s.client]}-{SHORT[s.upstream]}-{int(s.stream)}", "warm-up", "warm",
-                                 s.client, s.upstream, s.stream, 20, 0, 4, None, 5)
+            seen[key] = Scenario(
+                f"warm-{SHORT[s.client]}-{SHORT[s.upstream]}-{int(s.stream)}",
+                "warm-up",
+                "warm",
+                s.client,
+                s.upstream,
+                s.stream,
+                20,
+                0,
+                4,
+                None,
+                5,
+            )
     return list(seen.values())
 
 
 async def warm_up(w: Scenario, port: int) -> LoadResult:
-    spec = LoadSpec(host=HOST, port=port, path=PATHS[w.client], proto=w.client, body=request_body(w),
-                    stream=w.stream, concurrency=w.concurrency, per_worker=w.per_worker, n=w.n,
-                    same_ids=not w.bridged, validate=True, timeout=30.0)
+    spec = LoadSpec(
+        host=HOST,
+        port=port,
+        path=PATHS[w.client],
+        proto=w.client,
+        body=request_body(w),
+        stream=w.stream,
+        concurrency=w.concurrency,
+        per_worker=w.per_worker,
+        n=w.n,
+        same_ids=not w.bridged,
+        validate=True,
+        timeout=30.0,
+    )
     return await run_load(spec)
 
 
 # -------------------------------------------------------------------------- report
-METRICS = ("req_s", "lat_p50_ms", "lat_p99_ms", "lat_mean_ms", "ttfb_p50_ms", "ttfb_p99_ms",
-           "ttft_p50_ms", "ttft_p99_ms", "events_s", "proxy_cpu_ms_per_req", "proxy_events_per_cpu_s",
-           "proxy_core_pct", "proxy_rss_mb", "proxy_hwm_mb", "loadgen_core_pct", "others_cpu_pct", "upstream_conns_per_req",
-           "requests", "errors")
+METRICS = (
+    "req_s",
+    "lat_p50_ms",
+    "lat_p99_ms",
+    "lat_mean_ms",
+    "ttfb_p50_ms",
+    "ttfb_p99_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "events_s",
+    "proxy_cpu_ms_per_req",
+    "proxy_events_per_cpu_s",
+    "proxy_core_pct",
+    "proxy_rss_mb",
+    "proxy_hwm_mb",
+    "loadgen_core_pct",
+    "others_cpu_pct",
+    "upstream_conns_per_req",
+    "requests",
+    "errors",
+)
 
 
 def summarize(samples: list[dict]) -> list[dict]:
@@ -461,8 +564,7 @@ def summarize(samples: list[dict]) -> list[dict]:
                 summ[m] = None
                 continue
             if m in ("errors", "requests"):
-                summ[m] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
-                           "sum": sum(vals)}
+                summ[m] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "sum": sum(vals)}
             else:
                 summ[m] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
         summ["problems"] = sorted({p for r in rows for p in r.get("problems", [])})[:5]
@@ -482,37 +584,90 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
 
     def add(name: str, scenario: str, value: float | None, limit: float, op: str, unit: str, note: str = ""):
         ok = None if value is None else (value <= limit if op == "<=" else value >= limit)
-        T.append({"type": "target", "target": name, "scenario": scenario, "value": value,
-                  "limit": limit, "op": op, "unit": unit, "pass": ok, "note": note})
+        T.append(
+            {
+                "type": "target",
+                "target": name,
+                "scenario": scenario,
+                "value": value,
+                "limit": limit,
+                "op": op,
+                "unit": unit,
+                "pass": ok,
+                "note": note,
+            }
+        )
 
     def pair(sc: str) -> tuple[dict | None, dict | None]:
         return summ.get((sc, "direct")), summ.get((sc, "switchboard"))
 
     d, p = pair("ns-chat-c64")
-    add("non-streaming: proxy CPU per request", "ns-chat-c64", _get(p, "proxy_cpu_ms_per_req"), 1.0, "<=", "ms",
-        "≙ ≥1,000 req/s on its core")
+    add(
+        "non-streaming: proxy CPU per request",
+        "ns-chat-c64",
+        _get(p, "proxy_cpu_ms_per_req"),
+        1.0,
+        "<=",
+        "ms",
+        "≙ ≥1,000 req/s on its core",
+    )
     d, p = pair("ns-chat-c1")
-    add("non-streaming: added p50 latency at c=1", "ns-chat-c1",
-        None if not (d and p) else _get(p, "lat_p50_ms") - _get(d, "lat_p50_ms"), 1.0, "<=", "ms")
+    add(
+        "non-streaming: added p50 latency at c=1",
+        "ns-chat-c1",
+        None if not (d and p) else _get(p, "lat_p50_ms") - _get(d, "lat_p50_ms"),
+        1.0,
+        "<=",
+        "ms",
+    )
     for tag in ("chat", "resp", "resp2chat", "chat2resp"):
         d, p = pair(f"st-{tag}-c1")
-        add(f"streaming: added TTFB at c=1 ({tag})", f"st-{tag}-c1",
-            None if not (d and p) else _get(p, "ttfb_p50_ms") - _get(d, "ttfb_p50_ms"), 1.0, "<=", "ms")
-    for tag, lim, what in (("chat", 50000, "same-protocol"), ("resp", 50000, "same-protocol"),
-                           ("resp2chat", 25000, "bridged"), ("chat2resp", 25000, "bridged")):
+        add(
+            f"streaming: added TTFB at c=1 ({tag})",
+            f"st-{tag}-c1",
+            None if not (d and p) else _get(p, "ttfb_p50_ms") - _get(d, "ttfb_p50_ms"),
+            1.0,
+            "<=",
+            "ms",
+        )
+    for tag, lim, what in (
+        ("chat", 50000, "same-protocol"),
+        ("resp", 50000, "same-protocol"),
+        ("resp2chat", 25000, "bridged"),
+        ("chat2resp", 25000, "bridged"),
+    ):
         _, p = pair(f"st-{tag}-c8")
-        add(f"{what}: events/s per proxy core ({tag})", f"st-{tag}-c8", _get(p, "proxy_events_per_cpu_s"),
-            lim, ">=", "events/s", "client events / proxy CPU-second")
+        add(
+            f"{what}: events/s per proxy core ({tag})",
+            f"st-{tag}-c8",
+            _get(p, "proxy_events_per_cpu_s"),
+            lim,
+            ">=",
+            "events/s",
+            "client events / proxy CPU-second",
+        )
     for tag in ("chat", "resp", "resp2chat", "chat2resp"):
         d, p = pair(f"rt-{tag}")
         dv, pv = _get(d, "lat_p50_ms"), _get(p, "lat_p50_ms")
-        add(f"realistic (5 ms/chunk): stream time vs direct ({tag})", f"rt-{tag}",
-            None if not (dv and pv) else pv / dv, 1.01, "<=", "×")
+        add(
+            f"realistic (5 ms/chunk): stream time vs direct ({tag})",
+            f"rt-{tag}",
+            None if not (dv and pv) else pv / dv,
+            1.01,
+            "<=",
+            "×",
+        )
     add("memory: idle RSS", "idle", meta.get("proxy_idle_rss_mb"), 80, "<=", "MB", "after warm-up")
     _, p = pair("mem-512")
     add("memory: 512 slow streams, peak RSS", "mem-512", _get(p, "proxy_hwm_mb", "max"), 200, "<=", "MB")
-    add("memory: 512 slow streams, errors", "mem-512",
-        None if not p else (p["errors"]["sum"] if p.get("errors") else 0), 0, "<=", "")
+    add(
+        "memory: 512 slow streams, errors",
+        "mem-512",
+        None if not p else (p["errors"]["sum"] if p.get("errors") else 0),
+        0,
+        "<=",
+        "",
+    )
     add("start to ready", "startup", meta.get("start_to_ready_s_median"), 1.5, "<=", "s", "median of starts")
     return T
 
@@ -547,22 +702,30 @@ def _cell(summ: dict | None, m: str, rng: bool = True) -> str:
 
 def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dict], meta: dict) -> str:
     L = []
-    L.append(f"Switchboard bench — {meta['mode']} mode, {meta['rounds']} rounds, {meta['date']}, "
-             f"commit {meta['commit']}, {meta['cpu']} ({meta['cpus']} cores), Python {meta['python']}.")
+    L.append(
+        f"Switchboard bench — {meta['mode']} mode, {meta['rounds']} rounds, {meta['date']}, "
+        f"commit {meta['commit']}, {meta['cpu']} ({meta['cpus']} cores), Python {meta['python']}."
+    )
     L.append("")
-    L.append(f"Proxy pinned to core {meta['proxy_core']}, fake upstream + load generator to core "
-             f"{meta['loadgen_core']}. Medians over rounds, (min–max). \"direct\" = the client's protocol "
-             "served by the fake upstream itself. Latencies in ms; CPU from /proc (utime+stime); "
-             "events = SSE events received by the client; "
-             "upstream conns/req = new connections the fake upstream accepted per request (0 = kept alive).")
+    L.append(
+        f"Proxy pinned to core {meta['proxy_core']}, fake upstream + load generator to core "
+        f'{meta["loadgen_core"]}. Medians over rounds, (min–max). "direct" = the client\'s protocol '
+        "served by the fake upstream itself. Latencies in ms; CPU from /proc (utime+stime); "
+        "events = SSE events received by the client; "
+        "upstream conns/req = new connections the fake upstream accepted per request (0 = kept alive)."
+    )
     L.append("")
-    L.append(f"Start to ready: {_fmt(meta.get('start_to_ready_s_median'))} s "
-             f"(runs: {', '.join(_fmt(x) for x in meta.get('start_to_ready_s', []))}); "
-             f"RSS at ready {_fmt(meta.get('proxy_ready_rss_mb'))} MB, idle after warm-up "
-             f"{_fmt(meta.get('proxy_idle_rss_mb'))} MB, at the end {_fmt(meta.get('proxy_end_rss_mb'))} MB.")
+    L.append(
+        f"Start to ready: {_fmt(meta.get('start_to_ready_s_median'))} s "
+        f"(runs: {', '.join(_fmt(x) for x in meta.get('start_to_ready_s', []))}); "
+        f"RSS at ready {_fmt(meta.get('proxy_ready_rss_mb'))} MB, idle after warm-up "
+        f"{_fmt(meta.get('proxy_idle_rss_mb'))} MB, at the end {_fmt(meta.get('proxy_end_rss_mb'))} MB."
+    )
     L.append("")
-    head = ("| scenario | side | req/s | latency p50 | latency p99 | TTFB p50 | TTFB p99 | TTFT p50 | TTFT p99 "
-            "| events/s | proxy CPU ms/req | proxy events/CPU-s | proxy peak RSS MB | upstream conns/req | errors |")
+    head = (
+        "| scenario | side | req/s | latency p50 | latency p99 | TTFB p50 | TTFB p99 | TTFT p50 | TTFT p99 "
+        "| events/s | proxy CPU ms/req | proxy events/CPU-s | proxy peak RSS MB | upstream conns/req | errors |"
+    )
     L.append(head)
     L.append("|" + "---|" * 15)
     for s in scs:
@@ -579,7 +742,8 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
                 f"| {_cell(x, 'ttft_p50_ms') if s.stream else '–'} | {_cell(x, 'ttft_p99_ms', False) if s.stream else '–'} "
                 f"| {_cell(x, 'events_s') if s.stream else '–'} | {_cell(x, 'proxy_cpu_ms_per_req')} "
                 f"| {_cell(x, 'proxy_events_per_cpu_s')} | {_cell(x, 'proxy_hwm_mb')} "
-                f"| {_cell(x, 'upstream_conns_per_req', False) if side == 'switchboard' else '–'} | {err} |")
+                f"| {_cell(x, 'upstream_conns_per_req', False) if side == 'switchboard' else '–'} | {err} |"
+            )
     L.append("")
     L.append("Scenarios: " + "; ".join(f"`{s.name}` {s.title}" for s in scs) + ".")
     L.append("")
@@ -590,21 +754,31 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
             res = "n/a" if t["pass"] is None else ("pass" if t["pass"] else "**MISS**")
             unit = f" {t['unit']}" if t["unit"] and t["unit"] != "×" else t["unit"]
             r = t["unit"] == "×"
-            L.append(f"| {t['target']} | {_fmt(t['value'], r)}{unit if t['value'] is not None else ''} "
-                     f"| {t['op']} {_fmt(t['limit'], r)}{unit} | {res} |")
+            L.append(
+                f"| {t['target']} | {_fmt(t['value'], r)}{unit if t['value'] is not None else ''} "
+                f"| {t['op']} {_fmt(t['limit'], r)}{unit} | {res} |"
+            )
         L.append("")
-    busy = [k for k, v in summ.items() if k[1] == "switchboard" and v.get("loadgen_core_pct")
-            and v["loadgen_core_pct"]["median"] >= 90]
+    busy = [
+        k
+        for k, v in summ.items()
+        if k[1] == "switchboard" and v.get("loadgen_core_pct") and v["loadgen_core_pct"]["median"] >= 90
+    ]
     if busy:
-        L.append("Note: the load-generator core was ≥90% busy in " + ", ".join(sorted(k[0] for k in busy))
-                 + " through Switchboard; there the proxy may not be the only limit.")
+        L.append(
+            "Note: the load-generator core was ≥90% busy in "
+            + ", ".join(sorted(k[0] for k in busy))
+            + " through Switchboard; there the proxy may not be the only limit."
+        )
         L.append("")
     oth = [v["others_cpu_pct"]["median"] for v in summ.values() if v.get("others_cpu_pct")]
     if oth:
         worst = max(oth)
-        L.append(f"Other processes on this machine used {_fmt(statistics.median(oth))}% of a core "
-                 f"(median over scenarios; worst {_fmt(worst)}%)"
-                 + (" — figures are perturbed; rerun on a quiet machine." if worst >= 10 else "."))
+        L.append(
+            f"Other processes on this machine used {_fmt(statistics.median(oth))}% of a core "
+            f"(median over scenarios; worst {_fmt(worst)}%)"
+            + (" — figures are perturbed; rerun on a quiet machine." if worst >= 10 else ".")
+        )
         L.append("")
     if meta.get("proxy_error"):
         L.append(f"Through Switchboard: not measured ({meta['proxy_error']}).")
@@ -652,8 +826,12 @@ def top_of_profile(collapsed: str, n: int = 25) -> str:
 # ---------------------------------------------------------------------------- main
 def _git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=5).stdout.strip() or "?"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or "?"
+        )
     except (OSError, subprocess.SubprocessError):
         return "?"
 
@@ -692,11 +870,20 @@ async def main_async(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
     mode = "quick" if quick else "full"
-    meta: dict = {"type": "meta", "mode": mode, "rounds": rounds, "commit": _git_commit(),
-                  "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                  "cpu": _cpu_model(), "cpus": ncpu, "python": platform.python_version(),
-                  "proxy_core": proxy_core, "loadgen_core": lg_core, "workdir": str(workdir),
-                  "loadgen": "bench.loadgen (asyncio+httptools on uvloop)"}
+    meta: dict = {
+        "type": "meta",
+        "mode": mode,
+        "rounds": rounds,
+        "commit": _git_commit(),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": _cpu_model(),
+        "cpus": ncpu,
+        "python": platform.python_version(),
+        "proxy_core": proxy_core,
+        "loadgen_core": lg_core,
+        "workdir": str(workdir),
+        "loadgen": "bench.loadgen (asyncio+httptools on uvloop)",
+    }
     children: list[Child] = []
     samples: list[dict] = []
     proxy: Child | None = None
@@ -725,8 +912,12 @@ async def main_async(args: argparse.Namespace) -> int:
                         proxy = child
                 meta["start_to_ready_s"] = starts
                 meta["start_to_ready_s_median"] = statistics.median(starts)
-                print(f"switchboard on {HOST}:{pport} (pid {proxy.pid}), ready in "
-                      + ", ".join(f"{x:.2f}" for x in starts) + " s", file=sys.stderr)
+                print(
+                    f"switchboard on {HOST}:{pport} (pid {proxy.pid}), ready in "
+                    + ", ".join(f"{x:.2f}" for x in starts)
+                    + " s",
+                    file=sys.stderr,
+                )
             except (RuntimeError, OSError) as e:
                 meta["proxy_error"] = str(e).splitlines()[0][:300]
                 meta["proxy_log_tail"] = str(e)[-2000:]
@@ -738,8 +929,7 @@ async def main_async(args: argparse.Namespace) -> int:
             for side, port in sides:
                 w = await warm_up(s, port)
                 if w.problems or w.errors:
-                    print(f"warm-up {s.name} {side}: problems {w.problems[:3]} errors {w.errors[:3]}",
-                          file=sys.stderr)
+                    print(f"warm-up {s.name} {side}: problems {w.problems[:3]} errors {w.errors[:3]}", file=sys.stderr)
         if proxy:
             await asyncio.sleep(0.5)
             meta["proxy_idle_rss_mb"] = mem_kb(proc_children(proxy.pid))[0] / PAGE_KB
@@ -752,9 +942,27 @@ async def main_async(args: argparse.Namespace) -> int:
                     spy = None
                     if args.profile and side == "switchboard" and r == 0:
                         spy_out = out_dir / f"profile-{s.name}.collapsed"
-                        spy = Child("py-spy", pinned([args.profile, "record", "--nonblocking", "-r", "250",
-                                                      "-f", "raw", "-o", str(spy_out), "-p", str(proxy.pid)],
-                                                     lg_core), workdir / "py-spy.log", stdout=subprocess.DEVNULL)
+                        spy = Child(
+                            "py-spy",
+                            pinned(
+                                [
+                                    args.profile,
+                                    "record",
+                                    "--nonblocking",
+                                    "-r",
+                                    "250",
+                                    "-f",
+                                    "raw",
+                                    "-o",
+                                    str(spy_out),
+                                    "-p",
+                                    str(proxy.pid),
+                                ],
+                                lg_core,
+                            ),
+                            workdir / "py-spy.log",
+                            stdout=subprocess.DEVNULL,
+                        )
                         children.append(spy)
                         await asyncio.sleep(0.5)
                     row = await measure(s, side, port, proxy, fake, r, fport)
@@ -773,12 +981,17 @@ async def main_async(args: argparse.Namespace) -> int:
                     samples.append(row)
                     await asyncio.sleep(0.05)
             last = [x for x in samples if x["scenario"] == s.name]
-            print(f"{s.name:18s} " + "  ".join(
-                f"{x['side'][:6]} {_fmt(x['req_s'])} req/s p50 {_fmt(x['lat_p50_ms'])} ms"
-                + (f" {_fmt(x['events_s'])} ev/s" if x["events_s"] else "")
-                + (f" cpu/req {_fmt(x['proxy_cpu_ms_per_req'])}" if x["proxy_cpu_ms_per_req"] else "")
-                + (f" err {x['errors']}" if x["errors"] else "")
-                for x in last[-len(sides):]), file=sys.stderr)
+            print(
+                f"{s.name:18s} "
+                + "  ".join(
+                    f"{x['side'][:6]} {_fmt(x['req_s'])} req/s p50 {_fmt(x['lat_p50_ms'])} ms"
+                    + (f" {_fmt(x['events_s'])} ev/s" if x["events_s"] else "")
+                    + (f" cpu/req {_fmt(x['proxy_cpu_ms_per_req'])}" if x["proxy_cpu_ms_per_req"] else "")
+                    + (f" err {x['errors']}" if x["errors"] else "")
+                    for x in last[-len(sides) :]
+                ),
+                file=sys.stderr,
+            )
         if proxy:
             meta["proxy_end_rss_mb"] = mem_kb(proc_children(proxy.pid))[0] / PAGE_KB
     finally:
@@ -806,8 +1019,9 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.run",
-                                 description="Switchboard vs direct, same run (loopback only).")
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.run", description="Switchboard vs direct, same run (loopback only)."
+    )
     ap.add_argument("--quick", action="store_true", help="2 rounds × 1 s per scenario (under 2 minutes)")
     ap.add_argument("--rounds", type=int, help="rounds per scenario (default 2 quick, 5 full)")
     ap.add_argument("--duration", type=float, help="seconds per timed measurement (default 1 quick, 2 full)")
@@ -817,8 +1031,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup-rounds", type=int, default=3, help="proxy starts timed (default 3)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where results go")
-    ap.add_argument("--profile", nargs="?", const="auto", metavar="PY_SPY",
-                    help="py-spy the proxy during round 0 of each scenario (path to py-spy, or found on PATH)")
+    ap.add_argument(
+        "--profile",
+        nargs="?",
+        const="auto",
+        metavar="PY_SPY",
+        help="py-spy the proxy during round 0 of each scenario (path to py-spy, or found on PATH)",
+    )
     ap.add_argument("--keep-workdir", action="store_true", help="keep config and logs (temp dir)")
     args = ap.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
@@ -836,6 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _term)
     try:
         import uvloop
+
         runner = uvloop.run
     except ImportError:  # pragma: no cover
         runner = asyncio.run

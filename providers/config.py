@@ -65,7 +65,9 @@ class AuthCfg(_Strict):
         keys = [k for k in v if k]
         for i, k in enumerate(keys):
             if k.startswith("sha256:") and not re.fullmatch(r"[0-9a-fA-F]{64}", k[7:]):
-                raise ValueError(f"keys[{i}]: a 'sha256:' key must be followed by 64 hex digits (the SHA-256 of the key)")
+                raise ValueError(
+                    f"keys[{i}]: a 'sha256:' key must be followed by 64 hex digits (the SHA-256 of the key)"
+                )
         return keys
 
 

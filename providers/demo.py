@@ -82,7 +82,9 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     """What the demo model answers: {"reasoning", "text"} or {"reasoning", "tool_call"}."""
     messages = _messages(body)
     last = messages[-1] if messages else {}
-    tools = [t for t in _list(body.get("tools")) if isinstance(t, dict) and t.get("type") == "function" and _tool_name(t)]
+    tools = [
+        t for t in _list(body.get("tools")) if isinstance(t, dict) and t.get("type") == "function" and _tool_name(t)
+    ]
     thinking = body.get("thinking")
     wants_reasoning = body.get("reasoning_effort") not in (None, "none") or (
         isinstance(thinking, dict) and thinking.get("type") == "enabled"
@@ -137,7 +139,9 @@ def completion(body: dict[str, Any], cid: str, created: int) -> dict[str, Any]:
     finish = "stop"
     if "tool_call" in p:
         tc = p["tool_call"]
-        msg["tool_calls"] = [{"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}]
+        msg["tool_calls"] = [
+            {"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
+        ]
         finish = "tool_calls"
     words = len((p.get("text") or "").split()) or 1
     return {
@@ -183,7 +187,14 @@ async def stream(body: dict[str, Any], cid: str, created: int) -> AsyncIterator[
         finish = "stop"
     yield chunk({}, finish)
     if _obj(body.get("stream_options")).get("include_usage"):
-        u = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": _usage(body, words, p["reasoning"])}
+        u = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": _usage(body, words, p["reasoning"]),
+        }
         yield b"data: " + orjson.dumps(u) + b"\n\n"
     yield b"data: [DONE]\n\n"
 
@@ -191,16 +202,37 @@ async def stream(body: dict[str, Any], cid: str, created: int) -> AsyncIterator[
 class DemoTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if not request.url.path.endswith("/chat/completions"):
-            err = {"error": {"message": "the demo provider speaks Chat Completions only", "type": "invalid_request_error", "param": None, "code": "unsupported_protocol"}}
+            err = {
+                "error": {
+                    "message": "the demo provider speaks Chat Completions only",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "unsupported_protocol",
+                }
+            }
             return httpx.Response(404, json=err)
         try:
             body = orjson.loads(await request.aread())
         except orjson.JSONDecodeError:
             body = None
         if not isinstance(body, dict):
-            return httpx.Response(400, json={"error": {"message": "the body is not a JSON object", "type": "invalid_request_error", "param": None, "code": None}})
-        cid = "chatcmpl-demo%08x" % zlib.crc32(orjson.dumps(body.get("messages")))
+            return httpx.Response(
+                400,
+                json={
+                    "error": {
+                        "message": "the body is not a JSON object",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        cid = f"chatcmpl-demo{zlib.crc32(orjson.dumps(body.get('messages'))):08x}"
         created = int(time.time())
         if body.get("stream"):
-            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream(body, cid, created))
-        return httpx.Response(200, headers={"content-type": "application/json"}, content=orjson.dumps(completion(body, cid, created)))
+            return httpx.Response(
+                200, headers={"content-type": "text/event-stream"}, content=stream(body, cid, created)
+            )
+        return httpx.Response(
+            200, headers={"content-type": "application/json"}, content=orjson.dumps(completion(body, cid, created))
+        )

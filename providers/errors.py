@@ -195,8 +195,11 @@ def _text(body: bytes, content_type: str) -> str:
     """A non-JSON error body as message text: never an HTML page (it may list the request
     headers it got), otherwise its first characters without control characters."""
     head = body[:1024].lstrip()[:64].lower()
-    if "html" in content_type.lower() or head.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body")) \
-            or (head.startswith(b"<") and b">" in head):
+    if (
+        "html" in content_type.lower()
+        or head.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body"))
+        or (head.startswith(b"<") and b">" in head)
+    ):
         return "(the upstream answered with an HTML page; not shown)"
     text = body[: _TEXT_CHARS * 4].decode("utf-8", "replace")[:_TEXT_CHARS]
     return _CONTROL.sub(" ", text).strip()
@@ -222,7 +225,9 @@ def _extract(body: bytes, content_type: str = "") -> tuple[str, list[str], str |
     for key in ("message", "detail", "Message"):
         if isinstance(obj.get(key), str):
             aws = _str(obj.get("__type"))
-            cands = [c for c in (_str(obj.get("code")), _str(obj.get("type")), aws.rsplit("#", 1)[-1] if aws else None) if c]
+            cands = [
+                c for c in (_str(obj.get("code")), _str(obj.get("type")), aws.rsplit("#", 1)[-1] if aws else None) if c
+            ]
             return obj[key], cands, _str(obj.get("code")), _str(obj.get("param"))
     return _text(body, content_type), [], None, None
 
@@ -264,8 +269,9 @@ def _retry_after(headers: Any) -> str | None:
     return None
 
 
-def upstream_error(status: int, body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS,
-                   *, said: str | None = None) -> ProxyError:
+def upstream_error(
+    status: int, body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS, *, said: str | None = None
+) -> ProxyError:
     """Map an upstream HTTP error answer to the OpenAI error the client gets; the upstream's
     text goes through ``mask`` (the configured secrets) before it can reach anyone.  An
     upstream's own specific code (rule 4) and ``param`` are kept for a 4xx only: on a 5xx
@@ -281,8 +287,12 @@ def upstream_error(status: int, body: bytes, headers: Any, provider: str, mask: 
     if aws:
         cands.append(aws.split(":", 1)[0])
     if status in _AUTH_STATUSES:
-        return ProxyError(out_status, f"the upstream rejected the proxy's credentials for provider {provider} "
-                          f"(HTTP {status})", type=etype, code=default)
+        return ProxyError(
+            out_status,
+            f"the upstream rejected the proxy's credentials for provider {provider} (HTTP {status})",
+            type=etype,
+            code=default,
+        )
     client_fault = status < 500
     resolved = _resolve(cands, code if client_fault else None, message, default)
     if mask(resolved) != resolved or len(resolved) > 64:
@@ -295,10 +305,18 @@ def upstream_error(status: int, body: bytes, headers: Any, provider: str, mask: 
     if retry:
         extra["retry-after"] = retry
         if resolved == "rate_limit_exceeded" and not _TRY_AGAIN.search(message):
-            message = f"{message.rstrip()} Please try again in {retry}s." if message else f"Please try again in {retry}s."
+            message = (
+                f"{message.rstrip()} Please try again in {retry}s." if message else f"Please try again in {retry}s."
+            )
     prefix = f"upstream {provider} {said or f'answered HTTP {status}'}"
-    return ProxyError(out_status, f"{prefix}: {message[:4000]}" if message else prefix, type=etype, code=resolved,
-                      param=mask(param)[:256] if param and client_fault else None, headers=extra)
+    return ProxyError(
+        out_status,
+        f"{prefix}: {message[:4000]}" if message else prefix,
+        type=etype,
+        code=resolved,
+        param=mask(param)[:256] if param and client_fault else None,
+        headers=extra,
+    )
 
 
 def error_in_ok_body(body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS) -> ProxyError | None:
@@ -339,7 +357,9 @@ def failed_answer_error(err: dict[str, Any], mask: SecretMask) -> ProxyError:
         code = "upstream_error"
     status, etype = _CODE_STATUS.get(code, (502, None))  # type: ignore[arg-type]
     raw_type = err.get("type")
-    etype = etype or (raw_type if isinstance(raw_type, str) and _IDENT.match(raw_type) and len(raw_type) <= 64 else "upstream_error")
+    etype = etype or (
+        raw_type if isinstance(raw_type, str) and _IDENT.match(raw_type) and len(raw_type) <= 64 else "upstream_error"
+    )
     return ProxyError(status, mask(str(err.get("message") or "upstream failure"))[:4000], type=etype, code=code)
 
 

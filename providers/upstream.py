@@ -19,7 +19,6 @@ from providers.config import Config, ModelCfg, ProviderCfg
 from providers.demo import DemoTransport
 from providers.profiles import Override, QuirkSet, auth_headers, upstream_query, upstream_url
 
-
 # httpcore's pool walks all its connections (and poll()s every idle one) each time a request
 # starts or a response closes, so one pool with many connections costs CPU per request under
 # high concurrency; _POOL_SHARDS pools used in turn each hold a share of the connections.
@@ -171,8 +170,14 @@ class Target:
         self.url = client.build_request("POST", prov.url(protocol), params=prov.cfg.query or None).url
         headers = httpx.Headers(client.headers)
         # forwarded values are filled in per request, in place (Headers.__setitem__)
-        headers.update({"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json",
-                        **dict.fromkeys(forward, ""), **prov.headers})
+        headers.update(
+            {
+                "content-type": "application/json",
+                "accept": "text/event-stream" if stream else "application/json",
+                **dict.fromkeys(forward, ""),
+                **prov.headers,
+            }
+        )
         if stream:  # streams are read raw (no decoder in the loop): ask for them uncompressed
             headers["accept-encoding"] = "identity"
         self.headers = headers

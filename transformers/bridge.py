@@ -69,9 +69,24 @@ from transformers.tool_stage import ToolStage, needed
 __all__ = ["DIRECTIONS", "AnswerError", "Bridge", "Direction", "open_bridge", "SSEFraming"]
 
 # fields of a Responses request echoed on the response object (the SDK's Response type)
-ECHO = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text", "metadata",
-        "max_output_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "top_logprobs",
-        "max_tool_calls", "safety_identifier", "prompt_cache_key")
+ECHO = (
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning",
+    "text",
+    "metadata",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "max_tool_calls",
+    "safety_identifier",
+    "prompt_cache_key",
+)
 # only true when the upstream itself speaks Responses (a Chat upstream stores nothing)
 ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_tier", "background")
 
@@ -107,7 +122,9 @@ def _responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
         raise RequestError(
             "previous_response_id is not supported for this model (its upstream speaks Chat Completions and the "
             "proxy keeps no conversation state); send the whole conversation in 'input' with store=false, as Codex does",
-            param="previous_response_id", code="unsupported_parameter")
+            param="previous_response_id",
+            code="unsupported_parameter",
+        )
     return prepare_chat(responses_to_chat(body, ctx), ctx, translated=True)
 
 
@@ -155,8 +172,15 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
 }
 
 
-def open_bridge(body: dict[str, Any], client: str, upstream: str, ctx: Ctx, *, incomplete_as_completed: bool = False,
-                mask: SecretMask = NO_SECRETS) -> tuple[dict[str, Any], Bridge]:
+def open_bridge(
+    body: dict[str, Any],
+    client: str,
+    upstream: str,
+    ctx: Ctx,
+    *,
+    incomplete_as_completed: bool = False,
+    mask: SecretMask = NO_SECRETS,
+) -> tuple[dict[str, Any], Bridge]:
     """Translate a checked client body for the upstream; the Bridge that answers it."""
     d = DIRECTIONS[(client, upstream)]
     out = d.translate(body, ctx)
@@ -168,20 +192,46 @@ def open_bridge(body: dict[str, Any], client: str, upstream: str, ctx: Ctx, *, i
             echo.update((k, body[k]) for k in ECHO_SAME_PROTOCOL if k in body)
     opts = body.get("stream_options")
     include_usage = bool(opts.get("include_usage")) if client == "chat" and isinstance(opts, dict) else client != "chat"
-    return out, Bridge(d, ctx, include_usage=include_usage, incomplete_as_completed=incomplete_as_completed,
-                       echo=echo, mask=mask)
+    return out, Bridge(
+        d, ctx, include_usage=include_usage, incomplete_as_completed=incomplete_as_completed, echo=echo, mask=mask
+    )
 
 
 class Bridge:
     """One request's answer, upstream bytes in, client bytes out (see the module docstring)."""
 
-    __slots__ = ("direction", "ctx", "decoder", "stage", "encoder", "parser", "framing", "mask", "terminal",
-                 "finished", "broken", "crashed", "error_code", "_include_usage", "_incomplete_as_completed", "_echo", "_done_sent",
-                 "_closed", "_chat")
+    __slots__ = (
+        "direction",
+        "ctx",
+        "decoder",
+        "stage",
+        "encoder",
+        "parser",
+        "framing",
+        "mask",
+        "terminal",
+        "finished",
+        "broken",
+        "crashed",
+        "error_code",
+        "_include_usage",
+        "_incomplete_as_completed",
+        "_echo",
+        "_done_sent",
+        "_closed",
+        "_chat",
+    )
 
-    def __init__(self, direction: Direction, ctx: Ctx, *, include_usage: bool = True,
-                 incomplete_as_completed: bool = False, echo: dict[str, Any] | None = None,
-                 mask: SecretMask = NO_SECRETS) -> None:
+    def __init__(
+        self,
+        direction: Direction,
+        ctx: Ctx,
+        *,
+        include_usage: bool = True,
+        incomplete_as_completed: bool = False,
+        echo: dict[str, Any] | None = None,
+        mask: SecretMask = NO_SECRETS,
+    ) -> None:
         self.direction = direction
         self.ctx = ctx
         self.mask = mask
@@ -190,12 +240,15 @@ class Bridge:
         self._incomplete_as_completed = incomplete_as_completed
         self._echo = echo or {}
         self.decoder: Any = ChatStreamDecoder(ctx) if direction.upstream == "chat" else ResponsesStreamDecoder(ctx)
-        self.stage = ToolStage(ctx, direction.client) if direction.tool_stage and needed(ctx, direction.client) else None
+        self.stage = (
+            ToolStage(ctx, direction.client) if direction.tool_stage and needed(ctx, direction.client) else None
+        )
         if self._chat:
             self.encoder: Any = ChatStreamEncoder(ctx, include_usage=include_usage)
         else:
-            self.encoder = ResponsesStreamEncoder(ctx, incomplete_as_completed=incomplete_as_completed,
-                                                  request_echo=self._echo)
+            self.encoder = ResponsesStreamEncoder(
+                ctx, incomplete_as_completed=incomplete_as_completed, request_echo=self._echo
+            )
         self.parser = sse.SSEParser()
         self.framing = SSEFraming(direction.client)
         self.terminal = ""
@@ -306,8 +359,9 @@ class Bridge:
                 err = result.get("error")
                 self.terminal = "failed" if err else _chat_status(result)
             else:
-                result = encode_response(events, ctx, incomplete_as_completed=self._incomplete_as_completed,
-                                         request_echo=self._echo)
+                result = encode_response(
+                    events, ctx, incomplete_as_completed=self._incomplete_as_completed, request_echo=self._echo
+                )
                 status = result.get("status")
                 self.terminal = status if status in ("completed", "incomplete", "failed") else "completed"
                 err = result.get("error") if status == "failed" else None
@@ -318,8 +372,10 @@ class Bridge:
             body = None if err else orjson.dumps(result)
         except Exception as e:
             self.terminal = "failed"
-            raise AnswerError(stream_error("upstream_bad_response", "the upstream answered with a body the proxy "
-                                           "could not process"), bad=True) from e
+            raise AnswerError(
+                stream_error("upstream_bad_response", "the upstream answered with a body the proxy could not process"),
+                bad=True,
+            ) from e
         if err or body is None:
             error = self._masked(err if isinstance(err, dict) else {})
             raise AnswerError(error, bad=error.get("code") in _BAD)
@@ -397,8 +453,13 @@ class Bridge:
         finally:
             self.stage = stage
 
-    def _crash(self, out: list[bytes], exc: BaseException, code: str = "upstream_bad_event",
-               message: str = "the upstream sent an event the proxy could not process") -> None:
+    def _crash(
+        self,
+        out: list[bytes],
+        exc: BaseException,
+        code: str = "upstream_bad_event",
+        message: str = "the upstream sent an event the proxy could not process",
+    ) -> None:
         """The guard (see the module docstring): the failure terminal, once, then nothing."""
         self.broken = True
         self.finished = True

@@ -112,8 +112,12 @@ def _scalar_text(v: Any) -> str | None:
 def normalize_error(err: Any) -> dict[str, Any]:
     """An upstream error (dict or bare string) as ``{code, message, type, param}``."""
     if err.__class__ is not dict:
-        return {"code": "upstream_error", "message": _scalar_text(err) or "upstream error",
-                "type": "server_error", "param": None}
+        return {
+            "code": "upstream_error",
+            "message": _scalar_text(err) or "upstream error",
+            "type": "server_error",
+            "param": None,
+        }
     etype = err.get("type")
     etype = etype if etype.__class__ is str and etype else None
     param = err.get("param")
@@ -553,10 +557,16 @@ def completion_chunks(obj: dict[str, Any]) -> list[dict[str, Any]] | str:
     delta = dict(msg)
     content = msg.get("content")
     if content.__class__ is list:  # some providers answer with content parts
-        text = [p["text"] for p in content if p.__class__ is dict and p.get("type") != "refusal"
-                and p.get("text").__class__ is str]
-        refusals = [p["refusal"] for p in content if p.__class__ is dict and p.get("type") == "refusal"
-                    and p.get("refusal").__class__ is str]
+        text = [
+            p["text"]
+            for p in content
+            if p.__class__ is dict and p.get("type") != "refusal" and p.get("text").__class__ is str
+        ]
+        refusals = [
+            p["refusal"]
+            for p in content
+            if p.__class__ is dict and p.get("type") == "refusal" and p.get("refusal").__class__ is str
+        ]
         delta["content"] = "".join(text)
         if refusals:
             r = msg.get("refusal")

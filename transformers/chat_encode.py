@@ -270,12 +270,16 @@ class ChatStreamEncoder:
         self._finished = True
         self.failed = True
         message, code = error.get("message"), error.get("code")
-        return [{"error": {
-            "message": message if message.__class__ is str and message else "upstream error",
-            "type": "server_error",
-            "code": code if code.__class__ is str and code else "upstream_error",
-            "param": None,
-        }}]
+        return [
+            {
+                "error": {
+                    "message": message if message.__class__ is str and message else "upstream error",
+                    "type": "server_error",
+                    "code": code if code.__class__ is str and code else "upstream_error",
+                    "param": None,
+                }
+            }
+        ]
 
     def end(self) -> list[dict[str, Any]]:
         if self._finished:
@@ -301,9 +305,7 @@ class ChatStreamEncoder:
         a = ev.arguments
         if c.released:
             if a and not c.ended:
-                out.append(
-                    self._chunk({"tool_calls": [{"index": c.cindex, "function": {"arguments": a}}]})
-                )
+                out.append(self._chunk({"tool_calls": [{"index": c.cindex, "function": {"arguments": a}}]}))
             return out
         if ev.call_id is not None and c.call_id is None:
             c.call_id = ev.call_id
@@ -473,13 +475,18 @@ def completion_from_chunks(chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
             for tc in d.get("tool_calls", ()):
                 slot = calls.get(tc["index"])
                 if slot is None:
-                    slot = calls[tc["index"]] = {"id": tc.get("id"), "type": "function",
-                                                 "function": {"name": tc["function"].get("name"), "arguments": []}}
+                    slot = calls[tc["index"]] = {
+                        "id": tc.get("id"),
+                        "type": "function",
+                        "function": {"name": tc["function"].get("name"), "arguments": []},
+                    }
                 slot["function"]["arguments"].append(tc["function"].get("arguments", ""))
             if ch.get("finish_reason"):
                 finish = ch["finish_reason"]
     if head is None:  # pragma: no cover - the encoder always begins
-        return {"error": _error_body(stream_error("upstream_stream_truncated", "upstream response ended before completion"))}
+        return {
+            "error": _error_body(stream_error("upstream_stream_truncated", "upstream response ended before completion"))
+        }
     message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(text) if text else None,

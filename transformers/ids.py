@@ -107,9 +107,7 @@ def _fit(base: str, suffix: str, max_len: int | None) -> str:
     return base[:room] + suffix
 
 
-def unique_map(
-    raw_ids: Iterable[str], policy: Callable[[str], str], max_len: int | None
-) -> dict[str, str]:
+def unique_map(raw_ids: Iterable[str], policy: Callable[[str], str], max_len: int | None) -> dict[str, str]:
     """raw id → wire id for every distinct raw id (see the module docstring)."""
     order: list[str] = list(dict.fromkeys(raw_ids))
     mapping: dict[str, str] = {}

@@ -121,7 +121,12 @@ def toolinfo_from_chat(tools: Any) -> ToolInfo:
         if not isinstance(params, dict):
             continue
         required, props = params.get("required"), params.get("properties")
-        if isinstance(required, list) and len(required) == 1 and isinstance(required[0], str) and isinstance(props, dict):
+        if (
+            isinstance(required, list)
+            and len(required) == 1
+            and isinstance(required[0], str)
+            and isinstance(props, dict)
+        ):
             prop = props.get(required[0])
             if isinstance(prop, dict) and prop.get("type") == "string":
                 info.single_string_param[name] = required[0]
@@ -150,7 +155,9 @@ def _user_parts(content: Any, ctx: Ctx) -> list[dict[str, Any]]:
             parts.append({"type": "input_image", "image_url": url, "detail": detail or "auto"})
         elif kind == "file":
             f = p.get("file") if isinstance(p.get("file"), dict) else {}
-            parts.append({"type": "input_file", **{k: v for k, v in f.items() if k in ("file_id", "file_data", "filename")}})
+            parts.append(
+                {"type": "input_file", **{k: v for k, v in f.items() if k in ("file_id", "file_data", "filename")}}
+            )
         else:  # video_url (Moonshot), input_audio, unknown: no Responses input form
             ctx.repaired("content_part_dropped")
     return parts
@@ -172,7 +179,8 @@ def _assistant_items(msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
     refusal = msg.get("refusal") if isinstance(msg.get("refusal"), str) else ""
     if isinstance(content, list):
         refusal += "".join(
-            p["refusal"] for p in content
+            p["refusal"]
+            for p in content
             if isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str)
         )
     if not text and not refusal:
@@ -215,7 +223,9 @@ def _input_items(messages: list[Any], ctx: Ctx) -> tuple[str | None, list[dict[s
             if i == 0 and role == "system":
                 instructions = text
             else:
-                items.append({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]})
+                items.append(
+                    {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]}
+                )
         elif role == "user":
             items.append({"type": "message", "role": "user", "content": _user_parts(m.get("content"), ctx)})
         elif role == "assistant":
@@ -229,9 +239,7 @@ def _input_items(messages: list[Any], ctx: Ctx) -> tuple[str | None, list[dict[s
                     raise RequestError("tool call must be an object", param=f"messages[{i}].tool_calls[{j}]")
                 fn = tc.get("function")
                 if not isinstance(tc.get("id"), str) or not tc["id"]:
-                    raise RequestError(
-                        "assistant tool call has no id", param=f"messages[{i}].tool_calls[{j}].id"
-                    )
+                    raise RequestError("assistant tool call has no id", param=f"messages[{i}].tool_calls[{j}].id")
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
                     raise RequestError(
                         "assistant tool call has no function name",
@@ -243,7 +251,9 @@ def _input_items(messages: list[Any], ctx: Ctx) -> tuple[str | None, list[dict[s
                         "type": "function_call",
                         "call_id": idmap[tc["id"]],
                         "name": fn["name"],
-                        "arguments": args if isinstance(args, str) else ("{}" if args is None else orjson.dumps(args).decode()),
+                        "arguments": args
+                        if isinstance(args, str)
+                        else ("{}" if args is None else orjson.dumps(args).decode()),
                     }
                 )
         elif role == "tool":
@@ -251,7 +261,11 @@ def _input_items(messages: list[Any], ctx: Ctx) -> tuple[str | None, list[dict[s
             if not isinstance(call_id, str) or not call_id:
                 raise RequestError("tool message has no tool_call_id", param=f"messages[{i}].tool_call_id")
             items.append(
-                {"type": "function_call_output", "call_id": idmap[call_id], "output": _tool_output(m.get("content"), ctx)}
+                {
+                    "type": "function_call_output",
+                    "call_id": idmap[call_id],
+                    "output": _tool_output(m.get("content"), ctx),
+                }
             )
         else:
             raise RequestError(f"unsupported message role {role!r}", param=f"messages[{i}].role")

@@ -204,9 +204,7 @@ def check_depth(body: Any) -> None:
             raise RequestError("the request body cannot be re-encoded", code="invalid_value")
         return
     path = _path(segs)
-    raise RequestError(
-        f"'{path}' is nested deeper than {MAX_DEPTH} levels", param=path, code="nesting_too_deep"
-    )
+    raise RequestError(f"'{path}' is nested deeper than {MAX_DEPTH} levels", param=path, code="nesting_too_deep")
 
 
 # -- 2. integers beyond 64 bits --------------------------------------------------------------
@@ -563,10 +561,26 @@ def check_request(raw: bytes, body: dict[str, Any], protocol: str) -> None:
 
 
 _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
-    "chat": {"model": (str,), "messages": (list,), "stream": (bool,), "tools": (list,), "stream_options": (dict,),
-             "max_tokens": (int,), "max_completion_tokens": (int,), "n": (int,)},
-    "responses": {"model": (str,), "input": (str, list), "stream": (bool,), "tools": (list,),
-                  "instructions": (str,), "max_output_tokens": (int,), "reasoning": (dict,), "text": (dict,)},
+    "chat": {
+        "model": (str,),
+        "messages": (list,),
+        "stream": (bool,),
+        "tools": (list,),
+        "stream_options": (dict,),
+        "max_tokens": (int,),
+        "max_completion_tokens": (int,),
+        "n": (int,),
+    },
+    "responses": {
+        "model": (str,),
+        "input": (str, list),
+        "stream": (bool,),
+        "tools": (list,),
+        "instructions": (str,),
+        "max_output_tokens": (int,),
+        "reasoning": (dict,),
+        "text": (dict,),
+    },
 }
 _REQUIRED = {"chat": ("model", "messages"), "responses": ("model",)}
 
@@ -587,7 +601,9 @@ def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
     for name, types in _TYPES[protocol].items():
         v = body.get(name)
         if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
-            want = " or ".join({str: "string", list: "array", bool: "boolean", dict: "object", int: "integer"}[t] for t in types)
+            want = " or ".join(
+                {str: "string", list: "array", bool: "boolean", dict: "object", int: "integer"}[t] for t in types
+            )
             raise RequestError(f"invalid type for '{name}': expected {want}", param=name, code="invalid_type")
     if protocol == "responses" and body.get("input") is None and not body.get("previous_response_id"):
         raise RequestError("missing required parameter: 'input'", param="input", code="missing_required_parameter")

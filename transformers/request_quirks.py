@@ -446,9 +446,7 @@ def _mantle_request(body: Body, ctx: Ctx) -> None:
         out: list[Any] | None = None
         for i, it in enumerate(items):
             if _is_message(it) and it.get("role") == "assistant" and isinstance(it.get("content"), list):
-                text = "".join(
-                    _part_text(p) for p in it["content"] if isinstance(p, dict)
-                )
+                text = "".join(_part_text(p) for p in it["content"] if isinstance(p, dict))
                 out = out if out is not None else list(items)
                 out[i] = {**it, "content": text}
         if out is not None:

@@ -154,6 +154,8 @@ _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 def _is_text_part(p: dict[str, Any]) -> bool:
     kind = p.get("type", "text")
     return isinstance(kind, str) and kind in _TEXT_PARTS
+
+
 _KEEP = ("temperature", "top_p")
 
 

@@ -135,7 +135,18 @@ def _missing(streamed: list[str] | None, final: str) -> str:
 
 
 class _Call:
-    __slots__ = ("index", "item_id", "call_id", "name", "namespace", "custom", "acc", "announced", "ended", "last_final")
+    __slots__ = (
+        "index",
+        "item_id",
+        "call_id",
+        "name",
+        "namespace",
+        "custom",
+        "acc",
+        "announced",
+        "ended",
+        "last_final",
+    )
 
     def __init__(self, index: int, item_id: str | None, custom: bool) -> None:
         self.index = index

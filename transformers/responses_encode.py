@@ -405,10 +405,22 @@ class ResponsesStreamEncoder:
 
         def resp(status: str, err: Any) -> dict:
             return {
-                **_DEFAULTS, "id": rid, "object": "response", "created_at": created, "status": status,
-                "completed_at": None, "model": model, "output": [], "error": err, "incomplete_details": None,
-                "max_output_tokens": None, "metadata": {}, "tools": [], "text": {"format": {"type": "text"}},
-                "reasoning": {"effort": None, "summary": None}, "usage": normalize_responses(None),
+                **_DEFAULTS,
+                "id": rid,
+                "object": "response",
+                "created_at": created,
+                "status": status,
+                "completed_at": None,
+                "model": model,
+                "output": [],
+                "error": err,
+                "incomplete_details": None,
+                "max_output_tokens": None,
+                "metadata": {},
+                "tools": [],
+                "text": {"format": {"type": "text"}},
+                "reasoning": {"effort": None, "summary": None},
+                "usage": normalize_responses(None),
             }
 
         out: list[dict] = []
@@ -417,8 +429,9 @@ class ResponsesStreamEncoder:
             out.append({"type": "response.created", "response": resp("in_progress", None), "sequence_number": seq})
             seq += 1
         payload = {"type": "server_error", "code": code, "message": message, "param": None}
-        out.append({"type": "error", "code": code, "message": message, "param": None, "error": payload,
-                    "sequence_number": seq})
+        out.append(
+            {"type": "error", "code": code, "message": message, "param": None, "error": payload, "sequence_number": seq}
+        )
         final = resp("failed", {"code": code, "message": message})
         out.append({"type": "response.failed", "response": final, "sequence_number": seq + 1})
         self._seq = seq + 2

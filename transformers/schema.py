@@ -173,8 +173,10 @@ def _names(required: Any) -> list[str]:
 
 
 def _infer_type(node: Node) -> str:
-    values = node["enum"] if isinstance(node.get("enum"), list) and node["enum"] else (
-        [node["const"]] if "const" in node else None
+    values = (
+        node["enum"]
+        if isinstance(node.get("enum"), list) and node["enum"]
+        else ([node["const"]] if "const" in node else None)
     )
     if values is not None:
         kinds = {_json_type(v) for v in values}
@@ -209,7 +211,11 @@ def _property_type(node: Node) -> Node:
 
 def _is_object_schema(node: Node) -> bool:
     t = node.get("type")
-    return t == "object" or (isinstance(t, list) and "object" in t) or (t is None and isinstance(node.get("properties"), dict))
+    return (
+        t == "object"
+        or (isinstance(t, list) and "object" in t)
+        or (t is None and isinstance(node.get("properties"), dict))
+    )
 
 
 def _strict_object(node: Node) -> Node:

@@ -147,12 +147,7 @@ def resolve_custom_input(raw: str, *, tool_name: str, ctx: Ctx) -> str | None:
             inp = v.get("input")
             if type(inp) is str:
                 return inp
-    if (
-        tool_name == "apply_patch"
-        and ctx.on(MIMO_RAW_PATCH)
-        and tool_name in ctx.tools.custom
-        and is_raw_patch(raw)
-    ):
+    if tool_name == "apply_patch" and ctx.on(MIMO_RAW_PATCH) and tool_name in ctx.tools.custom and is_raw_patch(raw):
         ctx.repaired(MIMO_RAW_PATCH)
         return raw
     return None

@@ -45,14 +45,30 @@ REQUEST_TIMEOUT = 30  # llm-comply's per-request timeout
 # the tests each suite must contain (llm-comply 0.5.0); a new test must pass as well
 EXPECTED: dict[str, set[str]] = {
     "openai-chat": {
-        "chat-basic-response", "chat-system-prompt", "chat-multi-turn", "chat-tool-calling",
-        "chat-streaming-response", "chat-streaming-usage", "chat-image-input", "chat-reasoning-summary",
+        "chat-basic-response",
+        "chat-system-prompt",
+        "chat-multi-turn",
+        "chat-tool-calling",
+        "chat-streaming-response",
+        "chat-streaming-usage",
+        "chat-image-input",
+        "chat-reasoning-summary",
         "chat-error-handling",
     },
     "open-responses": {
-        "basic-response", "system-prompt", "multi-turn", "tool-calling", "streaming-response",
-        "streaming-usage", "image-input", "assistant-phase", "response-output-phase-schema",
-        "compact-response", "compact-missing-model", "reasoning-summary", "error-handling",
+        "basic-response",
+        "system-prompt",
+        "multi-turn",
+        "tool-calling",
+        "streaming-response",
+        "streaming-usage",
+        "image-input",
+        "assistant-phase",
+        "response-output-phase-schema",
+        "compact-response",
+        "compact-missing-model",
+        "reasoning-summary",
+        "error-handling",
     },
 }
 
@@ -124,7 +140,11 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [*_serve_cmd(), "serve", "--config", str(CONFIG), "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     p = Proxy(proc, f"http://127.0.0.1:{port}/v1", log)
     try:
@@ -137,18 +157,34 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
 def _run_suite(proxy: Proxy, fmt: str) -> dict:
     exe = BIN / "llm-comply"
     assert exe.exists(), f"llm-comply is not installed next to {sys.executable} (pip install -e '.[test]')"
-    cmd = [str(exe), "run", "-u", proxy.base_url, "-k", API_KEY, "-m", MODEL, "--format", fmt,
-           "--json", "--timeout", str(REQUEST_TIMEOUT)]
+    cmd = [
+        str(exe),
+        "run",
+        "-u",
+        proxy.base_url,
+        "-k",
+        API_KEY,
+        "-m",
+        MODEL,
+        "--format",
+        fmt,
+        "--json",
+        "--timeout",
+        str(REQUEST_TIMEOUT),
+    ]
     try:
-        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=SUITE_TIMEOUT,
-                             stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            cmd, cwd=REPO, capture_output=True, text=True, timeout=SUITE_TIMEOUT, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"llm-comply --format {fmt} did not finish within {SUITE_TIMEOUT:g}s\n{proxy.log()}")
     try:
         report = json.loads(res.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"llm-comply --format {fmt} printed no JSON report (exit {res.returncode})\n"
-                    f"stdout:\n{res.stdout[-3000:]}\nstderr:\n{res.stderr[-3000:]}\n{proxy.log()}")
+        pytest.fail(
+            f"llm-comply --format {fmt} printed no JSON report (exit {res.returncode})\n"
+            f"stdout:\n{res.stdout[-3000:]}\nstderr:\n{res.stderr[-3000:]}\n{proxy.log()}"
+        )
     return report
 
 
@@ -174,6 +210,9 @@ def test_llm_comply_suite(proxy: Proxy, fmt: str) -> None:
     missing = EXPECTED[fmt] - {r["id"] for r in results}
     assert not missing, f"llm-comply --format {fmt} no longer runs {sorted(missing)}"
     problems = _problems(fmt, results)
-    assert not problems, f"llm-comply --format {fmt} through the proxy:\n  " + "\n  ".join(problems) + (
-        f"\n--- proxy log (tail) ---\n{proxy.log()}")
+    assert not problems, (
+        f"llm-comply --format {fmt} through the proxy:\n  "
+        + "\n  ".join(problems)
+        + (f"\n--- proxy log (tail) ---\n{proxy.log()}")
+    )
     assert proxy.proc.poll() is None, f"the proxy died during the suite:\n{proxy.log()}"

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import openai
-
 from scenarios import SDK_TOOLS_CHAT, SDK_TOOLS_RESPONSES
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -70,7 +69,9 @@ def sdk_chat(base_url: str, api_key: str, model: str, *, stream: bool) -> dict[s
                         assert slot["id"] in (None, tc.id), f"tool call {tc.index} id changed {slot['id']} -> {tc.id}"
                         slot["id"] = tc.id
                     if tc.function and tc.function.name:
-                        assert not slot["name"], f"tool call {tc.index}: name repeated ({slot['name']!r}, {tc.function.name!r})"
+                        assert not slot["name"], (
+                            f"tool call {tc.index}: name repeated ({slot['name']!r}, {tc.function.name!r})"
+                        )
                         slot["name"] = tc.function.name
                     if tc.function and tc.function.arguments:
                         slot["arguments"] += tc.function.arguments
@@ -112,8 +113,14 @@ def sdk_responses(base_url: str, api_key: str, model: str, *, stream: bool) -> d
     if not stream:
         r = client.responses.create(**kw)
         text, reasoning, calls = _resp_output(r)
-        return {"text": text, "reasoning": reasoning, "tool_calls": calls, "finish": r.status,
-                "usage": r.usage.model_dump() if r.usage else None, "events": []}
+        return {
+            "text": text,
+            "reasoning": reasoning,
+            "tool_calls": calls,
+            "finish": r.status,
+            "usage": r.usage.model_dump() if r.usage else None,
+            "events": [],
+        }
     events = []
     delta_text, delta_reasoning = [], []
     args_delta: dict[str, str] = {}
@@ -152,7 +159,9 @@ READ_TOOL_PARAMS = {
 }
 
 
-def kosong_two_turns(provider_kind: str, base_url: str, api_key: str, model: str, *, stream: bool = True) -> dict[str, Any]:
+def kosong_two_turns(
+    provider_kind: str, base_url: str, api_key: str, model: str, *, stream: bool = True
+) -> dict[str, Any]:
     """Turn 1: model calls Read twice in parallel. Turn 2: history with both tool results
     goes back; the model answers. Returns what kosong saw on both turns."""
     from kosong import generate
@@ -166,13 +175,21 @@ def kosong_two_turns(provider_kind: str, base_url: str, api_key: str, model: str
     elif provider_kind == "openai_legacy":
         from kosong.contrib.chat_provider.openai_legacy import OpenAILegacy
 
-        provider = OpenAILegacy(model=model, api_key=api_key, base_url=base_url, stream=stream,
-                                reasoning_key="reasoning_content", max_retries=0, timeout=TIMEOUT)
+        provider = OpenAILegacy(
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            stream=stream,
+            reasoning_key="reasoning_content",
+            max_retries=0,
+            timeout=TIMEOUT,
+        )
     elif provider_kind == "responses":
         from kosong.contrib.chat_provider.openai_responses import OpenAIResponses
 
-        provider = OpenAIResponses(model=model, api_key=api_key, base_url=base_url, stream=stream, max_retries=0,
-                                   timeout=TIMEOUT)
+        provider = OpenAIResponses(
+            model=model, api_key=api_key, base_url=base_url, stream=stream, max_retries=0, timeout=TIMEOUT
+        )
     else:  # pragma: no cover
         raise ValueError(provider_kind)
 

@@ -73,7 +73,9 @@ def ensure_codex(repo: Path, timeout: float = 300) -> Path:
         timeout=timeout,
     )
     if proc.returncode != 0 or _installed_version(prefix) != CODEX_VERSION:
-        raise CodexUnavailable(f"npm install {CODEX_PACKAGE} failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise CodexUnavailable(
+            f"npm install {CODEX_PACKAGE} failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     return launcher
 
 
@@ -176,7 +178,8 @@ class CodexRun:
     def describe(self) -> str:
         return (
             f"codex rc={self.returncode} timed_out={self.timed_out} {self.duration:.1f}s\n"
-            f"--- events ---\n" + "\n".join(json.dumps(e, ensure_ascii=False)[:600] for e in self.events)
+            f"--- events ---\n"
+            + "\n".join(json.dumps(e, ensure_ascii=False)[:600] for e in self.events)
             + ("\n--- non-json stdout ---\n" + "\n".join(self.non_json[-20:]) if self.non_json else "")
             + f"\n--- stderr (tail) ---\n{self.stderr[-4000:]}"
         )
@@ -251,8 +254,9 @@ def run_codex(
     retries: int = 0,
 ) -> CodexRun:
     workspace.mkdir(parents=True, exist_ok=True)
-    write_codex_home(home, base_url=base_url, model=model, catalog=catalog, env_key=env_key, extra_toml=extra_toml,
-                     retries=retries)
+    write_codex_home(
+        home, base_url=base_url, model=model, catalog=catalog, env_key=env_key, extra_toml=extra_toml, retries=retries
+    )
     argv = [
         str(launcher),
         "exec",

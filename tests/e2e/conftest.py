@@ -33,7 +33,6 @@ import codex_harness  # noqa: E402
 from proxy_harness import PROXY_CLIENT_KEY, REPO, Proxy, provider_entry  # noqa: E402
 from scripted_upstream import ScriptedUpstream  # noqa: E402
 
-
 TEST_TIME_LIMIT = 150  # seconds per e2e test, on top of the per-process timeouts
 
 
@@ -103,8 +102,16 @@ def proxy(tmp_path):
 def proxy_for(proxy):
     """One scripted upstream behind the proxy under one client-facing model name."""
 
-    def make(up: ScriptedUpstream, *, model: str, profile: str = "openai-compatible", protocol: str = "chat",
-             upstream_model: str | None = None, provider_extra: dict | None = None, model_extra: dict | None = None) -> Proxy:
+    def make(
+        up: ScriptedUpstream,
+        *,
+        model: str,
+        profile: str = "openai-compatible",
+        protocol: str = "chat",
+        upstream_model: str | None = None,
+        provider_extra: dict | None = None,
+        model_extra: dict | None = None,
+    ) -> Proxy:
         prov = provider_entry(up, profile=profile, protocol=protocol, **(provider_extra or {}))
         m = {"name": model, "provider": prov["name"], **(model_extra or {})}
         if upstream_model:
@@ -129,12 +136,29 @@ def codex() -> Path:
 def codex_run(codex, tmp_path):
     counter = iter(range(1000))
 
-    def run(prompt: str, *, base_url: str, model: str, timeout: float = 90, api_key: str = PROXY_CLIENT_KEY,
-            catalog_overrides: dict | None = None, **kw) -> codex_harness.CodexRun:
+    def run(
+        prompt: str,
+        *,
+        base_url: str,
+        model: str,
+        timeout: float = 90,
+        api_key: str = PROXY_CLIENT_KEY,
+        catalog_overrides: dict | None = None,
+        **kw,
+    ) -> codex_harness.CodexRun:
         n = next(counter)
         catalog = {"models": [codex_harness.catalog_entry(codex, model, **(catalog_overrides or {}))]}
-        return codex_harness.run_codex(codex, prompt, base_url=base_url, model=model,
-                                       workspace=tmp_path / f"ws{n}", home=tmp_path / f"codex_home{n}",
-                                       catalog=catalog, api_key=api_key, timeout=timeout, **kw)
+        return codex_harness.run_codex(
+            codex,
+            prompt,
+            base_url=base_url,
+            model=model,
+            workspace=tmp_path / f"ws{n}",
+            home=tmp_path / f"codex_home{n}",
+            catalog=catalog,
+            api_key=api_key,
+            timeout=timeout,
+            **kw,
+        )
 
     return run

@@ -24,14 +24,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
 from scripted_upstream import ScriptedUpstream
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 PROXY_CLIENT_KEY = "sk-e2e-client"  # what clients send to the proxy
 UPSTREAM_KEY = "sk-e2e-upstream"  # what the proxy must send upstream (never the client's)
-
 
 
 def free_port() -> int:
@@ -78,7 +76,7 @@ class Proxy:
         except OSError:
             return "<no proxy log>"
 
-    def start(self, attempts: int = 3) -> "Proxy":
+    def start(self, attempts: int = 3) -> Proxy:
         """Start and wait for readiness.  Other suites run proxies on this machine too, so
         a free port can be taken between our probe and the bind, and a foreign proxy could
         answer our /readyz: the config carries a probe model with a unique name, and we
@@ -105,19 +103,38 @@ class Proxy:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_PROXY") and not k.endswith("_proxy")}
         env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
         env["PYTHONUNBUFFERED"] = "1"
-        argv = [str(proxy_python()), "-m", "app.cli", "serve", "--config", str(self.cfg_path),
-                "--host", "127.0.0.1", "--port", str(self.port)]
+        argv = [
+            str(proxy_python()),
+            "-m",
+            "app.cli",
+            "serve",
+            "--config",
+            str(self.cfg_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         logf = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, cwd=str(REPO), env=env, stdout=logf, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=str(REPO),
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         logf.close()
         key = ((self.config.get("auth") or {}).get("keys") or [""])[0]
         deadline = time.monotonic() + self.startup_timeout
         last = ""
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                return False, (f"proxy exited rc={self.proc.returncode} during startup (port {self.port})\n"
-                               f"config:\n{self.cfg_path.read_text()}\nlog:\n{self.log()}")
+                return False, (
+                    f"proxy exited rc={self.proc.returncode} during startup (port {self.port})\n"
+                    f"config:\n{self.cfg_path.read_text()}\nlog:\n{self.log()}"
+                )
             try:
                 r = httpx.get(f"{self.url}/readyz", timeout=1.0)
                 if r.status_code == 200:
@@ -148,7 +165,20 @@ class Proxy:
             p.wait(timeout=5)
 
 
-def provider_entry(up: ScriptedUpstream, *, name: str = "scripted", profile: str = "openai-compatible",
-                   protocol: str = "chat", **extra: Any) -> dict:
-    return {"name": name, "profile": profile, "protocol": protocol, "base_url": up.base_url,
-            "api_key": UPSTREAM_KEY, "timeouts": {"connect": 5, "first_byte": 30, "idle": 30}, **extra}
+def provider_entry(
+    up: ScriptedUpstream,
+    *,
+    name: str = "scripted",
+    profile: str = "openai-compatible",
+    protocol: str = "chat",
+    **extra: Any,
+) -> dict:
+    return {
+        "name": name,
+        "profile": profile,
+        "protocol": protocol,
+        "base_url": up.base_url,
+        "api_key": UPSTREAM_KEY,
+        "timeouts": {"connect": 5, "first_byte": 30, "idle": 30},
+        **extra,
+    }

@@ -12,7 +12,7 @@ empty turn, like self-hosted Kimi K2 does when it does not recognise its own ids
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from scripted_upstream import (
     ToolCall,
@@ -20,7 +20,6 @@ from scripted_upstream import (
     chat_chunks,
     chat_history_carries_id,
     chat_turn,
-    history_tool_ids,
     reasoning_only_chat_turn,
     responses_turn,
     with_keepalives,
@@ -78,15 +77,21 @@ PATCH_LINES = [
     "你好，世界 🌏 — \"double\" and 'single' quotes",
     "back\\slash \\\\ two, literal \\n and \\u00e9 stay text",
     "tab\there ✓ émoji 🚀 ｆｕｌｌ-width",
-    "{\"json\": [1, 2.50, null]}",
+    '{"json": [1, 2.50, null]}',
 ]
-RAW_PATCH = "*** Begin Patch\n*** Add File: " + PATCH_FILE + "\n" + "".join("+" + l + "\n" for l in PATCH_LINES) + "*** End Patch"
-PATCH_EXPECTED_BYTES = "".join(l + "\n" for l in PATCH_LINES).encode("utf-8")
+RAW_PATCH = (
+    "*** Begin Patch\n*** Add File: "
+    + PATCH_FILE
+    + "\n"
+    + "".join("+" + line + "\n" for line in PATCH_LINES)
+    + "*** End Patch"
+)
+PATCH_EXPECTED_BYTES = "".join(line + "\n" for line in PATCH_LINES).encode("utf-8")
 
 
 def big_patch_lines(target_bytes: int = 20_000) -> list[str]:
     """> 16 KiB of patch lines with CJK, emoji, quotes, backslashes and tabs (T3-3 shape)."""
-    pieces = ["行{i:04d}: 中文字符 🧪 \"q\" 'a' back\\slash \\n\ttab ✓ ｚ", "line {i:04d} {{\"k\": [1, \"v\\u0041\"]}} 🚀"]
+    pieces = ["行{i:04d}: 中文字符 🧪 \"q\" 'a' back\\slash \\n\ttab ✓ ｚ", 'line {i:04d} {{"k": [1, "v\\u0041"]}} 🚀']
     lines, size, i = [], 0, 0
     while size < target_bytes:
         line = pieces[i % 2].format(i=i)
@@ -97,8 +102,10 @@ def big_patch_lines(target_bytes: int = 20_000) -> list[str]:
 
 
 def make_patch(path: str, lines: list[str]) -> tuple[str, bytes]:
-    raw = "*** Begin Patch\n*** Add File: " + path + "\n" + "".join("+" + l + "\n" for l in lines) + "*** End Patch"
-    return raw, "".join(l + "\n" for l in lines).encode("utf-8")
+    raw = (
+        "*** Begin Patch\n*** Add File: " + path + "\n" + "".join("+" + line + "\n" for line in lines) + "*** End Patch"
+    )
+    return raw, "".join(line + "\n" for line in lines).encode("utf-8")
 
 
 BIG_PATCH_FILE = "big_notes.txt"
@@ -123,10 +130,20 @@ def codex_chat_exec(model: str = "e2e-chat") -> list[Turn]:
     """(a) Chat upstream: exec_command, then the final text once the output came back."""
     cid = "call_exec_a1"
     return [
-        chat_turn(model=model, reasoning="Run the command first.", text="",
-                  tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="exec call"),
-        chat_turn(model=model, text=FINAL_TEXT["exec"], label="final",
-                  when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("chat", "exec output missing")),
+        chat_turn(
+            model=model,
+            reasoning="Run the command first.",
+            text="",
+            tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)],
+            label="exec call",
+        ),
+        chat_turn(
+            model=model,
+            text=FINAL_TEXT["exec"],
+            label="final",
+            when=tool_output_contains(cid, EXEC_MARKER),
+            otherwise=miss("chat", "exec output missing"),
+        ),
     ]
 
 
@@ -135,8 +152,13 @@ def codex_responses_exec(model: str = "e2e-resp") -> list[Turn]:
     cid = "call_exec_r1"
     return [
         responses_turn(model=model, tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="exec call"),
-        responses_turn(model=model, text=FINAL_TEXT["exec"], label="final",
-                       when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("responses", "exec output missing")),
+        responses_turn(
+            model=model,
+            text=FINAL_TEXT["exec"],
+            label="final",
+            when=tool_output_contains(cid, EXEC_MARKER),
+            otherwise=miss("responses", "exec output missing"),
+        ),
     ]
 
 
@@ -146,10 +168,21 @@ def codex_mimo_patch(model: str = "mimo-v2.6-flash", *, big: bool = False, rechu
     cid = "call_patch_b1"
     raw, path = (BIG_RAW_PATCH, BIG_PATCH_FILE) if big else (RAW_PATCH, PATCH_FILE)
     return [
-        chat_turn(model=model, reasoning="I will add the notes file.", chunk_size=97 if big else 5, rechunk=rechunk,
-                  tool_calls=[ToolCall("apply_patch", raw, id=cid)], label="raw apply_patch"),
-        chat_turn(model=model, text=FINAL_TEXT["patch"], label="final",
-                  when=tool_output_contains(cid, path), otherwise=miss("chat", "apply_patch output missing")),
+        chat_turn(
+            model=model,
+            reasoning="I will add the notes file.",
+            chunk_size=97 if big else 5,
+            rechunk=rechunk,
+            tool_calls=[ToolCall("apply_patch", raw, id=cid)],
+            label="raw apply_patch",
+        ),
+        chat_turn(
+            model=model,
+            text=FINAL_TEXT["patch"],
+            label="final",
+            when=tool_output_contains(cid, path),
+            otherwise=miss("chat", "apply_patch output missing"),
+        ),
     ]
 
 
@@ -160,10 +193,21 @@ def codex_chat_json_patch(model: str = "e2e-chat") -> list[Turn]:
 
     cid = "call_patch_a2"
     return [
-        with_keepalives(chat_turn(model=model, chunk_size=11, label="json apply_patch",
-                                  tool_calls=[ToolCall("apply_patch", json.dumps({"input": RAW_PATCH}, ensure_ascii=False), id=cid)])),
-        chat_turn(model=model, text=FINAL_TEXT["json_patch"], label="final",
-                  when=tool_output_contains(cid, PATCH_FILE), otherwise=miss("chat", "apply_patch output missing")),
+        with_keepalives(
+            chat_turn(
+                model=model,
+                chunk_size=11,
+                label="json apply_patch",
+                tool_calls=[ToolCall("apply_patch", json.dumps({"input": RAW_PATCH}, ensure_ascii=False), id=cid)],
+            )
+        ),
+        chat_turn(
+            model=model,
+            text=FINAL_TEXT["json_patch"],
+            label="final",
+            when=tool_output_contains(cid, PATCH_FILE),
+            otherwise=miss("chat", "apply_patch output missing"),
+        ),
     ]
 
 
@@ -171,9 +215,18 @@ def codex_responses_patch(model: str = "e2e-resp") -> list[Turn]:
     """Direct-harness twin of (b): a proper custom_tool_call from a Responses upstream."""
     cid = "call_patch_r1"
     return [
-        responses_turn(model=model, tool_calls=[ToolCall("apply_patch", RAW_PATCH, id=cid, custom=True)], label="custom apply_patch"),
-        responses_turn(model=model, text=FINAL_TEXT["patch"], label="final",
-                       when=tool_output_contains(cid, PATCH_FILE), otherwise=miss("responses", "apply_patch output missing")),
+        responses_turn(
+            model=model,
+            tool_calls=[ToolCall("apply_patch", RAW_PATCH, id=cid, custom=True)],
+            label="custom apply_patch",
+        ),
+        responses_turn(
+            model=model,
+            text=FINAL_TEXT["patch"],
+            label="final",
+            when=tool_output_contains(cid, PATCH_FILE),
+            otherwise=miss("responses", "apply_patch output missing"),
+        ),
     ]
 
 
@@ -181,10 +234,21 @@ def codex_kimi_ids(model: str = "kimi-k2.6") -> list[Turn]:
     """(c) Kimi: id functions.exec_command:0 must come back verbatim on both sides, else
     Kimi answers with reasoning only (the #520 failure)."""
     return [
-        chat_turn(model=model, reasoning="The user wants the command run.", frame_delay=0.01,
-                  tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=KIMI_ID)], label="kimi call"),
-        chat_turn(model=model, reasoning="The command ran.", text=FINAL_TEXT["kimi"], label="final",
-                  when=chat_history_carries_id(KIMI_ID), otherwise=reasoning_only_chat_turn(model=model)),
+        chat_turn(
+            model=model,
+            reasoning="The user wants the command run.",
+            frame_delay=0.01,
+            tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=KIMI_ID)],
+            label="kimi call",
+        ),
+        chat_turn(
+            model=model,
+            reasoning="The command ran.",
+            text=FINAL_TEXT["kimi"],
+            label="final",
+            when=chat_history_carries_id(KIMI_ID),
+            otherwise=reasoning_only_chat_turn(model=model),
+        ),
     ]
 
 
@@ -192,10 +256,21 @@ def codex_mantle(model: str = "openai.gpt-oss-120b") -> list[Turn]:
     """(d) Bedrock Mantle: done items without id (item_id + stray output_index), completed.output id-less."""
     cid = "call_mantle_d1"
     return [
-        responses_turn(model=model, reasoning="Need to run it.", mantle=True,
-                       tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="mantle call"),
-        responses_turn(model=model, text=FINAL_TEXT["mantle"], mantle=True, label="final",
-                       when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("responses", "exec output missing")),
+        responses_turn(
+            model=model,
+            reasoning="Need to run it.",
+            mantle=True,
+            tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)],
+            label="mantle call",
+        ),
+        responses_turn(
+            model=model,
+            text=FINAL_TEXT["mantle"],
+            mantle=True,
+            label="final",
+            when=tool_output_contains(cid, EXEC_MARKER),
+            otherwise=miss("responses", "exec output missing"),
+        ),
     ]
 
 
@@ -203,10 +278,19 @@ def codex_late_identity(model: str = "e2e-late") -> list[Turn]:
     """(e) function_call added without name; the name arrives only in arguments.done / output_item.done."""
     cid = "call_late_e1"
     return [
-        responses_turn(model=model, late_identity=True,
-                       tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)], label="late identity call"),
-        responses_turn(model=model, text=FINAL_TEXT["late"], label="final",
-                       when=tool_output_contains(cid, EXEC_MARKER), otherwise=miss("responses", "exec output missing")),
+        responses_turn(
+            model=model,
+            late_identity=True,
+            tool_calls=[ToolCall("exec_command", EXEC_ARGS, id=cid)],
+            label="late identity call",
+        ),
+        responses_turn(
+            model=model,
+            text=FINAL_TEXT["late"],
+            label="final",
+            when=tool_output_contains(cid, EXEC_MARKER),
+            otherwise=miss("responses", "exec output missing"),
+        ),
     ]
 
 
@@ -224,25 +308,37 @@ def codex_mimo_invalid_json(kind: str = "chat", model: str = "mimo-v2.6-flash") 
     mk = chat_turn if kind == "chat" else responses_turn
     return [
         mk(model=model, tool_calls=calls, label="mixed batch"),
-        mk(model=model, text=MIXED_FINAL, label="final",
-           when=all_of(tool_output_contains(bad, PARSE_ERROR), tool_output_contains(good, EXEC_MARKER)),
-           otherwise=miss(kind, "parse error / exec output missing")),
+        mk(
+            model=model,
+            text=MIXED_FINAL,
+            label="final",
+            when=all_of(tool_output_contains(bad, PARSE_ERROR), tool_output_contains(good, EXEC_MARKER)),
+            otherwise=miss(kind, "parse error / exec output missing"),
+        ),
     ]
 
 
-UPSTREAM_400 = {"error": {"message": "scripted upstream says: context too long for this deployment",
-                          "type": "invalid_request_error", "code": "invalid_request", "param": None}}
+UPSTREAM_400 = {
+    "error": {
+        "message": "scripted upstream says: context too long for this deployment",
+        "type": "invalid_request_error",
+        "code": "invalid_request",
+        "param": None,
+    }
+}
 
 
 def codex_upstream_400(model: str = "e2e-chat") -> list[Turn]:
     """(i) the upstream refuses with HTTP 400 before streaming: deterministic, Codex must not retry."""
-    return [Turn(body=UPSTREAM_400, status=400, label="HTTP 400"),
-            chat_turn(model=model, text="PREDICATE-MISS: retried a 400"),
-            chat_turn(model=model, text="PREDICATE-MISS: retried a 400")]
+    return [
+        Turn(body=UPSTREAM_400, status=400, label="HTTP 400"),
+        chat_turn(model=model, text="PREDICATE-MISS: retried a 400"),
+        chat_turn(model=model, text="PREDICATE-MISS: retried a 400"),
+    ]
 
 
 RUNS_FILE = "runs.txt"
-RUNS_ARGS = '{"cmd":"printf \'run\\n\' >> ' + RUNS_FILE + ' && cat ' + RUNS_FILE + '"}'
+RUNS_ARGS = '{"cmd":"printf \'run\\n\' >> ' + RUNS_FILE + " && cat " + RUNS_FILE + '"}'
 RETRY_FINAL = "Recovered after the upstream dropped the stream."
 
 
@@ -253,13 +349,22 @@ def codex_truncated_then_retry(model: str = "e2e-chat") -> list[Turn]:
     then the final text.  The command must run exactly once."""
     cid = "call_retry_j1"
     full = chat_chunks(model=model, tool_calls=[ToolCall("exec_command", RUNS_ARGS, id=cid)])
-    cut = [f for f in full if not (isinstance(f, dict) and (f.get("usage") or any(c.get("finish_reason") for c in f.get("choices", []))))]
+    cut = [
+        f
+        for f in full
+        if not (isinstance(f, dict) and (f.get("usage") or any(c.get("finish_reason") for c in f.get("choices", []))))
+    ]
     cut = [f for f in cut if not isinstance(f, str)]  # no [DONE]
     return [
         Turn(frames=cut, kind="chat", label="dropped stream"),
         chat_turn(model=model, tool_calls=[ToolCall("exec_command", RUNS_ARGS, id=cid)], label="retry: tool call"),
-        chat_turn(model=model, text=RETRY_FINAL, label="final",
-                  when=tool_output_contains(cid, "run\n"), otherwise=miss("chat", "retry output missing")),
+        chat_turn(
+            model=model,
+            text=RETRY_FINAL,
+            label="final",
+            when=tool_output_contains(cid, "run\n"),
+            otherwise=miss("chat", "retry output missing"),
+        ),
     ]
 
 
@@ -290,7 +395,9 @@ def _advertised_name(req: dict, ns: str, name: str) -> tuple[str, str | None]:
         fn = t.get("function") or {}
         if t.get("type") == "function" and ns in fn.get("name", "") and fn["name"].endswith(name):
             return fn["name"], None
-    raise LookupError(f"{ns}/{name} not offered; tools: {[t.get('name') or (t.get('function') or {}).get('name') for t in req.get('tools') or []]}")
+    raise LookupError(
+        f"{ns}/{name} not offered; tools: {[t.get('name') or (t.get('function') or {}).get('name') for t in req.get('tools') or []]}"
+    )
 
 
 def codex_namespace_call(kind: str = "chat", model: str = "e2e-chat") -> list[Turn]:
@@ -303,10 +410,17 @@ def codex_namespace_call(kind: str = "chat", model: str = "e2e-chat") -> list[Tu
         name, ns = _advertised_name(req, NS, NS_TOOL)
         if kind == "chat":
             return chat_turn(model=model, tool_calls=[ToolCall(name, NS_ARGS, id=cid)], label="namespace call")
-        return responses_turn(model=model, tool_calls=[ToolCall(name, NS_ARGS, id=cid, namespace=ns)], label="namespace call")
+        return responses_turn(
+            model=model, tool_calls=[ToolCall(name, NS_ARGS, id=cid, namespace=ns)], label="namespace call"
+        )
 
     final = (chat_turn if kind == "chat" else responses_turn)(
-        model=model, text=NS_FINAL, label="final", when=tool_output_routed(cid), otherwise=miss(kind, "namespace call not routed"))
+        model=model,
+        text=NS_FINAL,
+        label="final",
+        when=tool_output_routed(cid),
+        otherwise=miss(kind, "namespace call not routed"),
+    )
     return [Turn(respond=first, label="namespace call"), final]
 
 
@@ -319,13 +433,31 @@ SDK_CALLS = [
     ToolCall("read_file", '{"path":"dir/b \\"q\\".py"}', id="call_sdk_2"),
 ]
 SDK_TOOLS_CHAT = [
-    {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
-                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
-                                                     "required": ["path"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+                "required": ["path"],
+            },
+        },
+    },
 ]
 SDK_TOOLS_RESPONSES = [
-    {"type": "function", "name": "read_file", "description": "Read a file.", "strict": False,
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}}, "required": ["path"]}},
+    {
+        "type": "function",
+        "name": "read_file",
+        "description": "Read a file.",
+        "strict": False,
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["path"],
+        },
+    },
 ]
 
 
@@ -333,7 +465,16 @@ def sdk_parallel(kind: str, model: str = "e2e-sdk", **quirks) -> list[Turn]:
     """One turn: reasoning, text, 2 parallel read_file calls. ``quirks`` (Responses only):
     ``mantle=True`` / ``late_identity=True``."""
     mk = chat_turn if kind == "chat" else responses_turn
-    return [mk(model=model, reasoning=SDK_REASONING, text=SDK_TEXT, tool_calls=list(SDK_CALLS), label="parallel calls", **quirks)]
+    return [
+        mk(
+            model=model,
+            reasoning=SDK_REASONING,
+            text=SDK_TEXT,
+            tool_calls=list(SDK_CALLS),
+            label="parallel calls",
+            **quirks,
+        )
+    ]
 
 
 KOSONG_IDS = ["functions.Read:0", "functions.Read:1"]

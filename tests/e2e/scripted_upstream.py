@@ -50,8 +50,9 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -103,11 +104,11 @@ class Turn:
     frame_delay: float = 0.0
     kind: str | None = None  # "chat" | "responses": how dict frames are framed
     when: Callable[[dict], bool] | None = None
-    otherwise: "Turn | None" = None
+    otherwise: Turn | None = None
     headers: dict[str, str] = field(default_factory=dict)
     label: str = ""
     rechunk: int = 0  # >0: re-split the whole byte stream into writes of this many bytes
-    respond: Callable[[dict], "Turn"] | None = None  # build the turn from the request instead
+    respond: Callable[[dict], Turn] | None = None  # build the turn from the request instead
 
     def to_json(self) -> dict:
         return {
@@ -124,7 +125,7 @@ class Turn:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Turn":
+    def from_json(cls, d: dict) -> Turn:
         frames = []
         for f in d.get("frames") or []:
             if isinstance(f, dict) and set(f) == {"delay"}:
@@ -229,7 +230,7 @@ class ScriptedUpstream:
             self.requests.clear()
             self.errors.clear()
 
-    def start(self, timeout: float = 10.0) -> "ScriptedUpstream":
+    def start(self, timeout: float = 10.0) -> ScriptedUpstream:
         config = uvicorn.Config(
             self.app,
             host=self.host,
@@ -261,7 +262,7 @@ class ScriptedUpstream:
         self._server = None
         self._thread = None
 
-    def __enter__(self) -> "ScriptedUpstream":
+    def __enter__(self) -> ScriptedUpstream:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -313,8 +314,14 @@ class ScriptedUpstream:
             if idx >= len(self.turns):
                 self.errors.append(f"script exhausted: request #{len(self.model_requests)} on {path}")
                 return JSONResponse(
-                    {"error": {"message": "scripted upstream: script exhausted", "type": "invalid_request_error",
-                               "code": "script_exhausted", "param": None}},
+                    {
+                        "error": {
+                            "message": "scripted upstream: script exhausted",
+                            "type": "invalid_request_error",
+                            "code": "script_exhausted",
+                            "param": None,
+                        }
+                    },
                     400,
                 )
             self._next += 1
@@ -337,8 +344,9 @@ class ScriptedUpstream:
                 turn = turn.respond(parsed)
             except Exception as exc:
                 self.errors.append(f"turn {idx} respond() raised {exc!r}")
-                return JSONResponse({"error": {"message": f"scripted respond() failed: {exc!r}",
-                                               "type": "invalid_request_error"}}, 400)
+                return JSONResponse(
+                    {"error": {"message": f"scripted respond() failed: {exc!r}", "type": "invalid_request_error"}}, 400
+                )
         kind = turn.kind or rec.endpoint
         if parsed.get("stream"):
             if turn.frames is None:
@@ -472,8 +480,18 @@ def chat_chunks(
     for i, tc in enumerate(tool_calls):
         pieces = _split(tc.arguments, chunk_size) if tc.arguments else [""]
         frames.append(
-            chunk({"tool_calls": [{"index": i, "id": tc.call_id(i), "type": "function",
-                                   "function": {"name": tc.name, "arguments": pieces[0]}}]})
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": tc.call_id(i),
+                            "type": "function",
+                            "function": {"name": tc.name, "arguments": pieces[0]},
+                        }
+                    ]
+                }
+            )
         )
         for p in pieces[1:]:
             frames.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}))
@@ -481,8 +499,16 @@ def chat_chunks(
     frames.append(chunk({}, fr))
     u = usage if usage is not None else {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
     if u:
-        frames.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                       "choices": [], "usage": u})
+        frames.append(
+            {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": u,
+            }
+        )
     if done:
         frames.append("data: [DONE]\n\n")
     return frames
@@ -511,15 +537,22 @@ def chat_body(
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": msg, "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],
+        "choices": [
+            {"index": 0, "message": msg, "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}
+        ],
         "usage": usage if usage is not None else {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
     }
 
 
-def chat_turn(*, label: str = "", when=None, otherwise=None, frame_delay: float = 0.0, chunk_size: int = 7,
-              rechunk: int = 0, **kw) -> Turn:
+def chat_turn(
+    *, label: str = "", when=None, otherwise=None, frame_delay: float = 0.0, chunk_size: int = 7, rechunk: int = 0, **kw
+) -> Turn:
     """A Chat turn answering both stream (chunks) and non-stream (body) requests."""
-    body_kw = {k: v for k, v in kw.items() if k in ("text", "reasoning", "tool_calls", "finish_reason", "model", "usage", "reasoning_key")}
+    body_kw = {
+        k: v
+        for k, v in kw.items()
+        if k in ("text", "reasoning", "tool_calls", "finish_reason", "model", "usage", "reasoning_key")
+    }
     return Turn(
         frames=chat_chunks(chunk_size=chunk_size, **kw),
         body=chat_body(**body_kw),
@@ -552,13 +585,17 @@ def reasoning_only_chat_turn(reasoning: str = "I am not sure what happened befor
 
 
 def _usage_responses(u: dict | None) -> dict:
-    return u if u is not None else {
-        "input_tokens": 11,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": 7,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": 18,
-    }
+    return (
+        u
+        if u is not None
+        else {
+            "input_tokens": 11,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 7,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 18,
+        }
+    )
 
 
 def responses_events(
@@ -594,9 +631,19 @@ def responses_events(
         return d
 
     def resp(status_: str, output: list) -> dict:
-        r = {"id": rid, "object": "response", "created_at": created_at, "status": status_, "model": model,
-             "output": output, "error": None, "incomplete_details": None, "tool_choice": "auto", "tools": [],
-             "parallel_tool_calls": True}
+        r = {
+            "id": rid,
+            "object": "response",
+            "created_at": created_at,
+            "status": status_,
+            "model": model,
+            "output": output,
+            "error": None,
+            "incomplete_details": None,
+            "tool_choice": "auto",
+            "tools": [],
+            "parallel_tool_calls": True,
+        }
         if status_ == "completed":
             r["usage"] = _usage_responses(usage)
         return r
@@ -616,35 +663,129 @@ def responses_events(
     idx = 0
     if reasoning:
         rs_id = f"rs_{uuid.uuid4().hex[:12]}"
-        frames.append(ev({"type": "response.output_item.added", "output_index": idx,
-                          "item": {"id": rs_id, "type": "reasoning", "summary": []}}))
-        frames.append(ev({"type": "response.reasoning_summary_part.added", "item_id": rs_id, "output_index": idx,
-                          "summary_index": 0, "part": {"type": "summary_text", "text": ""}}))
+        frames.append(
+            ev(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": idx,
+                    "item": {"id": rs_id, "type": "reasoning", "summary": []},
+                }
+            )
+        )
+        frames.append(
+            ev(
+                {
+                    "type": "response.reasoning_summary_part.added",
+                    "item_id": rs_id,
+                    "output_index": idx,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""},
+                }
+            )
+        )
         for p in _split(reasoning, chunk_size):
-            frames.append(ev({"type": "response.reasoning_summary_text.delta", "item_id": rs_id, "output_index": idx,
-                              "summary_index": 0, "delta": p}))
-        frames.append(ev({"type": "response.reasoning_summary_text.done", "item_id": rs_id, "output_index": idx,
-                          "summary_index": 0, "text": reasoning}))
-        frames.append(ev({"type": "response.reasoning_summary_part.done", "item_id": rs_id, "output_index": idx,
-                          "summary_index": 0, "part": {"type": "summary_text", "text": reasoning}}))
+            frames.append(
+                ev(
+                    {
+                        "type": "response.reasoning_summary_text.delta",
+                        "item_id": rs_id,
+                        "output_index": idx,
+                        "summary_index": 0,
+                        "delta": p,
+                    }
+                )
+            )
+        frames.append(
+            ev(
+                {
+                    "type": "response.reasoning_summary_text.done",
+                    "item_id": rs_id,
+                    "output_index": idx,
+                    "summary_index": 0,
+                    "text": reasoning,
+                }
+            )
+        )
+        frames.append(
+            ev(
+                {
+                    "type": "response.reasoning_summary_part.done",
+                    "item_id": rs_id,
+                    "output_index": idx,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": reasoning},
+                }
+            )
+        )
         item = {"id": rs_id, "type": "reasoning", "summary": [{"type": "summary_text", "text": reasoning}]}
         frames.append(ev({"type": "response.output_item.done", "output_index": idx, "item": done_item(item, idx)}))
         output.append(item)
         idx += 1
     if text:
         msg_id = f"msg_{uuid.uuid4().hex[:12]}"
-        frames.append(ev({"type": "response.output_item.added", "output_index": idx,
-                          "item": {"id": msg_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}}))
-        frames.append(ev({"type": "response.content_part.added", "item_id": msg_id, "output_index": idx, "content_index": 0,
-                          "part": {"type": "output_text", "text": "", "annotations": []}}))
+        frames.append(
+            ev(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": idx,
+                    "item": {
+                        "id": msg_id,
+                        "type": "message",
+                        "role": "assistant",
+                        "status": "in_progress",
+                        "content": [],
+                    },
+                }
+            )
+        )
+        frames.append(
+            ev(
+                {
+                    "type": "response.content_part.added",
+                    "item_id": msg_id,
+                    "output_index": idx,
+                    "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": []},
+                }
+            )
+        )
         for p in _split(text, chunk_size):
-            frames.append(ev({"type": "response.output_text.delta", "item_id": msg_id, "output_index": idx,
-                              "content_index": 0, "delta": p, "logprobs": []}))
-        frames.append(ev({"type": "response.output_text.done", "item_id": msg_id, "output_index": idx, "content_index": 0,
-                          "text": text, "logprobs": []}))
+            frames.append(
+                ev(
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": msg_id,
+                        "output_index": idx,
+                        "content_index": 0,
+                        "delta": p,
+                        "logprobs": [],
+                    }
+                )
+            )
+        frames.append(
+            ev(
+                {
+                    "type": "response.output_text.done",
+                    "item_id": msg_id,
+                    "output_index": idx,
+                    "content_index": 0,
+                    "text": text,
+                    "logprobs": [],
+                }
+            )
+        )
         part = {"type": "output_text", "text": text, "annotations": []}
-        frames.append(ev({"type": "response.content_part.done", "item_id": msg_id, "output_index": idx,
-                          "content_index": 0, "part": part}))
+        frames.append(
+            ev(
+                {
+                    "type": "response.content_part.done",
+                    "item_id": msg_id,
+                    "output_index": idx,
+                    "content_index": 0,
+                    "part": part,
+                }
+            )
+        )
         item = {"id": msg_id, "type": "message", "role": "assistant", "status": "completed", "content": [part]}
         frames.append(ev({"type": "response.output_item.done", "output_index": idx, "item": done_item(item, idx)}))
         output.append(item)
@@ -653,19 +794,47 @@ def responses_events(
         call_id = tc.call_id(i)
         if tc.custom:
             item_id = f"ctc_{uuid.uuid4().hex[:12]}"
-            added = {"id": item_id, "type": "custom_tool_call", "status": "in_progress", "call_id": call_id,
-                     "name": tc.name, "input": ""}
+            added = {
+                "id": item_id,
+                "type": "custom_tool_call",
+                "status": "in_progress",
+                "call_id": call_id,
+                "name": tc.name,
+                "input": "",
+            }
             frames.append(ev({"type": "response.output_item.added", "output_index": idx, "item": added}))
             for p in _split(tc.arguments, chunk_size):
-                frames.append(ev({"type": "response.custom_tool_call_input.delta", "item_id": item_id,
-                                  "output_index": idx, "delta": p}))
-            frames.append(ev({"type": "response.custom_tool_call_input.done", "item_id": item_id, "output_index": idx,
-                              "input": tc.arguments}))
+                frames.append(
+                    ev(
+                        {
+                            "type": "response.custom_tool_call_input.delta",
+                            "item_id": item_id,
+                            "output_index": idx,
+                            "delta": p,
+                        }
+                    )
+                )
+            frames.append(
+                ev(
+                    {
+                        "type": "response.custom_tool_call_input.done",
+                        "item_id": item_id,
+                        "output_index": idx,
+                        "input": tc.arguments,
+                    }
+                )
+            )
             item = {**added, "status": "completed", "input": tc.arguments}
         else:
             item_id = f"fc_{uuid.uuid4().hex[:12]}"
-            full = {"id": item_id, "type": "function_call", "status": "in_progress", "call_id": call_id,
-                    "name": tc.name, "arguments": ""}
+            full = {
+                "id": item_id,
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": call_id,
+                "name": tc.name,
+                "arguments": "",
+            }
             if tc.namespace:
                 full["namespace"] = tc.namespace
             added = dict(full)
@@ -674,10 +843,22 @@ def responses_events(
                 added.pop("namespace", None)
             frames.append(ev({"type": "response.output_item.added", "output_index": idx, "item": added}))
             for p in _split(tc.arguments, chunk_size) if tc.arguments else []:
-                frames.append(ev({"type": "response.function_call_arguments.delta", "item_id": item_id,
-                                  "output_index": idx, "delta": p}))
-            done = {"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": idx,
-                    "arguments": tc.arguments}
+                frames.append(
+                    ev(
+                        {
+                            "type": "response.function_call_arguments.delta",
+                            "item_id": item_id,
+                            "output_index": idx,
+                            "delta": p,
+                        }
+                    )
+                )
+            done = {
+                "type": "response.function_call_arguments.done",
+                "item_id": item_id,
+                "output_index": idx,
+                "arguments": tc.arguments,
+            }
             if late_identity:
                 done["name"] = tc.name
                 if tc.namespace:
@@ -695,18 +876,34 @@ def responses_events(
     return frames
 
 
-def responses_body(*, text: str = "", reasoning: str = "", tool_calls: list[ToolCall] = (), model: str = "scripted-model",
-                   usage: dict | None = None, **_: Any) -> dict:
+def responses_body(
+    *,
+    text: str = "",
+    reasoning: str = "",
+    tool_calls: list[ToolCall] = (),
+    model: str = "scripted-model",
+    usage: dict | None = None,
+    **_: Any,
+) -> dict:
     """Non-stream Responses body: the ``response`` object of the completed event."""
     evs = responses_events(text=text, reasoning=reasoning, tool_calls=tool_calls, model=model, usage=usage)
     return evs[-1]["response"]
 
 
-def responses_turn(*, label: str = "", when=None, otherwise=None, frame_delay: float = 0.0, rechunk: int = 0,
-                   **kw) -> Turn:
+def responses_turn(
+    *, label: str = "", when=None, otherwise=None, frame_delay: float = 0.0, rechunk: int = 0, **kw
+) -> Turn:
     body = responses_body(**kw)
-    return Turn(frames=responses_events(**kw), body=body, kind="responses", when=when, otherwise=otherwise,
-                frame_delay=frame_delay, label=label, rechunk=rechunk)
+    return Turn(
+        frames=responses_events(**kw),
+        body=body,
+        kind="responses",
+        when=when,
+        otherwise=otherwise,
+        frame_delay=frame_delay,
+        label=label,
+        rechunk=rechunk,
+    )
 
 
 # --------------------------------------------------------------------------- CLI
@@ -718,7 +915,7 @@ def _load_script(name: str) -> list[Turn]:
             data = json.load(f)
         return [Turn.from_json(t) for t in (data["turns"] if isinstance(data, dict) else data)]
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-    import scenarios  # noqa: PLC0415
+    import scenarios
 
     return scenarios.SCENARIOS[name]()
 

@@ -28,7 +28,6 @@ import hashlib
 import json
 
 import pytest
-
 import scenarios as sc
 from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY
 
@@ -71,8 +70,15 @@ def _assert_exec_ran(run, info):
 
 
 def test_a_codex_chat_upstream_exec(upstream, proxy_for, codex_run):
-    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_chat_exec("e2e-chat"),
-                             model="e2e-chat", profile="openai-compatible", protocol="chat")
+    up, px, run, info = _run(
+        upstream,
+        proxy_for,
+        codex_run,
+        sc.codex_chat_exec("e2e-chat"),
+        model="e2e-chat",
+        profile="openai-compatible",
+        protocol="chat",
+    )
     _common(up, run, info, "exec")
     _assert_exec_ran(run, info)
     # reasoning_content -> a reasoning item Codex shows; Chat usage -> Responses usage (2 turns x 11/7)
@@ -87,7 +93,9 @@ def test_a_codex_chat_upstream_exec(upstream, proxy_for, codex_run):
     # one required string parameter; hosted tools are dropped.
     assert tools["exec_command"]["function"]["parameters"]["required"] == ["cmd"], info
     ap = tools["apply_patch"]["function"]["parameters"]
-    assert ap["type"] == "object" and ap["required"] == ["input"] and ap["properties"]["input"]["type"] == "string", info
+    assert ap["type"] == "object" and ap["required"] == ["input"] and ap["properties"]["input"]["type"] == "string", (
+        info
+    )
     assert not [t for t in first.get("tools") or [] if t.get("type") in HOSTED], info
     # turn 2: one assistant tool_calls message + one tool message with the real output
     asst = [m for m in second["messages"] if m.get("tool_calls")]
@@ -100,8 +108,15 @@ def test_a_codex_chat_upstream_exec(upstream, proxy_for, codex_run):
 def test_a2_codex_chat_upstream_json_wrapped_apply_patch(upstream, proxy_for, codex_run):
     """T3-2 on a non-MiMo Chat upstream (keepalive comments between frames): {"input": raw}
     is decoded and handed to Codex as a custom_tool_call; the file is written."""
-    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_chat_json_patch("e2e-chat"),
-                             model="e2e-chat", profile="openai-compatible", protocol="chat")
+    up, px, run, info = _run(
+        upstream,
+        proxy_for,
+        codex_run,
+        sc.codex_chat_json_patch("e2e-chat"),
+        model="e2e-chat",
+        profile="openai-compatible",
+        protocol="chat",
+    )
     assert (run.workspace / sc.PATCH_FILE).read_bytes() == sc.PATCH_EXPECTED_BYTES, info
     _common(up, run, info, "json_patch")
     tc = [m for m in up.model_requests[1].json["messages"] if m.get("tool_calls")][0]["tool_calls"][0]
@@ -113,10 +128,20 @@ def test_a2_codex_chat_upstream_json_wrapped_apply_patch(upstream, proxy_for, co
 
 @pytest.mark.parametrize("big,rechunk", [(False, 3), (True, 7)], ids=["small-3byte-writes", "20KB-7byte-writes"])
 def test_b_codex_mimo_raw_apply_patch(upstream, proxy_for, codex_run, big, rechunk):
-    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_mimo_patch("mimo-v2.6-flash", big=big, rechunk=rechunk),
-                             model="mimo-v2.6-flash", profile="mimo", protocol="chat")
-    path, expected, raw = ((sc.BIG_PATCH_FILE, sc.BIG_PATCH_EXPECTED_BYTES, sc.BIG_RAW_PATCH) if big
-                           else (sc.PATCH_FILE, sc.PATCH_EXPECTED_BYTES, sc.RAW_PATCH))
+    up, px, run, info = _run(
+        upstream,
+        proxy_for,
+        codex_run,
+        sc.codex_mimo_patch("mimo-v2.6-flash", big=big, rechunk=rechunk),
+        model="mimo-v2.6-flash",
+        profile="mimo",
+        protocol="chat",
+    )
+    path, expected, raw = (
+        (sc.BIG_PATCH_FILE, sc.BIG_PATCH_EXPECTED_BYTES, sc.BIG_RAW_PATCH)
+        if big
+        else (sc.PATCH_FILE, sc.PATCH_EXPECTED_BYTES, sc.RAW_PATCH)
+    )
     assert (run.workspace / path).exists(), info
     got = (run.workspace / path).read_bytes()
     assert hashlib.sha256(got).hexdigest() == hashlib.sha256(expected).hexdigest(), info
@@ -141,8 +166,15 @@ def test_b_codex_mimo_raw_apply_patch(upstream, proxy_for, codex_run, big, rechu
 
 
 def test_c_codex_kimi_native_ids(upstream, proxy_for, codex_run):
-    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_kimi_ids("kimi-k2.6"),
-                             model="kimi-k2.6", profile="kimi", protocol="chat")
+    up, px, run, info = _run(
+        upstream,
+        proxy_for,
+        codex_run,
+        sc.codex_kimi_ids("kimi-k2.6"),
+        model="kimi-k2.6",
+        profile="kimi",
+        protocol="chat",
+    )
     _common(up, run, info, "kimi")
     _assert_exec_ran(run, info)
     second = up.model_requests[1].json
@@ -160,8 +192,15 @@ def test_c_codex_kimi_native_ids(upstream, proxy_for, codex_run):
 
 
 def test_d_codex_mantle_responses_upstream(upstream, proxy_for, codex_run):
-    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_mantle("openai.gpt-oss-120b"),
-                             model="openai.gpt-oss-120b", profile="bedrock-mantle", protocol="responses")
+    up, px, run, info = _run(
+        upstream,
+        proxy_for,
+        codex_run,
+        sc.codex_mantle("openai.gpt-oss-120b"),
+        model="openai.gpt-oss-120b",
+        profile="bedrock-mantle",
+        protocol="responses",
+    )
     _common(up, run, info, "mantle")
     _assert_exec_ran(run, info)
     assert up.model_requests[0].path == "/v1/responses", info
@@ -176,13 +215,22 @@ def test_d_codex_mantle_responses_upstream(upstream, proxy_for, codex_run):
 
 
 def test_e_codex_late_identity_responses_upstream(upstream, proxy_for, codex_run):
-    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_late_identity("e2e-late"),
-                             model="e2e-late", profile="openai-compatible", protocol="responses")
+    up, px, run, info = _run(
+        upstream,
+        proxy_for,
+        codex_run,
+        sc.codex_late_identity("e2e-late"),
+        model="e2e-late",
+        profile="openai-compatible",
+        protocol="responses",
+    )
     _common(up, run, info, "late")
     _assert_exec_ran(run, info)
     second = up.model_requests[1].json
     fc = [i for i in second["input"] if i.get("type") == "function_call"]
-    assert [(i["call_id"], i["name"], i["arguments"]) for i in fc] == [("call_late_e1", "exec_command", sc.EXEC_ARGS)], info
+    assert [(i["call_id"], i["name"], i["arguments"]) for i in fc] == [
+        ("call_late_e1", "exec_command", sc.EXEC_ARGS)
+    ], info
 
 
 # --------------------------------------------------------------------------- g
@@ -193,8 +241,9 @@ def test_g_codex_namespace_tool_via_chat_upstream(upstream, proxy_for, codex_run
     namespace + name for Codex, which routes by the pair (else "unsupported call")."""
     up = upstream(sc.codex_namespace_call("chat", "e2e-chat"), "ns-chat")
     px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")
-    run = codex_run("close the agent", base_url=px.base_url, model="e2e-chat",
-                    catalog_overrides={"supports_search_tool": False})
+    run = codex_run(
+        "close the agent", base_url=px.base_url, model="e2e-chat", catalog_overrides={"supports_search_tool": False}
+    )
     info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
     assert run.returncode == 0 and run.turn_completed, info
     assert not up.errors, info
@@ -229,14 +278,24 @@ def test_f_codex_non_mimo_raw_patch_fails_without_phantom_call(upstream, proxy_f
 
 
 def test_h_codex_mimo_invalid_json_passthrough(upstream, proxy_for, codex_run):
-    up, px, run, info = _run(upstream, proxy_for, codex_run, sc.codex_mimo_invalid_json("chat", "mimo-v2.6-flash"),
-                             model="mimo-v2.6-flash", profile="mimo", protocol="chat")
+    up, px, run, info = _run(
+        upstream,
+        proxy_for,
+        codex_run,
+        sc.codex_mimo_invalid_json("chat", "mimo-v2.6-flash"),
+        model="mimo-v2.6-flash",
+        profile="mimo",
+        protocol="chat",
+    )
     assert run.returncode == 0 and run.turn_completed, info
     assert not up.errors and up.model_requests[1].matched is True, info
     assert run.final_message == sc.MIXED_FINAL, info
     fc = [m for m in up.model_requests[1].json["messages"] if m.get("tool_calls")][0]["tool_calls"]
     # the invalid bytes went to Codex and came back unchanged
-    assert [(t["id"], t["function"]["arguments"]) for t in fc] == [("call_bad_h0", sc.BAD_ARGS), ("call_good_h1", sc.EXEC_ARGS)], info
+    assert [(t["id"], t["function"]["arguments"]) for t in fc] == [
+        ("call_bad_h0", sc.BAD_ARGS),
+        ("call_good_h1", sc.EXEC_ARGS),
+    ], info
 
 
 def test_i_codex_upstream_400_is_not_retried(upstream, proxy_for, codex_run):

@@ -12,7 +12,6 @@ import json
 import os
 
 import pytest
-
 import scenarios as sc
 from client_checks import kosong_two_turns, sdk_chat, sdk_responses
 from proxy_harness import PROXY_CLIENT_KEY, REPO
@@ -98,8 +97,11 @@ def test_codex_direct_kimi_ids_on_responses(upstream, codex_run):
     """Codex itself keeps functions.exec_command:0 verbatim as call_id (so any loss is the proxy's)."""
     turns = [
         sc.responses_turn(tool_calls=[sc.ToolCall("exec_command", sc.EXEC_ARGS, id=sc.KIMI_ID)]),
-        sc.responses_turn(text=sc.FINAL_TEXT["kimi"], when=sc.chat_history_carries_id(sc.KIMI_ID),
-                          otherwise=sc.miss("responses", "id lost")),
+        sc.responses_turn(
+            text=sc.FINAL_TEXT["kimi"],
+            when=sc.chat_history_carries_id(sc.KIMI_ID),
+            otherwise=sc.miss("responses", "id lost"),
+        ),
     ]
     up = upstream(turns, "direct-kimi")
     run = codex_run("run it", base_url=up.base_url, model="e2e-direct")
@@ -111,8 +113,11 @@ def test_harness_detects_lost_id(upstream, codex_run):
     upstream plays the reasoning-only turn and the run has no final agent message."""
     turns = [
         sc.responses_turn(tool_calls=[sc.ToolCall("exec_command", sc.EXEC_ARGS, id="functions_exec_command_0")]),
-        sc.responses_turn(text=sc.FINAL_TEXT["kimi"], when=sc.chat_history_carries_id(sc.KIMI_ID),
-                          otherwise=sc.responses_turn(reasoning="who called that?")),
+        sc.responses_turn(
+            text=sc.FINAL_TEXT["kimi"],
+            when=sc.chat_history_carries_id(sc.KIMI_ID),
+            otherwise=sc.responses_turn(reasoning="who called that?"),
+        ),
     ]
     up = upstream(turns, "direct-miss")
     run = codex_run("run it", base_url=up.base_url, model="e2e-direct")
@@ -122,7 +127,9 @@ def test_harness_detects_lost_id(upstream, codex_run):
 
 def test_scripted_upstream_rechunk_and_keepalive(upstream):
     """Raw transport splits inside UTF-8 characters and SSE comments still parse in the SDK."""
-    t = sc.with_keepalives(sc.chat_turn(text=sc.SDK_TEXT, reasoning=sc.SDK_REASONING, tool_calls=list(sc.SDK_CALLS), rechunk=2))
+    t = sc.with_keepalives(
+        sc.chat_turn(text=sc.SDK_TEXT, reasoning=sc.SDK_REASONING, tool_calls=list(sc.SDK_CALLS), rechunk=2)
+    )
     up = upstream([t], "rechunk")
     got = sdk_chat(up.base_url, PROXY_CLIENT_KEY, "e2e-sdk", stream=True)
     assert got["text"] == sc.SDK_TEXT and got["tool_calls"] == [(c.id, c.name, c.arguments) for c in sc.SDK_CALLS]
@@ -151,7 +158,9 @@ def test_sdk_direct_responses(upstream, stream):
         assert sorted(got["args_delta"].values()) == sorted(t.arguments for t in sc.SDK_CALLS)
 
 
-@pytest.mark.parametrize("provider_kind,kind", [("kimi", "chat"), ("openai_legacy", "chat"), ("responses", "responses")])
+@pytest.mark.parametrize(
+    "provider_kind,kind", [("kimi", "chat"), ("openai_legacy", "chat"), ("responses", "responses")]
+)
 def test_kosong_direct(upstream, provider_kind, kind):
     up = upstream(sc.kosong_kimi(kind), f"kosong-{provider_kind}")
     got = kosong_two_turns(provider_kind, up.base_url, PROXY_CLIENT_KEY, "kimi-k2.6")
@@ -166,8 +175,9 @@ def test_codex_direct_namespace_tool(upstream, codex_run):
     """Without tool_search Codex offers multi_agent_v1 as a Responses namespace tool; a call
     with namespace + name is routed (the output is the handler's, not "unsupported call")."""
     up = upstream(sc.codex_namespace_call("responses", "e2e-direct"), "direct-ns")
-    run = codex_run("close it", base_url=up.base_url, model="e2e-direct",
-                    catalog_overrides={"supports_search_tool": False})
+    run = codex_run(
+        "close it", base_url=up.base_url, model="e2e-direct", catalog_overrides={"supports_search_tool": False}
+    )
     info = run.describe() + "\n" + up.describe()
     assert run.final_message == sc.NS_FINAL and not up.errors, info
     tools = up.model_requests[0].json["tools"]

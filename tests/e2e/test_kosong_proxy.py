@@ -10,7 +10,6 @@ messages (else a reasoning-only turn, which kosong raises as APIEmptyResponseErr
 from __future__ import annotations
 
 import pytest
-
 import scenarios as sc
 from client_checks import kosong_two_turns
 from proxy_harness import PROXY_CLIENT_KEY
@@ -47,6 +46,8 @@ def test_kosong_through_proxy(upstream, proxy_for, provider_kind, upstream_proto
     if upstream_protocol == "chat":
         asst = [m for m in reqs[1].json["messages"] if m.get("tool_calls")]
         assert [tc["id"] for tc in asst[0]["tool_calls"]] == sc.KOSONG_IDS, info
-        assert [tc["function"]["arguments"] for tc in asst[0]["tool_calls"]] == [t.arguments for t in sc.KOSONG_CALLS], info
+        assert [tc["function"]["arguments"] for tc in asst[0]["tool_calls"]] == [
+            t.arguments for t in sc.KOSONG_CALLS
+        ], info
         # kimi profile (reasoning_replay): the replayed tool-call message carries reasoning_content
         assert asst[0].get("reasoning_content") == sc.KOSONG_REASONING, info

@@ -6,7 +6,6 @@ accumulated text, reasoning and the 2 parallel tool calls must equal the script.
 from __future__ import annotations
 
 import pytest
-
 import scenarios as sc
 from client_checks import sdk_chat, sdk_responses
 from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY

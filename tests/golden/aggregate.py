@@ -79,9 +79,13 @@ def aggregate_chat(chunks: list[Any]) -> dict[str, Any]:
             msg[k] = v
     if calls:
         msg["tool_calls"] = [calls[i] for i in sorted(calls)]
-    out: dict[str, Any] = {"id": head.get("id"), "object": "chat.completion", "created": head.get("created"),
-                           "model": head.get("model"),
-                           "choices": [{"index": 0, "message": msg, "finish_reason": finish}]}
+    out: dict[str, Any] = {
+        "id": head.get("id"),
+        "object": "chat.completion",
+        "created": head.get("created"),
+        "model": head.get("model"),
+        "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+    }
     if usage is not None:
         out["usage"] = usage
     if error is not None:
@@ -126,8 +130,13 @@ def terminal_response(events: list[Any]) -> dict[str, Any] | None:
         if e.get("type") in TERMINALS and isinstance(e.get("response"), dict):
             found = e["response"]
     if found is not None and isinstance(found.get("output"), list):
-        found = {**found, "output": [{**it, "id": ids[i]} if isinstance(it, dict) and "id" not in it and i in ids else it
-                                     for i, it in enumerate(found["output"])]}
+        found = {
+            **found,
+            "output": [
+                {**it, "id": ids[i]} if isinstance(it, dict) and "id" not in it and i in ids else it
+                for i, it in enumerate(found["output"])
+            ],
+        }
     return found
 
 
@@ -135,7 +144,8 @@ def chat_finished(chunks: list[Any]) -> bool:
     """Whether a Chat stream ended (a finish reason or an error): a truncated one has no
     whole-object twin to compare with."""
     for c in chunks:
-        if isinstance(c, dict) and ("error" in c or any(
-                isinstance(ch, dict) and ch.get("finish_reason") for ch in c.get("choices") or [])):
+        if isinstance(c, dict) and (
+            "error" in c or any(isinstance(ch, dict) and ch.get("finish_reason") for ch in c.get("choices") or [])
+        ):
             return True
     return False

@@ -73,20 +73,26 @@ class Upstream:
         self.calls += 1
         if n < len(a.before):
             status, body = a.before[n]
-            return httpx.Response(status, content=_body(upstream_body(body), 0, False), headers={"content-type": "application/json"})
+            return httpx.Response(
+                status, content=_body(upstream_body(body), 0, False), headers={"content-type": "application/json"}
+            )
         if a.unreachable:
             raise httpx.ConnectError("connection refused", request=request)
         if a.status >= 400:
             ctype = "text/plain" if isinstance(a.object, bytes) else "application/json"
-            return httpx.Response(a.status, content=_body(upstream_body(a.object), 0, False), headers={"content-type": ctype})
+            return httpx.Response(
+                a.status, content=_body(upstream_body(a.object), 0, False), headers={"content-type": ctype}
+            )
         wants_stream = bool(orjson.loads(request.content).get("stream"))
         if wants_stream:
             if a.stream is None:
                 raise AssertionError(f"{a.name}: the proxy asked for a stream, the case has none")
-            return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                                  content=_body(a.stream, a.chunk, a.cut))
-        return httpx.Response(200, headers={"content-type": "application/json"},
-                              content=_body(upstream_body(a.object), 0, a.cut))
+            return httpx.Response(
+                200, headers={"content-type": "text/event-stream"}, content=_body(a.stream, a.chunk, a.cut)
+            )
+        return httpx.Response(
+            200, headers={"content-type": "application/json"}, content=_body(upstream_body(a.object), 0, a.cut)
+        )
 
 
 def _body(data: bytes, chunk: int, cut: bool) -> Any:
@@ -115,8 +121,11 @@ async def run(case: Case, mode: str) -> Result:
     path = "/v1/chat/completions" if case.client == "chat" else "/v1/responses"
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
-            r = await client.post(path, content=orjson.dumps(case.client_body(mode)),
-                                  headers={"host": "127.0.0.1", "content-type": "application/json", "user-agent": "golden/1"})
+            r = await client.post(
+                path,
+                content=orjson.dumps(case.client_body(mode)),
+                headers={"host": "127.0.0.1", "content-type": "application/json", "user-agent": "golden/1"},
+            )
     return Result(r.status_code, r.headers.get("content-type", ""), r.content)
 
 

@@ -47,8 +47,10 @@ async def main(filters: list[str]) -> int:
     for c, m in runs():
         key = f"{c.client}-to-{c.upstream} {m}"
         by_dir[key] = by_dir.get(key, 0) + 1
-    print(f"{len(CASES)} cases, {written} corpus files written, {removed} stale removed, "
-          f"{time.perf_counter() - started:.1f}s")
+    print(
+        f"{len(CASES)} cases, {written} corpus files written, {removed} stale removed, "
+        f"{time.perf_counter() - started:.1f}s"
+    )
     for k in sorted(by_dir):
         print(f"  {k}: {by_dir[k]}")
     return 0

@@ -68,7 +68,12 @@ def view(case: Case, obj: Any) -> dict[str, Any]:
         calls = []
         for tc in msg.get("tool_calls") or []:
             fn = tc.get("function") or {}
-            call = {"id": tc.get("id"), "type": tc.get("type"), "name": fn.get("name"), "arguments": fn.get("arguments")}
+            call = {
+                "id": tc.get("id"),
+                "type": tc.get("type"),
+                "name": fn.get("name"),
+                "arguments": fn.get("arguments"),
+            }
             if "namespace" in fn:
                 call["namespace"] = fn["namespace"]
             calls.append(call)
@@ -115,19 +120,26 @@ def compare(case: Case, streamed: Result, nonstreamed: Result) -> str | None:
 
 
 def _pair(key: str, streamed: Any, nonstreamed: Any) -> str:
-    return (f"  {key}:\n    streamed     {json.dumps(streamed, ensure_ascii=False)}\n"
-            f"    non-streamed {json.dumps(nonstreamed, ensure_ascii=False)}")
+    return (
+        f"  {key}:\n    streamed     {json.dumps(streamed, ensure_ascii=False)}\n"
+        f"    non-streamed {json.dumps(nonstreamed, ensure_ascii=False)}"
+    )
 
 
 # A truncated Chat stream (no finish reason, no error) has no whole-object twin: its
 # "non-streamed form" would be an invented complete answer, which the proxy rightly answers
 # as complete while the stream rightly fails.
-COMPARABLE = [c for c in BOTH if c.answer.protocol != "chat" or c.answer.stream is None
-              or chat_finished(parse_sse(c.answer.stream))]
+COMPARABLE = [
+    c
+    for c in BOTH
+    if c.answer.protocol != "chat" or c.answer.stream is None or chat_finished(parse_sse(c.answer.stream))
+]
 
 
 @pytest.mark.parametrize("case", COMPARABLE, ids=[c.name for c in COMPARABLE])
 async def test_nonstreamed_equals_aggregated_stream(case: Case) -> None:
     problem = compare(case, await result(case, "stream"), await result(case, "json"))
     if problem:
-        pytest.fail(f"{case.name} ({case.answer.source}): streamed and non-streamed answers differ\n{problem}", pytrace=False)
+        pytest.fail(
+            f"{case.name} ({case.answer.source}): streamed and non-streamed answers differ\n{problem}", pytrace=False
+        )

@@ -28,7 +28,9 @@ async def test_golden(case, mode) -> None:  # type: ignore[no-untyped-def]
     expected = read(path)
     actual = render(await result(case, mode))
     if actual != expected:
-        pytest.fail(f"{path.name}: the client bytes changed ({case.answer.source})\n{diff(expected, actual)}", pytrace=False)
+        pytest.fail(
+            f"{path.name}: the client bytes changed ({case.answer.source})\n{diff(expected, actual)}", pytrace=False
+        )
 
 
 def test_no_stale_corpus_files() -> None:

@@ -19,10 +19,21 @@ RESP_URL = "http://resp.test/v1/responses"
 
 BASE_CONFIG: dict[str, Any] = {
     "providers": [
-        {"name": "chatup", "profile": "openai-compatible", "protocol": "chat", "base_url": "http://chat.test/v1",
-         "api_key": "sk-upstream-secret", "timeouts": {"first_byte": 2, "idle": 2}},
-        {"name": "respup", "profile": "openai-compatible", "protocol": "responses", "base_url": "http://resp.test/v1",
-         "api_key": "sk-upstream-secret"},
+        {
+            "name": "chatup",
+            "profile": "openai-compatible",
+            "protocol": "chat",
+            "base_url": "http://chat.test/v1",
+            "api_key": "sk-upstream-secret",
+            "timeouts": {"first_byte": 2, "idle": 2},
+        },
+        {
+            "name": "respup",
+            "profile": "openai-compatible",
+            "protocol": "responses",
+            "base_url": "http://resp.test/v1",
+            "api_key": "sk-upstream-secret",
+        },
         {"name": "kimi", "profile": "kimi", "protocol": "chat", "base_url": "http://chat.test/v1"},
         {"name": "mimo", "profile": "openai-compatible", "protocol": "chat", "base_url": "http://chat.test/v1"},
         {"name": "demo", "profile": "demo"},
@@ -95,14 +106,24 @@ def parse_sse(raw: bytes) -> list[Any]:
 
 
 def chat_chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
-    c: dict[str, Any] = {"id": "chatcmpl-up1", "object": "chat.completion.chunk", "created": 1, "model": "up-chat",
-                         "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}]}
+    c: dict[str, Any] = {
+        "id": "chatcmpl-up1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "up-chat",
+        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}],
+    }
     c.update(extra)
     return c
 
 
-USAGE_CHAT = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18,
-              "prompt_tokens_details": {"cached_tokens": 3}, "completion_tokens_details": {"reasoning_tokens": 2}}
+USAGE_CHAT = {
+    "prompt_tokens": 11,
+    "completion_tokens": 7,
+    "total_tokens": 18,
+    "prompt_tokens_details": {"cached_tokens": 3},
+    "completion_tokens_details": {"reasoning_tokens": 2},
+}
 
 
 def chat_stream_two_calls() -> list[Any]:
@@ -113,45 +134,125 @@ def chat_stream_two_calls() -> list[Any]:
         chat_chunk({"reasoning_content": "hard"}),
         chat_chunk({"content": "Hel"}),
         chat_chunk({"content": "lo"}),
-        chat_chunk({"tool_calls": [{"index": 0, "id": "functions.Read:0", "type": "function", "function": {"name": "Read", "arguments": ""}}]}),
-        chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"path\":"}}]}),
-        chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "\"a.py\"}"}}]}),
-        chat_chunk({"tool_calls": [{"index": 1, "id": "functions.Bash:1", "type": "function", "function": {"name": "Bash", "arguments": "{\"cmd\":\"ls\"}"}}]}),
+        chat_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "functions.Read:0",
+                        "type": "function",
+                        "function": {"name": "Read", "arguments": ""},
+                    }
+                ]
+            }
+        ),
+        chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"path":'}}]}),
+        chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"a.py"}'}}]}),
+        chat_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "functions.Bash:1",
+                        "type": "function",
+                        "function": {"name": "Bash", "arguments": '{"cmd":"ls"}'},
+                    }
+                ]
+            }
+        ),
         chat_chunk({}, "tool_calls"),
         chat_chunk(None, None, choices=[], usage=USAGE_CHAT),
     ]
 
 
 def resp_stream_two_calls() -> list[dict[str, Any]]:
-    r = {"id": "resp_up1", "object": "response", "status": "in_progress", "model": "up-resp", "output": [], "created_at": 1}
-    fc0 = {"id": "fc_0", "type": "function_call", "status": "in_progress", "call_id": "call_0", "name": "Read", "arguments": ""}
-    fc1 = {"id": "fc_1", "type": "function_call", "status": "in_progress", "call_id": "call_1", "name": "Bash", "arguments": ""}
+    r = {
+        "id": "resp_up1",
+        "object": "response",
+        "status": "in_progress",
+        "model": "up-resp",
+        "output": [],
+        "created_at": 1,
+    }
+    fc0 = {
+        "id": "fc_0",
+        "type": "function_call",
+        "status": "in_progress",
+        "call_id": "call_0",
+        "name": "Read",
+        "arguments": "",
+    }
+    fc1 = {
+        "id": "fc_1",
+        "type": "function_call",
+        "status": "in_progress",
+        "call_id": "call_1",
+        "name": "Bash",
+        "arguments": "",
+    }
     rs = {"id": "rs_0", "type": "reasoning", "summary": []}
     msg = {"id": "msg_0", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
     done_rs = {**rs, "summary": [{"type": "summary_text", "text": "think hard"}], "encrypted_content": "gAAA-opaque"}
     done_msg = {**msg, "status": "completed", "content": [{"type": "output_text", "text": "Hello", "annotations": []}]}
-    done0 = {**fc0, "status": "completed", "arguments": "{\"path\":\"a.py\"}"}
-    done1 = {**fc1, "status": "completed", "arguments": "{\"cmd\":\"ls\"}"}
-    usage = {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 3}, "output_tokens": 7,
-             "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 18}
+    done0 = {**fc0, "status": "completed", "arguments": '{"path":"a.py"}'}
+    done1 = {**fc1, "status": "completed", "arguments": '{"cmd":"ls"}'}
+    usage = {
+        "input_tokens": 11,
+        "input_tokens_details": {"cached_tokens": 3},
+        "output_tokens": 7,
+        "output_tokens_details": {"reasoning_tokens": 2},
+        "total_tokens": 18,
+    }
     seq = [
         {"type": "response.created", "response": r},
         {"type": "response.output_item.added", "output_index": 0, "item": rs},
-        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_0", "output_index": 0, "summary_index": 0, "delta": "think "},
-        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_0", "output_index": 0, "summary_index": 0, "delta": "hard"},
+        {
+            "type": "response.reasoning_summary_text.delta",
+            "item_id": "rs_0",
+            "output_index": 0,
+            "summary_index": 0,
+            "delta": "think ",
+        },
+        {
+            "type": "response.reasoning_summary_text.delta",
+            "item_id": "rs_0",
+            "output_index": 0,
+            "summary_index": 0,
+            "delta": "hard",
+        },
         {"type": "response.output_item.done", "output_index": 0, "item": done_rs},
         {"type": "response.output_item.added", "output_index": 1, "item": msg},
-        {"type": "response.output_text.delta", "item_id": "msg_0", "output_index": 1, "content_index": 0, "delta": "Hel"},
-        {"type": "response.output_text.delta", "item_id": "msg_0", "output_index": 1, "content_index": 0, "delta": "lo"},
+        {
+            "type": "response.output_text.delta",
+            "item_id": "msg_0",
+            "output_index": 1,
+            "content_index": 0,
+            "delta": "Hel",
+        },
+        {
+            "type": "response.output_text.delta",
+            "item_id": "msg_0",
+            "output_index": 1,
+            "content_index": 0,
+            "delta": "lo",
+        },
         {"type": "response.output_item.done", "output_index": 1, "item": done_msg},
         {"type": "response.output_item.added", "output_index": 2, "item": fc0},
-        {"type": "response.function_call_arguments.delta", "item_id": "fc_0", "output_index": 2, "delta": "{\"path\":"},
-        {"type": "response.function_call_arguments.delta", "item_id": "fc_0", "output_index": 2, "delta": "\"a.py\"}"},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_0", "output_index": 2, "delta": '{"path":'},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_0", "output_index": 2, "delta": '"a.py"}'},
         {"type": "response.output_item.done", "output_index": 2, "item": done0},
         {"type": "response.output_item.added", "output_index": 3, "item": fc1},
-        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 3, "delta": "{\"cmd\":\"ls\"}"},
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": "fc_1",
+            "output_index": 3,
+            "delta": '{"cmd":"ls"}',
+        },
         {"type": "response.output_item.done", "output_index": 3, "item": done1},
-        {"type": "response.completed", "response": {**r, "status": "completed", "output": [done_rs, done_msg, done0, done1], "usage": usage}},
+        {
+            "type": "response.completed",
+            "response": {**r, "status": "completed", "output": [done_rs, done_msg, done0, done1], "usage": usage},
+        },
     ]
     for i, e in enumerate(seq):
         e["sequence_number"] = i

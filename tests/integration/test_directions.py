@@ -26,8 +26,14 @@ CHAT_REQ = {
     "model": "chat-model",
     "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "read a.py and ls"}],
     "tools": [
-        {"type": "function", "function": {"name": "Read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}},
-        {"type": "function", "function": {"name": "Bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}},
+        {
+            "type": "function",
+            "function": {"name": "Read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
+        },
+        {
+            "type": "function",
+            "function": {"name": "Bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+        },
     ],
 }
 RESP_REQ = {
@@ -35,24 +41,56 @@ RESP_REQ = {
     "instructions": "be brief",
     "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read a.py and ls"}]}],
     "tools": [
-        {"type": "function", "name": "Read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
-        {"type": "function", "name": "Bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+        {
+            "type": "function",
+            "name": "Read",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+        {
+            "type": "function",
+            "name": "Bash",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+        },
     ],
 }
 
 RESP_FINAL = {
-    "id": "resp_up1", "object": "response", "created_at": 1, "status": "completed", "model": "up-resp",
+    "id": "resp_up1",
+    "object": "response",
+    "created_at": 1,
+    "status": "completed",
+    "model": "up-resp",
     "output": [e for e in resp_stream_two_calls()[-1]["response"]["output"]],
     "usage": resp_stream_two_calls()[-1]["response"]["usage"],
 }
 CHAT_FINAL = {
-    "id": "chatcmpl-up1", "object": "chat.completion", "created": 1, "model": "up-chat",
-    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": "Hello", "reasoning_content": "think hard",
-        "tool_calls": [
-            {"id": "functions.Read:0", "type": "function", "function": {"name": "Read", "arguments": "{\"path\":\"a.py\"}"}},
-            {"id": "functions.Bash:1", "type": "function", "function": {"name": "Bash", "arguments": "{\"cmd\":\"ls\"}"}},
-        ]}}],
+    "id": "chatcmpl-up1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "up-chat",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": "Hello",
+                "reasoning_content": "think hard",
+                "tool_calls": [
+                    {
+                        "id": "functions.Read:0",
+                        "type": "function",
+                        "function": {"name": "Read", "arguments": '{"path":"a.py"}'},
+                    },
+                    {
+                        "id": "functions.Bash:1",
+                        "type": "function",
+                        "function": {"name": "Bash", "arguments": '{"cmd":"ls"}'},
+                    },
+                ],
+            },
+        }
+    ],
     "usage": USAGE_CHAT,
 }
 
@@ -93,20 +131,33 @@ def accumulate_chat(chunks: list[Any]) -> dict[str, Any]:
                 calls[tc["index"]][2] += tc["function"].get("arguments") or ""
     finish = [c["choices"][0]["finish_reason"] for c in body if c["choices"] and c["choices"][0].get("finish_reason")]
     usage = [c["usage"] for c in body if c.get("usage")]
-    return {"text": text, "reasoning": reasoning, "calls": [tuple(v) for _, v in sorted(calls.items())],
-            "finish": finish, "usage": usage, "ids": {c["id"] for c in body}, "models": {c["model"] for c in body}}
+    return {
+        "text": text,
+        "reasoning": reasoning,
+        "calls": [tuple(v) for _, v in sorted(calls.items())],
+        "finish": finish,
+        "usage": usage,
+        "ids": {c["id"] for c in body},
+        "models": {c["model"] for c in body},
+    }
 
 
 async def test_chat_to_chat_stream_preserves_ids(client: httpx.AsyncClient, mock: Any) -> None:
     route = mock.post(CHAT_URL).mock(return_value=sse_response(chat_stream_two_calls(), done=True))
-    r = await client.post("/v1/chat/completions", json={**CHAT_REQ, "stream": True, "stream_options": {"include_usage": True}},
-                          headers={"authorization": "Bearer client-key"})
+    r = await client.post(
+        "/v1/chat/completions",
+        json={**CHAT_REQ, "stream": True, "stream_options": {"include_usage": True}},
+        headers={"authorization": "Bearer client-key"},
+    )
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/event-stream")
     assert r.headers["x-request-id"].startswith("req_")
     got = accumulate_chat(parse_sse(r.content))
     assert got["text"] == "Hello" and got["reasoning"] == "think hard"
-    assert got["calls"] == [("functions.Read:0", "Read", "{\"path\":\"a.py\"}"), ("functions.Bash:1", "Bash", "{\"cmd\":\"ls\"}")]
+    assert got["calls"] == [
+        ("functions.Read:0", "Read", '{"path":"a.py"}'),
+        ("functions.Bash:1", "Bash", '{"cmd":"ls"}'),
+    ]
     assert got["finish"] == ["tool_calls"]
     assert got["usage"][0]["prompt_tokens"] == 11 and got["usage"][0]["completion_tokens"] == 7
     assert got["ids"] == {"chatcmpl-up1"} and got["models"] == {"chat-model"}
@@ -138,10 +189,18 @@ async def test_responses_to_chat_stream(client: httpx.AsyncClient, mock: Any) ->
     final = check_responses_grammar(events)
     got = accumulate_responses(events)
     assert got["text"] == "Hello" and got["reasoning"] == "think hard"
-    assert got["calls"] == [("functions.Read:0", "Read", "{\"path\":\"a.py\"}"), ("functions.Bash:1", "Bash", "{\"cmd\":\"ls\"}")]
+    assert got["calls"] == [
+        ("functions.Read:0", "Read", '{"path":"a.py"}'),
+        ("functions.Bash:1", "Bash", '{"cmd":"ls"}'),
+    ]
     assert final["status"] == "completed" and final["model"] == "chat-model"
-    assert final["usage"] == {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 3}, "output_tokens": 7,
-                              "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 18}
+    assert final["usage"] == {
+        "input_tokens": 11,
+        "input_tokens_details": {"cached_tokens": 3},
+        "output_tokens": 7,
+        "output_tokens_details": {"reasoning_tokens": 2},
+        "total_tokens": 18,
+    }
     assert [i["type"] for i in final["output"]] == ["reasoning", "message", "function_call", "function_call"]
     body = orjson.loads(route.calls.last.request.content)
     assert body["messages"][0] == {"role": "system", "content": "be brief"}
@@ -170,7 +229,7 @@ async def test_responses_to_responses_stream(client: httpx.AsyncClient, mock: An
     final = check_responses_grammar(events)
     got = accumulate_responses(events)
     assert got["text"] == "Hello" and got["reasoning"] == "think hard"
-    assert got["calls"] == [("call_0", "Read", "{\"path\":\"a.py\"}"), ("call_1", "Bash", "{\"cmd\":\"ls\"}")]
+    assert got["calls"] == [("call_0", "Read", '{"path":"a.py"}'), ("call_1", "Bash", '{"cmd":"ls"}')]
     assert final["id"] == "resp_up1"
     rs = next(i for i in got["items"] if i["type"] == "reasoning")
     assert rs["encrypted_content"] == "gAAA-opaque"
@@ -190,17 +249,27 @@ async def test_responses_to_responses_nonstream(client: httpx.AsyncClient, mock:
 
 async def test_chat_to_responses_stream(client: httpx.AsyncClient, mock: Any) -> None:
     route = mock.post(RESP_URL).mock(return_value=sse_response(resp_stream_two_calls(), event_names=True))
-    r = await client.post("/v1/chat/completions", json={**CHAT_REQ, "model": "resp-model", "stream": True,
-                                                       "stream_options": {"include_usage": True}})
+    r = await client.post(
+        "/v1/chat/completions",
+        json={**CHAT_REQ, "model": "resp-model", "stream": True, "stream_options": {"include_usage": True}},
+    )
     assert r.status_code == 200, r.text
     got = accumulate_chat(parse_sse(r.content))
     assert got["text"] == "Hello" and got["reasoning"] == "think hard"
-    assert got["calls"] == [("call_0", "Read", "{\"path\":\"a.py\"}"), ("call_1", "Bash", "{\"cmd\":\"ls\"}")]
+    assert got["calls"] == [("call_0", "Read", '{"path":"a.py"}'), ("call_1", "Bash", '{"cmd":"ls"}')]
     assert got["finish"] == ["tool_calls"]
     assert got["usage"][0]["prompt_tokens_details"]["cached_tokens"] == 3
     body = orjson.loads(route.calls.last.request.content)
     assert body["instructions"] == "be brief"
-    assert body["tools"][0] == {"type": "function", "name": "Read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}} or body["tools"][0]["name"] == "Read"
+    assert (
+        body["tools"][0]
+        == {
+            "type": "function",
+            "name": "Read",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }
+        or body["tools"][0]["name"] == "Read"
+    )
     assert "messages" not in body and body["model"] == "up-resp"
 
 
@@ -218,7 +287,10 @@ async def test_chat_to_responses_nonstream(client: httpx.AsyncClient, mock: Any)
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_demo_provider_answers_both_protocols(client: httpx.AsyncClient, stream: bool) -> None:
-    r = await client.post("/v1/chat/completions", json={"model": "demo", "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
+    r = await client.post(
+        "/v1/chat/completions",
+        json={"model": "demo", "stream": stream, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert r.status_code == 200, r.text
     if stream:
         assert accumulate_chat(parse_sse(r.content))["text"].startswith("Hello from Switchboard's demo provider.")
@@ -235,9 +307,21 @@ async def test_demo_provider_answers_both_protocols(client: httpx.AsyncClient, s
 
 
 async def test_demo_tool_call_through_responses(client: httpx.AsyncClient) -> None:
-    req = {"model": "demo", "stream": True, "input": "please run a tool",
-           "tools": [{"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]}
+    req = {
+        "model": "demo",
+        "stream": True,
+        "input": "please run a tool",
+        "tools": [
+            {
+                "type": "function",
+                "name": "exec_command",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+            }
+        ],
+    }
     r = await client.post("/v1/responses", json=req)
     events = parse_sse(r.content)
     check_responses_grammar(events)
-    assert accumulate_responses(events)["calls"] == [("functions.exec_command:0", "exec_command", "{\"cmd\":\"echo hello from switchboard\"}")]
+    assert accumulate_responses(events)["calls"] == [
+        ("functions.exec_command:0", "exec_command", '{"cmd":"echo hello from switchboard"}')
+    ]

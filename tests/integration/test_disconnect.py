@@ -42,8 +42,13 @@ class SlowUpstream:
             else:
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
                 for i in range(200):
-                    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                             "choices": [{"index": 0, "delta": {"content": f"w{i} "}, "finish_reason": None}]}
+                    chunk = {
+                        "id": "c",
+                        "object": "chat.completion.chunk",
+                        "created": 1,
+                        "model": "m",
+                        "choices": [{"index": 0, "delta": {"content": f"w{i} "}, "finish_reason": None}],
+                    }
                     writer.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
                     await writer.drain()
                     done, _ = await asyncio.wait({eof}, timeout=0.05)
@@ -61,11 +66,19 @@ class SlowUpstream:
 async def _serve(upstream: SlowUpstream) -> tuple[Any, Any, int]:
     up = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
     up_port = up.sockets[0].getsockname()[1]
-    cfg = parse_config({
-        "providers": [{"name": "slow", "protocol": "chat", "base_url": f"http://127.0.0.1:{up_port}/v1",
-                       "timeouts": {"first_byte": 30, "idle": 30}}],
-        "models": [{"name": "m", "provider": "slow"}],
-    })
+    cfg = parse_config(
+        {
+            "providers": [
+                {
+                    "name": "slow",
+                    "protocol": "chat",
+                    "base_url": f"http://127.0.0.1:{up_port}/v1",
+                    "timeouts": {"first_byte": 30, "idle": 30},
+                }
+            ],
+            "models": [{"name": "m", "provider": "slow"}],
+        }
+    )
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -90,7 +103,12 @@ async def test_disconnect_mid_stream_closes_upstream() -> None:
     up, srv, port = await _serve(upstream)
     try:
         async with httpx.AsyncClient() as c:
-            for path, body in (("/v1/chat/completions", {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}),):
+            for path, body in (
+                (
+                    "/v1/chat/completions",
+                    {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+                ),
+            ):
                 async with c.stream("POST", f"http://127.0.0.1:{port}{path}", json=body) as r:
                     assert r.status_code == 200
                     got = b""

@@ -10,23 +10,56 @@ import orjson
 from .conftest import BASE_CONFIG
 
 OAI_URL = "http://oai.test/v1/responses"
-FINAL = {"id": "resp_ok", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-5",
-         "output": [{"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-                     "content": [{"type": "output_text", "text": "fine", "annotations": []}]}]}
-REQ = {"model": "gpt-5", "store": False, "input": [
-    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-    {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-from-another-org"},
-    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
-    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]},
-]}
-INVALID = {"error": {"message": "The encrypted content could not be verified.", "type": "invalid_request_error",
-                     "code": "invalid_encrypted_content", "param": None}}
+FINAL = {
+    "id": "resp_ok",
+    "object": "response",
+    "created_at": 1,
+    "status": "completed",
+    "model": "gpt-5",
+    "output": [
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "fine", "annotations": []}],
+        }
+    ],
+}
+REQ = {
+    "model": "gpt-5",
+    "store": False,
+    "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-from-another-org"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]},
+    ],
+}
+INVALID = {
+    "error": {
+        "message": "The encrypted content could not be verified.",
+        "type": "invalid_request_error",
+        "code": "invalid_encrypted_content",
+        "param": None,
+    }
+}
 
 
 def _config(profile: str) -> dict[str, Any]:
-    return {"providers": [*BASE_CONFIG["providers"], {"name": "oai", "profile": profile, "protocol": "responses",
-                                                      "base_url": "http://oai.test/v1", "api_key": "k"}],
-            "models": [*BASE_CONFIG["models"], {"name": "gpt-5", "provider": "oai"}]}
+    return {
+        "providers": [
+            *BASE_CONFIG["providers"],
+            {
+                "name": "oai",
+                "profile": profile,
+                "protocol": "responses",
+                "base_url": "http://oai.test/v1",
+                "api_key": "k",
+            },
+        ],
+        "models": [*BASE_CONFIG["models"], {"name": "gpt-5", "provider": "oai"}],
+    }
 
 
 async def test_retry_once_without_foreign_blobs(client_factory: Any, mock: Any) -> None:

@@ -44,7 +44,9 @@ async def test_unknown_model_404(client: httpx.AsyncClient) -> None:
         ("/v1/responses", orjson.dumps({"model": "chat-model", "input": 3}), "input"),
     ],
 )
-async def test_bad_request_400_names_param(client: httpx.AsyncClient, path: str, body: bytes, param: str | None) -> None:
+async def test_bad_request_400_names_param(
+    client: httpx.AsyncClient, path: str, body: bytes, param: str | None
+) -> None:
     r = await client.post(path, content=body, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     e = err(r)
@@ -52,7 +54,9 @@ async def test_bad_request_400_names_param(client: httpx.AsyncClient, path: str,
     assert e["param"] == param
 
 
-@pytest.mark.parametrize("headers, code", [({}, "missing_api_key"), ({"authorization": "Bearer wrong"}, "invalid_api_key")])
+@pytest.mark.parametrize(
+    "headers, code", [({}, "missing_api_key"), ({"authorization": "Bearer wrong"}, "invalid_api_key")]
+)
 async def test_auth_401(client_factory: Any, headers: dict[str, str], code: str) -> None:
     c = await client_factory(auth={"keys": ["sk-client-good"]})
     r = await c.post("/v1/chat/completions", json=CHAT, headers=headers)
@@ -67,8 +71,18 @@ async def test_auth_ok_and_hashed_keys(client_factory: Any, mock: Any) -> None:
 
     digest = hashlib.sha256(b"sk-hashed").hexdigest()
     c = await client_factory(auth={"keys": ["sk-client-good", f"sha256:{digest}"]})
-    route = mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json={"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "x",
-                                                                          "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}))
+    route = mock.post(CHAT_URL).mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "x",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            },
+        )
+    )
     for key in ("sk-client-good", "sk-hashed"):
         r = await c.post("/v1/chat/completions", json=CHAT, headers={"authorization": f"Bearer {key}"})
         assert r.status_code == 200, r.text
@@ -92,16 +106,45 @@ async def test_body_too_large_413(client_factory: Any) -> None:
 @pytest.mark.parametrize(
     "status, body, want_status, want_code",
     [
-        (400, {"error": {"message": "bad tools", "type": "invalid_request_error", "code": "invalid_value", "param": "tools"}}, 400, "invalid_value"),
-        (400, {"error": {"message": "This model's maximum context length is 8192 tokens"}}, 400, "context_length_exceeded"),
-        (429, {"error": {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}, 429, "rate_limit_exceeded"),
-        (429, {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}, 429, "insufficient_quota"),
+        (
+            400,
+            {
+                "error": {
+                    "message": "bad tools",
+                    "type": "invalid_request_error",
+                    "code": "invalid_value",
+                    "param": "tools",
+                }
+            },
+            400,
+            "invalid_value",
+        ),
+        (
+            400,
+            {"error": {"message": "This model's maximum context length is 8192 tokens"}},
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            429,
+            {"error": {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit_exceeded"}},
+            429,
+            "rate_limit_exceeded",
+        ),
+        (
+            429,
+            {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}},
+            429,
+            "insufficient_quota",
+        ),
         (401, {"error": {"message": "Invalid API key"}}, 502, "upstream_auth_failed"),
         (500, {"error": {"message": "boom"}}, 502, "server_error"),
         (503, "overloaded", 503, "server_is_overloaded"),
     ],
 )
-async def test_upstream_http_errors_mapped(client: httpx.AsyncClient, mock: Any, status: int, body: Any, want_status: int, want_code: str) -> None:
+async def test_upstream_http_errors_mapped(
+    client: httpx.AsyncClient, mock: Any, status: int, body: Any, want_status: int, want_code: str
+) -> None:
     content = orjson.dumps(body) if not isinstance(body, str) else body.encode()
     mock.post(CHAT_URL).mock(return_value=httpx.Response(status, content=content, headers={"retry-after": "7"}))
     for path, req in (("/v1/chat/completions", {**CHAT, "stream": True}), ("/v1/responses", {**RESP, "stream": True})):
@@ -165,7 +208,9 @@ async def test_midstream_failure_chat_client_gets_error_chunk(client: httpx.Asyn
 
 
 @pytest.mark.parametrize("path, req", [("/v1/chat/completions", CHAT), ("/v1/responses", RESP)])
-async def test_truncated_stream_never_silent(client: httpx.AsyncClient, mock: Any, path: str, req: dict[str, Any]) -> None:
+async def test_truncated_stream_never_silent(
+    client: httpx.AsyncClient, mock: Any, path: str, req: dict[str, Any]
+) -> None:
     # the upstream closes cleanly but without finish_reason / [DONE]
     mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({"role": "assistant", "content": "cut"})]))
     r = await client.post(path, json={**req, "stream": True})
@@ -179,10 +224,21 @@ async def test_truncated_stream_never_silent(client: httpx.AsyncClient, mock: An
 
 async def test_midstream_upstream_error_event_responses(client: httpx.AsyncClient, mock: Any) -> None:
     events = [
-        {"type": "response.created", "response": {"id": "resp_x", "object": "response", "status": "in_progress", "output": []}},
+        {
+            "type": "response.created",
+            "response": {"id": "resp_x", "object": "response", "status": "in_progress", "output": []},
+        },
         {"type": "error", "code": "context_length_exceeded", "message": "too long", "param": None},
-        {"type": "response.failed", "response": {"id": "resp_x", "object": "response", "status": "failed", "output": [],
-                                                  "error": {"code": "context_length_exceeded", "message": "too long"}}},
+        {
+            "type": "response.failed",
+            "response": {
+                "id": "resp_x",
+                "object": "response",
+                "status": "failed",
+                "output": [],
+                "error": {"code": "context_length_exceeded", "message": "too long"},
+            },
+        },
     ]
     mock.post(RESP_URL).mock(return_value=sse_response(events))
     r = await client.post("/v1/responses", json={**RESP, "model": "resp-model", "stream": True})
@@ -217,16 +273,23 @@ async def test_unknown_route_is_openai_error(client: httpx.AsyncClient) -> None:
 
 
 async def test_metrics_count_requests(client: httpx.AsyncClient, mock: Any) -> None:
-    mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({"content": "x"}), chat_chunk({}, "stop")], done=True))
+    mock.post(CHAT_URL).mock(
+        return_value=sse_response([chat_chunk({"content": "x"}), chat_chunk({}, "stop")], done=True)
+    )
     await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     text = (await client.get("/metrics")).text
-    assert 'switchboard_requests_total{client="chat",provider="chatup",route="/v1/chat/completions",status="200"} 1\n' in text
+    assert (
+        'switchboard_requests_total{client="chat",provider="chatup",route="/v1/chat/completions",status="200"} 1\n'
+        in text
+    )
     assert 'switchboard_stream_outcomes_total{client="chat",outcome="completed"} 1\n' in text
 
 
 async def test_previous_response_id_on_chat_upstream_is_a_clear_400(client: httpx.AsyncClient, mock: Any) -> None:
     route = mock.post(CHAT_URL)
-    r = await client.post("/v1/responses", json={"model": "chat-model", "input": "and then?", "previous_response_id": "resp_123"})
+    r = await client.post(
+        "/v1/responses", json={"model": "chat-model", "input": "and then?", "previous_response_id": "resp_123"}
+    )
     assert r.status_code == 400
     e = err(r)
     assert e["param"] == "previous_response_id" and e["code"] == "unsupported_parameter"

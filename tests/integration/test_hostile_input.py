@@ -36,13 +36,25 @@ def chat_base() -> dict[str, Any]:
         "messages": [
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": [{"type": "text", "text": "list files"}]},
-            {"role": "assistant", "content": "ok", "tool_calls": [
-                {"id": "functions.ls:0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": "ok",
+                "tool_calls": [
+                    {"id": "functions.ls:0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+                ],
+            },
             {"role": "tool", "tool_call_id": "functions.ls:0", "content": "a.py"},
         ],
-        "tools": [{"type": "function", "function": {
-            "name": "ls", "description": "list", "parameters": {"type": "object", "properties": {"dir": {"type": "string"}},
-                                                                "required": ["dir"]}}}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "ls",
+                    "description": "list",
+                    "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]},
+                },
+            }
+        ],
     }
 
 
@@ -55,12 +67,21 @@ def resp_base() -> dict[str, Any]:
             {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "a.py"}]},
             {"type": "reasoning", "summary": [{"type": "summary_text", "text": "hm"}]},
-            {"type": "custom_tool_call", "call_id": "call_2", "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"},
+            {
+                "type": "custom_tool_call",
+                "call_id": "call_2",
+                "name": "apply_patch",
+                "input": "*** Begin Patch\n*** End Patch",
+            },
             {"type": "custom_tool_call_output", "call_id": "call_2", "output": "done"},
         ],
         "tools": [
-            {"type": "function", "name": "ls", "description": "list",
-             "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]}},
+            {
+                "type": "function",
+                "name": "ls",
+                "description": "list",
+                "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]},
+            },
             {"type": "custom", "name": "apply_patch", "description": "patch", "format": {"type": "text"}},
             {"type": "namespace", "name": "mcp__gh__", "tools": [{"type": "function", "name": "get_me"}]},
         ],
@@ -120,19 +141,55 @@ MISSING = "missing_required_parameter"
 
 CASES: list[Case] = [
     # nesting: orjson reads 1024 levels, writes 254
-    *[(f"chat-deep-metadata-{n}", CHAT, ("metadata",), Raw(nest(n)), "metadata" + "[0]" * 127, DEEP) for n in (255, 300, 1023)],
-    *[(f"resp-deep-metadata-{n}", RESP, ("metadata",), Raw(nest(n)), "metadata" + "[0]" * 127, DEEP) for n in (255, 300, 1023)],
+    *[
+        (f"chat-deep-metadata-{n}", CHAT, ("metadata",), Raw(nest(n)), "metadata" + "[0]" * 127, DEEP)
+        for n in (255, 300, 1023)
+    ],
+    *[
+        (f"resp-deep-metadata-{n}", RESP, ("metadata",), Raw(nest(n)), "metadata" + "[0]" * 127, DEEP)
+        for n in (255, 300, 1023)
+    ],
     ("chat-deep-unknown-field", CHAT, ("x_extra",), Raw(nest(600)), "x_extra" + "[0]" * 127, DEEP),
-    ("chat-deep-tool-schema", CHAT, ("tools", 0, "function", "parameters"), Raw(deep_schema(500)),
-     "tools[0].function.parameters" + ".properties.a" * 62, DEEP),
-    ("resp-deep-tool-schema", RESP, ("tools", 0, "parameters"), Raw(deep_schema(500)),
-     "tools[0].parameters" + ".properties.a" * 62 + ".properties", DEEP),
-    ("chat-deep-content-part", CHAT, ("messages", 1, "content", 0, "x"), Raw(nest(400)),
-     "messages[1].content[0].x" + "[0]" * 123, DEEP),
-    ("resp-deep-input-part", RESP, ("input", 0, "content", 0, "x"), Raw(nest(400)),
-     "input[0].content[0].x" + "[0]" * 123, DEEP),
-    ("resp-deep-text-format", RESP, ("text",), Raw(b'{"format":{"type":"json_schema","name":"s","schema":' + deep_schema(300) + b"}}"),
-     "text.format.schema" + ".properties.a" * 62 + ".properties", DEEP),
+    (
+        "chat-deep-tool-schema",
+        CHAT,
+        ("tools", 0, "function", "parameters"),
+        Raw(deep_schema(500)),
+        "tools[0].function.parameters" + ".properties.a" * 62,
+        DEEP,
+    ),
+    (
+        "resp-deep-tool-schema",
+        RESP,
+        ("tools", 0, "parameters"),
+        Raw(deep_schema(500)),
+        "tools[0].parameters" + ".properties.a" * 62 + ".properties",
+        DEEP,
+    ),
+    (
+        "chat-deep-content-part",
+        CHAT,
+        ("messages", 1, "content", 0, "x"),
+        Raw(nest(400)),
+        "messages[1].content[0].x" + "[0]" * 123,
+        DEEP,
+    ),
+    (
+        "resp-deep-input-part",
+        RESP,
+        ("input", 0, "content", 0, "x"),
+        Raw(nest(400)),
+        "input[0].content[0].x" + "[0]" * 123,
+        DEEP,
+    ),
+    (
+        "resp-deep-text-format",
+        RESP,
+        ("text",),
+        Raw(b'{"format":{"type":"json_schema","name":"s","schema":' + deep_schema(300) + b"}}"),
+        "text.format.schema" + ".properties.a" * 62 + ".properties",
+        DEEP,
+    ),
     # Chat messages and content parts
     ("chat-message-string", CHAT, ("messages",), ["hi"], "messages[0]", TYPE),
     ("chat-message-null", CHAT, ("messages",), [None], "messages[0]", TYPE),
@@ -144,36 +201,111 @@ CASES: list[Case] = [
     ("chat-part-string", CHAT, ("messages", 1, "content", 0), "hi", "messages[1].content[0]", TYPE),
     ("chat-part-text-number", CHAT, ("messages", 1, "content", 0, "text"), 5, "messages[1].content[0].text", TYPE),
     ("chat-part-type-list", CHAT, ("messages", 1, "content", 0, "type"), ["text"], "messages[1].content[0].type", TYPE),
-    ("chat-part-refusal-number", CHAT, ("messages", 2, "content"), [{"type": "refusal", "refusal": 5}],
-     "messages[2].content[0].refusal", TYPE),
-    ("chat-part-image-url-number", CHAT, ("messages", 1, "content", 0), {"type": "image_url", "image_url": 5},
-     "messages[1].content[0].image_url", TYPE),
+    (
+        "chat-part-refusal-number",
+        CHAT,
+        ("messages", 2, "content"),
+        [{"type": "refusal", "refusal": 5}],
+        "messages[2].content[0].refusal",
+        TYPE,
+    ),
+    (
+        "chat-part-image-url-number",
+        CHAT,
+        ("messages", 1, "content", 0),
+        {"type": "image_url", "image_url": 5},
+        "messages[1].content[0].image_url",
+        TYPE,
+    ),
     ("chat-tool-calls-number", CHAT, ("messages", 2, "tool_calls"), 5, "messages[2].tool_calls", TYPE),
     ("chat-tool-call-string", CHAT, ("messages", 2, "tool_calls", 0), "x", "messages[2].tool_calls[0]", TYPE),
-    ("chat-tool-call-id-list", CHAT, ("messages", 2, "tool_calls", 0, "id"), ["x"], "messages[2].tool_calls[0].id", TYPE),
-    ("chat-tool-call-function-string", CHAT, ("messages", 2, "tool_calls", 0, "function"), "ls",
-     "messages[2].tool_calls[0].function", TYPE),
-    ("chat-tool-call-name-list", CHAT, ("messages", 2, "tool_calls", 0, "function", "name"), ["ls"],
-     "messages[2].tool_calls[0].function.name", TYPE),
+    (
+        "chat-tool-call-id-list",
+        CHAT,
+        ("messages", 2, "tool_calls", 0, "id"),
+        ["x"],
+        "messages[2].tool_calls[0].id",
+        TYPE,
+    ),
+    (
+        "chat-tool-call-function-string",
+        CHAT,
+        ("messages", 2, "tool_calls", 0, "function"),
+        "ls",
+        "messages[2].tool_calls[0].function",
+        TYPE,
+    ),
+    (
+        "chat-tool-call-name-list",
+        CHAT,
+        ("messages", 2, "tool_calls", 0, "function", "name"),
+        ["ls"],
+        "messages[2].tool_calls[0].function.name",
+        TYPE,
+    ),
     ("chat-tool-call-id-object", CHAT, ("messages", 3, "tool_call_id"), {}, "messages[3].tool_call_id", TYPE),
     # Chat tools and tool_choice
     ("chat-tool-number", CHAT, ("tools", 0), 5, "tools[0]", TYPE),
     ("chat-tool-type-list", CHAT, ("tools", 0, "type"), ["function"], "tools[0].type", TYPE),
     ("chat-tool-function-string", CHAT, ("tools", 0, "function"), "ls", "tools[0].function", TYPE),
     ("chat-tool-name-number", CHAT, ("tools", 0, "function", "name"), 5, "tools[0].function.name", TYPE),
-    ("chat-tool-description-list", CHAT, ("tools", 0, "function", "description"), ["d"], "tools[0].function.description", TYPE),
-    ("chat-schema-required-entry", CHAT, ("tools", 0, "function", "parameters", "required"), [["dir"]],
-     "tools[0].function.parameters.required[0]", TYPE),
-    ("chat-schema-required-number", CHAT, ("tools", 0, "function", "parameters", "required"), 3,
-     "tools[0].function.parameters.required", TYPE),
-    ("chat-builtin-function-name", CHAT, ("tools", 1), {"type": "builtin_function", "function": {"name": ["$web_search"]}},
-     "tools[1].function.name", TYPE),
-    ("chat-custom-tool-description", CHAT, ("tools", 1), {"type": "custom", "custom": {"name": "p", "description": 5}},
-     "tools[1].custom.description", TYPE),
+    (
+        "chat-tool-description-list",
+        CHAT,
+        ("tools", 0, "function", "description"),
+        ["d"],
+        "tools[0].function.description",
+        TYPE,
+    ),
+    (
+        "chat-schema-required-entry",
+        CHAT,
+        ("tools", 0, "function", "parameters", "required"),
+        [["dir"]],
+        "tools[0].function.parameters.required[0]",
+        TYPE,
+    ),
+    (
+        "chat-schema-required-number",
+        CHAT,
+        ("tools", 0, "function", "parameters", "required"),
+        3,
+        "tools[0].function.parameters.required",
+        TYPE,
+    ),
+    (
+        "chat-builtin-function-name",
+        CHAT,
+        ("tools", 1),
+        {"type": "builtin_function", "function": {"name": ["$web_search"]}},
+        "tools[1].function.name",
+        TYPE,
+    ),
+    (
+        "chat-custom-tool-description",
+        CHAT,
+        ("tools", 1),
+        {"type": "custom", "custom": {"name": "p", "description": 5}},
+        "tools[1].custom.description",
+        TYPE,
+    ),
     ("chat-tool-choice-number", CHAT, ("tool_choice",), 5, "tool_choice", TYPE),
-    ("chat-tool-choice-function", CHAT, ("tool_choice",), {"type": "function", "function": "ls"}, "tool_choice.function", TYPE),
-    ("chat-tool-choice-allowed", CHAT, ("tool_choice",), {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": 5}},
-     "tool_choice.allowed_tools.tools", TYPE),
+    (
+        "chat-tool-choice-function",
+        CHAT,
+        ("tool_choice",),
+        {"type": "function", "function": "ls"},
+        "tool_choice.function",
+        TYPE,
+    ),
+    (
+        "chat-tool-choice-allowed",
+        CHAT,
+        ("tool_choice",),
+        {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": 5}},
+        "tool_choice.allowed_tools.tools",
+        TYPE,
+    ),
     ("chat-response-format-string", CHAT, ("response_format",), "json", "response_format", TYPE),
     # Responses input items and content parts
     ("resp-item-string", RESP, ("input",), ["hi"], "input[0]", TYPE),
@@ -201,7 +333,14 @@ CASES: list[Case] = [
     ("resp-tool-name-number", RESP, ("tools", 0, "name"), 5, "tools[0].name", TYPE),
     ("resp-tool-name-missing", RESP, ("tools", 0), {"type": "function", "parameters": {}}, "tools[0].name", MISSING),
     ("resp-tool-description-list", RESP, ("tools", 0, "description"), ["d"], "tools[0].description", TYPE),
-    ("resp-schema-required-entry", RESP, ("tools", 0, "parameters", "required"), [5], "tools[0].parameters.required[0]", TYPE),
+    (
+        "resp-schema-required-entry",
+        RESP,
+        ("tools", 0, "parameters", "required"),
+        [5],
+        "tools[0].parameters.required[0]",
+        TYPE,
+    ),
     ("resp-custom-description-number", RESP, ("tools", 1, "description"), 5, "tools[1].description", TYPE),
     ("resp-custom-format-string", RESP, ("tools", 1, "format"), "grammar", "tools[1].format", TYPE),
     ("resp-namespace-name-number", RESP, ("tools", 2, "name"), 5, "tools[2].name", TYPE),
@@ -209,23 +348,70 @@ CASES: list[Case] = [
     ("resp-namespace-tools-string", RESP, ("tools", 2, "tools"), "get_me", "tools[2].tools", TYPE),
     ("resp-namespace-child-number", RESP, ("tools", 2, "tools", 0), 5, "tools[2].tools[0]", TYPE),
     ("resp-namespace-child-name", RESP, ("tools", 2, "tools", 0, "name"), {"n": 1}, "tools[2].tools[0].name", TYPE),
-    ("resp-namespace-child-no-name", RESP, ("tools", 2, "tools", 0), {"type": "function"}, "tools[2].tools[0].name", MISSING),
+    (
+        "resp-namespace-child-no-name",
+        RESP,
+        ("tools", 2, "tools", 0),
+        {"type": "function"},
+        "tools[2].tools[0].name",
+        MISSING,
+    ),
     ("resp-tool-choice-number", RESP, ("tool_choice",), 5, "tool_choice", TYPE),
-    ("resp-tool-choice-name-list", RESP, ("tool_choice",), {"type": "function", "name": ["ls"]}, "tool_choice.name", TYPE),
-    ("resp-tool-choice-allowed", RESP, ("tool_choice",), {"type": "allowed_tools", "mode": "auto", "tools": 5},
-     "tool_choice.tools", TYPE),
+    (
+        "resp-tool-choice-name-list",
+        RESP,
+        ("tool_choice",),
+        {"type": "function", "name": ["ls"]},
+        "tool_choice.name",
+        TYPE,
+    ),
+    (
+        "resp-tool-choice-allowed",
+        RESP,
+        ("tool_choice",),
+        {"type": "allowed_tools", "mode": "auto", "tools": 5},
+        "tool_choice.tools",
+        TYPE,
+    ),
     ("resp-text-format-string", RESP, ("text",), {"format": "json"}, "text.format", TYPE),
     ("resp-previous-response-id-number", RESP, ("previous_response_id",), 5, "previous_response_id", TYPE),
     # integers beyond 64 bits (orjson reads them as floats)
     ("chat-seed-big", CHAT, ("seed",), Raw(BIG), "seed", "integer_above_max_value"),
     ("chat-seed-negative-big", CHAT, ("seed",), Raw(NEG_BIG), "seed", "integer_below_min_value"),
-    ("chat-big-in-metadata", CHAT, ("metadata",), Raw(b'{"k":[1,' + BIG + b"]}"), "metadata.k[1]", "integer_above_max_value"),
-    ("chat-big-in-tool-schema", CHAT, ("tools", 0, "function", "parameters", "properties", "dir", "maximum"), Raw(BIG),
-     "tools[0].function.parameters.properties.dir.maximum", "integer_above_max_value"),
-    ("chat-max-tokens-2-64", CHAT, ("max_tokens",), Raw(b"18446744073709551616"), "max_tokens", "integer_above_max_value"),
+    (
+        "chat-big-in-metadata",
+        CHAT,
+        ("metadata",),
+        Raw(b'{"k":[1,' + BIG + b"]}"),
+        "metadata.k[1]",
+        "integer_above_max_value",
+    ),
+    (
+        "chat-big-in-tool-schema",
+        CHAT,
+        ("tools", 0, "function", "parameters", "properties", "dir", "maximum"),
+        Raw(BIG),
+        "tools[0].function.parameters.properties.dir.maximum",
+        "integer_above_max_value",
+    ),
+    (
+        "chat-max-tokens-2-64",
+        CHAT,
+        ("max_tokens",),
+        Raw(b"18446744073709551616"),
+        "max_tokens",
+        "integer_above_max_value",
+    ),
     ("chat-huge-digits", CHAT, ("seed",), Raw(b"9" * 5000), "seed", "integer_above_max_value"),  # "infinity" to orjson
     ("resp-seed-big", RESP, ("seed",), Raw(BIG), "seed", "integer_above_max_value"),
-    ("resp-max-output-tokens-big", RESP, ("max_output_tokens",), Raw(BIG), "max_output_tokens", "integer_above_max_value"),
+    (
+        "resp-max-output-tokens-big",
+        RESP,
+        ("max_output_tokens",),
+        Raw(BIG),
+        "max_output_tokens",
+        "integer_above_max_value",
+    ),
     ("resp-big-in-input-item", RESP, ("input", 1, "x_seq"), Raw(NEG_BIG), "input[1].x_seq", "integer_below_min_value"),
 ]
 
@@ -266,10 +452,21 @@ class Upstreams:
         stream = orjson.loads(request.content).get("stream")
         if str(request.url) == CHAT_URL:
             if stream:
-                return streamed(sse_body([chat_chunk({"role": "assistant", "content": "hi"}), chat_chunk({}, "stop")], done=True))
-            return httpx.Response(200, json={"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "up-chat",
-                                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
-                                                          "finish_reason": "stop"}]})
+                return streamed(
+                    sse_body([chat_chunk({"role": "assistant", "content": "hi"}), chat_chunk({}, "stop")], done=True)
+                )
+            return httpx.Response(
+                200,
+                json={
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": "up-chat",
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+                    ],
+                },
+            )
         assert str(request.url) == RESP_URL, request.url
         events = resp_stream_two_calls()
         if stream:
@@ -313,8 +510,15 @@ VARIANTS = [(m, s) for m in MODELS for s in (False, True)]
 
 
 @pytest.mark.parametrize("case, route, path, value, param, code", _params(CASES))
-async def test_hostile_body_is_400_naming_param(proxy: tuple[httpx.AsyncClient, Upstreams], case: str, route: str,
-                                                path: tuple[Any, ...], value: Any, param: str, code: str) -> None:
+async def test_hostile_body_is_400_naming_param(
+    proxy: tuple[httpx.AsyncClient, Upstreams],
+    case: str,
+    route: str,
+    path: tuple[Any, ...],
+    value: Any,
+    param: str,
+    code: str,
+) -> None:
     client, ups = proxy
     for model, stream in VARIANTS:
         base = chat_base() if route == CHAT else resp_base()
@@ -325,7 +529,9 @@ async def test_hostile_body_is_400_naming_param(proxy: tuple[httpx.AsyncClient, 
 
 @pytest.mark.parametrize("route", [CHAT, RESP], ids=["chat", "responses"])
 @pytest.mark.parametrize("case, bad", UTF8_CASES, ids=[c[0] for c in UTF8_CASES])
-async def test_invalid_utf8_is_400(proxy: tuple[httpx.AsyncClient, Upstreams], case: str, bad: bytes, route: str) -> None:
+async def test_invalid_utf8_is_400(
+    proxy: tuple[httpx.AsyncClient, Upstreams], case: str, bad: bytes, route: str
+) -> None:
     client, ups = proxy
     for model, stream in VARIANTS:
         base = chat_base() if route == CHAT else resp_base()

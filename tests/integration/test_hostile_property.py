@@ -32,8 +32,12 @@ from .test_hostile_input import MODELS, chat_base, resp_base
 CHAT = "/v1/chat/completions"
 RESP = "/v1/responses"
 
-PROPERTY = settings(max_examples=150, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 
 
 def _streamed(body: bytes) -> httpx.Response:
@@ -46,17 +50,40 @@ def _streamed(body: bytes) -> httpx.Response:
 # besides the table's upstreams: every quirk switched on at once (Chat and Responses
 # upstreams), Moonshot, Bedrock Mantle and OpenAI profiles, Kimi and MiMo models
 EXTRA_PROVIDERS = [
-    {"name": "allchat", "profile": "openai-compatible", "protocol": "chat", "base_url": "http://chat.test/v1",
-     "quirks": {"enable": sorted(QUIRKS)}},
-    {"name": "allresp", "profile": "openai-compatible", "protocol": "responses", "base_url": "http://resp.test/v1",
-     "quirks": {"enable": sorted(QUIRKS)}},
+    {
+        "name": "allchat",
+        "profile": "openai-compatible",
+        "protocol": "chat",
+        "base_url": "http://chat.test/v1",
+        "quirks": {"enable": sorted(QUIRKS)},
+    },
+    {
+        "name": "allresp",
+        "profile": "openai-compatible",
+        "protocol": "responses",
+        "base_url": "http://resp.test/v1",
+        "quirks": {"enable": sorted(QUIRKS)},
+    },
     {"name": "moonshot", "profile": "kimi", "base_url": "https://api.moonshot.ai/v1", "api_key": "k"},
-    {"name": "mantle", "profile": "bedrock-mantle", "protocol": "responses", "base_url": "http://resp.test/v1", "api_key": "k"},
+    {
+        "name": "mantle",
+        "profile": "bedrock-mantle",
+        "protocol": "responses",
+        "base_url": "http://resp.test/v1",
+        "api_key": "k",
+    },
     {"name": "oai", "profile": "openai", "protocol": "responses", "base_url": "http://resp.test/v1", "api_key": "k"},
 ]
-EXTRA_MODELS = [{"name": n, "provider": p} for n, p in
-                (("all-chat", "allchat"), ("all-resp", "allresp"), ("kimi-moon", "moonshot"), ("mantle-model", "mantle"),
-                 ("oai-model", "oai"))]
+EXTRA_MODELS = [
+    {"name": n, "provider": p}
+    for n, p in (
+        ("all-chat", "allchat"),
+        ("all-resp", "allresp"),
+        ("kimi-moon", "moonshot"),
+        ("mantle-model", "mantle"),
+        ("oai-model", "oai"),
+    )
+]
 ALL_MODELS = (*MODELS, "kimi-k2.6", "mimo-v2.6-flash", *(m["name"] for m in EXTRA_MODELS))
 
 
@@ -64,10 +91,19 @@ def upstream(request: httpx.Request) -> httpx.Response:
     stream = orjson.loads(request.content).get("stream")
     if request.url.path.endswith("/chat/completions"):
         if stream:
-            return _streamed(sse_body([chat_chunk({"role": "assistant", "content": "hi"}), chat_chunk({}, "stop")], done=True))
-        return httpx.Response(200, json={"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "up-chat",
-                                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
-                                                      "finish_reason": "stop"}]})
+            return _streamed(
+                sse_body([chat_chunk({"role": "assistant", "content": "hi"}), chat_chunk({}, "stop")], done=True)
+            )
+        return httpx.Response(
+            200,
+            json={
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "up-chat",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            },
+        )
     assert request.url.path.endswith("/responses"), request.url
     events = resp_stream_two_calls()
     if stream:
@@ -80,7 +116,9 @@ class Proxy:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        config = make_config(providers=BASE_CONFIG["providers"] + EXTRA_PROVIDERS, models=BASE_CONFIG["models"] + EXTRA_MODELS)
+        config = make_config(
+            providers=BASE_CONFIG["providers"] + EXTRA_PROVIDERS, models=BASE_CONFIG["models"] + EXTRA_MODELS
+        )
         self.app = create_app(config, transport=httpx.MockTransport(upstream))
         self.life = self.app.router.lifespan_context(self.app)
         self.loop.run_until_complete(self.life.__aenter__())
@@ -88,7 +126,8 @@ class Proxy:
 
     def post(self, path: str, raw: bytes) -> httpx.Response:
         return self.loop.run_until_complete(
-            self.client.post(path, content=raw, headers={"content-type": "application/json"}))
+            self.client.post(path, content=raw, headers={"content-type": "application/json"})
+        )
 
     def close(self) -> None:
         self.loop.run_until_complete(self.client.aclose())
@@ -148,11 +187,18 @@ class Splice:
         self.inside_string = inside_string
 
 
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
-                         st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
-json_values = st.recursive(json_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                                 st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                           max_leaves=12)
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=12,
+)
 
 BAD_UTF8 = [b"\x80", b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\xe2\x82"]
 
@@ -193,8 +239,9 @@ def mutate(data: st.DataObject, body: dict[str, Any]) -> bytes:
             del parent[path[-1]]
             continue
         if action == "add" and isinstance(parent, dict):
-            parent[data.draw(st.sampled_from(["type", "role", "content", "name", "text", "tools", "function", "x"]))] = \
-                data.draw(json_values, label="added")
+            parent[
+                data.draw(st.sampled_from(["type", "role", "content", "name", "text", "tools", "function", "x"]))
+            ] = data.draw(json_values, label="added")
             continue
         value = copy.deepcopy(data.draw(replacements, label="value"))  # sampled values are shared objects
         if isinstance(value, Splice):
@@ -210,8 +257,12 @@ def mutate(data: st.DataObject, body: dict[str, Any]) -> bytes:
 def test_mutated_chat_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
     body = {**chat_base(), "model": data.draw(st.sampled_from(ALL_MODELS)), "stream": data.draw(st.booleans())}
     body["messages"].insert(1, {"role": "developer", "content": [{"type": "text", "text": "d"}]})
-    body["tools"].append({"type": "custom", "custom": {"name": "apply_patch", "description": "p", "format": {"type": "text"}}})
-    body["tool_choice"] = data.draw(st.sampled_from(["auto", "required", {"type": "function", "function": {"name": "ls"}}]))
+    body["tools"].append(
+        {"type": "custom", "custom": {"name": "apply_patch", "description": "p", "format": {"type": "text"}}}
+    )
+    body["tool_choice"] = data.draw(
+        st.sampled_from(["auto", "required", {"type": "function", "function": {"name": "ls"}}])
+    )
     body["stream_options"] = {"include_usage": True}
     stream = body["stream"]
     raw = mutate(data, body)
@@ -222,11 +273,24 @@ def test_mutated_chat_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> Non
 @given(data=st.data())
 def test_mutated_responses_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
     body = {**resp_base(), "model": data.draw(st.sampled_from(ALL_MODELS)), "stream": data.draw(st.booleans())}
-    body["input"].insert(1, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"},
-                                                                                 {"type": "refusal", "refusal": "no"}]})
+    body["input"].insert(
+        1,
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "ok"}, {"type": "refusal", "refusal": "no"}],
+        },
+    )
     body["input"][0]["content"].append({"type": "input_image", "image_url": "data:image/png;base64,AAAA"})
-    body["tool_choice"] = data.draw(st.sampled_from(["auto", {"type": "function", "name": "ls"},
-                                                     {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "ls"}]}]))
+    body["tool_choice"] = data.draw(
+        st.sampled_from(
+            [
+                "auto",
+                {"type": "function", "name": "ls"},
+                {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "ls"}]},
+            ]
+        )
+    )
     body["reasoning"] = {"effort": "high", "summary": "auto"}
     body["text"] = {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}}}
     stream = body["stream"]
@@ -234,9 +298,29 @@ def test_mutated_responses_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -
     check_answer(proxy.post(RESP, raw), RESP, stream)
 
 
-FIELDS = ["model", "messages", "input", "instructions", "tools", "tool_choice", "stream", "stream_options",
-          "response_format", "text", "reasoning", "max_tokens", "max_output_tokens", "n", "previous_response_id",
-          "parallel_tool_calls", "store", "metadata", "reasoning_effort", "thinking", "seed"]
+FIELDS = [
+    "model",
+    "messages",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "stream",
+    "stream_options",
+    "response_format",
+    "text",
+    "reasoning",
+    "max_tokens",
+    "max_output_tokens",
+    "n",
+    "previous_response_id",
+    "parallel_tool_calls",
+    "store",
+    "metadata",
+    "reasoning_effort",
+    "thinking",
+    "seed",
+]
 
 
 @PROPERTY
@@ -250,18 +334,55 @@ def test_arbitrary_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
     body["model"] = data.draw(st.sampled_from([*ALL_MODELS, 5, None]))
     if data.draw(st.integers(0, 4)):
         key = "messages" if path == CHAT else "input"
-        body[key] = data.draw(st.lists(st.one_of(
-            json_values,
-            st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system", 5]), "content": json_values},
-                                  optional={"tool_calls": json_values, "tool_call_id": json_values, "refusal": json_values}),
-            st.fixed_dictionaries({"type": st.sampled_from(["message", "function_call", "function_call_output", "reasoning",
-                                                            "custom_tool_call"])},
-                                  optional={"role": json_values, "content": json_values, "call_id": json_values,
-                                            "name": json_values, "output": json_values, "summary": json_values}),
-        ), max_size=4))
+        body[key] = data.draw(
+            st.lists(
+                st.one_of(
+                    json_values,
+                    st.fixed_dictionaries(
+                        {"role": st.sampled_from(["user", "assistant", "tool", "system", 5]), "content": json_values},
+                        optional={"tool_calls": json_values, "tool_call_id": json_values, "refusal": json_values},
+                    ),
+                    st.fixed_dictionaries(
+                        {
+                            "type": st.sampled_from(
+                                ["message", "function_call", "function_call_output", "reasoning", "custom_tool_call"]
+                            )
+                        },
+                        optional={
+                            "role": json_values,
+                            "content": json_values,
+                            "call_id": json_values,
+                            "name": json_values,
+                            "output": json_values,
+                            "summary": json_values,
+                        },
+                    ),
+                ),
+                max_size=4,
+            )
+        )
     if data.draw(st.booleans()):
-        body["tools"] = data.draw(st.lists(st.one_of(json_values, st.fixed_dictionaries(
-            {"type": st.sampled_from(["function", "custom", "namespace", "builtin_function", "web_search"])},
-            optional={"name": json_values, "function": json_values, "custom": json_values, "tools": json_values,
-                      "description": json_values, "parameters": json_values})), max_size=3))
+        body["tools"] = data.draw(
+            st.lists(
+                st.one_of(
+                    json_values,
+                    st.fixed_dictionaries(
+                        {
+                            "type": st.sampled_from(
+                                ["function", "custom", "namespace", "builtin_function", "web_search"]
+                            )
+                        },
+                        optional={
+                            "name": json_values,
+                            "function": json_values,
+                            "custom": json_values,
+                            "tools": json_values,
+                            "description": json_values,
+                            "parameters": json_values,
+                        },
+                    ),
+                ),
+                max_size=3,
+            )
+        )
     check_answer(proxy.post(path, orjson.dumps(body)), path, body.get("stream") is True)

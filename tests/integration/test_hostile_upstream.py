@@ -18,10 +18,17 @@ import pytest
 from transformers.chat_decode import ChatStreamDecoder
 from transformers.responses_decode import ResponsesStreamDecoder
 
-from .conftest import CHAT_URL, RESP_URL, chat_chunk, chat_stream_two_calls, parse_sse, resp_stream_two_calls, sse_response
+from .conftest import (
+    CHAT_URL,
+    RESP_URL,
+    chat_chunk,
+    chat_stream_two_calls,
+    parse_sse,
+    resp_stream_two_calls,
+    sse_response,
+)
 
-CHAT_REQ = {"messages": [{"role": "user", "content": "read a.py and ls"}],
-            "stream_options": {"include_usage": True}}
+CHAT_REQ = {"messages": [{"role": "user", "content": "read a.py and ls"}], "stream_options": {"include_usage": True}}
 RESP_REQ = {"input": "read a.py and ls"}
 MODEL = {"chat": "chat-model", "responses": "resp-model"}
 PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
@@ -64,7 +71,11 @@ def hostile_resp_stream() -> list[Any]:
         {"type": "response.output_text.delta", "item_id": {"id": "msg_0"}, "output_index": 1, "delta": "!"},
         {"type": "response.output_item.added", "output_index": 9, "item": "x"},
         {"type": "response.output_item.done", "output_index": 9, "item": {"id": "z", "type": ["message"]}},
-        {"type": "response.output_item.done", "output_index": 9, "item": {"id": "msg_9", "type": "message", "content": [1, None]}},
+        {
+            "type": "response.output_item.done",
+            "output_index": 9,
+            "item": {"id": "msg_9", "type": "message", "content": [1, None]},
+        },
     ]
     return s[:8] + bad + s[8:]
 
@@ -84,8 +95,13 @@ def client_view(client: str, raw: bytes) -> dict[str, Any]:
         ids = [t["id"] for c in chunks for ch in c["choices"] for t in ch["delta"].get("tool_calls", ()) if "id" in t]
         text = "".join(ch["delta"].get("content") or "" for c in chunks for ch in c["choices"])
         usage = [c["usage"] for c in chunks if c.get("usage")]
-        return {"status": "completed" if last == "[DONE]" else "failed",
-                "code": None if last == "[DONE]" else last["error"]["code"], "ids": ids, "text": text, "usage": usage}
+        return {
+            "status": "completed" if last == "[DONE]" else "failed",
+            "code": None if last == "[DONE]" else last["error"]["code"],
+            "ids": ids,
+            "text": text,
+            "usage": usage,
+        }
     types = [e["type"] for e in events]
     assert types[0] == "response.created"
     assert [t for t in types if t in TERMINALS] == [types[-1]]
@@ -105,7 +121,9 @@ def upstream_stream(upstream: str) -> httpx.Response:
 
 
 @pytest.mark.parametrize(("client_proto", "upstream"), DIRECTIONS)
-async def test_stream_malformed_events_are_skipped(client: httpx.AsyncClient, mock: Any, client_proto: str, upstream: str) -> None:
+async def test_stream_malformed_events_are_skipped(
+    client: httpx.AsyncClient, mock: Any, client_proto: str, upstream: str
+) -> None:
     mock.post(CHAT_URL if upstream == "chat" else RESP_URL).mock(return_value=upstream_stream(upstream))
     r = await client.post(PATH[client_proto], json=request(client_proto, upstream, True))
     assert r.status_code == 200, r.text
@@ -136,7 +154,8 @@ async def test_stream_guard_one_failure_terminal(
     monkeypatch.setattr(cls, "feed", feed)
     events = chat_stream_two_calls() if upstream == "chat" else resp_stream_two_calls()
     mock.post(CHAT_URL if upstream == "chat" else RESP_URL).mock(
-        return_value=sse_response(events, done=upstream == "chat", event_names=upstream == "responses"))
+        return_value=sse_response(events, done=upstream == "chat", event_names=upstream == "responses")
+    )
     r = await client.post(PATH[client_proto], json=request(client_proto, upstream, True))
     assert r.status_code == 200
     got = client_view(client_proto, r.content)
@@ -148,9 +167,15 @@ async def test_stream_item_nested_hundreds_deep(client: httpx.AsyncClient, mock:
     could not be written), a Chat client (which never receives such items) its answer."""
     deep = b'{"a":' * 300 + b"1" + b"}" * 300
     s = resp_stream_two_calls()
-    item = b'{"type":"response.output_item.done","output_index":4,"item":{"id":"ws_1","type":"web_search_call","action":' + deep + b"}}"
+    item = (
+        b'{"type":"response.output_item.done","output_index":4,"item":{"id":"ws_1","type":"web_search_call","action":'
+        + deep
+        + b"}}"
+    )
     body = sse_response([*s[:-1], item, s[-1]]).content
-    mock.post(RESP_URL).mock(return_value=httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body))
+    mock.post(RESP_URL).mock(
+        return_value=httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+    )
     r = await client.post("/v1/responses", json=request("responses", "responses", True))
     got = client_view("responses", r.content)
     assert (got["status"], got["code"]) == ("failed", "upstream_bad_event")
@@ -160,11 +185,27 @@ async def test_stream_item_nested_hundreds_deep(client: httpx.AsyncClient, mock:
 
 
 def chat_body(**kw: Any) -> dict[str, Any]:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "up-chat",
-            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                "role": "assistant", "content": "Hello",
-                "tool_calls": [{"id": 42, "type": "function", "function": {"name": "Read", "arguments": {"path": "a.py"}}}]}}],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "prompt_tokens_details": 5}, **kw}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "up-chat",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "Hello",
+                    "tool_calls": [
+                        {"id": 42, "type": "function", "function": {"name": "Read", "arguments": {"path": "a.py"}}}
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "prompt_tokens_details": 5},
+        **kw,
+    }
 
 
 def resp_body(**kw: Any) -> dict[str, Any]:
@@ -175,7 +216,9 @@ def resp_body(**kw: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("client_proto", "upstream"), DIRECTIONS)
-async def test_non_stream_bad_optional_fields_are_skipped(client: httpx.AsyncClient, mock: Any, client_proto: str, upstream: str) -> None:
+async def test_non_stream_bad_optional_fields_are_skipped(
+    client: httpx.AsyncClient, mock: Any, client_proto: str, upstream: str
+) -> None:
     body = chat_body() if upstream == "chat" else resp_body()
     mock.post(CHAT_URL if upstream == "chat" else RESP_URL).mock(return_value=httpx.Response(200, json=body))
     r = await client.post(PATH[client_proto], json=request(client_proto, upstream, False))
@@ -184,13 +227,19 @@ async def test_non_stream_bad_optional_fields_are_skipped(client: httpx.AsyncCli
     if client_proto == "chat":
         ids = [t["id"] for t in out["choices"][0]["message"]["tool_calls"]]
         usage = out["usage"]
-        dropped = usage["prompt_tokens_details"]["cached_tokens"] if upstream == "chat" \
+        dropped = (
+            usage["prompt_tokens_details"]["cached_tokens"]
+            if upstream == "chat"
             else usage["completion_tokens_details"]["reasoning_tokens"]
+        )
     else:
         ids = [i["call_id"] for i in out["output"] if i["type"] == "function_call"]
         usage = out["usage"]
-        dropped = usage["input_tokens_details"]["cached_tokens"] if upstream == "chat" \
+        dropped = (
+            usage["input_tokens_details"]["cached_tokens"]
+            if upstream == "chat"
             else usage["output_tokens_details"]["reasoning_tokens"]
+        )
     assert dropped == 0  # the details object of the wrong type counts as absent
     assert ids[0] == "42"  # a numeric upstream id reaches the client as a string
     assert all(isinstance(v, int) for v in usage.values() if not isinstance(v, dict))
@@ -205,7 +254,9 @@ BAD_BODIES = [
 
 @pytest.mark.parametrize("client_proto", ["chat", "responses"])
 @pytest.mark.parametrize(("upstream", "body"), BAD_BODIES, ids=["choices-int", "choices-null", "message-string"])
-async def test_non_stream_malformed_body_is_a_502(client: httpx.AsyncClient, mock: Any, client_proto: str, upstream: str, body: dict[str, Any]) -> None:
+async def test_non_stream_malformed_body_is_a_502(
+    client: httpx.AsyncClient, mock: Any, client_proto: str, upstream: str, body: dict[str, Any]
+) -> None:
     mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json=body))
     r = await client.post(PATH[client_proto], json=request(client_proto, upstream, False))
     assert r.status_code == 502, r.text
@@ -216,8 +267,14 @@ async def test_non_stream_malformed_body_is_a_502(client: httpx.AsyncClient, moc
 
 async def test_non_stream_item_nested_hundreds_deep(client: httpx.AsyncClient, mock: Any) -> None:
     deep = b'{"a":' * 300 + b"1" + b"}" * 300
-    body = b'{"id":"resp_1","object":"response","status":"completed","output":[{"id":"ws_1","type":"web_search_call","action":' + deep + b"}]}"
-    mock.post(RESP_URL).mock(return_value=httpx.Response(200, content=body, headers={"content-type": "application/json"}))
+    body = (
+        b'{"id":"resp_1","object":"response","status":"completed","output":[{"id":"ws_1","type":"web_search_call","action":'
+        + deep
+        + b"}]}"
+    )
+    mock.post(RESP_URL).mock(
+        return_value=httpx.Response(200, content=body, headers={"content-type": "application/json"})
+    )
     r = await client.post("/v1/responses", json=request("responses", "responses", False))
     assert r.status_code == 502, r.text
     assert r.json()["error"]["code"] == "upstream_bad_response"

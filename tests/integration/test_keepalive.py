@@ -40,7 +40,10 @@ async def test_responses_client_gets_in_progress_heartbeats(client_factory: Any,
 async def test_chat_client_gets_comments(client_factory: Any, mock: Any) -> None:
     c = await client_factory(server={"keepalive_seconds": 0.1})
     mock.post(CHAT_URL).mock(side_effect=lambda req: silent_then_done(0.45))
-    r = await c.post("/v1/chat/completions", json={"model": "chat-model", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    r = await c.post(
+        "/v1/chat/completions",
+        json={"model": "chat-model", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert r.content.count(b": keep-alive\n\n") >= 2
     chunks = parse_sse(r.content)
     assert chunks[-1] == "[DONE]"

@@ -28,7 +28,9 @@ from .conftest import USAGE_CHAT, chat_chunk, parse_sse, resp_stream_two_calls, 
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 CODEX_TOOLS: list[dict[str, Any]] = json.loads((FIXTURES / "codex_tools_0.169.json").read_text())
-MANTLE_STREAM = [json.loads(line) for line in (FIXTURES / "responses_mantle_function_call.jsonl").read_text().splitlines() if line]
+MANTLE_STREAM = [
+    json.loads(line) for line in (FIXTURES / "responses_mantle_function_call.jsonl").read_text().splitlines() if line
+]
 ENVELOPE = seal("earlier reasoning from a chat upstream", b"k")
 RAW_PATCH = '*** Begin Patch\n*** Add File: a.txt\n+h\u00e9llo "q" \\ \u2713\n*** End Patch'
 
@@ -111,8 +113,15 @@ def chat_answer(*, reasoning: str | None = "think", text: str | None = "Hello",
     if text:
         chunks.append(chat_chunk({"content": text}))
     for i, (cid, name, args) in enumerate(calls):
-        chunks.append(chat_chunk({"tool_calls": [{"index": i, "id": cid, "type": "function",
-                                                  "function": {"name": name, "arguments": args}}]}))
+        chunks.append(
+            chat_chunk(
+                {
+                    "tool_calls": [
+                        {"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                    ]
+                }
+            )
+        )
     chunks.append(chat_chunk({}, "tool_calls" if calls else "stop"))
     chunks.append(chat_chunk(None, None, choices=[], usage=usage or USAGE_CHAT))
     return sse_response(chunks, done=True)
@@ -236,7 +245,9 @@ def b_codex_chat(model: str, *, max_key: str | None, max_value: int | None = Non
     return check
 
 
-def b_kimi_chat(model: str, *, moonshot: bool, max_key: str = "max_completion_tokens") -> Callable[[dict[str, Any]], None]:
+def b_kimi_chat(
+    model: str, *, moonshot: bool, max_key: str = "max_completion_tokens"
+) -> Callable[[dict[str, Any]], None]:
     def check(b: dict[str, Any]) -> None:
         sent = kimi_request(model)
         assert b["model"] == model
@@ -262,8 +273,15 @@ def b_kimi_to_responses(model: str) -> Callable[[dict[str, Any]], None]:
         assert b["model"] == model and b["instructions"] == "You are Kimi."
         assert [i["type"] for i in b["input"]] == ["message", "function_call", "function_call_output"]
         assert b["input"][1]["call_id"] == "functions.Read:0"  # ≤ 64, canonical: kept
-        assert b["tools"] == [{"type": "function", "name": "Read", "description": "Read a file", "strict": False,
-                               "parameters": kimi_request(model)["tools"][0]["function"]["parameters"]}]
+        assert b["tools"] == [
+            {
+                "type": "function",
+                "name": "Read",
+                "description": "Read a file",
+                "strict": False,
+                "parameters": kimi_request(model)["tools"][0]["function"]["parameters"],
+            }
+        ]
         assert b["max_output_tokens"] == 4096 and b["store"] is False
         assert "messages" not in b and "stream_options" not in b
 
@@ -276,7 +294,7 @@ def b_kimi_to_responses(model: str) -> Callable[[dict[str, Any]], None]:
 def c_codex_from_chat(r: httpx.Response) -> None:
     v = codex_view(r)
     assert v["status"] == "completed" and v["text"] == "Hello" and v["reasoning"] == "think"
-    assert v["calls"] == [("functions.Bash:1", "exec_command", "{\"cmd\":\"ls\"}")]
+    assert v["calls"] == [("functions.Bash:1", "exec_command", '{"cmd":"ls"}')]
     assert v["final"]["usage"]["input_tokens"] == 11 and v["final"]["usage"]["output_tokens"] == 7
     assert r.headers["x-switchboard-dropped-tools"] == "tool_search,web_search"
 
@@ -284,7 +302,7 @@ def c_codex_from_chat(r: httpx.Response) -> None:
 def c_codex_from_responses(r: httpx.Response) -> None:
     v = codex_view(r)
     assert v["status"] == "completed" and v["text"] == "Hello" and v["reasoning"] == "think hard"
-    assert v["calls"] == [("call_0", "Read", "{\"path\":\"a.py\"}"), ("call_1", "Bash", "{\"cmd\":\"ls\"}")]
+    assert v["calls"] == [("call_0", "Read", '{"path":"a.py"}'), ("call_1", "Bash", '{"cmd":"ls"}')]
 
 
 def c_codex_from_mantle(r: httpx.Response) -> None:
@@ -298,13 +316,13 @@ def c_codex_from_mantle(r: httpx.Response) -> None:
 def c_kimi_from_chat(r: httpx.Response) -> None:
     v = kimi_view(r)
     assert v["text"] == "Hello" and v["reasoning"] == "think"
-    assert v["calls"] == [("functions.Bash:1", "exec_command", "{\"cmd\":\"ls\"}")]
+    assert v["calls"] == [("functions.Bash:1", "exec_command", '{"cmd":"ls"}')]
 
 
 def c_kimi_from_responses(r: httpx.Response) -> None:
     v = kimi_view(r)
     assert v["text"] == "Hello" and v["reasoning"] == "think hard"
-    assert v["calls"] == [("call_0", "Read", "{\"path\":\"a.py\"}"), ("call_1", "Bash", "{\"cmd\":\"ls\"}")]
+    assert v["calls"] == [("call_0", "Read", '{"path":"a.py"}'), ("call_1", "Bash", '{"cmd":"ls"}')]
 
 
 def c_codex_mimo_patch(r: httpx.Response) -> None:
@@ -316,9 +334,13 @@ def c_codex_mimo_patch(r: httpx.Response) -> None:
 def c_codex_deepseek_cache(r: httpx.Response) -> None:
     v = codex_view(r)
     assert v["status"] == "completed" and v["text"] == "Hello" and v["reasoning"] == "think"
-    assert v["final"]["usage"] == {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 9},
-                                   "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
-                                   "total_tokens": 25}  # prompt_cache_hit_tokens → cached_tokens
+    assert v["final"]["usage"] == {
+        "input_tokens": 20,
+        "input_tokens_details": {"cached_tokens": 9},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 25,
+    }  # prompt_cache_hit_tokens → cached_tokens
 
 
 def b_mimo(b: dict[str, Any]) -> None:
@@ -339,7 +361,10 @@ def b_openai_strips_envelope(b: dict[str, Any]) -> None:
     assert b["model"] == "gpt-5.5"
     assert not any(i.get("type") == "reasoning" and str(i.get("encrypted_content", "")).startswith("pxy1.")
                    for i in b["input"])  # fmt: skip
-    assert [i.get("encrypted_content") for i in b["input"] if i.get("type") == "reasoning"] == [None, "gAAAA-openai-blob"]
+    assert [i.get("encrypted_content") for i in b["input"] if i.get("type") == "reasoning"] == [
+        None,
+        "gAAAA-openai-blob",
+    ]
 
 
 def b_azure_store(b: dict[str, Any]) -> None:
@@ -359,14 +384,30 @@ def with_item_ids(req: dict[str, Any]) -> dict[str, Any]:
     return req
 
 
-P_OPENAI = {"name": "oai", "profile": "openai", "protocol": "responses", "base_url": "https://api.openai.com/v1",
-            "api_key": "sk-oai"}
+P_OPENAI = {
+    "name": "oai",
+    "profile": "openai",
+    "protocol": "responses",
+    "base_url": "https://api.openai.com/v1",
+    "api_key": "sk-oai",
+}
 P_OPENAI_CHAT = {**P_OPENAI, "protocol": "chat"}
-P_AZURE_DEP = {"name": "az", "profile": "azure", "protocol": "chat", "base_url": "https://res.openai.azure.com",
-               "deployment": "gpt5-prod", "api_key": "az-key"}
+P_AZURE_DEP = {
+    "name": "az",
+    "profile": "azure",
+    "protocol": "chat",
+    "base_url": "https://res.openai.azure.com",
+    "deployment": "gpt5-prod",
+    "api_key": "az-key",
+}
 P_KIMI_VLLM = {"name": "k2", "profile": "kimi", "protocol": "chat", "base_url": "http://10.0.0.5:8000/v1"}
-P_KIMI_MOONSHOT = {"name": "moonshot", "profile": "kimi", "protocol": "chat", "base_url": "https://api.moonshot.ai/v1",
-                   "api_key": "ms-key"}
+P_KIMI_MOONSHOT = {
+    "name": "moonshot",
+    "profile": "kimi",
+    "protocol": "chat",
+    "base_url": "https://api.moonshot.ai/v1",
+    "api_key": "ms-key",
+}
 P_VLLM = {"name": "vllm", "profile": "openai-compatible", "protocol": "chat", "base_url": "http://127.0.0.1:8000/v1"}
 CHAT_OK = lambda: chat_answer()  # noqa: E731
 AZ_URL = "https://res.openai.azure.com/openai"
@@ -496,8 +537,15 @@ def _config(providers: list[dict[str, Any]], models: list[dict[str, Any]]) -> di
 
 async def _send(client: httpx.AsyncClient, kind: str, req: dict[str, Any], **kw: Any) -> httpx.Response:
     path = "/v1/responses" if kind == "responses" else "/v1/chat/completions"
-    return await client.post(path, json=req, headers={"authorization": "Bearer client-secret",
-                                                      "user-agent": "codex_cli_rs/0.169.0", **kw.get("headers", {})})
+    return await client.post(
+        path,
+        json=req,
+        headers={
+            "authorization": "Bearer client-secret",
+            "user-agent": "codex_cli_rs/0.169.0",
+            **kw.get("headers", {}),
+        },
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -533,12 +581,27 @@ def test_every_profile_has_a_case() -> None:
 
 Q_CHAT = {"name": "q", "profile": "openai-compatible", "protocol": "chat", "base_url": "http://q.test/v1"}
 Q_RESP = {**Q_CHAT, "protocol": "responses"}
-INVALID_ENC = {"error": {"message": "The encrypted content could not be verified.", "type": "invalid_request_error",
-                         "code": "invalid_encrypted_content", "param": None}}
-BAD_ARGS = "{\"cmd\":\"echo a\x01b\"}"  # a raw control character: not JSON (T3-9)
-ROOT_ONEOF = {"type": "function", "function": {"name": "automation_update", "parameters": {
-    "oneOf": [{"properties": {"id": {"type": "string"}}, "required": ["id"]},
-              {"properties": {"id": {"type": "string"}, "rrule": {"type": "string"}}, "required": ["id", "rrule"]}]}}}
+INVALID_ENC = {
+    "error": {
+        "message": "The encrypted content could not be verified.",
+        "type": "invalid_request_error",
+        "code": "invalid_encrypted_content",
+        "param": None,
+    }
+}
+BAD_ARGS = '{"cmd":"echo a\x01b"}'  # a raw control character: not JSON (T3-9)
+ROOT_ONEOF = {
+    "type": "function",
+    "function": {
+        "name": "automation_update",
+        "parameters": {
+            "oneOf": [
+                {"properties": {"id": {"type": "string"}}, "required": ["id"]},
+                {"properties": {"id": {"type": "string"}, "rrule": {"type": "string"}}, "required": ["id", "rrule"]},
+            ]
+        },
+    },
+}
 
 
 def _codex_no_reasoning() -> dict[str, Any]:
@@ -697,8 +760,11 @@ def q_strict_subset(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -
 def q_root_combinators(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
     params = bodies[0]["tools"][-1]["function"]["parameters"]
     if on:
-        assert params == {"type": "object", "properties": {"id": {"type": "string"}, "rrule": {"type": "string"}},
-                          "required": ["id"]}
+        assert params == {
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "rrule": {"type": "string"}},
+            "required": ["id"],
+        }
     else:  # the always-on rule still gives the root its type (Kimi: "parameters.type is required")
         assert params == {**ROOT_ONEOF["function"]["parameters"], "type": "object"}
 
@@ -786,7 +852,9 @@ def test_every_quirk_has_a_case() -> None:
 async def test_quirk(client_factory: Any, mock: Any, case: QCase, how: str, on: bool) -> None:
     p_on, m_on, p_off, m_off = SWITCHES[how]
     pq, mq = (p_on(case.quirk), m_on(case.quirk)) if on else (p_off(case.quirk), m_off(case.quirk))
-    c = await client_factory(**_config([{**case.provider, "quirks": pq}], [{"name": "m", "provider": "q", "quirks": mq}]))
+    c = await client_factory(
+        **_config([{**case.provider, "quirks": pq}], [{"name": "m", "provider": "q", "quirks": mq}])
+    )
     route = mock.route(method="POST", host="q.test").mock(side_effect=case.answers())
     r = await _send(c, case.client, case.request())
     bodies = [orjson.loads(call.request.content) for call in route.calls]
@@ -797,8 +865,12 @@ async def test_quirk(client_factory: Any, mock: Any, case: QCase, how: str, on: 
 
 
 async def test_moonshot_fields_off_by_config_on_moonshot(client_factory: Any, mock: Any) -> None:
-    c = await client_factory(**_config([{**P_KIMI_MOONSHOT, "quirks": {"disable": ["moonshot_fields"]}}],
-                                       [{"name": "kimi-k2.6", "provider": "moonshot"}]))
+    c = await client_factory(
+        **_config(
+            [{**P_KIMI_MOONSHOT, "quirks": {"disable": ["moonshot_fields"]}}],
+            [{"name": "kimi-k2.6", "provider": "moonshot"}],
+        )
+    )
     route = mock.route(method="POST", host="api.moonshot.ai").mock(return_value=chat_answer())
     r = await _send(c, "chat", kimi_request("kimi-k2.6"))
     body = orjson.loads(route.calls.last.request.content)
@@ -812,9 +884,17 @@ async def test_moonshot_fields_off_by_config_on_moonshot(client_factory: Any, mo
     "model_entry, client_model, patched",
     [
         ({"name": "mimo-v2.6-pro", "provider": "gw"}, "mimo-v2.6-pro", True),  # model id switches it on
-        ({"name": "mimo-v2.6-pro", "provider": "gw", "quirks": {"disable": ["mimo_raw_patch"]}}, "mimo-v2.6-pro", False),
+        (
+            {"name": "mimo-v2.6-pro", "provider": "gw", "quirks": {"disable": ["mimo_raw_patch"]}},
+            "mimo-v2.6-pro",
+            False,
+        ),
         ({"name": "mimo-v2.6-*", "provider": "gw"}, "mimo-v2.6-flash", True),  # a glob entry forwards the name
-        ({"name": "mimo-v2.6-*", "provider": "gw", "quirks": {"disable": ["mimo_raw_patch"]}}, "mimo-v2.6-flash", False),
+        (
+            {"name": "mimo-v2.6-*", "provider": "gw", "quirks": {"disable": ["mimo_raw_patch"]}},
+            "mimo-v2.6-flash",
+            False,
+        ),
         ({"name": "local-*", "provider": "gw", "quirks": {"enable": ["mimo_raw_patch"]}}, "local-patcher", True),
     ],
     ids=["model-id", "model-id-disabled", "glob-entry", "glob-entry-disabled", "glob-entry-enables"],
@@ -824,7 +904,8 @@ async def test_model_quirks_and_glob_entries(client_factory: Any, mock: Any, mod
     gw = {"name": "gw", "profile": "openai-compatible", "protocol": "chat", "base_url": "https://gw.test/v1"}
     c = await client_factory(**_config([gw], [model_entry]))
     route = mock.route(method="POST", host="gw.test").mock(
-        return_value=chat_answer(reasoning=None, text=None, calls=(("call_1", "apply_patch", RAW_PATCH),)))
+        return_value=chat_answer(reasoning=None, text=None, calls=(("call_1", "apply_patch", RAW_PATCH),))
+    )
     v = codex_view(await _send(c, "responses", codex_request(client_model)))
     assert orjson.loads(route.calls.last.request.content)["model"] == client_model
     assert (v["calls"] == [("call_1", "apply_patch", RAW_PATCH)]) is patched
@@ -878,8 +959,13 @@ async def test_provider_errors_reach_codex_classified(client_factory: Any, mock:
         assert r.status_code == want_status, r.text
         err = r.json()["error"]
         assert err["code"] == want_code
-        upstream_message = body.decode() if isinstance(body, bytes) else (
-            body.get("message") or (body["error"] if isinstance(body["error"], str) else body["error"]["message"]))
+        upstream_message = (
+            body.decode()
+            if isinstance(body, bytes)
+            else (
+                body.get("message") or (body["error"] if isinstance(body["error"], str) else body["error"]["message"])
+            )
+        )
         assert upstream_message in err["message"]  # the upstream's own words reach the user
         if "retry-after" in headers:
             assert r.headers["retry-after"] == headers["retry-after"]
@@ -887,12 +973,31 @@ async def test_provider_errors_reach_codex_classified(client_factory: Any, mock:
 
 # -- non-streaming: upstream object in → client object out ----------------------------------
 
-CHAT_OBJECT = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "up",
-               "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                   "role": "assistant", "content": "Hello", "reasoning_content": "think",
-                   "tool_calls": [{"id": "functions.Bash:1", "type": "function",
-                                   "function": {"name": "exec_command", "arguments": "{\"cmd\":\"ls\"}"}}]}}],
-               "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25, "prompt_cache_hit_tokens": 9}}
+CHAT_OBJECT = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "up",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": "Hello",
+                "reasoning_content": "think",
+                "tool_calls": [
+                    {
+                        "id": "functions.Bash:1",
+                        "type": "function",
+                        "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'},
+                    }
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25, "prompt_cache_hit_tokens": 9},
+}
 MANTLE_OBJECT = {"id": "resp_m", "object": "response", "created_at": 1, "status": "completed", "model": "openai.gpt-oss-120b",
                  "output": [{"item_id": "fc_A", "output_index": 0, "type": "function_call", "call_id": "c1", "name": "f",
                              "arguments": "{}"}]}  # fmt: skip

@@ -32,6 +32,7 @@ def _restore_logging() -> Any:
 
 # ---------------------------------------------------------------- metric labels
 
+
 async def test_unknown_paths_never_become_metric_series(client_factory: Any) -> None:
     c = await client_factory(auth={"keys": ["sk-client-key-1"]})
     m = c._transport.app.metrics  # type: ignore[attr-defined]
@@ -46,7 +47,9 @@ async def test_unknown_paths_never_become_metric_series(client_factory: Any) -> 
     assert m.series_count() == before
     text = m.render().decode()
     assert "xxxxxxxx" not in text and "attacker" not in text
-    assert m.get("switchboard_requests_total", route="/v1/models/{model}", client="-", provider="-", status="401") == 2001
+    assert (
+        m.get("switchboard_requests_total", route="/v1/models/{model}", client="-", provider="-", status="401") == 2001
+    )
 
 
 def test_metric_labels_outside_their_set_are_other() -> None:
@@ -69,26 +72,48 @@ def _echo_headers(status: int, shape: str) -> Any:
     def handler(request: httpx.Request) -> httpx.Response:
         dump = "; ".join(f"{k}: {v}" for k, v in request.headers.items())
         if shape == "json":
-            return httpx.Response(status, json={"error": {"message": f"bad request, got headers {dump}", "code": "weird",
-                                                           "param": dump}})
+            return httpx.Response(
+                status, json={"error": {"message": f"bad request, got headers {dump}", "code": "weird", "param": dump}}
+            )
         if shape == "html":
-            return httpx.Response(status, content=f"<html><body><h1>Debug</h1><pre>{dump}</pre></body></html>".encode(),
-                                  headers={"content-type": "text/html"})
-        return httpx.Response(status, content=f"error: headers were {dump}".encode(), headers={"content-type": "text/plain"})
+            return httpx.Response(
+                status,
+                content=f"<html><body><h1>Debug</h1><pre>{dump}</pre></body></html>".encode(),
+                headers={"content-type": "text/html"},
+            )
+        return httpx.Response(
+            status, content=f"error: headers were {dump}".encode(), headers={"content-type": "text/plain"}
+        )
 
     return handler
 
 
 PROFILES = {
     # name: (provider config, the secret strings it holds)
-    "openai-style": ({"name": "p", "profile": "openai", "protocol": "chat", "base_url": "http://chat.test/v1",
-                      "api_key": SECRET}, [SECRET]),
-    "azure": ({"name": "p", "profile": "azure", "protocol": "chat", "base_url": "http://chat.test/openai/v1",
-               "api_key": SECRET}, [SECRET]),
-    "custom-header-from-env": ({"name": "p", "profile": "openai-compatible", "protocol": "chat",
-                                "base_url": "http://chat.test/v1", "headers": {"X-Gateway-Auth": "${SB_TEST_GW_TOKEN}",
-                                                                               "X-Tenant": "${SB_TEST_TENANT}"}},
-                               ["gw-token-from-env-42", "tenant-value-777"]),
+    "openai-style": (
+        {"name": "p", "profile": "openai", "protocol": "chat", "base_url": "http://chat.test/v1", "api_key": SECRET},
+        [SECRET],
+    ),
+    "azure": (
+        {
+            "name": "p",
+            "profile": "azure",
+            "protocol": "chat",
+            "base_url": "http://chat.test/openai/v1",
+            "api_key": SECRET,
+        },
+        [SECRET],
+    ),
+    "custom-header-from-env": (
+        {
+            "name": "p",
+            "profile": "openai-compatible",
+            "protocol": "chat",
+            "base_url": "http://chat.test/v1",
+            "headers": {"X-Gateway-Auth": "${SB_TEST_GW_TOKEN}", "X-Tenant": "${SB_TEST_TENANT}"},
+        },
+        ["gw-token-from-env-42", "tenant-value-777"],
+    ),
 }
 
 
@@ -122,8 +147,15 @@ async def test_upstream_echoing_its_headers_never_reaches_the_client(
 
 def test_upstream_error_masks_every_configured_secret() -> None:
     mask = SecretMask(["sk-aaaaaaaaaa", "Bearer tok-bbbbbbbbbb", "short"])
-    body = orjson.dumps({"error": {"message": "saw sk-aaaaaaaaaa and tok-bbbbbbbbbb", "param": "sk-aaaaaaaaaa",
-                                   "code": "sk_aaaaaaaaaa"}})
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": "saw sk-aaaaaaaaaa and tok-bbbbbbbbbb",
+                "param": "sk-aaaaaaaaaa",
+                "code": "sk_aaaaaaaaaa",
+            }
+        }
+    )
     e = upstream_error(400, body, {}, "p", mask)
     assert "sk-aaaaaaaaaa" not in e.message and "tok-bbbbbbbbbb" not in e.message
     assert e.param == "[redacted]" and "short" not in mask.secrets
@@ -131,27 +163,48 @@ def test_upstream_error_masks_every_configured_secret() -> None:
 
 def test_config_secrets_cover_keys_headers_env_and_envelope(monkeypatch: Any) -> None:
     monkeypatch.setenv("SB_TEST_KEY", "env-key-1234567")
-    cfg = parse_config({**BASE_CONFIG, "server": {"reasoning_envelope_key": "envelope-key-xyz"},
-                        "auth": {"keys": ["client-key-abcdef", "sha256:" + "ab" * 32]},
-                        "providers": [{"name": "a", "profile": "openai", "base_url": "http://u:pass-in-url@h/v1",
-                                       "api_key": "${SB_TEST_KEY}", "headers": {"X-Api-Token": "hdr-tok-123456",
-                                                                                 "X-Title": "my-app-title"},
-                                       "query": {"api-version": "2024-10-21", "key": "query-key-99999"}},
-                                      {"name": "demo", "profile": "demo"}],
-                        "models": [{"name": "m", "provider": "a"}]})
+    cfg = parse_config(
+        {
+            **BASE_CONFIG,
+            "server": {"reasoning_envelope_key": "envelope-key-xyz"},
+            "auth": {"keys": ["client-key-abcdef", "sha256:" + "ab" * 32]},
+            "providers": [
+                {
+                    "name": "a",
+                    "profile": "openai",
+                    "base_url": "http://u:pass-in-url@h/v1",
+                    "api_key": "${SB_TEST_KEY}",
+                    "headers": {"X-Api-Token": "hdr-tok-123456", "X-Title": "my-app-title"},
+                    "query": {"api-version": "2024-10-21", "key": "query-key-99999"},
+                },
+                {"name": "demo", "profile": "demo"},
+            ],
+            "models": [{"name": "m", "provider": "a"}],
+        }
+    )
     s = cfg.secrets().secrets
-    for v in ("env-key-1234567", "envelope-key-xyz", "client-key-abcdef", "hdr-tok-123456", "query-key-99999",
-              "pass-in-url"):
+    for v in (
+        "env-key-1234567",
+        "envelope-key-xyz",
+        "client-key-abcdef",
+        "hdr-tok-123456",
+        "query-key-99999",
+        "pass-in-url",
+    ):
         assert v in s, v
     assert "my-app-title" not in s and "2024-10-21" not in s
 
 
 # ---------------------------------------------------------------- browsers
 
+
 async def test_cross_site_simple_post_is_refused(client: httpx.AsyncClient, mock: Any) -> None:
     route = mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({}, "stop")], done=True))
-    r = await client.post("/v1/chat/completions", content=orjson.dumps(CHAT),
-                          headers={"content-type": "text/plain", "origin": "https://evil.example"})
+    r = await client.post(
+        "/v1/chat/completions",
+        content=orjson.dumps(CHAT),
+        headers={"content-type": "text/plain", "origin": "https://evil.example"},
+    )
     assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
     r = await client.post("/v1/chat/completions", content=orjson.dumps(CHAT), headers={"content-type": "text/plain"})
     assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
@@ -160,11 +213,21 @@ async def test_cross_site_simple_post_is_refused(client: httpx.AsyncClient, mock
     assert not route.called
 
 
-@pytest.mark.parametrize("host,ok", [
-    ("127.0.0.1:8080", True), ("localhost", True), ("LOCALHOST:1", True), ("[::1]:8080", True), ("app.localhost", True),
-    ("127.9.9.9", True), ("evil.example", False), ("evil.example:8080", False), ("10.0.0.8", False),
-    ("127.0.0.1.evil.example", False),
-])
+@pytest.mark.parametrize(
+    "host,ok",
+    [
+        ("127.0.0.1:8080", True),
+        ("localhost", True),
+        ("LOCALHOST:1", True),
+        ("[::1]:8080", True),
+        ("app.localhost", True),
+        ("127.9.9.9", True),
+        ("evil.example", False),
+        ("evil.example:8080", False),
+        ("10.0.0.8", False),
+        ("127.0.0.1.evil.example", False),
+    ],
+)
 async def test_dns_rebinding_host_refused_on_an_open_proxy(client: httpx.AsyncClient, host: str, ok: bool) -> None:
     r = await client.get("/v1/models", headers={"host": host})
     assert (r.status_code == 200) is ok, r.text
@@ -175,7 +238,9 @@ async def test_dns_rebinding_host_refused_on_an_open_proxy(client: httpx.AsyncCl
 
 async def test_foreign_host_served_with_keys_or_when_configured(client_factory: Any) -> None:
     keyed = await client_factory(auth={"keys": ["sk-client-key-1"]})
-    r = await keyed.get("/v1/models", headers={"host": "switchboard.internal", "authorization": "Bearer sk-client-key-1"})
+    r = await keyed.get(
+        "/v1/models", headers={"host": "switchboard.internal", "authorization": "Bearer sk-client-key-1"}
+    )
     assert r.status_code == 200
     listed = await client_factory(server={"allowed_hosts": ["switchboard.internal"]})
     assert (await listed.get("/v1/models", headers={"host": "switchboard.internal:8080"})).status_code == 200
@@ -184,15 +249,29 @@ async def test_foreign_host_served_with_keys_or_when_configured(client_factory: 
 
 async def test_allowed_origin_gets_cors(client_factory: Any, mock: Any) -> None:
     c = await client_factory(server={"allowed_origins": ["https://ide.example"]})
-    pre = await c.options("/v1/chat/completions", headers={"origin": "https://ide.example",
-                                                           "access-control-request-method": "POST",
-                                                           "access-control-request-headers": "content-type, authorization"})
+    pre = await c.options(
+        "/v1/chat/completions",
+        headers={
+            "origin": "https://ide.example",
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type, authorization",
+        },
+    )
     assert pre.status_code == 204
     assert pre.headers["access-control-allow-origin"] == "https://ide.example"
     assert pre.headers["access-control-allow-headers"] == "content-type, authorization"
-    mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json={
-        "id": "c1", "object": "chat.completion", "created": 1, "model": "up-chat",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hey"}, "finish_reason": "stop"}]}))
+    mock.post(CHAT_URL).mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "up-chat",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hey"}, "finish_reason": "stop"}],
+            },
+        )
+    )
     r = await c.post("/v1/chat/completions", json=CHAT, headers={"origin": "https://ide.example"})
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://ide.example"
     r = await c.post("/v1/chat/completions", json=CHAT, headers={"origin": "https://other.example"})
@@ -209,10 +288,17 @@ def test_guard_host_parsing() -> None:
 
 # ---------------------------------------------------------------- headers
 
+
 async def test_dropped_tool_type_with_newline_is_escaped(client: httpx.AsyncClient, mock: Any) -> None:
-    mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({"content": "x"}), chat_chunk({}, "stop")], done=True))
-    body = {"model": "chat-model", "stream": True, "input": "hi",
-            "tools": [{"type": "web_search\r\nset-cookie: pwned=1"}, {"type": "x" * 4000}]}
+    mock.post(CHAT_URL).mock(
+        return_value=sse_response([chat_chunk({"content": "x"}), chat_chunk({}, "stop")], done=True)
+    )
+    body = {
+        "model": "chat-model",
+        "stream": True,
+        "input": "hi",
+        "tools": [{"type": "web_search\r\nset-cookie: pwned=1"}, {"type": "x" * 4000}],
+    }
     r = await client.post("/v1/responses", json=body)
     assert r.status_code == 200
     v = r.headers["x-switchboard-dropped-tools"]
@@ -221,16 +307,22 @@ async def test_dropped_tool_type_with_newline_is_escaped(client: httpx.AsyncClie
     assert "response.completed" in r.text
 
 
-@pytest.mark.parametrize("ua,sent", [
-    ("codex_cli_rs/0.171.0 (Linux)", "codex_cli_rs/0.171.0 (Linux)"),
-    ("caf\u00e9-agent/1.0", "caf-agent/1.0"),
-    ("a" * 100_000, "a" * 512),
-    ("\u00e9\u00e9", None),
-])
-async def test_user_agent_forwarded_only_when_safe(client: httpx.AsyncClient, mock: Any, ua: str, sent: str | None) -> None:
+@pytest.mark.parametrize(
+    "ua,sent",
+    [
+        ("codex_cli_rs/0.171.0 (Linux)", "codex_cli_rs/0.171.0 (Linux)"),
+        ("caf\u00e9-agent/1.0", "caf-agent/1.0"),
+        ("a" * 100_000, "a" * 512),
+        ("\u00e9\u00e9", None),
+    ],
+)
+async def test_user_agent_forwarded_only_when_safe(
+    client: httpx.AsyncClient, mock: Any, ua: str, sent: str | None
+) -> None:
     route = mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({}, "stop")], done=True))
-    r = await client.post("/v1/chat/completions", json={**CHAT, "stream": True},
-                          headers={"user-agent": ua.encode("utf-8")})
+    r = await client.post(
+        "/v1/chat/completions", json={**CHAT, "stream": True}, headers={"user-agent": ua.encode("utf-8")}
+    )
     assert r.status_code == 200
     got = route.calls[0].request.headers.get("user-agent")
     if sent is None:
@@ -241,8 +333,13 @@ async def test_user_agent_forwarded_only_when_safe(client: httpx.AsyncClient, mo
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-5", "1e400", "soon", "9" * 400])
 async def test_retry_after_ms_junk_never_crashes(client: httpx.AsyncClient, mock: Any, value: str) -> None:
-    mock.post(CHAT_URL).mock(return_value=httpx.Response(
-        429, json={"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}, headers={"retry-after-ms": value}))
+    mock.post(CHAT_URL).mock(
+        return_value=httpx.Response(
+            429,
+            json={"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
+            headers={"retry-after-ms": value},
+        )
+    )
     r = await client.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limit_exceeded"
     ra = r.headers.get("retry-after")
@@ -251,6 +348,7 @@ async def test_retry_after_ms_junk_never_crashes(client: httpx.AsyncClient, mock
 
 # ---------------------------------------------------------------- config and logs
 
+
 def test_config_rejects_bad_sha256_keys() -> None:
     with pytest.raises(ConfigError, match="64 hex digits"):
         parse_config({**BASE_CONFIG, "auth": {"keys": ["sha256:zz"]}})
@@ -258,8 +356,11 @@ def test_config_rejects_bad_sha256_keys() -> None:
 
 def test_config_errors_never_print_environment_values(monkeypatch: Any) -> None:
     monkeypatch.setenv("SB_TEST_SECRET_NAME", "sk-live-secret-in-a-name")
-    bad = {**BASE_CONFIG, "providers": [{"name": "${SB_TEST_SECRET_NAME}", "profile": "demo"}],
-           "models": [{"name": "m", "provider": "nope"}]}
+    bad = {
+        **BASE_CONFIG,
+        "providers": [{"name": "${SB_TEST_SECRET_NAME}", "profile": "demo"}],
+        "models": [{"name": "m", "provider": "nope"}],
+    }
     with pytest.raises(ConfigError) as e:
         parse_config(bad)
     assert "sk-live-secret-in-a-name" not in str(e.value) and "from the environment" in str(e.value)
@@ -293,8 +394,14 @@ async def test_client_leaving_mid_upload_is_not_an_internal_error(client_factory
     async def send(m: Any) -> None:
         sent.append(m)
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [
-        (b"host", b"127.0.0.1"), (b"content-type", b"application/json")], "query_string": b"", "root_path": ""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "query_string": b"",
+        "root_path": "",
+    }
     await app(scope, receive, send)
     assert sent == []
     err = capsys.readouterr().err
@@ -308,6 +415,7 @@ def test_masking_min_length_and_scheme_split() -> None:
 
 
 # ---------------------------------------------------------------- bounded upstream bodies
+
 
 async def test_upstream_bodies_are_read_within_bounds(client: httpx.AsyncClient, mock: Any, monkeypatch: Any) -> None:
     mock.post(CHAT_URL).mock(return_value=httpx.Response(400, content=b'{"error": {"message": "' + b"m" * 5_000_000))

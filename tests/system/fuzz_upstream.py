@@ -272,8 +272,14 @@ def _pieces(rng: random.Random, text: str) -> list[str]:
 
 
 def _call_id(rng: random.Random) -> str:
-    return rng.choice((f"call_{rng.getrandbits(64):016x}", "functions.get_weather:0", f"toolu_{rng.getrandbits(40):x}",
-                       "call 1/\u00e9"))
+    return rng.choice(
+        (
+            f"call_{rng.getrandbits(64):016x}",
+            "functions.get_weather:0",
+            f"toolu_{rng.getrandbits(40):x}",
+            "call 1/\u00e9",
+        )
+    )
 
 
 @dataclass
@@ -304,8 +310,13 @@ def chat_events(rng: random.Random, a: Answer, model: str) -> list[tuple[str | N
     cid = f"chatcmpl-{rng.getrandbits(48):x}"
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {"id": cid, "object": "chat.completion.chunk", "created": CHAT_CREATED, "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": CHAT_CREATED,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
 
     ev: list[Any] = [chunk({"role": "assistant", "content": ""})]
     for p in _pieces(rng, a.reasoning):
@@ -313,13 +324,33 @@ def chat_events(rng: random.Random, a: Answer, model: str) -> list[tuple[str | N
     for p in _pieces(rng, a.text):
         ev.append(chunk({"content": p}))
     if a.tool:
-        ev.append(chunk({"tool_calls": [{"index": 0, "id": a.call_id, "type": "function",
-                                         "function": {"name": TOOL_NAME, "arguments": ""}}]}))
+        ev.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": a.call_id,
+                            "type": "function",
+                            "function": {"name": TOOL_NAME, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         for p in _pieces(rng, a.args):
             ev.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}))
     ev.append(chunk({}, a.finish))
-    ev.append({"id": cid, "object": "chat.completion.chunk", "created": CHAT_CREATED, "model": model, "choices": [],
-               "usage": {"prompt_tokens": 31, "completion_tokens": 17, "total_tokens": 48}})
+    ev.append(
+        {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": CHAT_CREATED,
+            "model": model,
+            "choices": [],
+            "usage": {"prompt_tokens": 31, "completion_tokens": 17, "total_tokens": 48},
+        }
+    )
     return [(None, e) for e in ev] + [("[DONE]", None)]
 
 
@@ -328,20 +359,39 @@ def chat_body(rng: random.Random, a: Answer, model: str) -> dict[str, Any]:
     if a.reasoning:
         msg["reasoning_content"] = a.reasoning
     if a.tool:
-        msg["tool_calls"] = [{"id": a.call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": a.args}}]
-    return {"id": f"chatcmpl-{rng.getrandbits(48):x}", "object": "chat.completion", "created": CHAT_CREATED,
-            "model": model, "choices": [{"index": 0, "message": msg, "finish_reason": a.finish}],
-            "usage": {"prompt_tokens": 31, "completion_tokens": 17, "total_tokens": 48}}
+        msg["tool_calls"] = [
+            {"id": a.call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": a.args}}
+        ]
+    return {
+        "id": f"chatcmpl-{rng.getrandbits(48):x}",
+        "object": "chat.completion",
+        "created": CHAT_CREATED,
+        "model": model,
+        "choices": [{"index": 0, "message": msg, "finish_reason": a.finish}],
+        "usage": {"prompt_tokens": 31, "completion_tokens": 17, "total_tokens": 48},
+    }
 
 
 def _usage() -> dict[str, Any]:
-    return {"input_tokens": 31, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 17,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 48}
+    return {
+        "input_tokens": 31,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 17,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 48,
+    }
 
 
 def _response_obj(rid: str, model: str, status: str, output: list[Any], usage: Any = None) -> dict[str, Any]:
-    obj = {"id": rid, "object": "response", "created_at": CHAT_CREATED, "status": status, "model": model,
-           "output": output, "usage": usage}
+    obj = {
+        "id": rid,
+        "object": "response",
+        "created_at": CHAT_CREATED,
+        "status": status,
+        "model": model,
+        "output": output,
+        "usage": usage,
+    }
     if status == "incomplete":
         obj["incomplete_details"] = {"reason": "max_output_tokens"}
     return obj
@@ -351,11 +401,26 @@ def responses_items(a: Answer) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if a.reasoning:
         items.append({"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": a.reasoning}]})
-    items.append({"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-                  "content": [{"type": "output_text", "text": a.text, "annotations": []}]})
+    items.append(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": a.text, "annotations": []}],
+        }
+    )
     if a.tool:
-        items.append({"id": "fc_1", "type": "function_call", "call_id": a.call_id, "name": TOOL_NAME,
-                      "arguments": a.args, "status": "completed"})
+        items.append(
+            {
+                "id": "fc_1",
+                "type": "function_call",
+                "call_id": a.call_id,
+                "name": TOOL_NAME,
+                "arguments": a.args,
+                "status": "completed",
+            }
+        )
     return items
 
 
@@ -370,35 +435,109 @@ def responses_events(rng: random.Random, a: Answer, model: str) -> list[tuple[st
         iid = item["id"]
         if item["type"] == "reasoning":
             ev.append({"type": "response.output_item.added", "output_index": idx, "item": {**item, "summary": []}})
-            ev.append({"type": "response.reasoning_summary_part.added", "item_id": iid, "output_index": idx,
-                       "summary_index": 0, "part": {"type": "summary_text", "text": ""}})
+            ev.append(
+                {
+                    "type": "response.reasoning_summary_part.added",
+                    "item_id": iid,
+                    "output_index": idx,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""},
+                }
+            )
             for p in _pieces(rng, a.reasoning):
-                ev.append({"type": "response.reasoning_summary_text.delta", "item_id": iid, "output_index": idx,
-                           "summary_index": 0, "delta": p})
-            ev.append({"type": "response.reasoning_summary_text.done", "item_id": iid, "output_index": idx,
-                       "summary_index": 0, "text": a.reasoning})
-            ev.append({"type": "response.reasoning_summary_part.done", "item_id": iid, "output_index": idx,
-                       "summary_index": 0, "part": {"type": "summary_text", "text": a.reasoning}})
+                ev.append(
+                    {
+                        "type": "response.reasoning_summary_text.delta",
+                        "item_id": iid,
+                        "output_index": idx,
+                        "summary_index": 0,
+                        "delta": p,
+                    }
+                )
+            ev.append(
+                {
+                    "type": "response.reasoning_summary_text.done",
+                    "item_id": iid,
+                    "output_index": idx,
+                    "summary_index": 0,
+                    "text": a.reasoning,
+                }
+            )
+            ev.append(
+                {
+                    "type": "response.reasoning_summary_part.done",
+                    "item_id": iid,
+                    "output_index": idx,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": a.reasoning},
+                }
+            )
         elif item["type"] == "message":
-            ev.append({"type": "response.output_item.added", "output_index": idx,
-                       "item": {**item, "status": "in_progress", "content": []}})
-            ev.append({"type": "response.content_part.added", "item_id": iid, "output_index": idx, "content_index": 0,
-                       "part": {"type": "output_text", "text": "", "annotations": []}})
+            ev.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": idx,
+                    "item": {**item, "status": "in_progress", "content": []},
+                }
+            )
+            ev.append(
+                {
+                    "type": "response.content_part.added",
+                    "item_id": iid,
+                    "output_index": idx,
+                    "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": []},
+                }
+            )
             for p in _pieces(rng, a.text):
-                ev.append({"type": "response.output_text.delta", "item_id": iid, "output_index": idx,
-                           "content_index": 0, "delta": p})
-            ev.append({"type": "response.output_text.done", "item_id": iid, "output_index": idx, "content_index": 0,
-                       "text": a.text})
-            ev.append({"type": "response.content_part.done", "item_id": iid, "output_index": idx, "content_index": 0,
-                       "part": {"type": "output_text", "text": a.text, "annotations": []}})
+                ev.append(
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": iid,
+                        "output_index": idx,
+                        "content_index": 0,
+                        "delta": p,
+                    }
+                )
+            ev.append(
+                {
+                    "type": "response.output_text.done",
+                    "item_id": iid,
+                    "output_index": idx,
+                    "content_index": 0,
+                    "text": a.text,
+                }
+            )
+            ev.append(
+                {
+                    "type": "response.content_part.done",
+                    "item_id": iid,
+                    "output_index": idx,
+                    "content_index": 0,
+                    "part": {"type": "output_text", "text": a.text, "annotations": []},
+                }
+            )
         else:
-            ev.append({"type": "response.output_item.added", "output_index": idx,
-                       "item": {**item, "arguments": "", "status": "in_progress"}})
+            ev.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": idx,
+                    "item": {**item, "arguments": "", "status": "in_progress"},
+                }
+            )
             for p in _pieces(rng, a.args):
-                ev.append({"type": "response.function_call_arguments.delta", "item_id": iid, "output_index": idx,
-                           "delta": p})
-            ev.append({"type": "response.function_call_arguments.done", "item_id": iid, "output_index": idx,
-                       "name": TOOL_NAME, "arguments": a.args})
+                ev.append(
+                    {"type": "response.function_call_arguments.delta", "item_id": iid, "output_index": idx, "delta": p}
+                )
+            ev.append(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "item_id": iid,
+                    "output_index": idx,
+                    "name": TOOL_NAME,
+                    "arguments": a.args,
+                }
+            )
         ev.append({"type": "response.output_item.done", "output_index": idx, "item": item})
     if a.finish == "length":
         ev.append({"type": "response.incomplete", "response": _response_obj(rid, model, "incomplete", items, _usage())})
@@ -411,7 +550,9 @@ def responses_events(rng: random.Random, a: Answer, model: str) -> list[tuple[st
 
 def responses_body(rng: random.Random, a: Answer, model: str) -> dict[str, Any]:
     rid = f"resp_{rng.getrandbits(64):016x}"
-    return _response_obj(rid, model, "incomplete" if a.finish == "length" else "completed", responses_items(a), _usage())
+    return _response_obj(
+        rid, model, "incomplete" if a.finish == "length" else "completed", responses_items(a), _usage()
+    )
 
 
 def valid_events(rng: random.Random, protocol: str, a: Answer, model: str) -> list[tuple[str | None, Any]]:
@@ -467,13 +608,48 @@ def _head(status: int, reason: str, headers: list[tuple[str, str | bytes]]) -> b
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-REASONS = {200: "OK", 201: "Created", 204: "No Content", 206: "Partial Content", 302: "Found", 400: "Bad Request",
-           401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout", 413: "Payload Too Large",
-           418: "I'm a teapot", 422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
-           502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout", 529: "Overloaded", 599: "Odd"}
+REASONS = {
+    200: "OK",
+    201: "Created",
+    204: "No Content",
+    206: "Partial Content",
+    302: "Found",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    408: "Request Timeout",
+    413: "Payload Too Large",
+    418: "I'm a teapot",
+    422: "Unprocessable Entity",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+    529: "Overloaded",
+    599: "Odd",
+}
 
-RETRY_VALUES = ("inf", "-inf", "nan", "1e999", "-5", "0", "3.7", "  12  ", "Wed, 21 Oct 2015 07:28:00 GMT",
-                "99999999999999999999999", "0x1A", "", "1_000", "\u0663", "12, 13", "NaN", "1e-9")
+RETRY_VALUES = (
+    "inf",
+    "-inf",
+    "nan",
+    "1e999",
+    "-5",
+    "0",
+    "3.7",
+    "  12  ",
+    "Wed, 21 Oct 2015 07:28:00 GMT",
+    "99999999999999999999999",
+    "0x1A",
+    "",
+    "1_000",
+    "\u0663",
+    "12, 13",
+    "NaN",
+    "1e-9",
+)
 
 
 def _frame_stream(rng: random.Random, events: list[tuple[str | None, Any]]) -> list[bytes]:
@@ -551,26 +727,58 @@ def _error_event(protocol: str, echo: str) -> bytes:
     msg = f"internal failure while streaming; request had Authorization: {echo}"
     if protocol == "chat":
         return frame(None, {"error": {"message": msg, "type": "server_error", "code": "internal_error_x"}})
-    return (frame("error", {"type": "error", "code": "server_error", "message": msg, "param": None})
-            + frame("response.failed", {"type": "response.failed", "response": {
-                "id": "resp_failed", "object": "response", "status": "failed", "output": [],
-                "error": {"code": "server_error", "message": msg}}}))
+    return frame("error", {"type": "error", "code": "server_error", "message": msg, "param": None}) + frame(
+        "response.failed",
+        {
+            "type": "response.failed",
+            "response": {
+                "id": "resp_failed",
+                "object": "response",
+                "status": "failed",
+                "output": [],
+                "error": {"code": "server_error", "message": msg},
+            },
+        },
+    )
 
 
-def _mutate_stream(rng: random.Random, protocol: str, events: list[tuple[str | None, Any]], plan: Plan,
-                   echo: str) -> list[bytes]:
-    ops = rng.sample(("json_paths", "junk", "drop", "duplicate", "reorder", "no_terminal", "fake_terminal",
-                      "line_ends", "error_event", "huge_delta", "many_deltas", "bad_index", "event_names"),
-                     k=rng.choice((1, 1, 2, 2, 3)))
+def _mutate_stream(
+    rng: random.Random, protocol: str, events: list[tuple[str | None, Any]], plan: Plan, echo: str
+) -> list[bytes]:
+    ops = rng.sample(
+        (
+            "json_paths",
+            "junk",
+            "drop",
+            "duplicate",
+            "reorder",
+            "no_terminal",
+            "fake_terminal",
+            "line_ends",
+            "error_event",
+            "huge_delta",
+            "many_deltas",
+            "bad_index",
+            "event_names",
+        ),
+        k=rng.choice((1, 1, 2, 2, 3)),
+    )
     body_events = [e for e in events if e[0] != "[DONE]"]
     done = [e for e in events if e[0] == "[DONE]"]
     if "huge_delta" in ops or "many_deltas" in ops:
         at = rng.randrange(1, max(2, len(body_events) - 1))
-        if protocol == "chat":
-            mk = lambda t: (None, {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": t}}]})  # noqa: E731
-        else:
-            mk = lambda t: ("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_1",  # noqa: E731
-                                                           "output_index": 0, "content_index": 0, "delta": t})
+
+        def mk(t: str) -> tuple[str | None, dict[str, Any]]:
+            if protocol == "chat":
+                return None, {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": t}}]}
+            return "response.output_text.delta", {
+                "type": "response.output_text.delta",
+                "item_id": "msg_1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": t,
+            }
+
         if "huge_delta" in ops:
             body_events.insert(at, mk(huge_string(rng)))
         if "many_deltas" in ops:
@@ -580,13 +788,42 @@ def _mutate_stream(rng: random.Random, protocol: str, events: list[tuple[str | N
     if "bad_index" in ops:
         bad = rng.choice((10**9, -1, "0", None, 2**63, 1.5))
         if protocol == "chat":
-            body_events.insert(rng.randrange(1, len(body_events)), (None, {"object": "chat.completion.chunk", "choices": [
-                {"index": 0, "delta": {"tool_calls": [{"index": bad, "id": "call_bad", "type": "function",
-                                                       "function": {"name": "x", "arguments": "{"}}]}}]}))
+            body_events.insert(
+                rng.randrange(1, len(body_events)),
+                (
+                    None,
+                    {
+                        "object": "chat.completion.chunk",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {
+                                    "tool_calls": [
+                                        {
+                                            "index": bad,
+                                            "id": "call_bad",
+                                            "type": "function",
+                                            "function": {"name": "x", "arguments": "{"},
+                                        }
+                                    ]
+                                },
+                            }
+                        ],
+                    },
+                ),
+            )
         else:
-            body_events.insert(rng.randrange(1, len(body_events)), ("response.output_item.added", {
-                "type": "response.output_item.added", "output_index": bad,
-                "item": {"id": "fc_bad", "type": "function_call", "call_id": "c", "name": "x", "arguments": ""}}))
+            body_events.insert(
+                rng.randrange(1, len(body_events)),
+                (
+                    "response.output_item.added",
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": bad,
+                        "item": {"id": "fc_bad", "type": "function_call", "call_id": "c", "name": "x", "arguments": ""},
+                    },
+                ),
+            )
         plan.desc.append(f"bad_index={bad!r}")
     if "json_paths" in ops:
         for _ in range(rng.choice((1, 1, 2, 3))):
@@ -598,7 +835,10 @@ def _mutate_stream(rng: random.Random, protocol: str, events: list[tuple[str | N
             plan.desc.append(f"ev{i}:{','.join(desc)}")
     if "event_names" in ops and protocol == "responses":
         i = rng.randrange(len(body_events))
-        body_events[i] = (rng.choice(("", "response.unknown", "response.completed", "error", "x" * 300)), body_events[i][1])
+        body_events[i] = (
+            rng.choice(("", "response.unknown", "response.completed", "error", "x" * 300)),
+            body_events[i][1],
+        )
         plan.desc.append(f"event_name@{i}")
     frames = [frame(n, o) for n, o in body_events] + [frame(n, o) for n, o in done]
     if "error_event" in ops:
@@ -670,23 +910,60 @@ def _mutate_json_body(rng: random.Random, protocol: str, obj: dict[str, Any], pl
         return dumps(valid_body(rng, protocol, Answer(huge_string(rng), "", False, "c", "{}", "stop"), "m"))
     plan.desc.append("wrong_protocol_fields")
     other = "responses" if protocol == "chat" else "chat"
-    return dumps({**valid_body(rng, other, draw_answer(rng), "m"), "error": rng.choice((None, {}, "x", {"message": echo}))})
+    return dumps(
+        {**valid_body(rng, other, draw_answer(rng), "m"), "error": rng.choice((None, {}, "x", {"message": echo}))}
+    )
 
 
 def _http_error(rng: random.Random, plan: Plan, echo: str) -> None:
     status = rng.choice((400, 400, 401, 403, 404, 408, 413, 418, 422, 429, 429, 500, 500, 502, 503, 503, 504, 529, 599))
-    msg = rng.choice(("Something went wrong", "Rate limit reached for requests", "This model's maximum context length "
-                      "is 8192 tokens", "The engine is currently overloaded", "Insufficient Balance",
-                      f"invalid header Authorization: {echo}", f"bad key {echo.partition(' ')[2]}", "",
-                      "x" * 100_000, "caf\u00e9 \U0001f600", "Prompt exceeds max length"))
-    code: Any = rng.choice(("rate_limit_exceeded", "context_length_exceeded", "1261", 1261, None, "", "x" * 100,
-                            "Some Sentence Here", "invalid_value", echo.partition(" ")[2], "server_error",
-                            "engine_overloaded_error", ["list"], {"o": 1}, "insufficient_quota"))
+    msg = rng.choice(
+        (
+            "Something went wrong",
+            "Rate limit reached for requests",
+            "This model's maximum context length is 8192 tokens",
+            "The engine is currently overloaded",
+            "Insufficient Balance",
+            f"invalid header Authorization: {echo}",
+            f"bad key {echo.partition(' ')[2]}",
+            "",
+            "x" * 100_000,
+            "caf\u00e9 \U0001f600",
+            "Prompt exceeds max length",
+        )
+    )
+    code: Any = rng.choice(
+        (
+            "rate_limit_exceeded",
+            "context_length_exceeded",
+            "1261",
+            1261,
+            None,
+            "",
+            "x" * 100,
+            "Some Sentence Here",
+            "invalid_value",
+            echo.partition(" ")[2],
+            "server_error",
+            "engine_overloaded_error",
+            ["list"],
+            {"o": 1},
+            "insufficient_quota",
+        )
+    )
     k = rng.randrange(14)
     ctype = "application/json"
     if k <= 3:
-        body = dumps({"error": {"message": msg, "type": rng.choice(("invalid_request_error", "server_error", None, 5)),
-                                "param": rng.choice((None, "messages", echo, 7)), "code": code}})
+        body = dumps(
+            {
+                "error": {
+                    "message": msg,
+                    "type": rng.choice(("invalid_request_error", "server_error", None, 5)),
+                    "param": rng.choice((None, "messages", echo, 7)),
+                    "code": code,
+                }
+            }
+        )
         shape = "openai"
     elif k == 4:
         body, shape = dumps({"error": msg, "code": code}), "xai"
@@ -695,8 +972,18 @@ def _http_error(rng: random.Random, plan: Plan, echo: str) -> None:
     elif k == 6:
         body, shape = dumps({"message": msg, "__type": "com.amazon.coral#ThrottlingException"}), "aws"
     elif k == 7:
-        body = dumps(rng.choice(({"error": None}, {"error": {"message": 123, "code": ["a"], "type": {}}}, [], "str",
-                                 {"error": {"message": None, "innererror": "x"}}, {"error": []})))
+        body = dumps(
+            rng.choice(
+                (
+                    {"error": None},
+                    {"error": {"message": 123, "code": ["a"], "type": {}}},
+                    [],
+                    "str",
+                    {"error": {"message": None, "innererror": "x"}},
+                    {"error": []},
+                )
+            )
+        )
         shape = "broken_json"
     elif k == 8:
         body, shape = b'{"error": ' + deep(rng).data + b"}", "deep_json"
@@ -704,8 +991,10 @@ def _http_error(rng: random.Random, plan: Plan, echo: str) -> None:
             body = b'{"error": {"message": "m", "code": ' + deep(rng).data + b"}}"
     elif k == 9:
         ctype = rng.choice(("text/html", "text/html; charset=utf-8", "application/json"))
-        body = (f"<!DOCTYPE html><html><head><title>{status}</title></head><body><h1>{status}</h1>"
-                f"<pre>Authorization: {echo}</pre></body></html>").encode()
+        body = (
+            f"<!DOCTYPE html><html><head><title>{status}</title></head><body><h1>{status}</h1>"
+            f"<pre>Authorization: {echo}</pre></body></html>"
+        ).encode()
         shape = "html"
     elif k == 10:
         ctype = "text/plain"
@@ -728,7 +1017,9 @@ def _http_error(rng: random.Random, plan: Plan, echo: str) -> None:
         headers.append((name, val.encode()))
         plan.desc.append(f"{name}={val!r}")
     if rng.random() < 0.1:
-        headers.append(("x-amzn-errortype", rng.choice(("ThrottlingException:http://x", "\u00e9\u00e9", "", "a" * 500)).encode()))
+        headers.append(
+            ("x-amzn-errortype", rng.choice(("ThrottlingException:http://x", "\u00e9\u00e9", "", "a" * 500)).encode())
+        )
     plan.desc.insert(0, f"status={status} body={shape} code={code!r}"[:160])
     plan.head = _head(status, REASONS.get(status, "X"), headers + _framing_headers(rng, plan, len(body), stream=False))
     plan.parts, plan.pauses = [body], [0.0]
@@ -747,14 +1038,35 @@ def _framing_headers(rng: random.Random, plan: Plan, length: int, *, stream: boo
     return [("connection", "close")]
 
 
-STREAM_TABLE = (("valid", 31.0), ("mutated", 36.0), ("http_error", 14.0), ("json_error_200", 5.0), ("wrong_shape", 3.5),
-                ("wrong_protocol", 3.0), ("odd_status", 2.0), ("hangup", 1.5), ("stall_head", 0.35), ("stall_body", 0.45))
-JSON_TABLE = (("valid", 34.0), ("mutated", 30.0), ("http_error", 14.0), ("json_error_200", 6.0), ("wrong_shape", 3.5),
-              ("wrong_protocol", 3.0), ("odd_status", 2.0), ("hangup", 1.5), ("stall_head", 0.35), ("stall_body", 0.3))
+STREAM_TABLE = (
+    ("valid", 31.0),
+    ("mutated", 36.0),
+    ("http_error", 14.0),
+    ("json_error_200", 5.0),
+    ("wrong_shape", 3.5),
+    ("wrong_protocol", 3.0),
+    ("odd_status", 2.0),
+    ("hangup", 1.5),
+    ("stall_head", 0.35),
+    ("stall_body", 0.45),
+)
+JSON_TABLE = (
+    ("valid", 34.0),
+    ("mutated", 30.0),
+    ("http_error", 14.0),
+    ("json_error_200", 6.0),
+    ("wrong_shape", 3.5),
+    ("wrong_protocol", 3.0),
+    ("odd_status", 2.0),
+    ("hangup", 1.5),
+    ("stall_head", 0.35),
+    ("stall_body", 0.3),
+)
 
 
-def make_plan(seed: int, protocol: str, stream: bool, *, model: str = "fuzz-model",
-              echo: str = "Bearer <none>") -> Plan:
+def make_plan(
+    seed: int, protocol: str, stream: bool, *, model: str = "fuzz-model", echo: str = "Bearer <none>"
+) -> Plan:
     """The answer to a request carrying ``seed`` on ``protocol`` (chat | responses); a pure
     function of its arguments.  ``echo`` is the Authorization value the request carried,
     which some answers repeat (as real gateways do), in their body or a header."""
@@ -780,7 +1092,12 @@ def _make_plan(rng: random.Random, seed: int, protocol: str, stream: bool, model
         return plan
     if behaviour == "hangup":
         k = rng.randrange(4)
-        plan.head = (b"", b"HTTP/1.1 200 OK\r\nContent-Ty", b"HTTP/1.1 abc def\r\n\r\n", b"\x16\x03\x01garbage\r\n\r\n")[k]
+        plan.head = (
+            b"",
+            b"HTTP/1.1 200 OK\r\nContent-Ty",
+            b"HTTP/1.1 abc def\r\n\r\n",
+            b"\x16\x03\x01garbage\r\n\r\n",
+        )[k]
         plan.desc.append(("close_before_head", "close_inside_head", "bad_status_line", "tls_bytes")[k])
         plan.cut = True
         return plan
@@ -790,7 +1107,11 @@ def _make_plan(rng: random.Random, seed: int, protocol: str, stream: bool, model
         return plan
     if behaviour == "odd_status":
         status = rng.choice((201, 204, 206, 302))
-        data = b"".join(_frame_stream(rng, valid_events(rng, protocol, answer, model))) if stream else dumps(valid_body(rng, protocol, answer, model))
+        data = (
+            b"".join(_frame_stream(rng, valid_events(rng, protocol, answer, model)))
+            if stream
+            else dumps(valid_body(rng, protocol, answer, model))
+        )
         plan.desc.append(f"status={status}")
         hdrs: list[tuple[str, str | bytes]] = [("content-type", sse_type if stream else "application/json")]
         if status == 302:
@@ -805,11 +1126,15 @@ def _make_plan(rng: random.Random, seed: int, protocol: str, stream: bool, model
         plan.parts, plan.pauses = [data], [0.0]
         return plan
     if behaviour == "json_error_200":
-        err = {"error": {"message": rng.choice(("model overloaded", f"Authorization: {echo}", "Rate limit reached")),
-                         "type": rng.choice(("server_error", "invalid_request_error", None)),
-                         "code": rng.choice(("server_error", "rate_limit_exceeded", None, 500, "bad_thing"))}}
+        err = {
+            "error": {
+                "message": rng.choice(("model overloaded", f"Authorization: {echo}", "Rate limit reached")),
+                "type": rng.choice(("server_error", "invalid_request_error", None)),
+                "code": rng.choice(("server_error", "rate_limit_exceeded", None, 500, "bad_thing")),
+            }
+        }
         if stream and rng.random() < 0.6:
-            data = (frame(None, err) if protocol == "chat" else frame("error", {"type": "error", **err["error"]}))
+            data = frame(None, err) if protocol == "chat" else frame("error", {"type": "error", **err["error"]})
             if rng.random() < 0.5:
                 data = frame(*valid_events(rng, protocol, answer, model)[0]) + data
             ctype = sse_type
@@ -833,7 +1158,9 @@ def _make_plan(rng: random.Random, seed: int, protocol: str, stream: bool, model
             data = dumps(valid_body(rng, proto, answer, model))
             ctype = "application/json"
         plan.desc.append(f"sent {proto}/{'stream' if as_stream else 'json'}")
-        plan.head = _head(200, "OK", [("content-type", ctype)] + _framing_headers(rng, plan, len(data), stream=as_stream))
+        plan.head = _head(
+            200, "OK", [("content-type", ctype)] + _framing_headers(rng, plan, len(data), stream=as_stream)
+        )
         _splits(rng, data, plan)
         return plan
     # valid, mutated, stall_body
@@ -862,7 +1189,9 @@ def _make_plan(rng: random.Random, seed: int, protocol: str, stream: bool, model
         return plan
     obj = valid_body(rng, protocol, answer, model)
     data = _mutate_json_body(rng, protocol, obj, plan, echo) if behaviour == "mutated" else dumps(obj)
-    plan.head = _head(200, "OK", [("content-type", "application/json")] + _framing_headers(rng, plan, len(data), stream=False))
+    plan.head = _head(
+        200, "OK", [("content-type", "application/json")] + _framing_headers(rng, plan, len(data), stream=False)
+    )
     if behaviour == "stall_body":
         half = len(data) // 2
         plan.parts, plan.pauses = [data[:half]], [0.0]
@@ -976,7 +1305,7 @@ class FuzzUpstream:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "FuzzUpstream":
+    def start(self) -> FuzzUpstream:
         self._thread = threading.Thread(target=self._run, name="fuzz-upstream", daemon=True)
         self._thread.start()
         if not self._ready.wait(10) or not self.port:
@@ -1048,8 +1377,9 @@ class FuzzUpstream:
     async def _answer(self, req: Received, writer: asyncio.StreamWriter) -> bool:
         """Play the plan for one request; True when the connection may serve another."""
         self.requests += 1
-        if self.client_key and (self.client_key.encode() in req.body
-                                or any(self.client_key in v for v in req.headers.values())):
+        if self.client_key and (
+            self.client_key.encode() in req.body or any(self.client_key in v for v in req.headers.values())
+        ):
             if len(self.leaks) < 100:
                 self.leaks.append(f"{req.path}: client key reached the upstream")
         auth = req.headers.get("authorization", "")
@@ -1057,7 +1387,10 @@ class FuzzUpstream:
             self.bad_auth.append(f"{req.path}: authorization={auth[:40]!r}")
         if req.method != "POST" or not req.path.endswith(("/chat/completions", "/responses")):
             body = b'{"error":{"message":"not found","type":"invalid_request_error","code":"not_found"}}'
-            writer.write(_head(404, "Not Found", [("content-type", "application/json"), ("content-length", str(len(body)))]) + body)
+            writer.write(
+                _head(404, "Not Found", [("content-type", "application/json"), ("content-length", str(len(body)))])
+                + body
+            )
             await writer.drain()
             return True
         protocol = "chat" if req.path.endswith("/chat/completions") else "responses"

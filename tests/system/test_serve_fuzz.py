@@ -109,10 +109,22 @@ def proxy_config(upstream_url: str) -> dict[str, Any]:
         "server": {"max_body_bytes": MAX_BODY, "keepalive_seconds": 1},
         "auth": {"keys": [CLIENT_KEY]},
         "providers": [
-            {"name": "fuzz-chat", "profile": "openai-compatible", "protocol": "chat", "base_url": upstream_url,
-             "api_key": UPSTREAM_KEY, "timeouts": timeouts},
-            {"name": "fuzz-resp", "profile": "openai-compatible", "protocol": "responses", "base_url": upstream_url,
-             "api_key": UPSTREAM_KEY, "timeouts": timeouts},
+            {
+                "name": "fuzz-chat",
+                "profile": "openai-compatible",
+                "protocol": "chat",
+                "base_url": upstream_url,
+                "api_key": UPSTREAM_KEY,
+                "timeouts": timeouts,
+            },
+            {
+                "name": "fuzz-resp",
+                "profile": "openai-compatible",
+                "protocol": "responses",
+                "base_url": upstream_url,
+                "api_key": UPSTREAM_KEY,
+                "timeouts": timeouts,
+            },
         ],
         "models": [{"name": CHAT_MODEL, "provider": "fuzz-chat"}, {"name": RESP_MODEL, "provider": "fuzz-resp"}],
     }
@@ -129,12 +141,28 @@ def rss_kb(pid: int) -> int:
 # Requests
 # ---------------------------------------------------------------------------------------
 
-TOOLS_CHAT = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                   "required": ["city"]}}}]
-TOOLS_RESP = [{"type": "function", "name": "get_weather", "description": "Weather of a city",
-               "parameters": TOOLS_CHAT[0]["function"]["parameters"]}]
+TOOLS_CHAT = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+TOOLS_RESP = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": TOOLS_CHAT[0]["function"]["parameters"],
+    }
+]
 
 
 @dataclass
@@ -160,8 +188,9 @@ class Req:
         hdrs = ", ".join(f"{k.decode()}: {_short(v.decode('utf-8', 'replace'), 60)}" for k, v in self.headers)
         body = self.body[:limit].decode("utf-8", "backslashreplace")
         more = f" … ({len(self.body)} bytes)" if len(self.body) > limit else ""
-        return (f"POST {self.path} kind={self.kind} [{'; '.join(self.desc)}]\n    headers: {hdrs}\n"
-                f"    body: {body}{more}")
+        return (
+            f"POST {self.path} kind={self.kind} [{'; '.join(self.desc)}]\n    headers: {hdrs}\n    body: {body}{more}"
+        )
 
 
 def _short(s: str, n: int) -> str:
@@ -172,14 +201,26 @@ def chat_body(rng: random.Random, seed: int, model: str, stream: bool) -> dict[s
     user: Any = f"seed:{seed} What is the weather in Paris?"
     if rng.random() < 0.3:
         user = [{"type": "text", "text": user}]
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": f"seed:{seed} You are terse."},
-                                  {"role": "user", "content": user}]
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": f"seed:{seed} You are terse."},
+        {"role": "user", "content": user},
+    ]
     if rng.random() < 0.35:
-        msgs += [{"role": "assistant", "content": None, "tool_calls": [
-                     {"id": "functions.get_weather:0", "type": "function",
-                      "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
-                 {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny, 21\u00b0C"},
-                 {"role": "user", "content": "And tomorrow? \u65e5\u672c \U0001f600"}]
+        msgs += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "functions.get_weather:0",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny, 21\u00b0C"},
+            {"role": "user", "content": "And tomorrow? \u65e5\u672c \U0001f600"},
+        ]
     body: dict[str, Any] = {"model": model, "messages": msgs, "stream": stream}
     if rng.random() < 0.8:
         body["tools"] = copy.deepcopy(TOOLS_CHAT)
@@ -194,14 +235,28 @@ def chat_body(rng: random.Random, seed: int, model: str, stream: bool) -> dict[s
 
 def responses_body(rng: random.Random, seed: int, model: str, stream: bool) -> dict[str, Any]:
     text = f"seed:{seed} What is the weather in Paris?"
-    inp: Any = text if rng.random() < 0.25 else [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]
+    inp: Any = (
+        text
+        if rng.random() < 0.25
+        else [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]
+    )
     if not isinstance(inp, str) and rng.random() < 0.35:
-        inp += [{"type": "function_call", "call_id": "call_abc", "name": "get_weather", "arguments": '{"city":"Paris"}'},
-                {"type": "function_call_output", "call_id": "call_abc", "output": "sunny, 21\u00b0C"},
-                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And tomorrow? \U0001f600"}]}]
-    body: dict[str, Any] = {"model": model, "input": inp, "stream": stream, "store": False,
-                            "instructions": f"seed:{seed} You are terse."}
+        inp += [
+            {"type": "function_call", "call_id": "call_abc", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+            {"type": "function_call_output", "call_id": "call_abc", "output": "sunny, 21\u00b0C"},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "And tomorrow? \U0001f600"}],
+            },
+        ]
+    body: dict[str, Any] = {
+        "model": model,
+        "input": inp,
+        "stream": stream,
+        "store": False,
+        "instructions": f"seed:{seed} You are terse.",
+    }
     if rng.random() < 0.8:
         body["tools"] = copy.deepcopy(TOOLS_RESP)
     if rng.random() < 0.3:
@@ -222,11 +277,43 @@ def _pick(rng: random.Random, table: tuple[tuple[str, float], ...]) -> str:
 
 
 # top-level fields the proxy reads or translates, set to junk by the "fields" kind
-KNOWN_FIELDS = ("model", "messages", "input", "stream", "tools", "tool_choice", "parallel_tool_calls", "stream_options",
-                "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stop", "temperature", "top_p",
-                "response_format", "text", "reasoning", "reasoning_effort", "include", "instructions", "store",
-                "previous_response_id", "metadata", "user", "functions", "function_call", "logit_bias", "seed",
-                "truncation", "prompt_cache_key", "service_tier", "background", "thinking", "modalities")
+KNOWN_FIELDS = (
+    "model",
+    "messages",
+    "input",
+    "stream",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "n",
+    "stop",
+    "temperature",
+    "top_p",
+    "response_format",
+    "text",
+    "reasoning",
+    "reasoning_effort",
+    "include",
+    "instructions",
+    "store",
+    "previous_response_id",
+    "metadata",
+    "user",
+    "functions",
+    "function_call",
+    "logit_bias",
+    "seed",
+    "truncation",
+    "prompt_cache_key",
+    "service_tier",
+    "background",
+    "thinking",
+    "modalities",
+)
 
 # odd but plausible conversation entries, appended by the "items" kind
 CHAT_ITEMS: tuple[Any, ...] = (
@@ -236,8 +323,14 @@ CHAT_ITEMS: tuple[Any, ...] = (
     {"role": "function", "name": "get_weather", "content": "legacy"},
     {"role": "assistant", "content": None},
     {"role": "assistant", "content": "", "tool_calls": []},
-    {"role": "assistant", "tool_calls": [{"id": "", "type": "function", "function": {"name": "", "arguments": "{not json"}}]},
-    {"role": "assistant", "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}]},
+    {
+        "role": "assistant",
+        "tool_calls": [{"id": "", "type": "function", "function": {"name": "", "arguments": "{not json"}}],
+    },
+    {
+        "role": "assistant",
+        "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}],
+    },
     {"role": "assistant", "function_call": {"name": "get_weather", "arguments": "{}"}},
     {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "reasoning_content": "hmm"},
     {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
@@ -257,7 +350,11 @@ RESP_ITEMS: tuple[Any, ...] = (
     {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AA"}]},
     {"type": "message", "role": "user", "content": [{"type": "input_file", "file_id": "f"}, {"type": "mystery"}]},
     {"type": "function_call_output", "call_id": "missing", "output": "orphan"},
-    {"type": "function_call_output", "call_id": "call_abc", "output": [{"type": "input_text", "text": "x"}, {"type": "input_image"}]},
+    {
+        "type": "function_call_output",
+        "call_id": "call_abc",
+        "output": [{"type": "input_text", "text": "x"}, {"type": "input_image"}],
+    },
     {"type": "function_call", "call_id": "", "name": "", "arguments": "{not json"},
     {"type": "function_call", "call_id": "c9", "name": "get_weather", "namespace": "ns", "arguments": "{}"},
     {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
@@ -277,7 +374,11 @@ EXTRA_TOOLS: tuple[Any, ...] = (
     {"type": "function", "function": {"name": "", "parameters": None}},
     {"type": "function", "function": {"name": "a" * 300}},
     {"type": "function", "name": "flat_in_chat"},
-    {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+    {
+        "type": "custom",
+        "name": "apply_patch",
+        "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+    },
     {"type": "web_search"},
     {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "inner"}, None]},
     {"type": "mcp", "server_label": "x"},
@@ -287,12 +388,46 @@ EXTRA_TOOLS: tuple[Any, ...] = (
     None,
 )
 
-KINDS = (("valid", 36.0), ("paths", 18.0), ("fields", 8.0), ("items", 8.0), ("deep", 5.0), ("huge", 3.0), ("invalid_utf8", 3.0), ("not_json", 3.0),
-         ("headers", 16.0), ("unknown_model", 2.0), ("too_large", 0.6), ("empty", 1.0))
-HEADER_CASES = ("no_auth", "wrong_key", "basic_auth", "dup_auth", "api_key", "x_api_key", "bearer_lower",
-                "no_ctype", "text_plain", "form", "json_charset", "vnd_json", "upper_json", "origin",
-                "utf8_ua", "latin1_ua", "big_ua", "many_headers", "accept_html", "gzip_body", "host", "query",
-                "cookie", "forwarded")
+KINDS = (
+    ("valid", 36.0),
+    ("paths", 18.0),
+    ("fields", 8.0),
+    ("items", 8.0),
+    ("deep", 5.0),
+    ("huge", 3.0),
+    ("invalid_utf8", 3.0),
+    ("not_json", 3.0),
+    ("headers", 16.0),
+    ("unknown_model", 2.0),
+    ("too_large", 0.6),
+    ("empty", 1.0),
+)
+HEADER_CASES = (
+    "no_auth",
+    "wrong_key",
+    "basic_auth",
+    "dup_auth",
+    "api_key",
+    "x_api_key",
+    "bearer_lower",
+    "no_ctype",
+    "text_plain",
+    "form",
+    "json_charset",
+    "vnd_json",
+    "upper_json",
+    "origin",
+    "utf8_ua",
+    "latin1_ua",
+    "big_ua",
+    "many_headers",
+    "accept_html",
+    "gzip_body",
+    "host",
+    "query",
+    "cookie",
+    "forwarded",
+)
 
 
 def make_request(seed: int) -> Req:
@@ -306,8 +441,10 @@ def make_request(seed: int) -> Req:
         model = f"no-such-model-{seed}"
     body_obj = (chat_body if route == "chat" else responses_body)(rng, seed, model, stream)
     path = "/v1/chat/completions" if route == "chat" else "/v1/responses"
-    headers: list[tuple[bytes, bytes]] = [(b"authorization", f"Bearer {CLIENT_KEY}".encode()),
-                                          (b"content-type", b"application/json")]
+    headers: list[tuple[bytes, bytes]] = [
+        (b"authorization", f"Bearer {CLIENT_KEY}".encode()),
+        (b"content-type", b"application/json"),
+    ]
     req = Req(seed=seed, route=route, path=path, model=model, stream=stream, headers=headers, body=b"", kind=kind)
     body: bytes | None = None
     if kind in ("valid", "headers"):
@@ -361,14 +498,23 @@ def make_request(seed: int) -> Req:
         strings = [(n, k, p) for n, k, p in json_paths(body_obj) if isinstance(n[k], str)]
         node, key, p = rng.choice(strings)
         bad = rng.choice((b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\xe2\x82", b"\xf8\x88\x80\x80\x80"))
-        node[key] = Raw(b'"' + node[key].encode()[:20].replace(b'"', b"").replace(b"\\", b"") + bad + b'"', "invalid_utf8")
+        node[key] = Raw(
+            b'"' + node[key].encode()[:20].replace(b'"', b"").replace(b"\\", b"") + bad + b'"', "invalid_utf8"
+        )
         req.desc.append(f"{p} has {bad!r}")
         req.expect, req.expect_code = 400, "invalid_json"
     elif kind == "not_json":
         good = dumps(body_obj)
         choice = rng.randrange(7)
-        body = (b"not json", b"{", b"model=x&stream=true", b"\x00" * 16, good[: len(good) // 2],
-                b"[" + good + b"]", b"null")[choice]
+        body = (
+            b"not json",
+            b"{",
+            b"model=x&stream=true",
+            b"\x00" * 16,
+            good[: len(good) // 2],
+            b"[" + good + b"]",
+            b"null",
+        )[choice]
         req.desc.append(("text", "brace", "form", "nul_bytes", "truncated", "array", "null")[choice])
         req.expect, req.expect_code = 400, "invalid_json"
     elif kind == "empty":
@@ -572,7 +718,9 @@ def check_responses_stream(body: bytes, out: Outcome) -> None:
     if len(terms) > 1:
         out.problems.append(f"responses stream: {len(terms)} terminal events ({[types[i] for i in terms]})")
     if terms[-1] != len(types) - 1 or terms[0] != len(types) - 1:
-        out.problems.append(f"responses stream: terminal {types[terms[0]]} is not the last event (then {types[terms[0] + 1]})")
+        out.problems.append(
+            f"responses stream: terminal {types[terms[0]]} is not the last event (then {types[terms[0] + 1]})"
+        )
         return
     if types[0] != "response.created":
         out.problems.append(f"responses stream: first event is {types[0]}")
@@ -584,8 +732,9 @@ def check_responses_stream(body: bytes, out: Outcome) -> None:
     if last["type"] == "response.failed":
         err = resp.get("error")
         if not (isinstance(err, dict) and isinstance(err.get("code"), str) and isinstance(err.get("message"), str)):
-            out.problems.append(f"responses stream: response.failed error is not {{code: str, message: str}}: "
-                                f"{json.dumps(err)[:120]}")
+            out.problems.append(
+                f"responses stream: response.failed error is not {{code: str, message: str}}: {json.dumps(err)[:120]}"
+            )
             err = err if isinstance(err, dict) else {}
         out.code = f"failed:{err.get('code')}"
     else:
@@ -664,7 +813,11 @@ def key_leak(res: Res) -> str | None:
 
 
 def allowed_5xx(status: int, code: Any) -> bool:
-    return status in (502, 503, 504) and isinstance(code, str) and (code.startswith("upstream_") or code in ALLOWED_5XX_CODES)
+    return (
+        status in (502, 503, 504)
+        and isinstance(code, str)
+        and (code.startswith("upstream_") or code in ALLOWED_5XX_CODES)
+    )
 
 
 def check(req: Req, res: Res, played: str | None) -> Outcome:
@@ -720,14 +873,21 @@ def check(req: Req, res: Res, played: str | None) -> Outcome:
             err = obj.get("error") if isinstance(obj, dict) else None
             if not isinstance(obj, dict) or obj.get("object") != want:
                 p.append(f"200 JSON is not a {want} object")
-            elif req.route == "chat" and not (isinstance(obj.get("choices"), list) and obj["choices"]
-                                              and all(isinstance(c, dict) and isinstance(c.get("message"), dict)
-                                                      for c in obj["choices"])):
+            elif req.route == "chat" and not (
+                isinstance(obj.get("choices"), list)
+                and obj["choices"]
+                and all(isinstance(c, dict) and isinstance(c.get("message"), dict) for c in obj["choices"])
+            ):
                 p.append("200 chat.completion without choices[].message")
             elif req.route == "responses" and not isinstance(obj.get("output"), list):
                 p.append("200 response without an output list")
-            elif req.route == "responses" and obj.get("status") == "failed" and not (
-                    isinstance(err, dict) and isinstance(err.get("code"), str) and isinstance(err.get("message"), str)):
+            elif (
+                req.route == "responses"
+                and obj.get("status") == "failed"
+                and not (
+                    isinstance(err, dict) and isinstance(err.get("code"), str) and isinstance(err.get("message"), str)
+                )
+            ):
                 p.append(f"200 failed response whose error is not {{code: str, message: str}}: {json.dumps(err)[:120]}")
             else:
                 out.success = True
@@ -775,40 +935,63 @@ def _exchange(f: Failure) -> str:
         shown += f"\n      … ({len(body)} bytes) …\n      " + body[-500:].decode("utf-8", "backslashreplace")
     at = body.find(UPSTREAM_KEY.encode())
     if at >= 700:
-        shown += "\n      … the key at byte " + str(at) + ": …" + body[max(0, at - 300): at + 100].decode("utf-8", "backslashreplace")
+        shown += (
+            "\n      … the key at byte "
+            + str(at)
+            + ": …"
+            + body[max(0, at - 300) : at + 100].decode("utf-8", "backslashreplace")
+        )
     sent = f.sent[:600].decode("utf-8", "backslashreplace").replace("\n", "\n      ")
     sent = f"    upstream sent:\n      {sent}\n" if sent else ""
     shown = shown.replace("\n", "\n      ")
-    return (f"  seed {f.req.seed}: {f.problem}\n"
-            f"    request: {f.req.summary()}\n"
-            f"    upstream plan: {f.played}\n{sent}"
-            f"    answer: HTTP {f.res.status} {f.res.headers.get('content-type', '')} in {f.res.elapsed:.2f}s"
-            f"{' error=' + f.res.error if f.res.error else ''}\n      {shown}")
+    return (
+        f"  seed {f.req.seed}: {f.problem}\n"
+        f"    request: {f.req.summary()}\n"
+        f"    upstream plan: {f.played}\n{sent}"
+        f"    answer: HTTP {f.res.status} {f.res.headers.get('content-type', '')} in {f.res.elapsed:.2f}s"
+        f"{' error=' + f.res.error if f.res.error else ''}\n      {shown}"
+    )
 
 
 def report(failures: list[Failure], proxy: Proxy) -> str:
     groups: dict[str, list[Failure]] = {}
     for f in failures:
         groups.setdefault(f.problem, []).append(f)
-    lines = [f"{len(failures)} broken rule(s) in {len({f.req.seed for f in failures})} exchange(s), "
-             f"{len(groups)} distinct:"]
+    lines = [
+        f"{len(failures)} broken rule(s) in {len({f.req.seed for f in failures})} exchange(s), {len(groups)} distinct:"
+    ]
     for problem, fs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         combos = Counter(_combo(f.req) for f in fs)
-        lines.append(f"\n[{len(fs)}x] {problem}\n  seen in: " + "; ".join(f"{c} ({n})" for c, n in combos.most_common())
-                     + f"\n  seeds: {sorted({f.req.seed for f in fs})[:12]}")
+        lines.append(
+            f"\n[{len(fs)}x] {problem}\n  seen in: "
+            + "; ".join(f"{c} ({n})" for c, n in combos.most_common())
+            + f"\n  seeds: {sorted({f.req.seed for f in fs})[:12]}"
+        )
         lines.append(_exchange(_simplest(fs)))
-    internal = sorted({m.group(1) for m in re.finditer(r'"error":"([A-Za-z]+)"[^\n]*"event":"internal_error"', proxy.log(400_000))}
-                      | {m.group(0)[:200] for m in re.finditer(r"\n(\w+(Error|Exception): [^\n]*)", proxy.log(400_000))})
+    internal = sorted(
+        {m.group(1) for m in re.finditer(r'"error":"([A-Za-z]+)"[^\n]*"event":"internal_error"', proxy.log(400_000))}
+        | {m.group(0)[:200] for m in re.finditer(r"\n(\w+(Error|Exception): [^\n]*)", proxy.log(400_000))}
+    )
     if internal:
         lines.append("\nproxy log, exceptions: " + "; ".join(internal)[:3000])
-    lines.append("\nreplay: SWITCHBOARD_FUZZ_SEEDS=<seed>[,<seed>…] .venv/bin/python -m pytest -q -p no:cacheprovider "
-                 "tests/system/test_serve_fuzz.py::test_serve_fuzz")
+    lines.append(
+        "\nreplay: SWITCHBOARD_FUZZ_SEEDS=<seed>[,<seed>…] .venv/bin/python -m pytest -q -p no:cacheprovider "
+        "tests/system/test_serve_fuzz.py::test_serve_fuzz"
+    )
     return "\n".join(lines)
 
 
-async def run_requests(client: httpx.AsyncClient, up: FuzzUpstream, seeds: list[int], failures: list[Failure],
-                       codes: Counter[str], kinds: Counter[str], behaviours: Counter[str],
-                       slowest: list[tuple[float, int]], tally: Counter[str]) -> None:
+async def run_requests(
+    client: httpx.AsyncClient,
+    up: FuzzUpstream,
+    seeds: list[int],
+    failures: list[Failure],
+    codes: Counter[str],
+    kinds: Counter[str],
+    behaviours: Counter[str],
+    slowest: list[tuple[float, int]],
+    tally: Counter[str],
+) -> None:
     queue: asyncio.Queue[int] = asyncio.Queue()
     for s in seeds:
         queue.put_nowait(s)
@@ -838,8 +1021,12 @@ async def run_requests(client: httpx.AsyncClient, up: FuzzUpstream, seeds: list[
 
 
 def _client(proxy: Proxy) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=proxy.url, trust_env=False, timeout=httpx.Timeout(REQUEST_TIMEOUT),
-                             limits=httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY))
+    return httpx.AsyncClient(
+        base_url=proxy.url,
+        trust_env=False,
+        timeout=httpx.Timeout(REQUEST_TIMEOUT),
+        limits=httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY),
+    )
 
 
 @pytest.fixture
@@ -879,12 +1066,23 @@ async def test_serve_fuzz(fuzz_upstream: FuzzUpstream, fuzz_proxy: Proxy) -> Non
             if ONLY:
                 await run_requests(client, up, ONLY, failures, codes, kinds, behaviours, slowest, tally)
             else:
-                await run_requests(client, up, [BASE + i for i in range(WARMUP)], failures, codes, kinds, behaviours, slowest, tally)
+                await run_requests(
+                    client, up, [BASE + i for i in range(WARMUP)], failures, codes, kinds, behaviours, slowest, tally
+                )
                 rss_warm = rss_kb(pid)
                 sampler = asyncio.ensure_future(sample_rss(pid, samples))
                 try:
-                    await run_requests(client, up, [BASE + WARMUP + i for i in range(COUNT)], failures, codes, kinds,
-                                       behaviours, slowest, tally)
+                    await run_requests(
+                        client,
+                        up,
+                        [BASE + WARMUP + i for i in range(COUNT)],
+                        failures,
+                        codes,
+                        kinds,
+                        behaviours,
+                        slowest,
+                        tally,
+                    )
                 finally:
                     sampler.cancel()
                 rss_end = rss_kb(pid)
@@ -893,13 +1091,17 @@ async def test_serve_fuzz(fuzz_upstream: FuzzUpstream, fuzz_proxy: Proxy) -> Non
     n = len(ONLY) or WARMUP + COUNT
     print(f"\nfuzz: {n} requests in {elapsed:.1f}s (concurrency {CONCURRENCY}); upstream saw {up.requests} requests")
     if rss_warm:
-        print(f"proxy RSS after warm-up ({WARMUP} requests): {rss_warm / 1024:.1f} MB; after {COUNT} more: "
-              f"{rss_end / 1024:.1f} MB ({(rss_end - rss_warm) / 1024:+.1f} MB); every 2 s: "
-              + " ".join(f"{k / 1024:.0f}" for k in samples))
+        print(
+            f"proxy RSS after warm-up ({WARMUP} requests): {rss_warm / 1024:.1f} MB; after {COUNT} more: "
+            f"{rss_end / 1024:.1f} MB ({(rss_end - rss_warm) / 1024:+.1f} MB); every 2 s: "
+            + " ".join(f"{k / 1024:.0f}" for k in samples)
+        )
     slowest.sort()
     if slowest:
-        print(f"answer time: median {slowest[len(slowest) // 2][0] * 1000:.0f} ms, slowest "
-              + ", ".join(f"{t:.2f}s (seed {sd})" for t, sd in slowest[-3:][::-1]))
+        print(
+            f"answer time: median {slowest[len(slowest) // 2][0] * 1000:.0f} ms, slowest "
+            + ", ".join(f"{t:.2f}s (seed {sd})" for t, sd in slowest[-3:][::-1])
+        )
     print("requests by kind: " + ", ".join(f"{k} {v}" for k, v in kinds.most_common()))
     print("upstream behaviours played: " + ", ".join(f"{k} {v}" for k, v in behaviours.most_common()))
     print("; ".join(f"{k.strip()}: {v}" for k, v in tally.items()))
@@ -952,11 +1154,13 @@ def metric_request(i: int) -> tuple[bytes, str, int, str]:
     rng = random.Random(f"metrics:{i}")
     n = rng.choice((8, 64, 300, 2000))
     if 1_000_000 <= i < 2_000_000:
-        model = "".join(rng.choice(_PATH_CHARS + "/:@ \u00e9\u65e5\"\\\n") for _ in range(n))
+        model = "".join(rng.choice(_PATH_CHARS + '/:@ \u00e9\u65e5"\\\n') for _ in range(n))
         route = "/v1/chat/completions" if i % 2 else "/v1/responses"
         body = dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "input": "hi"})
-        head = (f"POST {route} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {CLIENT_KEY}\r\n"
-                f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST {route} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {CLIENT_KEY}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode()
         return head + body, f"POST {route} model={model[:60]!r}", 404, "model_not_found"
     escapes = _MODEL_ESCAPES if i % 2 == 0 else _OTHER_ESCAPES
     tail = "".join(rng.choice(escapes) if rng.random() < 0.05 else rng.choice(_PATH_CHARS) for _ in range(n))
@@ -964,7 +1168,12 @@ def metric_request(i: int) -> tuple[bytes, str, int, str]:
         path, want, code = f"/v1/models/{tail}", 401, "missing_api_key"
     else:
         path, want, code = f"/random/{i}/{tail}", 404, "not_found"
-    return f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nuser-agent: fuzz\r\n\r\n".encode(), f"GET {path[:100]}", want, code
+    return (
+        f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nuser-agent: fuzz\r\n\r\n".encode(),
+        f"GET {path[:100]}",
+        want,
+        code,
+    )
 
 
 def series(text: str) -> list[str]:
@@ -991,7 +1200,9 @@ async def raw_requests(port: int, indexes: range, bad: list[str]) -> None:
                         head = await reader.readuntil(b"\r\n\r\n")
                         lines = head.decode("latin-1").split("\r\n")
                         status = int(lines[0].split(" ", 2)[1])
-                        hdrs = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                        hdrs = {
+                            k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)
+                        }
                         body = await reader.readexactly(int(hdrs.get("content-length", "0")))
                         if hdrs.get("connection", "").lower() == "close":
                             writer.close()
@@ -1038,19 +1249,25 @@ async def test_metrics_series_bounded(tmp_path: Path) -> None:
                 rss1 = rss_kb(pid)
                 after = (await client.get("/metrics")).text
         s0, s1 = series(before), series(after)
-        print(f"\nmetrics: {METRIC_REQUESTS} GETs to distinct paths in {elapsed:.1f}s, then {METRIC_POSTS} POSTs of "
-              f"distinct unknown models; series {len(s0)} -> {len(s1)}; "
-              f"/metrics {len(before.encode())} -> {len(after.encode())} bytes; proxy RSS {rss0 / 1024:.1f} -> "
-              f"{rss1 / 1024:.1f} MB ({(rss1 - rss0) / 1024:+.1f} MB)")
+        print(
+            f"\nmetrics: {METRIC_REQUESTS} GETs to distinct paths in {elapsed:.1f}s, then {METRIC_POSTS} POSTs of "
+            f"distinct unknown models; series {len(s0)} -> {len(s1)}; "
+            f"/metrics {len(before.encode())} -> {len(after.encode())} bytes; proxy RSS {rss0 / 1024:.1f} -> "
+            f"{rss1 / 1024:.1f} MB ({(rss1 - rss0) / 1024:+.1f} MB)"
+        )
         problems = []
         if bad:
             problems.append(f"{len(bad)} unexpected answers, e.g. {bad[:5]}")
         if sorted(s0) != sorted(s1):
-            problems.append(f"series changed: new {sorted(set(s1) - set(s0))[:10]}, gone {sorted(set(s0) - set(s1))[:10]}")
+            problems.append(
+                f"series changed: new {sorted(set(s1) - set(s0))[:10]}, gone {sorted(set(s0) - set(s1))[:10]}"
+            )
         if len(after.encode()) > METRICS_MAX_BYTES:
             problems.append(f"/metrics is {len(after.encode())} bytes (> {METRICS_MAX_BYTES})")
         if rss1 - rss0 > SERIES_RSS_GROWTH_MB * 1024:
-            problems.append(f"proxy RSS grew {(rss1 - rss0) / 1024:.1f} MB over {METRIC_REQUESTS + METRIC_POSTS} requests")
+            problems.append(
+                f"proxy RSS grew {(rss1 - rss0) / 1024:.1f} MB over {METRIC_REQUESTS + METRIC_POSTS} requests"
+            )
         if proxy.proc.poll() is not None:
             problems.append(f"the proxy exited (rc={proxy.proc.returncode})\n{proxy.log()}")
         if problems:

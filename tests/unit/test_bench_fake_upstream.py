@@ -44,7 +44,7 @@ def parse_all(data: bytes):
         ("bench-chat-n7", (7, 0.0)),
         ("d20-n3", (3, 0.02)),
         ("bench-chat-n10-d2.5", (10, 0.0025)),
-        ("gpt-4o", (20, 0.0)),          # nothing recognised: the defaults
+        ("gpt-4o", (20, 0.0)),  # nothing recognised: the defaults
         ("kimi-k2.6", (20, 0.0)),
     ],
 )
@@ -61,7 +61,7 @@ def test_usage_counts_text_chunks_and_tool_parts():
 @pytest.mark.parametrize("n", [0, 1, 5, 200])
 def test_chat_stream_shape(n):
     steps = chat_steps("m", n)
-    assert len(steps) == n + 2                      # preamble, N text steps, tail
+    assert len(steps) == n + 2  # preamble, N text steps, tail
     events = parse_all(b"".join(steps))
     # role chunk + N content + (tool start + 3 argument deltas) + finish + usage + [DONE]
     assert len(events) == n + 1 + 1 + len(TOOL_ARG_PARTS) + 1 + 1 + 1
@@ -69,12 +69,16 @@ def test_chat_stream_shape(n):
     objs = [orjson.loads(e.data) for e in events[:-1]]
     assert all(e.event is None for e in events)
     assert objs[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    text = [o["choices"][0]["delta"]["content"] for o in objs[1:n + 1]]
+    text = [o["choices"][0]["delta"]["content"] for o in objs[1 : n + 1]]
     assert len(text) == n and all(text)
     assert "".join(text) == expected_text(n)
-    tc = [o["choices"][0]["delta"]["tool_calls"][0] for o in objs[n + 1:n + 1 + 1 + len(TOOL_ARG_PARTS)]]
-    assert tc[0] == {"index": 0, "id": TOOL_CALL_ID, "type": "function",
-                     "function": {"name": TOOL_NAME, "arguments": ""}}
+    tc = [o["choices"][0]["delta"]["tool_calls"][0] for o in objs[n + 1 : n + 1 + 1 + len(TOOL_ARG_PARTS)]]
+    assert tc[0] == {
+        "index": 0,
+        "id": TOOL_CALL_ID,
+        "type": "function",
+        "function": {"name": TOOL_NAME, "arguments": ""},
+    }
     assert "".join(t["function"]["arguments"] for t in tc) == TOOL_ARGS
     assert all("id" not in t and "name" not in t["function"] for t in tc[1:])
     assert objs[-2]["choices"][0]["finish_reason"] == "tool_calls"
@@ -96,10 +100,14 @@ def test_responses_stream_shape(n):
     assert [e.event for e in events] == [o["type"] for o in objs]
     assert [o["sequence_number"] for o in objs] == list(range(len(objs)))
     types = [o["type"] for o in objs]
-    assert types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.content_part.added"]
-    assert types[4:4 + n] == ["response.output_text.delta"] * n
-    assert "".join(o["delta"] for o in objs[4:4 + n]) == expected_text(n)
+    assert types[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert types[4 : 4 + n] == ["response.output_text.delta"] * n
+    assert "".join(o["delta"] for o in objs[4 : 4 + n]) == expected_text(n)
     assert types[-1] == "response.completed"
     done = objs[-1]["response"]
     assert done["status"] == "completed"
@@ -107,7 +115,11 @@ def test_responses_stream_shape(n):
     assert done["output"][0]["content"][0]["text"] == expected_text(n)
     fc = done["output"][1]
     assert (fc["type"], fc["call_id"], fc["name"], fc["arguments"]) == (
-        "function_call", TOOL_CALL_ID, TOOL_NAME, TOOL_ARGS)
+        "function_call",
+        TOOL_CALL_ID,
+        TOOL_NAME,
+        TOOL_ARGS,
+    )
     args = [o["delta"] for o in objs if o["type"] == "response.function_call_arguments.delta"]
     assert args == list(TOOL_ARG_PARTS)
     assert validate_stream("responses", events, n) == []
@@ -146,7 +158,7 @@ async def test_stream_over_http(fake, proto, path, model, n):
 @pytest.mark.parametrize("proto, path", [("chat", "/v1/chat/completions"), ("responses", "/v1/responses")])
 async def test_json_over_http_keepalive(fake, proto, path):
     async with httpx.AsyncClient(base_url=fake) as c:
-        for model, n in (("bench-n4", 4), ("bench-n1", 1), ("bench-n4", 4)):   # one connection, cached
+        for model, n in (("bench-n4", 4), ("bench-n1", 1), ("bench-n4", 4)):  # one connection, cached
             r = await c.post(path, json={"model": model, "stream": False})
             assert r.status_code == 200
             assert r.headers["content-length"] == str(len(r.content))
@@ -166,10 +178,10 @@ async def test_errors_and_health(fake):
 async def test_stats_count_connections_and_requests(fake):
     async with httpx.AsyncClient(base_url=fake) as c:
         s0 = (await c.get("/stats")).json()
-        for _ in range(3):   # one keep-alive connection
+        for _ in range(3):  # one keep-alive connection
             await c.post("/v1/chat/completions", json={"model": "bench-n1"})
         s1 = (await c.get("/stats")).json()
-    async with httpx.AsyncClient(base_url=fake) as c2:   # a second connection
+    async with httpx.AsyncClient(base_url=fake) as c2:  # a second connection
         await c2.post("/v1/responses", json={"model": "bench-n1"})
         s2 = (await c2.get("/stats")).json()
     assert s1["requests"] - s0["requests"] == 3

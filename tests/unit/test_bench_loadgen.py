@@ -46,7 +46,11 @@ def parse_all(data: bytes):
         ("chat", SSEEvent(None, '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}'), False),
         ("chat", SSEEvent(None, '{"choices":[],"usage":{"total_tokens":3}}'), False),
         ("chat", SSEEvent(None, "[DONE]"), False),
-        ("responses", SSEEvent("response.output_text.delta", '{"type":"response.output_text.delta","delta":"a"}'), True),
+        (
+            "responses",
+            SSEEvent("response.output_text.delta", '{"type":"response.output_text.delta","delta":"a"}'),
+            True,
+        ),
         ("responses", SSEEvent(None, '{"type":"response.output_text.delta","delta":"a"}'), True),
         ("responses", SSEEvent("response.created", '{"type":"response.created"}'), False),
         ("responses", SSEEvent(None, '{"type":"response.reasoning_summary_text.delta","delta":"a"}'), False),
@@ -81,7 +85,7 @@ def test_scan_counts_like_sseparser_at_every_split(proto, n):
         if n:
             assert s.ttft is not None
         else:
-            assert s.ttft is None          # no text at all: no TTFT
+            assert s.ttft is None  # no text at all: no TTFT
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,7 +111,7 @@ def test_scan_ttft_is_time_of_first_text_event():
     data = body_for("chat", 3)
     first_text = data.index(b'"content":" The"')
     s = StreamScan("chat", t0=10.0)
-    s.feed(data[:first_text], 11.0)       # role chunk only
+    s.feed(data[:first_text], 11.0)  # role chunk only
     assert s.ttft is None
     s.feed(data[first_text:], 12.5)
     assert s.ttft == pytest.approx(2.5)
@@ -119,8 +123,12 @@ def test_scan_ttft_is_time_of_first_text_event():
         ("chat", b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n', "no [DONE]"),
         ("chat", b'data: {"error":{"message":"boom","type":"server_error"}}\n\ndata: [DONE]\n\n', "error chunk"),
         ("responses", b'event: response.created\ndata: {"type":"response.created"}\n\n', "no completed"),
-        ("responses", b'event: response.failed\ndata: {"type":"response.failed"}\n\n'
-                      b'event: response.completed\ndata: {"type":"response.completed"}\n\n', "failed seen"),
+        (
+            "responses",
+            b'event: response.failed\ndata: {"type":"response.failed"}\n\n'
+            b'event: response.completed\ndata: {"type":"response.completed"}\n\n',
+            "failed seen",
+        ),
         ("responses", b"", "empty"),
     ],
 )
@@ -148,15 +156,24 @@ def _drop(events, pred):
     [
         ("chat", lambda evs: evs[:-1], "no final [DONE]"),
         ("chat", lambda evs: evs[:2] + evs[3:], "text differs"),
-        ("chat", lambda evs: [SSEEvent(e.event, e.data.replace(TOOL_CALL_ID, "call_other")) for e in evs],
-         "tool call id"),
+        (
+            "chat",
+            lambda evs: [SSEEvent(e.event, e.data.replace(TOOL_CALL_ID, "call_other")) for e in evs],
+            "tool call id",
+        ),
         ("chat", lambda evs: _drop(evs, lambda e: '"usage"' in e.data), "usage"),
         ("chat", lambda evs: _drop(evs, lambda e: '"finish_reason":"tool_calls"' in e.data), "finish_reason"),
         ("responses", lambda evs: evs[:-1], "no response.completed"),
-        ("responses", lambda evs: _drop(evs, lambda e: e.event == "response.function_call_arguments.delta"),
-         "argument deltas"),
-        ("responses", lambda evs: [SSEEvent(e.event, e.data.replace(TOOL_CALL_ID, "call_other")) for e in evs],
-         "call_id"),
+        (
+            "responses",
+            lambda evs: _drop(evs, lambda e: e.event == "response.function_call_arguments.delta"),
+            "argument deltas",
+        ),
+        (
+            "responses",
+            lambda evs: [SSEEvent(e.event, e.data.replace(TOOL_CALL_ID, "call_other")) for e in evs],
+            "call_id",
+        ),
         ("responses", lambda evs: evs[:5] + evs[6:], "text differs"),
     ],
 )
@@ -169,8 +186,7 @@ def test_validate_stream_catches(proto, mutate, expect):
 
 @pytest.mark.parametrize("proto", ["chat", "responses"])
 def test_validate_stream_bridged_ids(proto):
-    events = [SSEEvent(e.event, e.data.replace(TOOL_CALL_ID, "call_minted"))
-              for e in parse_all(body_for(proto, 5))]
+    events = [SSEEvent(e.event, e.data.replace(TOOL_CALL_ID, "call_minted")) for e in parse_all(body_for(proto, 5))]
     assert validate_stream(proto, events, 5, same_ids=False) == []
 
 
@@ -222,21 +238,39 @@ async def fake_port():
 @pytest.mark.parametrize("proto, path", [("chat", "/v1/chat/completions"), ("responses", "/v1/responses")])
 async def test_run_load_streams(fake_port, proto, path):
     n = 30
-    spec = LoadSpec("127.0.0.1", fake_port, path, proto, orjson.dumps({"model": f"b-n{n}-d0", "stream": True}),
-                    True, concurrency=3, per_worker=4, n=n)
+    spec = LoadSpec(
+        "127.0.0.1",
+        fake_port,
+        path,
+        proto,
+        orjson.dumps({"model": f"b-n{n}-d0", "stream": True}),
+        True,
+        concurrency=3,
+        per_worker=4,
+        n=n,
+    )
     res = await run_load(spec)
     assert res.errors == [] and res.problems == []
     assert len(res.records) == 12 and res.ok == 12
     per_stream = len(parse_all(body_for(proto, n)))
-    for t_send, ttfb, ttft, total, events, ok in res.records:
+    for _sent, ttfb, ttft, total, events, ok in res.records:
         assert ok and events == per_stream
         assert 0 <= ttfb <= ttft <= total
     assert res.events == 12 * per_stream
 
 
 async def test_run_load_json_and_duration(fake_port):
-    spec = LoadSpec("127.0.0.1", fake_port, "/v1/chat/completions", "chat",
-                    orjson.dumps({"model": "b-n5", "stream": False}), False, concurrency=2, duration=0.05, n=5)
+    spec = LoadSpec(
+        "127.0.0.1",
+        fake_port,
+        "/v1/chat/completions",
+        "chat",
+        orjson.dumps({"model": "b-n5", "stream": False}),
+        False,
+        concurrency=2,
+        duration=0.05,
+        n=5,
+    )
     res = await run_load(spec)
     assert res.errors == [] and res.problems == []
     assert res.ok == len(res.records) >= 2
@@ -244,8 +278,9 @@ async def test_run_load_json_and_duration(fake_port):
 
 
 async def test_run_load_reports_http_errors(fake_port):
-    spec = LoadSpec("127.0.0.1", fake_port, "/v1/nothing", "chat", b"{}", True, concurrency=1, per_worker=2,
-                    validate=False)
+    spec = LoadSpec(
+        "127.0.0.1", fake_port, "/v1/nothing", "chat", b"{}", True, concurrency=1, per_worker=2, validate=False
+    )
     res = await run_load(spec)
     assert res.ok == 0 and len(res.records) == 2
     assert res.errors[0].startswith("HTTP 404")
@@ -253,8 +288,17 @@ async def test_run_load_reports_http_errors(fake_port):
 
 async def test_run_load_wrong_answer_is_reported(fake_port):
     # the fake sends 7 chunks, the check expects 8: a wrong proxy answer must show up
-    spec = LoadSpec("127.0.0.1", fake_port, "/v1/responses", "responses",
-                    orjson.dumps({"model": "b-n7", "stream": True}), True, concurrency=1, per_worker=1, n=8)
+    spec = LoadSpec(
+        "127.0.0.1",
+        fake_port,
+        "/v1/responses",
+        "responses",
+        orjson.dumps({"model": "b-n7", "stream": True}),
+        True,
+        concurrency=1,
+        per_worker=1,
+        n=8,
+    )
     res = await run_load(spec)
     assert res.ok == 1
     assert any("text differs" in p for p in res.problems)
@@ -274,8 +318,9 @@ def test_proxy_config_routes_models_to_protocols():
     cfg = benchrun.proxy_config(4321, scs)
     provs = {p["name"]: p for p in cfg["providers"]}
     assert {p["protocol"] for p in provs.values()} == {"chat", "responses"}
-    assert all(p["profile"] == "openai-compatible" and p["base_url"] == "http://127.0.0.1:4321/v1"
-               for p in provs.values())
+    assert all(
+        p["profile"] == "openai-compatible" and p["base_url"] == "http://127.0.0.1:4321/v1" for p in provs.values()
+    )
     by_name = {m["name"]: m["provider"] for m in cfg["models"]}
     for s in scs:
         assert provs[by_name[s.model]]["protocol"] == s.upstream
@@ -293,19 +338,24 @@ def test_scenarios_cover_the_issue():
 
 def _sample(sc, side, rnd, **kw):
     row = {m: None for m in benchrun.METRICS}
-    row.update({"type": "sample", "scenario": sc, "side": side, "round": rnd, "errors": 0, "requests": 10,
-                "problems": []})
+    row.update(
+        {"type": "sample", "scenario": sc, "side": side, "round": rnd, "errors": 0, "requests": 10, "problems": []}
+    )
     row.update(kw)
     return row
 
 
 def test_summary_and_targets():
     samples = [
-        _sample("ns-chat-c1", "direct", 0, lat_p50_ms=0.10), _sample("ns-chat-c1", "switchboard", 0, lat_p50_ms=0.60),
-        _sample("ns-chat-c1", "direct", 1, lat_p50_ms=0.30), _sample("ns-chat-c1", "switchboard", 1, lat_p50_ms=0.90),
-        _sample("ns-chat-c1", "direct", 2, lat_p50_ms=0.20), _sample("ns-chat-c1", "switchboard", 2, lat_p50_ms=2.00),
+        _sample("ns-chat-c1", "direct", 0, lat_p50_ms=0.10),
+        _sample("ns-chat-c1", "switchboard", 0, lat_p50_ms=0.60),
+        _sample("ns-chat-c1", "direct", 1, lat_p50_ms=0.30),
+        _sample("ns-chat-c1", "switchboard", 1, lat_p50_ms=0.90),
+        _sample("ns-chat-c1", "direct", 2, lat_p50_ms=0.20),
+        _sample("ns-chat-c1", "switchboard", 2, lat_p50_ms=2.00),
         _sample("st-chat-c8", "switchboard", 0, proxy_events_per_cpu_s=40000.0),
-        _sample("rt-chat", "direct", 0, lat_p50_ms=1000.0), _sample("rt-chat", "switchboard", 0, lat_p50_ms=1020.0),
+        _sample("rt-chat", "direct", 0, lat_p50_ms=1000.0),
+        _sample("rt-chat", "switchboard", 0, lat_p50_ms=1020.0),
         _sample("mem-512", "switchboard", 0, proxy_hwm_mb=150.0, errors=1),
     ]
     summ = {(x["scenario"], x["side"]): x for x in benchrun.summarize(samples)}
@@ -321,8 +371,21 @@ def test_summary_and_targets():
     assert T["memory: 512 slow streams, errors"]["pass"] is False
     assert T["memory: idle RSS"]["pass"] is True
     assert T["start to ready"]["pass"] is False
-    assert T["streaming: added TTFB at c=1 (resp)"]["pass"] is None     # not measured: n/a
-    md = benchrun.markdown(benchrun.scenarios(quick=True), summ, list(T.values()),
-                           {"mode": "quick", "rounds": 3, "date": "d", "commit": "c", "cpu": "x", "cpus": 2,
-                            "python": "3", "proxy_core": 0, "loadgen_core": 1})
+    assert T["streaming: added TTFB at c=1 (resp)"]["pass"] is None  # not measured: n/a
+    md = benchrun.markdown(
+        benchrun.scenarios(quick=True),
+        summ,
+        list(T.values()),
+        {
+            "mode": "quick",
+            "rounds": 3,
+            "date": "d",
+            "commit": "c",
+            "cpu": "x",
+            "cpus": 2,
+            "python": "3",
+            "proxy_core": 0,
+            "loadgen_core": 1,
+        },
+    )
     assert "| ns-chat-c1 | direct |" in md and "**MISS**" in md and "0.900 (0.600–2.00)" in md

@@ -95,8 +95,11 @@ def test_an_event_too_long_is_a_bad_event(client: str) -> None:
 @pytest.mark.parametrize("upstream", CLIENTS)
 def test_bad_answer_object_is_upstream_bad_response(client: str, upstream: str) -> None:
     b = bridge(client, upstream)
-    obj = {"choices": 1} if upstream == "chat" else {"output": [{"type": "message", "content": 7}], "status": "completed",
-                                                        "id": "r", "object": "response"}
+    obj = (
+        {"choices": 1}
+        if upstream == "chat"
+        else {"output": [{"type": "message", "content": 7}], "status": "completed", "id": "r", "object": "response"}
+    )
     if upstream == "chat":
         with pytest.raises(AnswerError) as e:
             b.complete(obj)
@@ -119,7 +122,7 @@ def test_a_failure_after_the_terminal_changes_nothing() -> None:
 
 def test_documented_stream_failure_codes_are_all_produced_here() -> None:
     text = DOCS.read_text()
-    para = text[text.index("After the first byte"):]
+    para = text[text.index("After the first byte") :]
     para = para[: para.index("\n\n")]
     documented = set(re.findall(r"`(upstream_[a-z_]+)`", para))
     assert documented, "docs/operations.md names no stream failure codes"

@@ -70,7 +70,12 @@ def test_text_stream():
         pytest.param({"reasoning_content": "r1"}, "r1", id="reasoning_content"),
         pytest.param({"reasoning": "r2"}, "r2", id="reasoning-vllm"),
         pytest.param(
-            {"reasoning_details": [{"type": "reasoning.text", "text": "r3"}, {"type": "reasoning.encrypted", "data": "x"}]},
+            {
+                "reasoning_details": [
+                    {"type": "reasoning.text", "text": "r3"},
+                    {"type": "reasoning.encrypted", "data": "x"},
+                ]
+            },
             "r3",
             id="reasoning_details",
         ),
@@ -156,52 +161,108 @@ def test_error_chunk(err, expected):
     d = ChatStreamDecoder(ctx)
     out = d.feed(ch({"content": "a"}, usage={"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}))
     out += d.feed({"error": err})
-    assert out == [START, Text("a"), Usage(from_chat({"prompt_tokens": 3, "completion_tokens": 1})), Finish("failed", error=expected)]
+    assert out == [
+        START,
+        Text("a"),
+        Usage(from_chat({"prompt_tokens": 3, "completion_tokens": 1})),
+        Finish("failed", error=expected),
+    ]
     assert d.feed(ch({"content": "late"}, "stop")) == []
     assert d.end() == []
 
 
 def test_error_as_first_chunk():
     evs = run([{"error": {"message": "m", "code": "server_error"}}])
-    assert evs == [Start(), Finish("failed", error={"code": "server_error", "message": "m", "type": "server_error", "param": None})]
+    assert evs == [
+        Start(),
+        Finish("failed", error={"code": "server_error", "message": "m", "type": "server_error", "param": None}),
+    ]
 
 
 # -- usage (SPEC §6, §7.2 usage table, PAINS 19) -----------------------------------------------
 
 
 def test_usage_after_finish_chunk_with_empty_choices():
-    u = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-         "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 2}}
-    evs = run([ch({"content": "x"}), ch({}, "stop"), {"id": ID, "object": "chat.completion.chunk", "created": CREATED,
-                                                       "model": MODEL, "choices": [], "usage": u}])
+    u = {
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 15,
+        "prompt_tokens_details": {"cached_tokens": 4},
+        "completion_tokens_details": {"reasoning_tokens": 2},
+    }
+    evs = run(
+        [
+            ch({"content": "x"}),
+            ch({}, "stop"),
+            {
+                "id": ID,
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": MODEL,
+                "choices": [],
+                "usage": u,
+            },
+        ]
+    )
     assert evs == [
         START,
         Text("x"),
-        Usage({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 5,
-               "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15}),
+        Usage(
+            {
+                "input_tokens": 10,
+                "input_tokens_details": {"cached_tokens": 4},
+                "output_tokens": 5,
+                "output_tokens_details": {"reasoning_tokens": 2},
+                "total_tokens": 15,
+            }
+        ),
         Finish(),
     ]
 
 
 def test_usage_moonshot_choice_usage_cached_tokens():
     chunk = ch({}, "stop")
-    chunk["choices"][0]["usage"] = {"prompt_tokens": 100, "completion_tokens": 7, "total_tokens": 107, "cached_tokens": 64}
+    chunk["choices"][0]["usage"] = {
+        "prompt_tokens": 100,
+        "completion_tokens": 7,
+        "total_tokens": 107,
+        "cached_tokens": 64,
+    }
     evs = run([ch({"content": "x"}), chunk])
     assert evs == [
         START,
         Text("x"),
-        Usage({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 64}, "output_tokens": 7,
-               "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 107}),
+        Usage(
+            {
+                "input_tokens": 100,
+                "input_tokens_details": {"cached_tokens": 64},
+                "output_tokens": 7,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 107,
+            }
+        ),
         Finish(),
     ]
 
 
 def test_usage_deepseek_prompt_cache_hit_tokens():
-    u = {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59,
-         "prompt_cache_hit_tokens": 32, "prompt_cache_miss_tokens": 18}
+    u = {
+        "prompt_tokens": 50,
+        "completion_tokens": 9,
+        "total_tokens": 59,
+        "prompt_cache_hit_tokens": 32,
+        "prompt_cache_miss_tokens": 18,
+    }
     evs = run([ch({"content": "x"}), ch({}, "stop", usage=u)])
-    assert evs[-2] == Usage({"input_tokens": 50, "input_tokens_details": {"cached_tokens": 32}, "output_tokens": 9,
-                             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 59})
+    assert evs[-2] == Usage(
+        {
+            "input_tokens": 50,
+            "input_tokens_details": {"cached_tokens": 32},
+            "output_tokens": 9,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 59,
+        }
+    )
 
 
 def test_usage_null_on_every_chunk_is_ignored():
@@ -213,12 +274,14 @@ def test_usage_null_on_every_chunk_is_ignored():
 
 
 def test_T2_8_args_before_identity():
-    evs = run([
-        tc(index=0, function={"arguments": '{"a":'}),
-        tc(index=0, id="call_9", function={"name": "read_file"}),
-        tc(index=0, function={"arguments": "1}"}),
-        ch({}, "tool_calls"),
-    ])
+    evs = run(
+        [
+            tc(index=0, function={"arguments": '{"a":'}),
+            tc(index=0, id="call_9", function={"name": "read_file"}),
+            tc(index=0, function={"arguments": "1}"}),
+            ch({}, "tool_calls"),
+        ]
+    )
     assert evs == [
         START,
         ToolCall(0, '{"a":'),
@@ -230,14 +293,16 @@ def test_T2_8_args_before_identity():
 
 
 def test_T2_9_parallel_late_name_keeps_order():
-    evs = run([
-        tc(index=0, function={"arguments": '{"p":'}),
-        tc(index=1, id="call_b", type="function", function={"name": "b", "arguments": '{"q":'}),
-        tc(index=1, function={"arguments": "2}"}),
-        tc(index=0, id="call_a", function={"name": "a"}),
-        tc(index=0, function={"arguments": "1}"}),
-        ch({}, "tool_calls"),
-    ])
+    evs = run(
+        [
+            tc(index=0, function={"arguments": '{"p":'}),
+            tc(index=1, id="call_b", type="function", function={"name": "b", "arguments": '{"q":'}),
+            tc(index=1, function={"arguments": "2}"}),
+            tc(index=0, id="call_a", function={"name": "a"}),
+            tc(index=0, function={"arguments": "1}"}),
+            ch({}, "tool_calls"),
+        ]
+    )
     assert evs == [
         START,
         ToolCall(0, '{"p":'),
@@ -252,23 +317,33 @@ def test_T2_9_parallel_late_name_keeps_order():
 
 
 def test_identity_repeated_on_every_delta_is_passed_once():
-    evs = run([
-        tc(index=0, id="call_1", type="function", function={"name": "f", "arguments": ""}),
-        tc(index=0, id="call_1", type="function", function={"name": "f", "arguments": "{}"}),
-        ch({}, "tool_calls"),
-    ])
-    assert evs == [START, ToolCall(0, "", "call_1", "f"), ToolCall(0, "{}"), ToolCallEnd(0, "{}", "call_1", "f"), Finish()]
+    evs = run(
+        [
+            tc(index=0, id="call_1", type="function", function={"name": "f", "arguments": ""}),
+            tc(index=0, id="call_1", type="function", function={"name": "f", "arguments": "{}"}),
+            ch({}, "tool_calls"),
+        ]
+    )
+    assert evs == [
+        START,
+        ToolCall(0, "", "call_1", "f"),
+        ToolCall(0, "{}"),
+        ToolCallEnd(0, "{}", "call_1", "f"),
+        Finish(),
+    ]
 
 
 def test_chunks_without_index():
-    evs = run([
-        tc(id="call_1", function={"name": "a", "arguments": ""}),
-        tc(function={"arguments": '{"x":1}'}),  # continues the last call
-        tc(id="call_2", function={"name": "b", "arguments": "{"}),  # new unseen id → new call
-        tc(function={"arguments": "}"}),
-        tc(id="call_1", function={"arguments": ""}),  # known id: call 0, nothing new
-        ch({}, "tool_calls"),
-    ])
+    evs = run(
+        [
+            tc(id="call_1", function={"name": "a", "arguments": ""}),
+            tc(function={"arguments": '{"x":1}'}),  # continues the last call
+            tc(id="call_2", function={"name": "b", "arguments": "{"}),  # new unseen id → new call
+            tc(function={"arguments": "}"}),
+            tc(id="call_1", function={"arguments": ""}),  # known id: call 0, nothing new
+            ch({}, "tool_calls"),
+        ]
+    )
     assert evs == [
         START,
         ToolCall(0, "", "call_1", "a"),
@@ -306,11 +381,13 @@ def test_collapsed_index_with_distinct_ids_PAINS4():
 
 
 def test_sparse_upstream_indices_become_ordinals():
-    evs = run([
-        tc(index=3, id="c3", function={"name": "x", "arguments": "{}"}),
-        tc(index=1, id="c1", function={"name": "y", "arguments": "[]"}),
-        ch({}, "tool_calls"),
-    ])
+    evs = run(
+        [
+            tc(index=3, id="c3", function={"name": "x", "arguments": "{}"}),
+            tc(index=1, id="c1", function={"name": "y", "arguments": "[]"}),
+            ch({}, "tool_calls"),
+        ]
+    )
     assert evs[1:3] == [ToolCall(0, "{}", "c3", "x"), ToolCall(1, "[]", "c1", "y")]
     assert evs[3:5] == [ToolCallEnd(0, "{}", "c3", "x"), ToolCallEnd(1, "[]", "c1", "y")]
 
@@ -319,22 +396,40 @@ def test_legacy_function_call_stream():
     ctx = Ctx()
     d = ChatStreamDecoder(ctx)
     evs = []
-    for c in [ch({"function_call": {"name": "f", "arguments": ""}}), ch({"function_call": {"arguments": '{"a":1}'}}),
-              ch({}, "function_call")]:
+    for c in [
+        ch({"function_call": {"name": "f", "arguments": ""}}),
+        ch({"function_call": {"arguments": '{"a":1}'}}),
+        ch({}, "function_call"),
+    ]:
         evs += d.feed(c)
     evs += d.end()
-    assert evs == [START, ToolCall(0, "", None, "f"), ToolCall(0, '{"a":1}'), ToolCallEnd(0, '{"a":1}', None, "f"), Finish()]
+    assert evs == [
+        START,
+        ToolCall(0, "", None, "f"),
+        ToolCall(0, '{"a":1}'),
+        ToolCallEnd(0, '{"a":1}', None, "f"),
+        Finish(),
+    ]
     assert ctx.repairs == ["chat_legacy_function_call"]
 
 
 def test_text_between_tool_deltas_is_kept_in_order():
-    evs = run([
-        tc(index=0, id="c", function={"name": "f", "arguments": "{"}),
-        ch({"content": "hm"}),
-        tc(index=0, function={"arguments": "}"}),
-        ch({}, "tool_calls"),
-    ])
-    assert evs == [START, ToolCall(0, "{", "c", "f"), Text("hm"), ToolCall(0, "}"), ToolCallEnd(0, "{}", "c", "f"), Finish()]
+    evs = run(
+        [
+            tc(index=0, id="c", function={"name": "f", "arguments": "{"}),
+            ch({"content": "hm"}),
+            tc(index=0, function={"arguments": "}"}),
+            ch({}, "tool_calls"),
+        ]
+    )
+    assert evs == [
+        START,
+        ToolCall(0, "{", "c", "f"),
+        Text("hm"),
+        ToolCall(0, "}"),
+        ToolCallEnd(0, "{}", "c", "f"),
+        Finish(),
+    ]
 
 
 # nothing lost: any interleaving and split of parallel calls reassembles byte for byte
@@ -438,8 +533,10 @@ def test_inline_think_edges(pieces, expected):
 
 
 def test_inline_think_held_bytes_flushed_before_tool_call():
-    evs = run([ch({"content": "<thi"}), tc(index=0, id="c", function={"name": "f", "arguments": "{}"}), ch({}, "tool_calls")],
-              {"inline_think"})
+    evs = run(
+        [ch({"content": "<thi"}), tc(index=0, id="c", function={"name": "f", "arguments": "{}"}), ch({}, "tool_calls")],
+        {"inline_think"},
+    )
     assert evs == [START, Text("<thi"), ToolCall(0, "{}", "c", "f"), ToolCallEnd(0, "{}", "c", "f"), Finish()]
 
 
@@ -466,8 +563,13 @@ def test_inline_think_any_split(think, rest, cuts):
 
 
 def completion(message, finish="stop", usage=None, **top):
-    obj = {"id": ID, "object": "chat.completion", "created": CREATED, "model": MODEL,
-           "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}]}
+    obj = {
+        "id": ID,
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+    }
     if usage is not None:
         obj["usage"] = usage
     obj.update(top)
@@ -476,9 +578,15 @@ def completion(message, finish="stop", usage=None, **top):
 
 def test_nonstream_full():
     obj = completion(
-        {"content": "ok", "reasoning_content": "why", "refusal": None,
-         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "a", "arguments": '{"x":1}'}},
-                        {"id": "call_2", "type": "function", "function": {"name": "b", "arguments": ""}}]},
+        {
+            "content": "ok",
+            "reasoning_content": "why",
+            "refusal": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "a", "arguments": '{"x":1}'}},
+                {"id": "call_2", "type": "function", "function": {"name": "b", "arguments": ""}},
+            ],
+        },
         "tool_calls",
         {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
     )
@@ -499,7 +607,9 @@ RAW_PATCH = '*** Begin Patch\n*** Add File: a.txt\n+héllo "q" \\ ✓\n*** End P
 
 
 def test_T3_12_nonstream_legacy_function_call():
-    obj = completion({"content": None, "function_call": {"name": "apply_patch", "arguments": RAW_PATCH}}, "function_call")
+    obj = completion(
+        {"content": None, "function_call": {"name": "apply_patch", "arguments": RAW_PATCH}}, "function_call"
+    )
     ctx = Ctx()
     assert decode_chat_completion(obj, ctx) == [
         START,
@@ -514,10 +624,18 @@ def test_T3_12_nonstream_legacy_function_call():
     "message, finish, expected",
     [
         pytest.param({"content": "", "refusal": "I can't"}, "stop", [Refusal("I can't"), Finish()], id="refusal"),
-        pytest.param({"content": "x", "reasoning": "r"}, "length", [Reasoning("r"), Text("x"), Finish("incomplete", "max_output_tokens")],
-                     id="reasoning-key-length"),
-        pytest.param({"content": [{"type": "text", "text": "a"}, {"type": "refusal", "refusal": "n"}]}, "content_filter",
-                     [Text("a"), Refusal("n"), Finish("incomplete", "content_filter")], id="content-parts"),
+        pytest.param(
+            {"content": "x", "reasoning": "r"},
+            "length",
+            [Reasoning("r"), Text("x"), Finish("incomplete", "max_output_tokens")],
+            id="reasoning-key-length",
+        ),
+        pytest.param(
+            {"content": [{"type": "text", "text": "a"}, {"type": "refusal", "refusal": "n"}]},
+            "content_filter",
+            [Text("a"), Refusal("n"), Finish("incomplete", "content_filter")],
+            id="content-parts",
+        ),
         pytest.param({"content": None}, None, [Finish()], id="empty-no-finish-reason"),
     ],
 )
@@ -529,8 +647,15 @@ def test_nonstream_moonshot_choice_usage_wins():
     obj = completion({"content": "x"}, usage={"prompt_tokens": 1, "completion_tokens": 1})
     obj["choices"][0]["usage"] = {"prompt_tokens": 9, "completion_tokens": 2, "cached_tokens": 4}
     evs = decode_chat_completion(obj, Ctx())
-    assert evs[-2] == Usage({"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 2,
-                             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 11})
+    assert evs[-2] == Usage(
+        {
+            "input_tokens": 9,
+            "input_tokens_details": {"cached_tokens": 4},
+            "output_tokens": 2,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 11,
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -547,6 +672,13 @@ def test_nonstream_inline_think(content, quirk, expected):
 
 
 def test_nonstream_error_object():
-    evs = decode_chat_completion({"error": {"message": "bad", "type": "invalid_request_error", "code": "context_length_exceeded"}}, Ctx())
-    assert evs == [Start(), Finish("failed", error={"code": "context_length_exceeded", "message": "bad",
-                                                    "type": "invalid_request_error", "param": None})]
+    evs = decode_chat_completion(
+        {"error": {"message": "bad", "type": "invalid_request_error", "code": "context_length_exceeded"}}, Ctx()
+    )
+    assert evs == [
+        Start(),
+        Finish(
+            "failed",
+            error={"code": "context_length_exceeded", "message": "bad", "type": "invalid_request_error", "param": None},
+        ),
+    ]

@@ -173,7 +173,16 @@ def test_model_and_created_fallbacks():
 
 
 def test_passthrough_and_reasoning_end_skipped():
-    out, _ = enc([START, Reasoning("r"), ReasoningEnd("rs_1", "enc"), Passthrough({"type": "web_search_call"}), Text("t"), Finish()])
+    out, _ = enc(
+        [
+            START,
+            Reasoning("r"),
+            ReasoningEnd("rs_1", "enc"),
+            Passthrough({"type": "web_search_call"}),
+            Text("t"),
+            Finish(),
+        ]
+    )
     assert out == [role(), chunk({"reasoning_content": "r"}), chunk({"content": "t"}), chunk({}, "stop")]
 
 
@@ -201,17 +210,33 @@ def test_usage_chunk_after_finish():
     out, _ = enc([START, Text("x"), Usage(USAGE), Finish()], include_usage=True)
     assert out[-2:] == [
         chunk({}, "stop"),
-        {**head(), "choices": [], "usage": {
-            "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-            "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 2}}},
+        {
+            **head(),
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 10,
+                "completion_tokens": 5,
+                "total_tokens": 15,
+                "prompt_tokens_details": {"cached_tokens": 4},
+                "completion_tokens_details": {"reasoning_tokens": 2},
+            },
+        },
     ]
 
 
 def test_usage_chunk_zeros_when_upstream_sent_none():
     out, _ = enc([START, Text("x"), Finish()], include_usage=True)
-    assert out[-1] == {**head(), "choices": [], "usage": {
-        "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
-        "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}}}
+    assert out[-1] == {
+        **head(),
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "total_tokens": 0,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
 
 
 def test_no_usage_chunk_unless_asked():
@@ -225,57 +250,101 @@ def test_no_usage_chunk_unless_asked():
 def test_failed_finish_is_error_chunk():
     err = {"code": "rate_limit_exceeded", "message": "slow down", "type": "rate_limit_error", "param": None}
     out, e = enc([START, Text("x"), Finish("failed", error=err)], include_usage=True)
-    assert out == [role(), chunk({"content": "x"}), {"error": {"message": "slow down", "type": "rate_limit_error",
-                                                               "code": "rate_limit_exceeded", "param": None}}]
+    assert out == [
+        role(),
+        chunk({"content": "x"}),
+        {"error": {"message": "slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded", "param": None}},
+    ]
     assert e.failed
 
 
 def test_end_without_finish_is_truncation_error():
     out, e = enc([START, Text("x")])
-    assert out[-1] == {"error": {"message": "upstream stream ended before completion", "type": "server_error",
-                                 "code": "upstream_stream_truncated", "param": None}}
+    assert out[-1] == {
+        "error": {
+            "message": "upstream stream ended before completion",
+            "type": "server_error",
+            "code": "upstream_stream_truncated",
+            "param": None,
+        }
+    }
     assert e.failed
 
 
 def test_mismatch_is_error_chunk():
-    out, e = enc([
-        START,
-        ToolCall(0, '{"value":9007199254740992}', "call_7", "f"),
-        ToolCallEnd(0, '{"value":9007199254740993}', "call_7", "f", mismatch=True),
-        Finish(),
-    ])
+    out, e = enc(
+        [
+            START,
+            ToolCall(0, '{"value":9007199254740992}', "call_7", "f"),
+            ToolCallEnd(0, '{"value":9007199254740993}', "call_7", "f", mismatch=True),
+            Finish(),
+        ]
+    )
     assert out == [
         role(),
-        chunk({"tool_calls": [{"index": 0, "id": "call_7", "type": "function",
-                               "function": {"name": "f", "arguments": '{"value":9007199254740992}'}}]}),
-        {"error": {"message": 'function call arguments mismatch for call_id "call_7"', "type": "server_error",
-                   "code": "tool_arguments_mismatch", "param": None}},
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_7",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"value":9007199254740992}'},
+                    }
+                ]
+            }
+        ),
+        {
+            "error": {
+                "message": 'function call arguments mismatch for call_id "call_7"',
+                "type": "server_error",
+                "code": "tool_arguments_mismatch",
+                "param": None,
+            }
+        },
     ]
     assert e.failed
 
 
 def test_failure_flushes_queued_text_but_not_unfinished_calls():
-    out, e = enc([START, ToolCall(0, "{", None, None), Text("t"), Finish("failed", error={"code": "x", "message": "m"})])
-    assert out == [role(), chunk({"content": "t"}),
-                   {"error": {"message": "m", "type": "server_error", "code": "x", "param": None}}]
+    out, e = enc(
+        [START, ToolCall(0, "{", None, None), Text("t"), Finish("failed", error={"code": "x", "message": "m"})]
+    )
+    assert out == [
+        role(),
+        chunk({"content": "t"}),
+        {"error": {"message": "m", "type": "server_error", "code": "x", "param": None}},
+    ]
 
 
 # -- tool calls toward kosong (SPEC §3 Chat-client rule, §6, §7.4, PAINS 4) ---------------------
 
 
 def test_T2_8_no_delta_before_name():
-    out, _ = enc([
-        START,
-        ToolCall(0, '{"a":'),
-        ToolCall(0, "", "call_9", "read_file"),
-        ToolCall(0, "1}"),
-        ToolCallEnd(0, '{"a":1}', "call_9", "read_file"),
-        Finish(),
-    ])
+    out, _ = enc(
+        [
+            START,
+            ToolCall(0, '{"a":'),
+            ToolCall(0, "", "call_9", "read_file"),
+            ToolCall(0, "1}"),
+            ToolCallEnd(0, '{"a":1}', "call_9", "read_file"),
+            Finish(),
+        ]
+    )
     assert out == [
         role(),
-        chunk({"tool_calls": [{"index": 0, "id": "call_9", "type": "function",
-                               "function": {"name": "read_file", "arguments": '{"a":'}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_9",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"a":'},
+                    }
+                ]
+            }
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
         chunk({}, "tool_calls"),
     ]
@@ -297,10 +366,22 @@ def test_two_parallel_interleaved_calls_are_contiguous():
     out, _ = enc(events)
     assert out == [
         role(),
-        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "a", "arguments": '{"p":'}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "call_a", "type": "function", "function": {"name": "a", "arguments": '{"p":'}}
+                ]
+            }
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1"}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}),
-        chunk({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "b", "arguments": '{"q":2}'}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 1, "id": "call_b", "type": "function", "function": {"name": "b", "arguments": '{"q":2}'}}
+                ]
+            }
+        ),
         chunk({}, "tool_calls"),
     ]
     expected = ("", "", [["call_a", "a", '{"p":1}'], ["call_b", "b", '{"q":2}']])
@@ -309,42 +390,64 @@ def test_two_parallel_interleaved_calls_are_contiguous():
 
 
 def test_T2_9_late_name_of_first_call_keeps_client_order():
-    out, _ = enc([
-        START,
-        ToolCall(0, '{"p":'),
-        ToolCall(1, '{"q":2}', "call_b", "b"),
-        ToolCallEnd(1, '{"q":2}', "call_b", "b"),  # index 1 complete, index 0 still unnamed
-        ToolCall(0, "", "call_a", "a"),
-        ToolCall(0, "1}"),
-        ToolCallEnd(0, '{"p":1}', "call_a", "a"),
-        Finish(),
-    ])
+    out, _ = enc(
+        [
+            START,
+            ToolCall(0, '{"p":'),
+            ToolCall(1, '{"q":2}', "call_b", "b"),
+            ToolCallEnd(1, '{"q":2}', "call_b", "b"),  # index 1 complete, index 0 still unnamed
+            ToolCall(0, "", "call_a", "a"),
+            ToolCall(0, "1}"),
+            ToolCallEnd(0, '{"p":1}', "call_a", "a"),
+            Finish(),
+        ]
+    )
     assert out == [
         role(),
-        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "a", "arguments": '{"p":'}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "call_a", "type": "function", "function": {"name": "a", "arguments": '{"p":'}}
+                ]
+            }
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
-        chunk({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "b", "arguments": '{"q":2}'}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 1, "id": "call_b", "type": "function", "function": {"name": "b", "arguments": '{"q":2}'}}
+                ]
+            }
+        ),
         chunk({}, "tool_calls"),
     ]
 
 
 def test_text_after_call_start_waits_until_calls_end():
-    out, _ = enc([
-        START,
-        Text("a"),
-        ToolCall(0, "{", "call_1", "f"),
-        Text("b"),
-        Reasoning("r"),
-        Text("c"),
-        ToolCall(0, "}"),
-        ToolCallEnd(0, "{}", "call_1", "f"),
-        Text("d"),
-        Finish(),
-    ])
+    out, _ = enc(
+        [
+            START,
+            Text("a"),
+            ToolCall(0, "{", "call_1", "f"),
+            Text("b"),
+            Reasoning("r"),
+            Text("c"),
+            ToolCall(0, "}"),
+            ToolCallEnd(0, "{}", "call_1", "f"),
+            Text("d"),
+            Finish(),
+        ]
+    )
     assert out == [
         role(),
         chunk({"content": "a"}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{"}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{"}}
+                ]
+            }
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}),
         chunk({"content": "b"}),
         chunk({"reasoning_content": "r"}),
@@ -356,8 +459,17 @@ def test_text_after_call_start_waits_until_calls_end():
 
 
 def test_queued_adjacent_text_is_merged():
-    out, _ = enc([START, ToolCall(0, "", None, None), Text("x"), Text("y"),
-                  ToolCall(0, "{}", "c", "f"), ToolCallEnd(0, "{}", "c", "f"), Finish()])
+    out, _ = enc(
+        [
+            START,
+            ToolCall(0, "", None, None),
+            Text("x"),
+            Text("y"),
+            ToolCall(0, "{}", "c", "f"),
+            ToolCallEnd(0, "{}", "c", "f"),
+            Finish(),
+        ]
+    )
     assert deltas(out)[2:] == [{"content": "xy"}, {}]
 
 
@@ -372,7 +484,18 @@ def test_late_id_is_waited_for_not_minted():
     assert e.feed(START) == [role()]
     assert e.feed(ToolCall(0, '{"a":', None, "f")) == []  # named, but the id may still come
     assert e.feed(ToolCall(0, "1", "call_late")) == [
-        chunk({"tool_calls": [{"index": 0, "id": "call_late", "type": "function", "function": {"name": "f", "arguments": '{"a":1'}}]})
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_late",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"a":1'},
+                    }
+                ]
+            }
+        )
     ]
     assert e.feed(ToolCall(0, "}")) == [chunk({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]})]
     assert e.feed(ToolCallEnd(0, '{"a":1}', "call_late", "f")) == []
@@ -382,31 +505,54 @@ def test_late_id_is_waited_for_not_minted():
 
 def test_namespace_flattened():
     long_ns = "mcp__" + "x" * 70 + "__"
-    out, _ = enc([
-        START,
-        ToolCall(0, "{}", "call_1", "get_me", namespace="mcp__gh__"),
-        ToolCallEnd(0, "{}"),
-        ToolCall(1, "{}", "call_2", "spawn_agent", namespace="collaboration"),
-        ToolCallEnd(1, "{}"),
-        ToolCall(2, "{}", "call_3", "t", namespace=long_ns),
-        ToolCallEnd(2, "{}"),
-        Finish(),
-    ])
+    out, _ = enc(
+        [
+            START,
+            ToolCall(0, "{}", "call_1", "get_me", namespace="mcp__gh__"),
+            ToolCallEnd(0, "{}"),
+            ToolCall(1, "{}", "call_2", "spawn_agent", namespace="collaboration"),
+            ToolCallEnd(1, "{}"),
+            ToolCall(2, "{}", "call_3", "t", namespace=long_ns),
+            ToolCallEnd(2, "{}"),
+            Finish(),
+        ]
+    )
     names = [d["tool_calls"][0]["function"]["name"] for d in deltas(out) if "tool_calls" in d]
     assert names == ["mcp__gh__get_me", "collaboration__spawn_agent", flatten_name(long_ns, "t")]
     assert len(names[2]) == 64
 
 
 def test_identity_only_in_end_event():
-    out, _ = enc([START, ToolCall(0, '{"task":"x"}'), ToolCallEnd(0, '{"task":"x"}', "call_L", "spawn_agent"), Finish()])
-    assert out[1] == chunk({"tool_calls": [{"index": 0, "id": "call_L", "type": "function",
-                                            "function": {"name": "spawn_agent", "arguments": '{"task":"x"}'}}]})
+    out, _ = enc(
+        [START, ToolCall(0, '{"task":"x"}'), ToolCallEnd(0, '{"task":"x"}', "call_L", "spawn_agent"), Finish()]
+    )
+    assert out[1] == chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_L",
+                    "type": "function",
+                    "function": {"name": "spawn_agent", "arguments": '{"task":"x"}'},
+                }
+            ]
+        }
+    )
 
 
 def test_unnamed_call_dropped_others_kept():
     c = ctx()
-    out, e = enc([START, ToolCall(0, '{"x":1}', "call_0"), ToolCall(1, "{}", "call_1", "f"),
-                  ToolCallEnd(0, '{"x":1}', "call_0"), ToolCallEnd(1, "{}", "call_1", "f"), Finish()], c)
+    out, e = enc(
+        [
+            START,
+            ToolCall(0, '{"x":1}', "call_0"),
+            ToolCall(1, "{}", "call_1", "f"),
+            ToolCallEnd(0, '{"x":1}', "call_0"),
+            ToolCallEnd(1, "{}", "call_1", "f"),
+            Finish(),
+        ],
+        c,
+    )
     assert kosong_sim(out) == ("", "", [["call_1", "f", "{}"]])
     assert out[1]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
     assert c.repairs == ["tool_call_unnamed_dropped"] and not e.failed
@@ -491,8 +637,10 @@ def upstream_chunks(draw):
         cuts = sorted(draw(st.lists(st.integers(0, len(args)), max_size=3)))
         pieces = [args[a:b] for a, b in zip([0, *cuts], [*cuts, len(args)], strict=True)]
         ds = [{"index": i, "function": {"arguments": p}} for p in pieces]
-        ds.insert(draw(st.integers(0, len(ds))), {"index": i, "id": f"call_{i}", "type": "function",
-                                                  "function": {"name": f"fn{i}"}})
+        ds.insert(
+            draw(st.integers(0, len(ds))),
+            {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": f"fn{i}"}},
+        )
         queues.append(ds)
         originals.append([f"call_{i}", f"fn{i}", args])
     order, started = [], 0
@@ -501,10 +649,25 @@ def upstream_chunks(draw):
         i = draw(st.sampled_from(cands))
         started += i == started
         order.append(queues[i].pop(0))
-    chunks = [{"id": "chatcmpl-u", "object": "chat.completion.chunk", "created": 1, "model": "m",
-               "choices": [{"index": 0, "delta": {"tool_calls": [d]}, "finish_reason": None}]} for d in order]
-    chunks.append({"id": "chatcmpl-u", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                   "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    chunks = [
+        {
+            "id": "chatcmpl-u",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"tool_calls": [d]}, "finish_reason": None}],
+        }
+        for d in order
+    ]
+    chunks.append(
+        {
+            "id": "chatcmpl-u",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+        }
+    )
     return chunks, originals
 
 
@@ -556,15 +719,24 @@ def test_nonstream_object():
                     "reasoning_content": "why",
                     "tool_calls": [
                         {"id": "call_1", "type": "function", "function": {"name": "a", "arguments": '{"x":1}'}},
-                        {"id": "call_2", "type": "function", "function": {"name": "mcp__gh__get_me", "arguments": "{}"}},
+                        {
+                            "id": "call_2",
+                            "type": "function",
+                            "function": {"name": "mcp__gh__get_me", "arguments": "{}"},
+                        },
                     ],
                 },
                 "finish_reason": "tool_calls",
                 "logprobs": None,
             }
         ],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-                  "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 2}},
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 5,
+            "total_tokens": 15,
+            "prompt_tokens_details": {"cached_tokens": 4},
+            "completion_tokens_details": {"reasoning_tokens": 2},
+        },
     }
     ChatCompletion.model_validate(obj)
 
@@ -572,12 +744,24 @@ def test_nonstream_object():
 @pytest.mark.parametrize(
     "events, finish_reason, message",
     [
-        pytest.param([Text("a"), Text("b"), Finish()], "stop", {"role": "assistant", "content": "ab", "refusal": None, "annotations": []}, id="stop"),
-        pytest.param([Refusal("no"), Finish("incomplete", "content_filter")], "content_filter",
-                     {"role": "assistant", "content": None, "refusal": "no", "annotations": []},
-                     id="refusal-content_filter"),
-        pytest.param([Text("a"), Finish("incomplete", "max_output_tokens")], "length",
-                     {"role": "assistant", "content": "a", "refusal": None, "annotations": []}, id="length"),
+        pytest.param(
+            [Text("a"), Text("b"), Finish()],
+            "stop",
+            {"role": "assistant", "content": "ab", "refusal": None, "annotations": []},
+            id="stop",
+        ),
+        pytest.param(
+            [Refusal("no"), Finish("incomplete", "content_filter")],
+            "content_filter",
+            {"role": "assistant", "content": None, "refusal": "no", "annotations": []},
+            id="refusal-content_filter",
+        ),
+        pytest.param(
+            [Text("a"), Finish("incomplete", "max_output_tokens")],
+            "length",
+            {"role": "assistant", "content": "a", "refusal": None, "annotations": []},
+            id="length",
+        ),
     ],
 )
 def test_nonstream_finish_table(events, finish_reason, message):
@@ -592,11 +776,20 @@ def test_nonstream_finish_table(events, finish_reason, message):
 @pytest.mark.parametrize(
     "events, code",
     [
-        pytest.param([Text("a"), Finish("failed", error={"code": "server_error", "message": "m"})], "server_error", id="failed"),
-        pytest.param([ToolCall(0, "{", "c", "f"), ToolCallEnd(0, "}", "c", "f", mismatch=True), Finish()],
-                     "tool_arguments_mismatch", id="mismatch"),
+        pytest.param(
+            [Text("a"), Finish("failed", error={"code": "server_error", "message": "m"})], "server_error", id="failed"
+        ),
+        pytest.param(
+            [ToolCall(0, "{", "c", "f"), ToolCallEnd(0, "}", "c", "f", mismatch=True), Finish()],
+            "tool_arguments_mismatch",
+            id="mismatch",
+        ),
         pytest.param([Text("a")], "upstream_stream_truncated", id="no-finish"),
-        pytest.param([ToolCall(0, "{}", "c"), ToolCallEnd(0, "{}", "c"), Finish()], "upstream_tool_call_dropped", id="unnamed-only"),
+        pytest.param(
+            [ToolCall(0, "{}", "c"), ToolCallEnd(0, "{}", "c"), Finish()],
+            "upstream_tool_call_dropped",
+            id="unnamed-only",
+        ),
     ],
 )
 def test_nonstream_errors(events, code):
@@ -607,7 +800,9 @@ def test_nonstream_errors(events, code):
 
 
 def test_nonstream_minted_ids():
-    obj = encode_chat_completion([Start("resp_1", "m", 1), ToolCall(0, "{}", None, "f"), ToolCallEnd(0, "{}"), Finish()], ctx())
+    obj = encode_chat_completion(
+        [Start("resp_1", "m", 1), ToolCall(0, "{}", None, "f"), ToolCallEnd(0, "{}"), Finish()], ctx()
+    )
     ChatCompletion.model_validate(obj)
     assert re.fullmatch(r"chatcmpl-[0-9a-f]{32}", obj["id"])
     assert re.fullmatch(r"call_[0-9a-f]{32}", obj["choices"][0]["message"]["tool_calls"][0]["id"])

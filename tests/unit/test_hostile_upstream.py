@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 
 import transformers.responses_encode as responses_encode
 from app.pipeline import Prepared, _complete, _json_object
-from transformers.bridge import DIRECTIONS, Bridge
 from providers.profiles import PROFILES, QuirkSet
+from transformers.bridge import DIRECTIONS, Bridge
 from transformers.chat_decode import ChatStreamDecoder
 from transformers.chat_encode import ChatStreamEncoder
 from transformers.context import QUIRKS, Ctx, ToolInfo
@@ -55,7 +55,9 @@ RBAD = "responses_malformed_field_dropped"
 UBAD = "usage_malformed_field_dropped"
 
 # every profile's quirk set (Moonshot hosts switch on more for kimi), and everything at once
-QUIRK_SETS: dict[str, frozenset[str]] = {name: QuirkSet(name).resolve("up-model", "pub-model") for name in sorted(PROFILES)}
+QUIRK_SETS: dict[str, frozenset[str]] = {
+    name: QuirkSet(name).resolve("up-model", "pub-model") for name in sorted(PROFILES)
+}
 QUIRK_SETS["kimi@moonshot"] = QuirkSet("kimi", base_url="https://api.moonshot.ai/v1").resolve("kimi-k2.6", "kimi-k2.6")
 QUIRK_SETS["mimo-model"] = QuirkSet("openai-compatible").resolve("mimo-v2.6-flash", "mimo-v2.6-flash")
 QUIRK_SETS["all"] = frozenset(QUIRKS)
@@ -73,20 +75,33 @@ def tool_info(client: str) -> ToolInfo:
             custom={"apply_patch": {"type": "custom", "name": "apply_patch"}},
             namespaces={"mcp__fs__read": ("mcp__fs__", "read")},
         )
-    return ToolInfo(functions={"Read", "Bash", "apply_patch", "mcp__fs__read", "f"}, single_string_param={"apply_patch": "input"})
+    return ToolInfo(
+        functions={"Read", "Bash", "apply_patch", "mcp__fs__read", "f"}, single_string_param={"apply_patch": "input"}
+    )
 
 
 def prepared(client: str, upstream: str, quirks: frozenset[str] = frozenset(), *, tools: bool = True) -> Prepared:
-    ctx = Ctx(quirks=quirks, upstream_model="up-model", public_model="pub-model",
-              tools=tool_info(client) if tools else ToolInfo())
+    ctx = Ctx(
+        quirks=quirks,
+        upstream_model="up-model",
+        public_model="pub-model",
+        tools=tool_info(client) if tools else ToolInfo(),
+    )
     return Prepared(
-        request_id="req_test", client=client, upstream=upstream, route=None, ctx=ctx,  # type: ignore[arg-type]
-        bridge=Bridge(DIRECTIONS[(client, upstream)], ctx), stream=True, upstream_body=b"", started=0.0,
+        request_id="req_test",
+        client=client,
+        upstream=upstream,
+        route=None,
+        ctx=ctx,  # type: ignore[arg-type]
+        bridge=Bridge(DIRECTIONS[(client, upstream)], ctx),
+        stream=True,
+        upstream_body=b"",
+        started=0.0,
         route_name="test",
     )
 
 
-def Chain(p: Prepared) -> Bridge:  # noqa: N802 - a fresh Bridge on the request's context
+def Chain(p: Prepared) -> Bridge:
     return Bridge(DIRECTIONS[(p.client, p.upstream)], p.ctx)
 
 
@@ -258,8 +273,13 @@ def error_code(client: str, objs: list[Any]) -> str | None:
 
 
 def ch(delta: Any = None, finish: Any = None, **top: Any) -> dict[str, Any]:
-    c = {"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "up-chat",
-         "choices": [{"index": 0, "delta": {} if delta is None else delta, "finish_reason": finish}]}
+    c = {
+        "id": "chatcmpl-t",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "up-chat",
+        "choices": [{"index": 0, "delta": {} if delta is None else delta, "finish_reason": finish}],
+    }
     c.update(top)
     return c
 
@@ -305,8 +325,12 @@ CHAT_CASES: list[tuple[str, list[Any], str, set[str]]] = [
     ("name-array-legacy", [ch({"function_call": {"name": ["f"], "arguments": "{}"}})], "middle", {BAD}),
     ("index-array", [tc(index=[0], id="call_3", function={"name": "Bash", "arguments": "{}"})], "middle", {BAD}),
     ("index-object", [tc(index={"i": 0}, function={"arguments": ""})], "middle", {BAD}),
-    ("arguments-object", [tc(index=1, id="call_o", function={"name": "Bash", "arguments": {"p": [1, "x"]}})], "middle",
-     {"chat_arguments_stringified"}),
+    (
+        "arguments-object",
+        [tc(index=1, id="call_o", function={"name": "Bash", "arguments": {"p": [1, "x"]}})],
+        "middle",
+        {"chat_arguments_stringified"},
+    ),
     ("tool-call-id-object", [tc(index=1, id={"x": 1}, function={"name": "Bash", "arguments": "{}"})], "middle", {BAD}),
     ("tool-call-id-array", [tc(index=1, id=["a"], function={"name": "Bash", "arguments": "{}"})], "middle", {BAD}),
     ("tool-call-id-bool", [tc(index=1, id=True, function={"name": "Bash", "arguments": "{}"})], "middle", {BAD}),
@@ -316,13 +340,32 @@ CHAT_CASES: list[tuple[str, list[Any], str, set[str]]] = [
     ("usage-string", [{"choices": [], "usage": "lots"}], "middle", {BAD}),
     ("usage-array", [{"choices": [], "usage": [1, 2]}], "middle", {BAD}),
     ("choice-usage-number", [ch({}, None, choices=[{"delta": {}, "usage": 5}])], "middle", {BAD}),
-    ("usage-details-wrong", [{"choices": [], "usage": {"prompt_tokens": 3, "prompt_tokens_details": 5,
-                                                      "completion_tokens_details": [1]}}], "usage", {UBAD}),
-    ("usage-counts-wrong", [{"choices": [], "usage": {"prompt_tokens": "12", "completion_tokens": {"n": 1},
-                                                     "total_tokens": [3]}}], "usage", {UBAD}),
-    ("usage-details-counts-wrong", [{"choices": [], "usage": {"prompt_tokens_details": {"cached_tokens": "3"},
-                                                             "completion_tokens_details": {"reasoning_tokens": None}}}],
-     "usage", {UBAD}),
+    (
+        "usage-details-wrong",
+        [{"choices": [], "usage": {"prompt_tokens": 3, "prompt_tokens_details": 5, "completion_tokens_details": [1]}}],
+        "usage",
+        {UBAD},
+    ),
+    (
+        "usage-counts-wrong",
+        [{"choices": [], "usage": {"prompt_tokens": "12", "completion_tokens": {"n": 1}, "total_tokens": [3]}}],
+        "usage",
+        {UBAD},
+    ),
+    (
+        "usage-details-counts-wrong",
+        [
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens_details": {"cached_tokens": "3"},
+                    "completion_tokens_details": {"reasoning_tokens": None},
+                },
+            }
+        ],
+        "usage",
+        {UBAD},
+    ),
     ("chunk-id-object", [ch({"content": "a"}, id={"x": 1})], "first", {BAD}),
     ("chunk-id-number", [ch({"content": "a"}, id=12)], "first", {BAD}),
     ("model-number", [ch({"content": "a"}, model=5)], "first", {BAD}),
@@ -334,7 +377,9 @@ CHAT_CASES: list[tuple[str, list[Any], str, set[str]]] = [
 
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize(("chunks", "where", "repairs"), [c[1:] for c in CHAT_CASES], ids=[c[0] for c in CHAT_CASES])
-def test_chat_upstream_malformed_field_is_skipped(client: str, chunks: list[Any], where: str, repairs: set[str]) -> None:
+def test_chat_upstream_malformed_field_is_skipped(
+    client: str, chunks: list[Any], where: str, repairs: set[str]
+) -> None:
     p = prepared(client, "chat")
     chain, raw = run_chain(p, sse_bytes(chat_stream(chunks, where=where)))
     assert not guard_fired(chain)  # handled where it happened, not by the guard
@@ -345,10 +390,19 @@ def test_chat_upstream_malformed_field_is_skipped(client: str, chunks: list[Any]
 
 def client_call_ids(client: str, objs: list[Any]) -> list[str]:
     if client == "chat":
-        return [t["id"] for o in objs if o != "[DONE]" and "choices" in o for c in o["choices"]
-                for t in c["delta"].get("tool_calls", ()) if "id" in t]
-    return [o["item"]["call_id"] for o in objs if o["type"] == "response.output_item.done"
-            and o["item"]["type"] == "function_call"]
+        return [
+            t["id"]
+            for o in objs
+            if o != "[DONE]" and "choices" in o
+            for c in o["choices"]
+            for t in c["delta"].get("tool_calls", ())
+            if "id" in t
+        ]
+    return [
+        o["item"]["call_id"]
+        for o in objs
+        if o["type"] == "response.output_item.done" and o["item"]["type"] == "function_call"
+    ]
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -358,7 +412,8 @@ def test_chat_numeric_tool_call_id_becomes_a_string(client: str, raw_id: Any, wa
     stream = [
         tc(index=0, id=raw_id, type="function", function={"name": "Read", "arguments": '{"p":'}),
         tc(index=0, function={"arguments": "1}"}),
-        ch({}, "tool_calls"), b"[DONE]",
+        ch({}, "tool_calls"),
+        b"[DONE]",
     ]
     chain, raw = run_chain(p, sse_bytes(stream))
     objs = check(client, raw)
@@ -376,12 +431,21 @@ def test_chat_arguments_object_in_a_stream(client: str) -> None:
     chain, raw = run_chain(p, sse_bytes(stream))
     objs = check(client, raw)
     if client == "chat":
-        args = [t["function"]["arguments"] for o in objs[:-1] for c in o["choices"] for t in c["delta"].get("tool_calls", ())]
+        args = [
+            t["function"]["arguments"]
+            for o in objs[:-1]
+            for c in o["choices"]
+            for t in c["delta"].get("tool_calls", ())
+        ]
     else:
         args = [o["item"]["arguments"] for o in objs if o["type"] == "response.output_item.done"]
     assert args == ['{"p":1}'] and "chat_arguments_stringified" in p.ctx.repairs
     p = prepared(client, "chat", tools=False)
-    stream = [tc(index=0, id="c1", function={"name": "Read", "arguments": DEEP_MARK % 300}), ch({}, "tool_calls"), b"[DONE]"]
+    stream = [
+        tc(index=0, id="c1", function={"name": "Read", "arguments": DEEP_MARK % 300}),
+        ch({}, "tool_calls"),
+        b"[DONE]",
+    ]
     chain, raw = run_chain(p, sse_bytes(stream))
     objs = check(client, raw)
     assert error_code(client, objs) == "upstream_bad_event"
@@ -422,10 +486,23 @@ def test_chat_error_chunk_fields_of_wrong_type(client: str, err: Any, code: str,
 def test_chat_error_message_deep_structure() -> None:
     """An error whose message is nested hundreds deep: a plain message, no recursion."""
     p = prepared("chat", "chat")
-    body = sse_bytes([ch({"content": "a"})]) + b"data: " + b'{"error":{"message":' + deep(300) + b',"param":' + deep(300) + b"}}\n\n"
+    body = (
+        sse_bytes([ch({"content": "a"})])
+        + b"data: "
+        + b'{"error":{"message":'
+        + deep(300)
+        + b',"param":'
+        + deep(300)
+        + b"}}\n\n"
+    )
     chain, raw = run_chain(p, body)
     objs = check_chat(raw)
-    assert objs[-1]["error"] == {"message": "upstream error", "type": "server_error", "code": "upstream_error", "param": None}
+    assert objs[-1]["error"] == {
+        "message": "upstream error",
+        "type": "server_error",
+        "code": "upstream_error",
+        "param": None,
+    }
     assert not guard_fired(chain)
 
 
@@ -443,10 +520,18 @@ RUSAGE = {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
 
 def r_stream(bad: list[Any], *, output: Any = None, usage: Any = RUSAGE, response: Any = None) -> list[Any]:
     """created, a message, a function call, ``bad``, completed."""
-    done = response if response is not None else {
-        "id": "resp_u", "object": "response", "status": "completed", "model": "m",
-        "output": [MSG, FC] if output is None else output, "usage": usage,
-    }
+    done = (
+        response
+        if response is not None
+        else {
+            "id": "resp_u",
+            "object": "response",
+            "status": "completed",
+            "model": "m",
+            "output": [MSG, FC] if output is None else output,
+            "usage": usage,
+        }
+    )
     return [
         r_created(),
         {"type": "response.output_item.added", "output_index": 0, "item": {**MSG, "content": []}},
@@ -466,25 +551,76 @@ RESP_CASES: list[tuple[str, list[Any], dict[str, Any], set[str]]] = [
     ("type-number", [{"type": 5, "delta": "x"}], {}, {RBAD}),
     ("type-array", [{"type": ["response.completed"], "response": {"status": "completed"}}], {}, {RBAD}),
     ("type-object", [{"type": {"t": "response.output_text.delta"}, "item_id": "msg_1", "delta": "x"}], {}, {RBAD}),
-    ("item-id-object", [{"type": "response.output_text.delta", "item_id": {"a": 1}, "output_index": 0, "delta": "!"}], {}, {RBAD}),
-    ("item-id-array", [{"type": "response.function_call_arguments.delta", "item_id": ["fc_1"], "delta": ""}], {}, {RBAD}),
-    ("item-id-number-reasoning", [{"type": "response.reasoning_summary_text.delta", "item_id": 4, "delta": "r"}], {}, {RBAD}),
+    (
+        "item-id-object",
+        [{"type": "response.output_text.delta", "item_id": {"a": 1}, "output_index": 0, "delta": "!"}],
+        {},
+        {RBAD},
+    ),
+    (
+        "item-id-array",
+        [{"type": "response.function_call_arguments.delta", "item_id": ["fc_1"], "delta": ""}],
+        {},
+        {RBAD},
+    ),
+    (
+        "item-id-number-reasoning",
+        [{"type": "response.reasoning_summary_text.delta", "item_id": 4, "delta": "r"}],
+        {},
+        {RBAD},
+    ),
     ("item-string", [{"type": "response.output_item.added", "output_index": 2, "item": "x"}], {}, {RBAD}),
     ("item-number-done", [{"type": "response.output_item.done", "output_index": 2, "item": 5}], {}, {RBAD}),
-    ("item-type-array", [{"type": "response.output_item.done", "item": {"id": "x_1", "type": ["message"]}}], {}, {RBAD}),
-    ("content-parts-wrong", [{"type": "response.output_item.done", "item": {**MSG, "id": "msg_2", "content": [1, None, ["x"]]}}],
-     {}, {RBAD}),
-    ("content-not-list", [{"type": "response.output_item.done", "item": {**MSG, "id": "msg_3", "content": "text"}}], {}, {RBAD}),
-    ("summary-not-list", [{"type": "response.output_item.done", "item": {"id": "rs_1", "type": "reasoning", "summary": "s"}}],
-     {}, {RBAD}),
-    ("summary-part-number", [{"type": "response.output_item.done", "item": {"id": "rs_2", "type": "reasoning", "summary": [3]}}],
-     {}, {RBAD}),
-    ("call-id-object", [{"type": "response.output_item.added", "output_index": 2,
-                         "item": {"id": "fc_2", "type": "function_call", "call_id": {"c": 1}, "name": "Bash", "arguments": "{}"}}],
-     {}, {RBAD}),
+    (
+        "item-type-array",
+        [{"type": "response.output_item.done", "item": {"id": "x_1", "type": ["message"]}}],
+        {},
+        {RBAD},
+    ),
+    (
+        "content-parts-wrong",
+        [{"type": "response.output_item.done", "item": {**MSG, "id": "msg_2", "content": [1, None, ["x"]]}}],
+        {},
+        {RBAD},
+    ),
+    (
+        "content-not-list",
+        [{"type": "response.output_item.done", "item": {**MSG, "id": "msg_3", "content": "text"}}],
+        {},
+        {RBAD},
+    ),
+    (
+        "summary-not-list",
+        [{"type": "response.output_item.done", "item": {"id": "rs_1", "type": "reasoning", "summary": "s"}}],
+        {},
+        {RBAD},
+    ),
+    (
+        "summary-part-number",
+        [{"type": "response.output_item.done", "item": {"id": "rs_2", "type": "reasoning", "summary": [3]}}],
+        {},
+        {RBAD},
+    ),
+    (
+        "call-id-object",
+        [
+            {
+                "type": "response.output_item.added",
+                "output_index": 2,
+                "item": {"id": "fc_2", "type": "function_call", "call_id": {"c": 1}, "name": "Bash", "arguments": "{}"},
+            }
+        ],
+        {},
+        {RBAD},
+    ),
     ("usage-string", [], {"usage": "many"}, {RBAD}),
     ("usage-details-wrong", [], {"usage": {**RUSAGE, "input_tokens_details": 5, "output_tokens_details": [1]}}, {UBAD}),
-    ("usage-counts-wrong", [], {"usage": {"input_tokens": "3", "output_tokens": {"n": 2}, "total_tokens": None}}, {UBAD}),
+    (
+        "usage-counts-wrong",
+        [],
+        {"usage": {"input_tokens": "3", "output_tokens": {"n": 2}, "total_tokens": None}},
+        {UBAD},
+    ),
     ("output-object", [], {"output": {"0": MSG}}, {RBAD}),
     ("output-items-wrong", [], {"output": [1, None, "x", MSG, FC]}, {RBAD}),
 ]
@@ -492,7 +628,9 @@ RESP_CASES: list[tuple[str, list[Any], dict[str, Any], set[str]]] = [
 
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize(("events", "kw", "repairs"), [c[1:] for c in RESP_CASES], ids=[c[0] for c in RESP_CASES])
-def test_responses_upstream_malformed_field_is_skipped(client: str, events: list[Any], kw: dict[str, Any], repairs: set[str]) -> None:
+def test_responses_upstream_malformed_field_is_skipped(
+    client: str, events: list[Any], kw: dict[str, Any], repairs: set[str]
+) -> None:
     p = prepared(client, "responses")
     chain, raw = run_chain(p, sse_bytes(r_stream(events, **kw), names=True))
     assert not guard_fired(chain)
@@ -523,10 +661,22 @@ def test_responses_numeric_call_id_becomes_a_string(client: str, raw_id: Any, wa
 @pytest.mark.parametrize(
     "stream",
     [
-        pytest.param(r_stream([{"type": "response.output_item.done", "output_index": 2, "item": WS_DEEP}]), id="item-done"),
+        pytest.param(
+            r_stream([{"type": "response.output_item.done", "output_index": 2, "item": WS_DEEP}]), id="item-done"
+        ),
         pytest.param(r_stream([], output=[MSG, FC, WS_DEEP]), id="terminal-output"),
-        pytest.param(r_stream([{"type": "response.output_item.done", "output_index": 2,
-                                "item": {"id": "x_1", "type": "mystery", "v": [DEEP_MARK % 250]}}]), id="item-array-250"),
+        pytest.param(
+            r_stream(
+                [
+                    {
+                        "type": "response.output_item.done",
+                        "output_index": 2,
+                        "item": {"id": "x_1", "type": "mystery", "v": [DEEP_MARK % 250]},
+                    }
+                ]
+            ),
+            id="item-array-250",
+        ),
     ],
 )
 def test_responses_item_nested_hundreds_deep(stream: list[Any]) -> None:
@@ -605,7 +755,9 @@ GUARD_CASES = [
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-@pytest.mark.parametrize(("upstream", "cls", "method", "after"), [c[1:] for c in GUARD_CASES], ids=[c[0] for c in GUARD_CASES])
+@pytest.mark.parametrize(
+    ("upstream", "cls", "method", "after"), [c[1:] for c in GUARD_CASES], ids=[c[0] for c in GUARD_CASES]
+)
 def test_guard_turns_a_stage_exception_into_one_failure_terminal(
     monkeypatch: pytest.MonkeyPatch, client: str, upstream: str, cls: Any, method: str, after: int
 ) -> None:
@@ -699,7 +851,11 @@ def test_guard_sse_overflow_is_a_failure_terminal(client: str) -> None:
     """An upstream line longer than the parser takes: a failure terminal saying so."""
     chain = Chain(prepared(client, "chat"))
     chain.parser.max_bytes = 400
-    raw = chain.receive_data(sse_bytes([ch({"content": "a"})])) + chain.receive_data(b"data: " + b"x" * 1000) + chain.end()
+    raw = (
+        chain.receive_data(sse_bytes([ch({"content": "a"})]))
+        + chain.receive_data(b"data: " + b"x" * 1000)
+        + chain.end()
+    )
     assert chain.broken
     objs = check(client, raw)
     assert error_code(client, objs) == "upstream_bad_event"
@@ -729,7 +885,15 @@ def chat_obj(**kw: Any) -> dict[str, Any]:
 
 
 def resp_obj(**kw: Any) -> dict[str, Any]:
-    return {"id": "resp_o", "object": "response", "status": "completed", "model": "up", "output": [MSG], "usage": RUSAGE, **kw}
+    return {
+        "id": "resp_o",
+        "object": "response",
+        "status": "completed",
+        "model": "up",
+        "output": [MSG],
+        "usage": RUSAGE,
+        **kw,
+    }
 
 
 def body_of(obj: dict[str, Any]) -> bytes:
@@ -744,7 +908,11 @@ BAD_BODIES: list[tuple[str, str, dict[str, Any]]] = [
     ("choices-number-item", "chat", chat_obj(choices=[3])),
     ("message-string", "chat", chat_obj(message="Hi")),
     ("message-array", "chat", chat_obj(message=[{"content": "Hi"}])),
-    ("arguments-too-deep", "chat", chat_obj(message={"tool_calls": [{"id": "c", "function": {"name": "f", "arguments": DEEP_MARK % 300}}]})),
+    (
+        "arguments-too-deep",
+        "chat",
+        chat_obj(message={"tool_calls": [{"id": "c", "function": {"name": "f", "arguments": DEEP_MARK % 300}}]}),
+    ),
     ("item-too-deep", "responses", resp_obj(output=[MSG, WS_DEEP])),
 ]
 
@@ -764,20 +932,52 @@ def test_non_stream_malformed_body_is_a_502(client: str, upstream: str, obj: dic
 
 
 OPTIONAL_BODIES: list[tuple[str, str, dict[str, Any], set[str]]] = [
-    ("usage-details-wrong", "chat", chat_obj(usage={"prompt_tokens": 4, "completion_tokens": 1, "prompt_tokens_details": 5,
-                                                    "completion_tokens_details": "x"}), {UBAD}),
+    (
+        "usage-details-wrong",
+        "chat",
+        chat_obj(
+            usage={
+                "prompt_tokens": 4,
+                "completion_tokens": 1,
+                "prompt_tokens_details": 5,
+                "completion_tokens_details": "x",
+            }
+        ),
+        {UBAD},
+    ),
     ("usage-string", "chat", chat_obj(usage="x"), {BAD}),
     ("usage-counts-wrong", "chat", chat_obj(usage={"prompt_tokens": "4", "completion_tokens": [1]}), {UBAD}),
     ("tool-calls-object", "chat", chat_obj(message={"content": "Hi", "tool_calls": {"id": "c"}}), {BAD}),
     ("tool-call-items-wrong", "chat", chat_obj(message={"content": "Hi", "tool_calls": [1, None]}), {BAD}),
-    ("function-string", "chat", chat_obj(message={"content": "Hi", "tool_calls": [
-        {"id": "c", "function": "f"}, {"id": "d", "function": {"name": "Read", "arguments": "{}"}}]}), {BAD}),
+    (
+        "function-string",
+        "chat",
+        chat_obj(
+            message={
+                "content": "Hi",
+                "tool_calls": [
+                    {"id": "c", "function": "f"},
+                    {"id": "d", "function": {"name": "Read", "arguments": "{}"}},
+                ],
+            }
+        ),
+        {BAD},
+    ),
     ("content-number", "chat", chat_obj(message={"content": 5, "refusal": None}), {BAD}),
-    ("refusal-part-object", "chat", chat_obj(message={"content": [{"type": "refusal", "refusal": {"r": 1}},
-                                                                 {"type": "text", "text": "Hi"}]}), set()),
+    (
+        "refusal-part-object",
+        "chat",
+        chat_obj(message={"content": [{"type": "refusal", "refusal": {"r": 1}}, {"type": "text", "text": "Hi"}]}),
+        set(),
+    ),
     ("finish-reason-array", "chat", chat_obj(finish_reason=["stop"]), {BAD}),
     ("id-object", "chat", chat_obj(id={"x": 1}, model=[1], created="now"), {BAD}),
-    ("usage-wrong-responses", "responses", resp_obj(usage={"input_tokens_details": 5, "output_tokens_details": [1]}), {UBAD}),
+    (
+        "usage-wrong-responses",
+        "responses",
+        resp_obj(usage={"input_tokens_details": 5, "output_tokens_details": [1]}),
+        {UBAD},
+    ),
     ("usage-string-responses", "responses", resp_obj(usage="x"), {RBAD}),
     ("output-items-wrong", "responses", resp_obj(output=[1, "x", MSG]), {RBAD}),
     ("output-object", "responses", resp_obj(output={"0": MSG}, status=["completed"]), {RBAD}),
@@ -785,8 +985,12 @@ OPTIONAL_BODIES: list[tuple[str, str, dict[str, Any], set[str]]] = [
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-@pytest.mark.parametrize(("upstream", "obj", "repairs"), [c[1:] for c in OPTIONAL_BODIES], ids=[c[0] for c in OPTIONAL_BODIES])
-def test_non_stream_bad_optional_field_is_skipped(client: str, upstream: str, obj: dict[str, Any], repairs: set[str]) -> None:
+@pytest.mark.parametrize(
+    ("upstream", "obj", "repairs"), [c[1:] for c in OPTIONAL_BODIES], ids=[c[0] for c in OPTIONAL_BODIES]
+)
+def test_non_stream_bad_optional_field_is_skipped(
+    client: str, upstream: str, obj: dict[str, Any], repairs: set[str]
+) -> None:
     p = prepared(client, upstream)
     status, out = full_response(p, body_of(obj))
     assert status == 200
@@ -802,10 +1006,15 @@ def test_non_stream_bad_optional_field_is_skipped(client: str, upstream: str, ob
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_non_stream_numeric_and_object_tool_call_fields(client: str) -> None:
-    obj = chat_obj(message={"tool_calls": [
-        {"id": 123, "type": "function", "function": {"name": "Read", "arguments": {"p": 1}}},
-        {"id": "c2", "type": "function", "function": {"name": "Bash", "arguments": None}},
-    ]}, finish_reason="tool_calls")
+    obj = chat_obj(
+        message={
+            "tool_calls": [
+                {"id": 123, "type": "function", "function": {"name": "Read", "arguments": {"p": 1}}},
+                {"id": "c2", "type": "function", "function": {"name": "Bash", "arguments": None}},
+            ]
+        },
+        finish_reason="tool_calls",
+    )
     p = prepared(client, "chat", tools=False)
     status, out = full_response(p, body_of(obj))
     res = orjson.loads(out)
@@ -832,19 +1041,51 @@ def test_non_stream_guard_any_exception_is_a_502(monkeypatch: pytest.MonkeyPatch
 # -- properties ---------------------------------------------------------------------------------
 
 JUNK = [
-    b"data: not json", b"data: [1, 2]", b"data: 42", b'data: "s"', b"data: null", b": keep-alive",
-    b"event: response.completed", b'data: {"type": 5}', b"data: {}", b"\xff\xfe\x00garbage",
-    b'data: {"choices": {"0": 1}}', b"retry: 5", b"id: 7", b"data: [DONE]", b"data:", b"data: {\"a\":",
+    b"data: not json",
+    b"data: [1, 2]",
+    b"data: 42",
+    b'data: "s"',
+    b"data: null",
+    b": keep-alive",
+    b"event: response.completed",
+    b'data: {"type": 5}',
+    b"data: {}",
+    b"\xff\xfe\x00garbage",
+    b'data: {"choices": {"0": 1}}',
+    b"retry: 5",
+    b"id: 7",
+    b"data: [DONE]",
+    b"data:",
+    b'data: {"a":',
     b'data: {"type":"response.output_item.done","item":{"type":"x","id":"y","v":' + deep(300) + b"}}",
 ]
 LEAF = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6),
-    st.sampled_from(["", "stop", "length", "tool_calls", "function_call", "message", "reasoning", "function_call",
-                     "custom_tool_call", "web_search_call", "functions.Read:0", "response.completed", "output_text"]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6),
+    st.sampled_from(
+        [
+            "",
+            "stop",
+            "length",
+            "tool_calls",
+            "function_call",
+            "message",
+            "reasoning",
+            "function_call",
+            "custom_tool_call",
+            "web_search_call",
+            "functions.Read:0",
+            "response.completed",
+            "output_text",
+        ]
+    ),
 )
-JSONISH = st.recursive(LEAF, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
-                       max_leaves=6)
+JSONISH = st.recursive(
+    LEAF, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=6
+)
 WRONG = st.one_of(
     st.sampled_from([None, True, 0, 1, -1, 123, 1.5, "", "x", [], {}, [None], [1, "a"], {"a": 1}, {"type": "message"}]),
     st.sampled_from([DEEP_MARK % n for n in (100, 253, 300, 600, 1100)]),
@@ -853,7 +1094,9 @@ WRONG = st.one_of(
 OPS = st.lists(
     st.tuples(
         st.sampled_from(["replace", "replace", "replace", "replace", "delete", "drop", "dup", "swap", "junk"]),
-        st.integers(0, 10**6), st.integers(0, 10**6), WRONG,
+        st.integers(0, 10**6),
+        st.integers(0, 10**6),
+        WRONG,
     ),
     max_size=4,
 )
@@ -911,8 +1154,17 @@ def upstream_events(upstream: str, fixture: int) -> list[Any]:
     return load(RESP_FIXTURES[fixture % len(RESP_FIXTURES)])
 
 
-def drive(client: str, upstream: str, quirks: str, tools: bool, events: list[Any], names: bool, crlf: bool,
-          cuts: list[int], heartbeats: bool) -> None:
+def drive(
+    client: str,
+    upstream: str,
+    quirks: str,
+    tools: bool,
+    events: list[Any],
+    names: bool,
+    crlf: bool,
+    cuts: list[int],
+    heartbeats: bool,
+) -> None:
     p = prepared(client, upstream, QUIRK_SETS[quirks], tools=tools)
     chain, raw = run_chain(p, sse_bytes(events, names=names, crlf=crlf), cuts, heartbeats)
     # every malformed input is handled where it happens: the guard never fires
@@ -920,7 +1172,9 @@ def drive(client: str, upstream: str, quirks: str, tools: bool, events: list[Any
     check(client, raw)
 
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 @PROPERTY
@@ -936,25 +1190,100 @@ PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
     cuts=st.lists(st.integers(0, 10**6), max_size=6),
     heartbeats=st.booleans(),
 )
-def test_property_mutated_fixture_streams(client: str, upstream: str, fixture: int, quirks: str, tools: bool,
-                                          ops: list[Any], names: bool, crlf: bool, cuts: list[int], heartbeats: bool) -> None:
+def test_property_mutated_fixture_streams(
+    client: str,
+    upstream: str,
+    fixture: int,
+    quirks: str,
+    tools: bool,
+    ops: list[Any],
+    names: bool,
+    crlf: bool,
+    cuts: list[int],
+    heartbeats: bool,
+) -> None:
     events = mutate(upstream_events(upstream, fixture), ops)
     drive(client, upstream, quirks, tools, events, names, crlf, cuts, heartbeats)
 
 
-CHAT_KEYS = ["id", "model", "created", "choices", "usage", "error", "index", "delta", "finish_reason", "content",
-             "reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls", "function_call", "function",
-             "name", "arguments", "type", "text", "prompt_tokens", "completion_tokens", "total_tokens",
-             "prompt_tokens_details", "completion_tokens_details", "cached_tokens", "reasoning_tokens", "message"]
-RESP_TYPES = ["response.created", "response.output_text.delta", "response.refusal.delta",
-              "response.reasoning_summary_text.delta", "response.reasoning_text.delta", "response.output_item.added",
-              "response.output_item.done", "response.function_call_arguments.delta",
-              "response.custom_tool_call_input.delta", "response.function_call_arguments.done",
-              "response.custom_tool_call_input.done", "response.completed", "response.incomplete", "response.failed",
-              "error", "response.in_progress"]
-RESP_KEYS = ["type", "item_id", "output_index", "content_index", "summary_index", "delta", "item", "response", "id",
-             "call_id", "name", "arguments", "input", "output", "usage", "status", "content", "summary", "text",
-             "encrypted_content", "error", "code", "message", "param", "incomplete_details", "reason", "namespace"]
+CHAT_KEYS = [
+    "id",
+    "model",
+    "created",
+    "choices",
+    "usage",
+    "error",
+    "index",
+    "delta",
+    "finish_reason",
+    "content",
+    "reasoning_content",
+    "reasoning",
+    "reasoning_details",
+    "refusal",
+    "tool_calls",
+    "function_call",
+    "function",
+    "name",
+    "arguments",
+    "type",
+    "text",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+    "cached_tokens",
+    "reasoning_tokens",
+    "message",
+]
+RESP_TYPES = [
+    "response.created",
+    "response.output_text.delta",
+    "response.refusal.delta",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.delta",
+    "response.function_call_arguments.done",
+    "response.custom_tool_call_input.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+    "response.in_progress",
+]
+RESP_KEYS = [
+    "type",
+    "item_id",
+    "output_index",
+    "content_index",
+    "summary_index",
+    "delta",
+    "item",
+    "response",
+    "id",
+    "call_id",
+    "name",
+    "arguments",
+    "input",
+    "output",
+    "usage",
+    "status",
+    "content",
+    "summary",
+    "text",
+    "encrypted_content",
+    "error",
+    "code",
+    "message",
+    "param",
+    "incomplete_details",
+    "reason",
+    "namespace",
+]
 
 
 def shaped(keys: list[str], leaf: Any) -> Any:
@@ -971,7 +1300,9 @@ CHAT_EVENT = st.dictionaries(st.sampled_from(CHAT_KEYS), shaped(CHAT_KEYS, LEAF)
 RESP_EVENT = st.builds(
     lambda t, rest: {**rest, "type": t},
     st.one_of(st.sampled_from(RESP_TYPES), LEAF),
-    st.dictionaries(st.sampled_from(RESP_KEYS), shaped(RESP_KEYS, st.one_of(LEAF, st.sampled_from(RESP_TYPES))), max_size=5),
+    st.dictionaries(
+        st.sampled_from(RESP_KEYS), shaped(RESP_KEYS, st.one_of(LEAF, st.sampled_from(RESP_TYPES))), max_size=5
+    ),
 )
 
 
@@ -984,7 +1315,9 @@ RESP_EVENT = st.builds(
     data=st.data(),
     cuts=st.lists(st.integers(0, 10**6), max_size=4),
 )
-def test_property_arbitrary_streams(client: str, upstream: str, quirks: str, tools: bool, data: Any, cuts: list[int]) -> None:
+def test_property_arbitrary_streams(
+    client: str, upstream: str, quirks: str, tools: bool, data: Any, cuts: list[int]
+) -> None:
     ev = CHAT_EVENT if upstream == "chat" else RESP_EVENT
     events = data.draw(st.lists(st.one_of(ev, st.sampled_from(JUNK)), max_size=12))
     if upstream == "chat" and data.draw(st.booleans()):
@@ -993,12 +1326,34 @@ def test_property_arbitrary_streams(client: str, upstream: str, quirks: str, too
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(client=st.sampled_from(CLIENTS), upstream=st.sampled_from(CLIENTS), obj=st.one_of(
-    st.dictionaries(st.sampled_from(CHAT_KEYS + RESP_KEYS), shaped(CHAT_KEYS + RESP_KEYS, LEAF), max_size=6),
-    st.builds(lambda ops: (mutate([chat_obj(message={"content": "Hi", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "Read", "arguments": "{}"}}]}, usage=USAGE)], ops) or [{}])[0], OPS),
-    st.builds(lambda ops: (mutate([resp_obj(output=[MSG, FC, WS_OK])], ops) or [{}])[0], OPS),
-))
+@given(
+    client=st.sampled_from(CLIENTS),
+    upstream=st.sampled_from(CLIENTS),
+    obj=st.one_of(
+        st.dictionaries(st.sampled_from(CHAT_KEYS + RESP_KEYS), shaped(CHAT_KEYS + RESP_KEYS, LEAF), max_size=6),
+        st.builds(
+            lambda ops: (
+                mutate(
+                    [
+                        chat_obj(
+                            message={
+                                "content": "Hi",
+                                "tool_calls": [
+                                    {"id": "c1", "type": "function", "function": {"name": "Read", "arguments": "{}"}}
+                                ],
+                            },
+                            usage=USAGE,
+                        )
+                    ],
+                    ops,
+                )
+                or [{}]
+            )[0],
+            OPS,
+        ),
+        st.builds(lambda ops: (mutate([resp_obj(output=[MSG, FC, WS_OK])], ops) or [{}])[0], OPS),
+    ),
+)
 def test_property_non_stream_bodies(client: str, upstream: str, obj: Any) -> None:
     """Any upstream body: a client object (200) or a 502 ``upstream_bad_response`` (ProxyError);
     nothing else escapes."""

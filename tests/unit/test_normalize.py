@@ -132,7 +132,10 @@ def test_mint_prefix_by_type(item_type: str, prefix: str) -> None:
 TABLE: list[tuple[str, list[dict[str, Any]], int, dict[str, Any], list[str]]] = [
     (
         "delta-with-item-id-untouched",
-        [added(0, {"id": "msg_1", "type": "message"}), {"type": "response.output_text.delta", "item_id": "msg_9", "output_index": 0, "delta": "x"}],
+        [
+            added(0, {"id": "msg_1", "type": "message"}),
+            {"type": "response.output_text.delta", "item_id": "msg_9", "output_index": 0, "delta": "x"},
+        ],
         1,
         {"type": "response.output_text.delta", "item_id": "msg_9", "output_index": 0, "delta": "x"},
         [],
@@ -186,10 +189,18 @@ TABLE: list[tuple[str, list[dict[str, Any]], int, dict[str, Any], list[str]]] = 
         [
             added(0, {"id": "rs_1", "type": "reasoning"}),
             added(1, {"id": "msg_1", "type": "message"}),
-            {"type": "response.incomplete", "response": {"output": [{"type": "reasoning"}, {"item_id": "msg_1", "output_index": 1, "type": "message"}]}},
+            {
+                "type": "response.incomplete",
+                "response": {
+                    "output": [{"type": "reasoning"}, {"item_id": "msg_1", "output_index": 1, "type": "message"}]
+                },
+            },
         ],
         2,
-        {"type": "response.incomplete", "response": {"output": [{"type": "reasoning", "id": "rs_1"}, {"type": "message", "id": "msg_1"}]}},
+        {
+            "type": "response.incomplete",
+            "response": {"output": [{"type": "reasoning", "id": "rs_1"}, {"type": "message", "id": "msg_1"}]},
+        },
         ["responses_item_id_adopted", "responses_stray_output_index", "responses_item_id_adopted"],
     ),
     (

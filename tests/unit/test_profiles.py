@@ -191,7 +191,12 @@ class _M:
 def test_catalogue(public: str, upstream: str, kw: dict[str, Any], want: tuple[Any, ...]) -> None:
     info = catalog_entry(_M(public, **kw), upstream, "p")
     c = info.codex()
-    assert (c["context_window"], c["max_output_tokens"], c["supports_parallel_tool_calls"], c["input_modalities"]) == want
+    assert (
+        c["context_window"],
+        c["max_output_tokens"],
+        c["supports_parallel_tool_calls"],
+        c["input_modalities"],
+    ) == want
     assert info.openai() == {"id": public, "object": "model", "created": 0, "owned_by": "p"}
 
 

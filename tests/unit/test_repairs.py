@@ -109,7 +109,7 @@ def test_one_name_per_repair() -> None:
 
 
 def test_registry_rows() -> None:
-    assert repairs.NAMES == frozenset(repairs.REPAIRS)
+    assert frozenset(repairs.REPAIRS) == repairs.NAMES
     for name, row in repairs.REPAIRS.items():
         assert re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name), name  # a metric label value
         assert row.side in ("request", "response"), name
@@ -123,7 +123,7 @@ def test_unregistered_name_is_refused_in_tests_and_counted_as_other_in_productio
         c.repaired("no_such_rule")
     monkeypatch.setattr(repairs, "STRICT", False)
     c.repaired("no_such_rule")
-    assert c.repairs == ["no_such_rule"] and repairs.UNREGISTERED == {"no_such_rule"}
+    assert c.repairs == ["no_such_rule"] and {"no_such_rule"} == repairs.UNREGISTERED
     repairs.UNREGISTERED.clear()  # the suite-wide check would fail this test otherwise
     c.repaired("inline_think")
     assert c.repairs == ["no_such_rule", "inline_think"] and not repairs.UNREGISTERED

@@ -139,7 +139,9 @@ def test_kosong_request_to_responses():
         pytest.param(["Write:6"], ["Write_6"], id="T0-2-responses"),
         pytest.param(["functions.Read:0|fc_abc"], ["functions.Read:0"], id="T0-3-responses"),
         pytest.param(
-            ["functions.Read:0|fc_1", "functions.Read:0|fc_2"], ["functions.Read:0", "functions.Read:0_2"], id="T0-4-responses"
+            ["functions.Read:0|fc_1", "functions.Read:0|fc_2"],
+            ["functions.Read:0", "functions.Read:0_2"],
+            id="T0-4-responses",
         ),
         pytest.param(
             ["functions.mcp__atlassian__confluence_search_pages_by_cql_query:12"],
@@ -224,7 +226,10 @@ def test_n_greater_than_one_is_a_400():
     ("body", "param"),
     [
         ({"messages": "hi"}, "messages"),
-        ({"messages": [{"role": "user", "content": "u"}, {"role": "tool", "content": "x"}]}, "messages[1].tool_call_id"),
+        (
+            {"messages": [{"role": "user", "content": "u"}, {"role": "tool", "content": "x"}]},
+            "messages[1].tool_call_id",
+        ),
         (
             {"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f"}}]}]},
             "messages[0].tool_calls[0].id",
@@ -271,15 +276,25 @@ def test_tool_schema_forced_and_strict_explicit():
     tool = {"type": "function", "function": {"name": "f", "parameters": {"properties": {}}, "strict": True}}
     c = ctx()
     out = chat_to_responses({"messages": [{"role": "user", "content": "hi"}], "tools": [tool]}, c)
-    assert out["tools"] == [{"type": "function", "name": "f", "parameters": {"properties": {}, "type": "object"}, "strict": True}]
+    assert out["tools"] == [
+        {"type": "function", "name": "f", "parameters": {"properties": {}, "type": "object"}, "strict": True}
+    ]
     assert c.repairs == ["tool_schema_type_object"]
 
 
 def test_tool_content_parts_and_refusal():
     messages = [
         {"role": "user", "content": "u"},
-        {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "tool_calls": [tc("c1")]},
-        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            "tool_calls": [tc("c1")],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}],
+        },
         {"role": "assistant", "content": None, "refusal": "I can't."},
     ]
     out = chat_to_responses({"messages": messages}, ctx())
@@ -315,7 +330,15 @@ def test_T1_6_mantle_request():
         ([PATCH_TOOL], {"apply_patch": "input"}),
         ([SHELL_TOOL], {"Shell": "command"}),
         (
-            [{"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}],
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "g",
+                        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                    },
+                }
+            ],
             {},
         ),
         (
@@ -324,7 +347,11 @@ def test_T1_6_mantle_request():
                     "type": "function",
                     "function": {
                         "name": "h",
-                        "parameters": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a", "b"]},
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+                            "required": ["a", "b"],
+                        },
                     },
                 }
             ],

@@ -65,15 +65,29 @@ def test_translated_bodies_stay_writable_at_the_bound() -> None:
 # -- integers --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", [b"18446744073709551615", b"-9223372036854775808", b"1234567890123456789.5",
-                                  b"1.2345678901234567890e5", b'"12345678901234567890123"', b"-1234567890123456789"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"18446744073709551615",
+        b"-9223372036854775808",
+        b"1234567890123456789.5",
+        b"1.2345678901234567890e5",
+        b'"12345678901234567890123"',
+        b"-1234567890123456789",
+    ],
+)
 def test_integers_orjson_keeps_pass(text: bytes) -> None:
     check_integers(b'{"a":[' + text + b"]}")
 
 
-@pytest.mark.parametrize("text, code", [(b"18446744073709551616", "integer_above_max_value"),
-                                        (b"-9223372036854775809", "integer_below_min_value"),
-                                        (b"9" * 5000, "integer_above_max_value")])
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        (b"18446744073709551616", "integer_above_max_value"),
+        (b"-9223372036854775809", "integer_below_min_value"),
+        (b"9" * 5000, "integer_above_max_value"),
+    ],
+)
 def test_integers_beyond_64_bits_refused(text: bytes, code: str) -> None:
     e = refused(check_integers, b'{"a":{"b":[1,' + text + b"]}}")
     assert (e.param, e.code) == ("a.b[1]", code)
@@ -88,30 +102,63 @@ def test_integer_check_leaves_unreadable_bodies_alone() -> None:
 
 
 def test_valid_bodies_pass() -> None:
-    chat = {"model": "m", "messages": [
-        {"role": "system", "content": "s"},
-        {"role": "user", "content": [{"type": "text", "text": "t"}, {"type": "image_url", "image_url": {"url": "u"}},
-                                     {"type": "image_url", "image_url": "u"}, {"type": "video_url", "video_url": {"url": "v"}}]},
-        {"role": "assistant", "content": None, "reasoning_content": "r", "tool_calls": [
-            {"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "functions.f:0", "content": [{"type": "text", "text": "x"}]},
-        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "partial": True}],
-        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["a"]}}},
-                  {"type": "builtin_function", "function": {"name": "$web_search"}},
-                  {"type": "custom", "custom": {"name": "c", "format": {"type": "text"}}}],
-        "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
-            {"type": "function", "function": {"name": "f"}}]}},
-        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}}}
+    chat = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "s"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "t"},
+                    {"type": "image_url", "image_url": {"url": "u"}},
+                    {"type": "image_url", "image_url": "u"},
+                    {"type": "video_url", "video_url": {"url": "v"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "r",
+                "tool_calls": [
+                    {"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "functions.f:0", "content": [{"type": "text", "text": "x"}]},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "partial": True},
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["a"]}}},
+            {"type": "builtin_function", "function": {"name": "$web_search"}},
+            {"type": "custom", "custom": {"name": "c", "format": {"type": "text"}}},
+        ],
+        "tool_choice": {
+            "type": "allowed_tools",
+            "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "f"}}]},
+        },
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
+    }
     check_request(orjson.dumps(chat), chat, "chat")
-    resp = {"model": "m", "input": [
-        {"role": "user", "content": "hi"},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": []}]},
-        {"type": "reasoning", "summary": [], "encrypted_content": "gAAA"},
-        {"type": "function_call", "call_id": "c", "name": "f", "namespace": "ns", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image", "image_url": "u"}]},
-        {"type": "item_reference", "id": "x"}, {"type": "some_future_item", "payload": [1, {"a": None}]}],
-        "tools": [{"type": "namespace", "name": "ns", "tools": [{"name": "f"}, {"type": "custom", "name": "g"}]},
-                  {"type": "web_search"}, {"type": "mcp", "server_label": "s"}],
+    resp = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "hi"},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "a", "annotations": []}],
+            },
+            {"type": "reasoning", "summary": [], "encrypted_content": "gAAA"},
+            {"type": "function_call", "call_id": "c", "name": "f", "namespace": "ns", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image", "image_url": "u"}]},
+            {"type": "item_reference", "id": "x"},
+            {"type": "some_future_item", "payload": [1, {"a": None}]},
+        ],
+        "tools": [
+            {"type": "namespace", "name": "ns", "tools": [{"name": "f"}, {"type": "custom", "name": "g"}]},
+            {"type": "web_search"},
+            {"type": "mcp", "server_label": "s"},
+        ],
         "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "namespace", "name": "ns"}]},
-        "text": {"format": {"type": "text"}}}
+        "text": {"format": {"type": "text"}},
+    }
     check_request(orjson.dumps(resp), resp, "responses")

@@ -18,7 +18,7 @@ def ctx(*quirks: str, **kw) -> Ctx:
 
 
 def test_table_shape():
-    for rule, protocol, gate, fn in QUIRK_TABLE:
+    for _rule, protocol, gate, fn in QUIRK_TABLE:
         assert protocol in ("chat", "responses")
         assert callable(gate) and callable(fn)
     gated = {g.__name__.split("_", 1)[1] for _, _, g, _ in QUIRK_TABLE if g.__name__.startswith(("on_", "off_"))}
@@ -40,7 +40,11 @@ T314_BODY = {
             "description": "FREEFORM tool.",
             "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch"},
         },
-        {"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+        {
+            "type": "function",
+            "name": "shell",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+        },
     ],
 }
 
@@ -119,7 +123,12 @@ def test_mimo_catalogue_max_output_tokens():
 
 @pytest.mark.parametrize(
     ("choice", "expected"),
-    [("required", "auto"), ({"type": "function", "function": {"name": "f"}}, "auto"), ("auto", "auto"), ("none", "none")],
+    [
+        ("required", "auto"),
+        ({"type": "function", "function": {"name": "f"}}, "auto"),
+        ("auto", "auto"),
+        ("none", "none"),
+    ],
 )
 def test_kimi_request_tool_choice(choice, expected):
     c = ctx("kimi_request")
@@ -160,7 +169,11 @@ KOSONG_HISTORY = [
 def test_chat_to_chat_never_rewrites_ids(quirks):
     body = {"model": "kimi", "messages": copy.deepcopy(KOSONG_HISTORY)}
     out = prepare_chat(body, ctx(*quirks), translated=False)
-    assert [tc["id"] for tc in out["messages"][2]["tool_calls"]] == ["functions.Read:0", "Write:6", "functions.Read:0|fc_1"]
+    assert [tc["id"] for tc in out["messages"][2]["tool_calls"]] == [
+        "functions.Read:0",
+        "Write:6",
+        "functions.Read:0|fc_1",
+    ]
     assert [m["tool_call_id"] for m in out["messages"][3:]] == ["functions.Read:0", "Write:6", "functions.Read:0|fc_1"]
     assert body["messages"] == KOSONG_HISTORY  # client body not mutated
 
@@ -188,7 +201,21 @@ def test_same_protocol_basics():
 def test_same_protocol_fills_toolinfo():
     c = ctx()
     prepare_chat(
-        chat_body(tools=[{"type": "function", "function": {"name": "apply_patch", "parameters": {"type": "object", "properties": {"patch": {"type": "string"}}, "required": ["patch"]}}}]),
+        chat_body(
+            tools=[
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "apply_patch",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"patch": {"type": "string"}},
+                            "required": ["patch"],
+                        },
+                    },
+                }
+            ]
+        ),
         c,
         translated=False,
     )
@@ -207,12 +234,17 @@ def test_translated_request_keeps_model_and_stream_options():
 MOONSHOT_BODY = {
     "model": "kimi",
     "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "video_url", "video_url": {"url": "v"}}]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look"}, {"type": "video_url", "video_url": {"url": "v"}}],
+        },
         {
             "role": "assistant",
             "content": None,
             "extras": {"x": 1},
-            "tool_calls": [{"type": "function", "id": "functions.f:0", "function": {"name": "f", "arguments": "{}"}, "extras": {}}],
+            "tool_calls": [
+                {"type": "function", "id": "functions.f:0", "function": {"name": "f", "arguments": "{}"}, "extras": {}}
+            ],
         },
         {"role": "tool", "tool_call_id": "functions.f:0", "content": "ok"},
         {"role": "assistant", "content": "Prefix", "partial": True},
@@ -262,9 +294,18 @@ def test_reasoning_replay_placeholder_same_protocol():
     body = {
         "messages": [
             {"role": "user", "content": "u"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
             {"role": "tool", "tool_call_id": "a", "content": "ok"},
-            {"role": "assistant", "content": None, "reasoning_content": "known", "tool_calls": [{"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "known",
+                "tool_calls": [{"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
             {"role": "tool", "tool_call_id": "b", "content": "ok"},
             {"role": "assistant", "content": "done"},
         ]
@@ -282,7 +323,11 @@ def test_reasoning_key_reasoning_renames_and_placeholder_uses_it():
     body = {
         "messages": [
             {"role": "assistant", "content": "x", "reasoning_content": "r"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
         ]
     }
     c = ctx("reasoning_key_reasoning", "reasoning_replay")
@@ -322,7 +367,12 @@ def test_T1_5_mantle_item_replayed_to_openai():
 
 
 def test_T1_5_ids_kept_when_store_is_not_false():
-    body = {"input": [{"id": "fc_A", "type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}, {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}
+    body = {
+        "input": [
+            {"id": "fc_A", "type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ]
+    }
     c = ctx()
     out = prepare_responses(body, c, translated=False)
     assert out["input"] == body["input"]
@@ -335,7 +385,10 @@ def test_T1_6_mantle_request_on_responses():
         "input": [
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "OK"}]},
-            {"role": "assistant", "content": [{"type": "output_text", "text": "O"}, {"type": "output_text", "text": "K"}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "O"}, {"type": "output_text", "text": "K"}],
+            },
         ],
         "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
         "tool_choice": "none",
@@ -355,13 +408,19 @@ def test_T1_6_mantle_request_on_responses():
 
 def test_mantle_forced_choice_becomes_auto():
     c = ctx("mantle_request")
-    out = prepare_responses({"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": "required"}, c, translated=True)
+    out = prepare_responses(
+        {"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": "required"}, c, translated=True
+    )
     assert out["tool_choice"] == "auto" and out["tools"]
 
 
 SEALED = seal("our reasoning", b"k")
 USER = {"type": "message", "role": "user", "content": "u"}
-R_SEALED = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "our reasoning"}], "encrypted_content": SEALED}
+R_SEALED = {
+    "type": "reasoning",
+    "summary": [{"type": "summary_text", "text": "our reasoning"}],
+    "encrypted_content": SEALED,
+}
 R_FOREIGN = {"type": "reasoning", "summary": [], "encrypted_content": "gAAAAopenai"}
 R_PLAIN = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]}
 CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
@@ -402,9 +461,15 @@ def test_strip_reasoning_envelope(items, want, on):
     ("raw", "wire"),
     [
         pytest.param(["functions.Read:0|fc_abc"], ["functions.Read:0"], id="T0-3-responses"),
-        pytest.param(["functions.Read:0|fc_1", "functions.Read:0|fc_2"], ["functions.Read:0", "functions.Read:0_2"], id="T0-4-responses"),
+        pytest.param(
+            ["functions.Read:0|fc_1", "functions.Read:0|fc_2"],
+            ["functions.Read:0", "functions.Read:0_2"],
+            id="T0-4-responses",
+        ),
         pytest.param(["Write:6"], ["Write_6"], id="T0-2-responses"),
-        pytest.param(["functions.Read:0", "call_abc123"], ["functions.Read:0", "call_abc123"], id="T0-1-T0-10-responses"),
+        pytest.param(
+            ["functions.Read:0", "call_abc123"], ["functions.Read:0", "call_abc123"], id="T0-1-T0-10-responses"
+        ),
     ],
 )
 def test_responses_call_ids_same_protocol(raw, wire):

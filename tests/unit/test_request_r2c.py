@@ -104,7 +104,15 @@ def test_request_ids_follow_chat_policy(quirks, raw, wire):
 
 def test_strict_ids_uniqueness_T0_9():
     out = responses_to_chat(
-        {"input": [user("x"), fc("functions_Read_0"), fco("functions_Read_0"), fc("functions.Read:0"), fco("functions.Read:0")]},
+        {
+            "input": [
+                user("x"),
+                fc("functions_Read_0"),
+                fco("functions_Read_0"),
+                fc("functions.Read:0"),
+                fco("functions.Read:0"),
+            ]
+        },
         ctx("strict_tool_ids"),
     )
     assert [m.get("tool_call_id") or m["tool_calls"][0]["id"] for m in out["messages"][1:]] == [
@@ -128,7 +136,10 @@ CUSTOM_DESCRIPTION = (
 CODEX_EXPECTED = {
     "model": "kimi-k2.6-upstream",
     "messages": [
-        {"role": "system", "content": "You are Codex, a coding agent based on GPT-5. You and the user share the same workspace."},
+        {
+            "role": "system",
+            "content": "You are Codex, a coding agent based on GPT-5. You and the user share the same workspace.",
+        },
         {
             "role": "system",
             "content": "<permissions instructions>\nsandbox_mode: workspace-write\napproval_policy: on-request\n</permissions instructions>",
@@ -262,7 +273,7 @@ def test_codex_request_for_kimi_profile():
 
 # -- T3-13 / R3-d replay ---------------------------------------------------------------------
 
-RAW_PATCH = "*** Begin Patch\n*** Add File: a.txt\n+héllo \"q\" \\ ✓\n*** End Patch"
+RAW_PATCH = '*** Begin Patch\n*** Add File: a.txt\n+héllo "q" \\ ✓\n*** End Patch'
 
 
 def t313_input(reasoning_item: dict) -> list[dict]:
@@ -270,7 +281,11 @@ def t313_input(reasoning_item: dict) -> list[dict]:
         user("add a.txt"),
         reasoning_item,
         {"type": "custom_tool_call", "call_id": "call_1", "name": "apply_patch", "input": RAW_PATCH},
-        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "Success. Updated the following files:\nA a.txt\n"},
+        {
+            "type": "custom_tool_call_output",
+            "call_id": "call_1",
+            "output": "Success. Updated the following files:\nA a.txt\n",
+        },
     ]
 
 
@@ -439,7 +454,9 @@ def test_missing_output_is_a_400_naming_the_input_index():
 
 def test_orphan_output_becomes_user_text():
     c = ctx()
-    out = responses_to_chat({"input": [user("u"), fco("ghost", "42"), {"type": "function_call_output", "output": "x"}]}, c)
+    out = responses_to_chat(
+        {"input": [user("u"), fco("ghost", "42"), {"type": "function_call_output", "output": "x"}]}, c
+    )
     assert out["messages"] == [
         {"role": "user", "content": "u"},
         {"role": "user", "content": "[tool output for ghost]: 42"},
@@ -510,7 +527,15 @@ def test_namespace_flatten_long_names_and_call_names():
 
 @pytest.mark.parametrize(
     "hosted",
-    ["web_search", "image_generation", "file_search", "tool_search", "local_shell", "code_interpreter", "computer_use_preview"],
+    [
+        "web_search",
+        "image_generation",
+        "file_search",
+        "tool_search",
+        "local_shell",
+        "code_interpreter",
+        "computer_use_preview",
+    ],
 )
 def test_hosted_tool_dropped(hosted):
     c = ctx()
@@ -558,7 +583,11 @@ def fn_tool(name: str) -> dict:
         ),
         ({"type": "custom", "name": "b"}, {"type": "function", "function": {"name": "b"}}, ["a", "b", "ns__c"]),
         (
-            {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "a"}, {"type": "namespace", "name": "ns"}]},
+            {
+                "type": "allowed_tools",
+                "mode": "required",
+                "tools": [{"type": "function", "name": "a"}, {"type": "namespace", "name": "ns"}],
+            },
             "required",
             ["a", "ns__c"],
         ),
@@ -568,7 +597,11 @@ def fn_tool(name: str) -> dict:
     ids=["auto", "none", "required", "function", "namespaced", "custom", "allowed_tools", "namespace", "hosted"],
 )
 def test_tool_choice_mapping(choice, expected_choice, expected_names):
-    tools = [fn_tool("a"), {"type": "custom", "name": "b"}, {"type": "namespace", "name": "ns", "tools": [fn_tool("c")]}]
+    tools = [
+        fn_tool("a"),
+        {"type": "custom", "name": "b"},
+        {"type": "namespace", "name": "ns", "tools": [fn_tool("c")]},
+    ]
     out = responses_to_chat({"input": "hi", "tools": tools, "tool_choice": choice, "parallel_tool_calls": False}, ctx())
     assert out["tool_choice"] == expected_choice
     assert [t["function"]["name"] for t in out["tools"]] == expected_names
@@ -641,7 +674,12 @@ def test_dropped_and_kept_top_level_fields():
         "some_future_field": True,
     }
     out = responses_to_chat(body, ctx())
-    assert out == {"model": "up-model", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2, "top_p": 0.9}
+    assert out == {
+        "model": "up-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0.2,
+        "top_p": 0.9,
+    }
 
 
 def test_json_object_format():
@@ -678,8 +716,15 @@ def test_items_without_type_and_unknown_items():
             {"role": "assistant", "content": "easy"},
             {"type": "item_reference", "id": "msg_1"},
             {"type": "web_search_call", "id": "ws_1", "status": "completed"},
-            {"role": "developer", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "p1"}, {"type": "input_text", "text": "p2"}]},
+            {
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+            },
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "p1"}, {"type": "input_text", "text": "p2"}],
+            },
         ]
     }
     out = responses_to_chat(body, c)

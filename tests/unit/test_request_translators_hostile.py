@@ -36,43 +36,85 @@ def test_schema_walk_is_bounded() -> None:
 
 
 CHAT_BODY = {
-    "model": "m", "stream": True,
+    "model": "m",
+    "stream": True,
     "messages": [
-        {"role": "system", "content": "s"}, {"role": "developer", "content": [{"type": "text", "text": "d"}]},
+        {"role": "system", "content": "s"},
+        {"role": "developer", "content": [{"type": "text", "text": "d"}]},
         {"role": "user", "content": [{"type": "text", "text": "t"}, {"type": "image_url", "image_url": {"url": "u"}}]},
-        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "reasoning_content": "r",
-         "tool_calls": [{"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "functions.f:0", "content": "out"}],
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["a"],
-                                                                             "properties": {"a": {"type": "string"}},
-                                                                             "anyOf": [{"required": ["a"]}]}}},
-              {"type": "builtin_function", "function": {"name": "$web_search"}},
-              {"type": "custom", "custom": {"name": "c", "description": "d"}}],
-    "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "f"}}]}},
+        {
+            "role": "assistant",
+            "content": [{"type": "refusal", "refusal": "no"}],
+            "reasoning_content": "r",
+            "tool_calls": [{"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "functions.f:0", "content": "out"},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {
+                    "type": "object",
+                    "required": ["a"],
+                    "properties": {"a": {"type": "string"}},
+                    "anyOf": [{"required": ["a"]}],
+                },
+            },
+        },
+        {"type": "builtin_function", "function": {"name": "$web_search"}},
+        {"type": "custom", "custom": {"name": "c", "description": "d"}},
+    ],
+    "tool_choice": {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "f"}}]},
+    },
     "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
 }
 RESP_BODY = {
-    "model": "m", "stream": True, "store": False, "instructions": "i",
+    "model": "m",
+    "stream": True,
+    "store": False,
+    "instructions": "i",
     "input": [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "t"}, {"type": "input_image", "image_url": "u"}]},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "t"}, {"type": "input_image", "image_url": "u"}],
+        },
         {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}], "encrypted_content": "pxy1.x.y"},
-        {"type": "message", "role": "assistant", "id": "msg_1", "content": [{"type": "output_text", "text": "a"},
-                                                                          {"type": "refusal", "refusal": "r"}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_1",
+            "content": [{"type": "output_text", "text": "a"}, {"type": "refusal", "refusal": "r"}],
+        },
         {"type": "function_call", "call_id": "call_1", "name": "f", "namespace": "ns__", "arguments": "{}"},
         {"type": "custom_tool_call", "call_id": "call_2", "name": "apply_patch", "input": "p"},
         {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "o"}]},
-        {"type": "custom_tool_call_output", "call_id": "call_2", "output": "done"}],
-    "tools": [{"type": "function", "name": "g", "parameters": {"type": "object", "required": ["a"], "oneOf": [{"required": ["a"]}]}},
-              {"type": "custom", "name": "apply_patch", "description": "d", "format": {"type": "grammar", "definition": "x"}},
-              {"type": "namespace", "name": "ns__", "tools": [{"type": "function", "name": "f"}]}, {"type": "web_search"}],
+        {"type": "custom_tool_call_output", "call_id": "call_2", "output": "done"},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "name": "g",
+            "parameters": {"type": "object", "required": ["a"], "oneOf": [{"required": ["a"]}]},
+        },
+        {"type": "custom", "name": "apply_patch", "description": "d", "format": {"type": "grammar", "definition": "x"}},
+        {"type": "namespace", "name": "ns__", "tools": [{"type": "function", "name": "f"}]},
+        {"type": "web_search"},
+    ],
     "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "g"}]},
-    "reasoning": {"effort": "high"}, "text": {"format": {"type": "json_schema", "name": "s", "schema": {}}},
+    "reasoning": {"effort": "high"},
+    "text": {"format": {"type": "json_schema", "name": "s", "schema": {}}},
 }
 
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.floats(allow_nan=False), st.text(max_size=5)),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
-    max_leaves=8)
+    max_leaves=8,
+)
 
 
 def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -134,27 +176,37 @@ def test_translators_on_mutated_chat_bodies(data: st.DataObject) -> None:
 @given(data=st.data())
 def test_translators_on_mutated_responses_bodies(data: st.DataObject) -> None:
     body = _mutated(data, RESP_BODY)
-    if not isinstance(body.get("input"), (str, list, type(None))) or not isinstance(body.get("instructions"), (str, type(None))):
+    if not isinstance(body.get("input"), (str, list, type(None))) or not isinstance(
+        body.get("instructions"), (str, type(None))
+    ):
         return  # check_body's own top-level rules
-    _translate(body, "responses", data.draw(st.sampled_from(["chat", "responses"])), data.draw(st.sampled_from(QUIRK_SETS)))
+    _translate(
+        body, "responses", data.draw(st.sampled_from(["chat", "responses"])), data.draw(st.sampled_from(QUIRK_SETS))
+    )
 
 
-@pytest.mark.parametrize("tools", [
-    [{"type": "namespace", "name": 5, "tools": [{"type": "function", "name": "f"}]}],
-    [{"type": "namespace", "name": ["ns"], "tools": [{"type": "function", "name": "f"}]}],
-    [{"type": "custom", "name": "c", "description": 5}],
-    [{"type": "custom", "name": "c", "description": ["d"]}],
-    [{"type": "function", "name": 5}],
-])
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"type": "namespace", "name": 5, "tools": [{"type": "function", "name": "f"}]}],
+        [{"type": "namespace", "name": ["ns"], "tools": [{"type": "function", "name": "f"}]}],
+        [{"type": "custom", "name": "c", "description": 5}],
+        [{"type": "custom", "name": "c", "description": ["d"]}],
+        [{"type": "function", "name": 5}],
+    ],
+)
 def test_r2c_tool_type_confusion_is_a_request_error(tools: list[Any]) -> None:
     e = refused(responses_to_chat, {"model": "m", "input": "hi", "tools": tools}, Ctx())
     assert e.param and e.param.startswith("tools[0]")
 
 
-@pytest.mark.parametrize("items, param", [
-    ([{"type": ["message"], "role": "user", "content": "x"}], "input[0].type"),
-    ([{"type": "message", "role": {"r": 1}, "content": "x"}], "input[0].role"),
-])
+@pytest.mark.parametrize(
+    "items, param",
+    [
+        ([{"type": ["message"], "role": "user", "content": "x"}], "input[0].type"),
+        ([{"type": "message", "role": {"r": 1}, "content": "x"}], "input[0].role"),
+    ],
+)
 def test_r2c_item_type_confusion_is_a_request_error(items: list[Any], param: str) -> None:
     assert refused(responses_to_chat, {"model": "m", "input": items}, Ctx()).param == param
 
@@ -163,9 +215,29 @@ def test_c2r_type_confusion() -> None:
     msgs = [{"role": "assistant", "content": [{"type": "refusal", "refusal": 5}], "tool_calls": 5}]
     assert refused(chat_to_responses, {"model": "m", "messages": msgs}, Ctx()).param == "messages[0].tool_calls"
     ctx = Ctx()
-    out = chat_to_responses({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [
-        {"type": "builtin_function", "function": {"name": ["$web_search"]}},
-        {"type": "function", "function": {"name": "f", "parameters": {"required": [["a"]], "properties": {}}}}]}, ctx)
+    out = chat_to_responses(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [
+                {"type": "builtin_function", "function": {"name": ["$web_search"]}},
+                {"type": "function", "function": {"name": "f", "parameters": {"required": [["a"]], "properties": {}}}},
+            ],
+        },
+        ctx,
+    )
     assert ctx.tools.dropped == ["builtin_function"] and out["tools"][0]["name"] == "f"
-    assert toolinfo_from_chat([{"type": "function", "function": {"name": "f", "parameters": {
-        "required": [{"a": 1}], "properties": {"a": {"type": "string"}}}}}]).single_string_param == {}
+    assert (
+        toolinfo_from_chat(
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {"required": [{"a": 1}], "properties": {"a": {"type": "string"}}},
+                    },
+                }
+            ]
+        ).single_string_param
+        == {}
+    )

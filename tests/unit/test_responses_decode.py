@@ -137,7 +137,9 @@ def summary_delta(iid: str, delta: str, idx: int = 0) -> dict[str, Any]:
     return {"type": "response.reasoning_summary_text.delta", "item_id": iid, "summary_index": idx, "delta": delta}
 
 
-def completed(output: list[dict[str, Any]] | None = None, usage: dict[str, Any] | None = None, rid: str = "resp_1") -> dict[str, Any]:
+def completed(
+    output: list[dict[str, Any]] | None = None, usage: dict[str, Any] | None = None, rid: str = "resp_1"
+) -> dict[str, Any]:
     resp: dict[str, Any] = {"id": rid, "status": "completed", "output": output or []}
     if usage is not None:
         resp["usage"] = usage
@@ -158,7 +160,15 @@ S = Start("resp_1", "m", 7)
 TASK = '{"task":"x"}'
 
 
-def tc(index: int, args: str, call_id: str | None, name: str | None, item_id: str | None, namespace: str | None = None, custom: bool = False) -> ToolCall:
+def tc(
+    index: int,
+    args: str,
+    call_id: str | None,
+    name: str | None,
+    item_id: str | None,
+    namespace: str | None = None,
+    custom: bool = False,
+) -> ToolCall:
     return ToolCall(index, args, call_id, name, namespace, custom, item_id)
 
 
@@ -422,7 +432,13 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
             done(0, fc("fc_1", "call_1", "f", "{}")),
             completed(),
         ],
-        [S, tc(0, "", "call_1", "f", "fc_1"), tc(0, "{}", "call_1", "f", "fc_1"), ToolCallEnd(0, "{}", "call_1", "f", None), Finish("completed")],
+        [
+            S,
+            tc(0, "", "call_1", "f", "fc_1"),
+            tc(0, "{}", "call_1", "f", "fc_1"),
+            ToolCallEnd(0, "{}", "call_1", "f", None),
+            Finish("completed"),
+        ],
         [],
     ),
     (
@@ -434,13 +450,31 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     (
         "deltas-without-added-open-the-call",
         [created(), args_delta("fc_9", "{}"), done(0, fc("fc_9", "call_9", "f", "{}")), completed()],
-        [S, tc(0, "{}", None, None, "fc_9"), tc(0, "", "call_9", "f", "fc_9"), ToolCallEnd(0, "{}", "call_9", "f", None), Finish("completed")],
+        [
+            S,
+            tc(0, "{}", None, None, "fc_9"),
+            tc(0, "", "call_9", "f", "fc_9"),
+            ToolCallEnd(0, "{}", "call_9", "f", None),
+            Finish("completed"),
+        ],
         ["late_tool_identity"],
     ),
     (
         "delta-before-added-identity-from-added",
-        [created(), args_delta("fc_9", "{}"), added(0, fc("fc_9", "call_9", "f")), added(0, fc("fc_9", "call_9", "f")), completed()],
-        [S, tc(0, "{}", None, None, "fc_9"), tc(0, "", "call_9", "f", "fc_9"), ToolCallEnd(0, "{}", "call_9", "f", None), Finish("completed")],
+        [
+            created(),
+            args_delta("fc_9", "{}"),
+            added(0, fc("fc_9", "call_9", "f")),
+            added(0, fc("fc_9", "call_9", "f")),
+            completed(),
+        ],
+        [
+            S,
+            tc(0, "{}", None, None, "fc_9"),
+            tc(0, "", "call_9", "f", "fc_9"),
+            ToolCallEnd(0, "{}", "call_9", "f", None),
+            Finish("completed"),
+        ],
         ["late_tool_identity"],
     ),
     (
@@ -472,7 +506,12 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     ),
     (
         "custom-tool-call-input-only-in-done",
-        [created(), added(0, ctc("ctc_1", "call_2")), input_done("ctc_1", "*** Begin Patch\n*** End Patch"), completed()],
+        [
+            created(),
+            added(0, ctc("ctc_1", "call_2")),
+            input_done("ctc_1", "*** Begin Patch\n*** End Patch"),
+            completed(),
+        ],
         [
             S,
             tc(0, "", "call_2", "apply_patch", "ctc_1", custom=True),
@@ -484,7 +523,13 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     ),
     (
         "custom-tool-call-no-json-equivalence",
-        [created(), added(0, ctc("ctc_1", "call_2", "t")), input_delta("ctc_1", '{"a":1}'), input_done("ctc_1", '{ "a": 1 }'), completed()],
+        [
+            created(),
+            added(0, ctc("ctc_1", "call_2", "t")),
+            input_delta("ctc_1", '{"a":1}'),
+            input_done("ctc_1", '{ "a": 1 }'),
+            completed(),
+        ],
         [
             S,
             tc(0, "", "call_2", "t", "ctc_1", custom=True),
@@ -497,7 +542,13 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     (
         "text-streamed-then-done-no-duplicate",
         load("responses_text_minimal.jsonl"),
-        [Start("resp_1"), Text("Hel"), Text("lo"), Usage({**ZERO_USAGE, "input_tokens": 12, "output_tokens": 2, "total_tokens": 14}), Finish("completed")],
+        [
+            Start("resp_1"),
+            Text("Hel"),
+            Text("lo"),
+            Usage({**ZERO_USAGE, "input_tokens": 12, "output_tokens": 2, "total_tokens": 14}),
+            Finish("completed"),
+        ],
         [],
     ),
     (
@@ -508,7 +559,13 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     ),
     (
         "text-partly-streamed-suffix-from-done",
-        [created(), added(0, msg("msg_1")), text_delta("msg_1", "Hel"), done(0, msg("msg_1", "Hel", "lo")), completed()],
+        [
+            created(),
+            added(0, msg("msg_1")),
+            text_delta("msg_1", "Hel"),
+            done(0, msg("msg_1", "Hel", "lo")),
+            completed(),
+        ],
         [S, Text("Hel"), Text("lo"), Finish("completed")],
         [],
     ),
@@ -561,8 +618,21 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     ),
     (
         "reasoning-summary-never-streamed",
-        [created(), added(0, rs("rs_1")), summary_delta("rs_1", "A"), done(0, rs("rs_1", "AB", "C", enc="e")), completed()],
-        [S, Reasoning("A", "summary", 0), Reasoning("B", "summary", 0), Reasoning("C", "summary", 1), ReasoningEnd("rs_1", "e"), Finish("completed")],
+        [
+            created(),
+            added(0, rs("rs_1")),
+            summary_delta("rs_1", "A"),
+            done(0, rs("rs_1", "AB", "C", enc="e")),
+            completed(),
+        ],
+        [
+            S,
+            Reasoning("A", "summary", 0),
+            Reasoning("B", "summary", 0),
+            Reasoning("C", "summary", 1),
+            ReasoningEnd("rs_1", "e"),
+            Finish("completed"),
+        ],
         [],
     ),
     (
@@ -574,7 +644,13 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
             done(0, rs("rs_1", raw=("think more",))),
             completed(),
         ],
-        [S, Reasoning("think", "raw", 0), Reasoning(" more", "raw", 0), ReasoningEnd("rs_1", None), Finish("completed")],
+        [
+            S,
+            Reasoning("think", "raw", 0),
+            Reasoning(" more", "raw", 0),
+            ReasoningEnd("rs_1", None),
+            Finish("completed"),
+        ],
         [],
     ),
     (
@@ -591,7 +667,11 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
             done(0, {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"query": "q"}}),
             completed([{"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"query": "q"}}]),
         ],
-        [S, Passthrough({"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"query": "q"}}), Finish("completed")],
+        [
+            S,
+            Passthrough({"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"query": "q"}}),
+            Finish("completed"),
+        ],
         [],
     ),
     (
@@ -629,7 +709,12 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     ),
     (
         "call-closed-from-completed-output-with-suffix",
-        [created(), added(0, fc("fc_1", "call_1", "f")), args_delta("fc_1", '{"a"'), completed([fc("fc_1", "call_1", "f", '{"a":1}')])],
+        [
+            created(),
+            added(0, fc("fc_1", "call_1", "f")),
+            args_delta("fc_1", '{"a"'),
+            completed([fc("fc_1", "call_1", "f", '{"a":1}')]),
+        ],
         [
             S,
             tc(0, "", "call_1", "f", "fc_1"),
@@ -647,10 +732,21 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
             text_delta("msg_1", "par"),
             {
                 "type": "response.incomplete",
-                "response": {"id": "resp_1", "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": [], "usage": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}},
+                "response": {
+                    "id": "resp_1",
+                    "status": "incomplete",
+                    "incomplete_details": {"reason": "max_output_tokens"},
+                    "output": [],
+                    "usage": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+                },
             },
         ],
-        [S, Text("par"), Usage({**ZERO_USAGE, "input_tokens": 1, "output_tokens": 2, "total_tokens": 3}), Finish("incomplete", reason="max_output_tokens")],
+        [
+            S,
+            Text("par"),
+            Usage({**ZERO_USAGE, "input_tokens": 1, "output_tokens": 2, "total_tokens": 3}),
+            Finish("incomplete", reason="max_output_tokens"),
+        ],
         [],
     ),
     (
@@ -659,21 +755,43 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
             created(),
             added(0, fc("fc_1", "call_1", "f")),
             args_delta("fc_1", "{"),
-            {"type": "response.failed", "response": {"id": "resp_1", "status": "failed", "error": {"code": "context_length_exceeded", "message": "too long"}, "output": []}},
+            {
+                "type": "response.failed",
+                "response": {
+                    "id": "resp_1",
+                    "status": "failed",
+                    "error": {"code": "context_length_exceeded", "message": "too long"},
+                    "output": [],
+                },
+            },
         ],
         [
             S,
             tc(0, "", "call_1", "f", "fc_1"),
             tc(0, "{", "call_1", "f", "fc_1"),
             ToolCallEnd(0, "{", "call_1", "f", None),
-            Finish("failed", error={"code": "context_length_exceeded", "message": "too long", "type": "server_error", "param": None}),
+            Finish(
+                "failed",
+                error={"code": "context_length_exceeded", "message": "too long", "type": "server_error", "param": None},
+            ),
         ],
         [],
     ),
     (
         "failed-without-error-object",
         [created(), {"type": "response.failed", "response": {"id": "resp_1", "status": "failed", "error": None}}],
-        [S, Finish("failed", error={"code": "upstream_failed", "message": "upstream reported response.failed", "type": "server_error", "param": None})],
+        [
+            S,
+            Finish(
+                "failed",
+                error={
+                    "code": "upstream_failed",
+                    "message": "upstream reported response.failed",
+                    "type": "server_error",
+                    "param": None,
+                },
+            ),
+        ],
         [],
     ),
     (
@@ -681,17 +799,42 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
         [
             created(),
             text_delta("msg_1", "a"),
-            {"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": None, "sequence_number": 3},
+            {
+                "type": "error",
+                "code": "rate_limit_exceeded",
+                "message": "slow down",
+                "param": None,
+                "sequence_number": 3,
+            },
             {"type": "response.failed", "response": {"id": "resp_1", "error": {"code": "other", "message": "m"}}},
             text_delta("msg_1", "ignored"),
         ],
-        [S, Text("a"), Finish("failed", error={"code": "rate_limit_exceeded", "message": "slow down", "type": "server_error", "param": None})],
+        [
+            S,
+            Text("a"),
+            Finish(
+                "failed",
+                error={"code": "rate_limit_exceeded", "message": "slow down", "type": "server_error", "param": None},
+            ),
+        ],
         [],
     ),
     (
         "error-event-nested-shape",
-        [created(), {"type": "error", "error": {"type": "invalid_request_error", "code": "invalid_prompt", "message": "no", "param": "input"}}],
-        [S, Finish("failed", error={"code": "invalid_prompt", "message": "no", "type": "invalid_request_error", "param": "input"})],
+        [
+            created(),
+            {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "code": "invalid_prompt", "message": "no", "param": "input"},
+            },
+        ],
+        [
+            S,
+            Finish(
+                "failed",
+                error={"code": "invalid_prompt", "message": "no", "type": "invalid_request_error", "param": "input"},
+            ),
+        ],
         [],
     ),
     (
@@ -715,7 +858,12 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     ),
     (
         "start-emitted-before-first-non-created-event-and-once",
-        [text_delta("msg_1", "a"), created(), {"type": "response.in_progress", "response": {"id": "resp_1"}}, completed()],
+        [
+            text_delta("msg_1", "a"),
+            created(),
+            {"type": "response.in_progress", "response": {"id": "resp_1"}},
+            completed(),
+        ],
         [Start(), Text("a"), Finish("completed")],
         [],
     ),
@@ -747,8 +895,30 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
     ),
     (
         "usage-normalised-partial-object",
-        [created(), completed(usage={"input_tokens": 10, "input_tokens_details": None, "output_tokens": 4, "output_tokens_details": {"reasoning_tokens": 2}})],
-        [S, Usage({**ZERO_USAGE, "input_tokens": 10, "output_tokens": 4, "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 14}), Finish("completed")],
+        [
+            created(),
+            completed(
+                usage={
+                    "input_tokens": 10,
+                    "input_tokens_details": None,
+                    "output_tokens": 4,
+                    "output_tokens_details": {"reasoning_tokens": 2},
+                }
+            ),
+        ],
+        [
+            S,
+            Usage(
+                {
+                    **ZERO_USAGE,
+                    "input_tokens": 10,
+                    "output_tokens": 4,
+                    "output_tokens_details": {"reasoning_tokens": 2},
+                    "total_tokens": 14,
+                }
+            ),
+            Finish("completed"),
+        ],
         [],
     ),
 ]
@@ -828,7 +998,11 @@ RESPONSE_CASES: list[tuple[str, dict[str, Any], list[Any]]] = [
             "model": "gpt-5",
             "created_at": 11,
             "status": "completed",
-            "output": [rs("rs_1", "plan", enc="E"), msg("msg_1", "Hi"), fc("fc_1", "call_1", "f", '{"a":1}', namespace="mcp__gh__")],
+            "output": [
+                rs("rs_1", "plan", enc="E"),
+                msg("msg_1", "Hi"),
+                fc("fc_1", "call_1", "f", '{"a":1}', namespace="mcp__gh__"),
+            ],
             "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7},
         },
         [
@@ -844,13 +1018,21 @@ RESPONSE_CASES: list[tuple[str, dict[str, Any], list[Any]]] = [
     ),
     (
         "incomplete-object",
-        {"id": "resp_o", "status": "incomplete", "incomplete_details": {"reason": "content_filter"}, "output": [msg("msg_1", "par")]},
+        {
+            "id": "resp_o",
+            "status": "incomplete",
+            "incomplete_details": {"reason": "content_filter"},
+            "output": [msg("msg_1", "par")],
+        },
         [Start("resp_o"), Text("par"), Finish("incomplete", reason="content_filter")],
     ),
     (
         "failed-object",
         {"id": "resp_o", "status": "failed", "error": {"code": "server_error", "message": "boom"}, "output": []},
-        [Start("resp_o"), Finish("failed", error={"code": "server_error", "message": "boom", "type": "server_error", "param": None})],
+        [
+            Start("resp_o"),
+            Finish("failed", error={"code": "server_error", "message": "boom", "type": "server_error", "param": None}),
+        ],
     ),
     (
         "no-status-custom-call",
@@ -874,9 +1056,27 @@ def test_decode_response(obj: dict[str, Any], expected: list[Any]) -> None:
 
 def test_decode_response_mantle_object_ids_resolved() -> None:
     ctx = Ctx()
-    obj = {"id": "resp_m", "status": "completed", "output": [{"item_id": "fc_M", "output_index": 0, "type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}
+    obj = {
+        "id": "resp_m",
+        "status": "completed",
+        "output": [
+            {
+                "item_id": "fc_M",
+                "output_index": 0,
+                "type": "function_call",
+                "call_id": "c",
+                "name": "f",
+                "arguments": "{}",
+            }
+        ],
+    }
     got = decode_response(obj, ctx)
-    assert got == [Start("resp_m"), tc(0, "{}", "c", "f", "fc_M"), ToolCallEnd(0, "{}", "c", "f", None), Finish("completed")]
+    assert got == [
+        Start("resp_m"),
+        tc(0, "{}", "c", "f", "fc_M"),
+        ToolCallEnd(0, "{}", "c", "f", None),
+        Finish("completed"),
+    ]
     assert obj["output"][0] == {"id": "fc_M", "type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
 
 

@@ -32,10 +32,10 @@ from transformers.usage import normalize_responses
 
 try:  # cheap insurance that the openai SDK parses what we emit
     import pydantic
+    from openai import omit
     from openai.lib.streaming.responses._responses import ResponseStreamState
     from openai.types.responses import Response as SDKResponse
     from openai.types.responses import ResponseStreamEvent
-    from openai import omit
 
     _SDK_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 except ImportError:  # pragma: no cover
@@ -192,8 +192,14 @@ START = Start(response_id="resp_1", model="upstream-model", created=1700000000)
 
 
 def fc_item(status, call_id, name, args, iid=None, namespace=None):
-    it = {"id": iid or "fc_" + call_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
-          "arguments": args}
+    it = {
+        "id": iid or "fc_" + call_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": args,
+    }
     if namespace:
         it["namespace"] = namespace
     return it
@@ -202,17 +208,35 @@ def fc_item(status, call_id, name, args, iid=None, namespace=None):
 def fc_events(oi, call_id, name, deltas, final=None, iid=None, namespace=None):
     iid = iid or "fc_" + call_id
     final = "".join(deltas) if final is None else final
-    evs = [{"type": "response.output_item.added", "output_index": oi,
-            "item": fc_item("in_progress", call_id, name, "", iid, namespace)}]
-    evs += [{"type": "response.function_call_arguments.delta", "item_id": iid, "output_index": oi, "delta": d}
-            for d in deltas]
-    done = {"type": "response.function_call_arguments.done", "item_id": iid, "output_index": oi, "arguments": final,
-            "name": name, "call_id": call_id}
+    evs = [
+        {
+            "type": "response.output_item.added",
+            "output_index": oi,
+            "item": fc_item("in_progress", call_id, name, "", iid, namespace),
+        }
+    ]
+    evs += [
+        {"type": "response.function_call_arguments.delta", "item_id": iid, "output_index": oi, "delta": d}
+        for d in deltas
+    ]
+    done = {
+        "type": "response.function_call_arguments.done",
+        "item_id": iid,
+        "output_index": oi,
+        "arguments": final,
+        "name": name,
+        "call_id": call_id,
+    }
     if namespace:
         done["namespace"] = namespace
     evs.append(done)
-    evs.append({"type": "response.output_item.done", "output_index": oi,
-                "item": fc_item("completed", call_id, name, final, iid, namespace)})
+    evs.append(
+        {
+            "type": "response.output_item.done",
+            "output_index": oi,
+            "item": fc_item("completed", call_id, name, final, iid, namespace),
+        }
+    )
     return evs
 
 
@@ -221,22 +245,48 @@ def msg_events(oi, mid, deltas, status="completed"):
     part0 = {"type": "output_text", "text": "", "annotations": []}
     part = {"type": "output_text", "text": text, "annotations": []}
     return [
-        {"type": "response.output_item.added", "output_index": oi,
-         "item": {"id": mid, "type": "message", "role": "assistant", "status": "in_progress", "content": []}},
+        {
+            "type": "response.output_item.added",
+            "output_index": oi,
+            "item": {"id": mid, "type": "message", "role": "assistant", "status": "in_progress", "content": []},
+        },
         {"type": "response.content_part.added", "item_id": mid, "output_index": oi, "content_index": 0, "part": part0},
-        *[{"type": "response.output_text.delta", "item_id": mid, "output_index": oi, "content_index": 0, "delta": d,
-           "logprobs": []} for d in deltas],
-        {"type": "response.output_text.done", "item_id": mid, "output_index": oi, "content_index": 0, "text": text,
-         "logprobs": []},
+        *[
+            {
+                "type": "response.output_text.delta",
+                "item_id": mid,
+                "output_index": oi,
+                "content_index": 0,
+                "delta": d,
+                "logprobs": [],
+            }
+            for d in deltas
+        ],
+        {
+            "type": "response.output_text.done",
+            "item_id": mid,
+            "output_index": oi,
+            "content_index": 0,
+            "text": text,
+            "logprobs": [],
+        },
         {"type": "response.content_part.done", "item_id": mid, "output_index": oi, "content_index": 0, "part": part},
-        {"type": "response.output_item.done", "output_index": oi,
-         "item": {"id": mid, "type": "message", "role": "assistant", "status": status, "content": [part]}},
+        {
+            "type": "response.output_item.done",
+            "output_index": oi,
+            "item": {"id": mid, "type": "message", "role": "assistant", "status": status, "content": [part]},
+        },
     ]
 
 
 def msg_item(mid, text, status="completed"):
-    return {"id": mid, "type": "message", "role": "assistant", "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
 def rs_events(oi, rid, deltas, blob=None):
@@ -245,15 +295,42 @@ def rs_events(oi, rid, deltas, blob=None):
     if blob:
         item["encrypted_content"] = blob
     return [
-        {"type": "response.output_item.added", "output_index": oi, "item": {"id": rid, "type": "reasoning", "summary": []}},
-        {"type": "response.reasoning_summary_part.added", "item_id": rid, "output_index": oi, "summary_index": 0,
-         "part": {"type": "summary_text", "text": ""}},
-        *[{"type": "response.reasoning_summary_text.delta", "item_id": rid, "output_index": oi, "summary_index": 0,
-           "delta": d} for d in deltas],
-        {"type": "response.reasoning_summary_text.done", "item_id": rid, "output_index": oi, "summary_index": 0,
-         "text": text},
-        {"type": "response.reasoning_summary_part.done", "item_id": rid, "output_index": oi, "summary_index": 0,
-         "part": {"type": "summary_text", "text": text}},
+        {
+            "type": "response.output_item.added",
+            "output_index": oi,
+            "item": {"id": rid, "type": "reasoning", "summary": []},
+        },
+        {
+            "type": "response.reasoning_summary_part.added",
+            "item_id": rid,
+            "output_index": oi,
+            "summary_index": 0,
+            "part": {"type": "summary_text", "text": ""},
+        },
+        *[
+            {
+                "type": "response.reasoning_summary_text.delta",
+                "item_id": rid,
+                "output_index": oi,
+                "summary_index": 0,
+                "delta": d,
+            }
+            for d in deltas
+        ],
+        {
+            "type": "response.reasoning_summary_text.done",
+            "item_id": rid,
+            "output_index": oi,
+            "summary_index": 0,
+            "text": text,
+        },
+        {
+            "type": "response.reasoning_summary_part.done",
+            "item_id": rid,
+            "output_index": oi,
+            "summary_index": 0,
+            "part": {"type": "summary_text", "text": text},
+        },
         {"type": "response.output_item.done", "output_index": oi, "item": item},
     ]
 
@@ -264,10 +341,17 @@ def completed(output, usage=ZERO_USAGE, **kw):
 
 def failed_tail(code, message, output, param=None, usage=ZERO_USAGE):
     return [
-        {"type": "error", "code": code, "message": message, "param": param,
-         "error": {"type": "server_error", "code": code, "message": message, "param": param}},
-        {"type": "response.failed",
-         "response": resp("failed", output, usage, error={"code": code, "message": message})},
+        {
+            "type": "error",
+            "code": code,
+            "message": message,
+            "param": param,
+            "error": {"type": "server_error", "code": code, "message": message, "param": param},
+        },
+        {
+            "type": "response.failed",
+            "response": resp("failed", output, usage, error={"code": code, "message": message}),
+        },
     ]
 
 
@@ -277,24 +361,32 @@ def failed_tail(code, message, output, param=None, usage=ZERO_USAGE):
 def test_s5_4_text_stream():
     out, enc = run([START, Text("Hel"), Text("lo"), Usage(USAGE), Finish()])
     assert out == seqd(
-        head()
-        + msg_events(0, "msg_h1", ["Hel", "lo"])
-        + [completed([msg_item("msg_h1", "Hello")], USAGE)]
+        head() + msg_events(0, "msg_h1", ["Hel", "lo"]) + [completed([msg_item("msg_h1", "Hello")], USAGE)]
     )
     assert enc.response["output"][0]["content"][0]["text"] == "Hello"
 
 
 def test_s5_4_reasoning_then_function_call():
-    u = {"input_tokens": 900, "input_tokens_details": {"cached_tokens": 800}, "output_tokens": 30,
-         "output_tokens_details": {"reasoning_tokens": 12}, "total_tokens": 930}
-    out, _ = run([
-        START,
-        Reasoning("Need "), Reasoning("ls."),
-        ToolCall(0, call_id="call_1", name="shell_command"),
-        ToolCall(0, arguments='{"command":'), ToolCall(0, arguments='"ls"}'),
-        ToolCallEnd(0, arguments='{"command":"ls"}'),
-        Usage(u), Finish(),
-    ])
+    u = {
+        "input_tokens": 900,
+        "input_tokens_details": {"cached_tokens": 800},
+        "output_tokens": 30,
+        "output_tokens_details": {"reasoning_tokens": 12},
+        "total_tokens": 930,
+    }
+    out, _ = run(
+        [
+            START,
+            Reasoning("Need "),
+            Reasoning("ls."),
+            ToolCall(0, call_id="call_1", name="shell_command"),
+            ToolCall(0, arguments='{"command":'),
+            ToolCall(0, arguments='"ls"}'),
+            ToolCallEnd(0, arguments='{"command":"ls"}'),
+            Usage(u),
+            Finish(),
+        ]
+    )
     rs = rs_events(0, "rs_h1", ["Need ", "ls."])
     fc = fc_events(1, "call_1", "shell_command", ['{"command":', '"ls"}'])
     assert out == seqd(head() + rs + fc + [completed([rs[-1]["item"], fc[-1]["item"]], u)])
@@ -320,8 +412,10 @@ def test_T2_5_late_identity(identity_via):
 def test_T2_6_identity_only_in_done(form):
     evs = [START, ToolCall(0, call_id="call_L", item_id="fc_L")]
     if form == "T2-6-suffix-delta-with-identity":
-        evs += [ToolCall(0, arguments='{"task":"x"}', name="spawn_agent", namespace="collaboration"),
-                ToolCallEnd(0, arguments='{"task":"x"}')]
+        evs += [
+            ToolCall(0, arguments='{"task":"x"}', name="spawn_agent", namespace="collaboration"),
+            ToolCallEnd(0, arguments='{"task":"x"}'),
+        ]
     else:  # a decoder that left the suffix in ToolCallEnd: still streamed, not lost
         evs += [ToolCallEnd(0, arguments='{"task":"x"}', name="spawn_agent", namespace="collaboration")]
     out, _ = run(evs + [Finish()])
@@ -330,30 +424,34 @@ def test_T2_6_identity_only_in_done(form):
 
 
 def test_T2_8_chat_args_before_identity():
-    out, _ = run([
-        START,
-        ToolCall(0, arguments='{"a":'),
-        ToolCall(0, call_id="call_9", name="read_file"),
-        ToolCall(0, arguments="1}"),
-        ToolCallEnd(0, arguments='{"a":1}'),
-        Finish(),
-    ])
+    out, _ = run(
+        [
+            START,
+            ToolCall(0, arguments='{"a":'),
+            ToolCall(0, call_id="call_9", name="read_file"),
+            ToolCall(0, arguments="1}"),
+            ToolCallEnd(0, arguments='{"a":1}'),
+            Finish(),
+        ]
+    )
     fc = fc_events(0, "call_9", "read_file", ['{"a":', "1}"])
     assert out == seqd(head() + fc + [completed([fc[-1]["item"]])])
     assert out[2]["item"]["id"] == "fc_call_9"
 
 
 def test_T2_9_parallel_late_name_keeps_index_order():
-    out, _ = run([
-        START,
-        ToolCall(0, call_id="call_a", arguments='{"p":'),
-        ToolCall(1, call_id="call_b", name="b", arguments="{}"),
-        ToolCallEnd(1, arguments="{}"),
-        ToolCall(0, name="a"),
-        ToolCall(0, arguments="1}"),
-        ToolCallEnd(0, arguments='{"p":1}'),
-        Finish(),
-    ])
+    out, _ = run(
+        [
+            START,
+            ToolCall(0, call_id="call_a", arguments='{"p":'),
+            ToolCall(1, call_id="call_b", name="b", arguments="{}"),
+            ToolCallEnd(1, arguments="{}"),
+            ToolCall(0, name="a"),
+            ToolCall(0, arguments="1}"),
+            ToolCallEnd(0, arguments='{"p":1}'),
+            Finish(),
+        ]
+    )
     a = fc_events(0, "call_a", "a", ['{"p":', "1}"])
     b = fc_events(1, "call_b", "b", ["{}"])
     # call 0 is released first (output_index 0) with its buffered prefix; call 1, already
@@ -365,38 +463,75 @@ def test_T2_9_parallel_late_name_keeps_index_order():
 
 def test_custom_tool_call_events():
     patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch"
-    out, _ = run([
-        START,
-        ToolCall(0, call_id="call_2", name="apply_patch", custom=True, arguments=patch[:16]),
-        ToolCall(0, arguments=patch[16:]),
-        ToolCallEnd(0, arguments=patch),
-        Finish(),
-    ])
-    done_item = {"id": "ctc_call_2", "type": "custom_tool_call", "status": "completed", "call_id": "call_2",
-                 "name": "apply_patch", "input": patch}
-    assert out == seqd(head() + [
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"id": "ctc_call_2", "type": "custom_tool_call", "status": "in_progress", "call_id": "call_2",
-                  "name": "apply_patch", "input": ""}},
-        {"type": "response.custom_tool_call_input.delta", "item_id": "ctc_call_2", "call_id": "call_2",
-         "output_index": 0, "delta": patch[:16]},
-        {"type": "response.custom_tool_call_input.delta", "item_id": "ctc_call_2", "call_id": "call_2",
-         "output_index": 0, "delta": patch[16:]},
-        {"type": "response.custom_tool_call_input.done", "item_id": "ctc_call_2", "call_id": "call_2",
-         "output_index": 0, "input": patch},
-        {"type": "response.output_item.done", "output_index": 0, "item": done_item},
-        completed([done_item]),
-    ])
+    out, _ = run(
+        [
+            START,
+            ToolCall(0, call_id="call_2", name="apply_patch", custom=True, arguments=patch[:16]),
+            ToolCall(0, arguments=patch[16:]),
+            ToolCallEnd(0, arguments=patch),
+            Finish(),
+        ]
+    )
+    done_item = {
+        "id": "ctc_call_2",
+        "type": "custom_tool_call",
+        "status": "completed",
+        "call_id": "call_2",
+        "name": "apply_patch",
+        "input": patch,
+    }
+    assert out == seqd(
+        head()
+        + [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {
+                    "id": "ctc_call_2",
+                    "type": "custom_tool_call",
+                    "status": "in_progress",
+                    "call_id": "call_2",
+                    "name": "apply_patch",
+                    "input": "",
+                },
+            },
+            {
+                "type": "response.custom_tool_call_input.delta",
+                "item_id": "ctc_call_2",
+                "call_id": "call_2",
+                "output_index": 0,
+                "delta": patch[:16],
+            },
+            {
+                "type": "response.custom_tool_call_input.delta",
+                "item_id": "ctc_call_2",
+                "call_id": "call_2",
+                "output_index": 0,
+                "delta": patch[16:],
+            },
+            {
+                "type": "response.custom_tool_call_input.done",
+                "item_id": "ctc_call_2",
+                "call_id": "call_2",
+                "output_index": 0,
+                "input": patch,
+            },
+            {"type": "response.output_item.done", "output_index": 0, "item": done_item},
+            completed([done_item]),
+        ]
+    )
 
 
 def test_T2_4_mismatch_final_text_wins_in_done_events():
     a, f = '{"value":9007199254740992}', '{"value":9007199254740993}'
-    out, _ = run([
-        START,
-        ToolCall(0, call_id="call_m", name="f", arguments=a),
-        ToolCallEnd(0, arguments=f, mismatch=True),
-        Finish(),
-    ])
+    out, _ = run(
+        [
+            START,
+            ToolCall(0, call_id="call_m", name="f", arguments=a),
+            ToolCallEnd(0, arguments=f, mismatch=True),
+            Finish(),
+        ]
+    )
     fc = fc_events(0, "call_m", "f", [a], final=f)
     assert out == seqd(head() + fc + [completed([fc[-1]["item"]])])
 
@@ -425,13 +560,16 @@ def test_dropped_no_name_call(case, before, expect_failed):
 
 def test_named_call_behind_unnamed_one_is_released_at_finish():
     ctx = Ctx()
-    out, enc = run([
-        START,
-        ToolCall(0, arguments="{}"),
-        ToolCall(1, call_id="call_b", name="b", arguments="{}"),
-        ToolCallEnd(1, arguments="{}"),
-        Finish(),
-    ], ctx)
+    out, enc = run(
+        [
+            START,
+            ToolCall(0, arguments="{}"),
+            ToolCall(1, call_id="call_b", name="b", arguments="{}"),
+            ToolCallEnd(1, arguments="{}"),
+            Finish(),
+        ],
+        ctx,
+    )
     fc = fc_events(0, "call_b", "b", ["{}"])
     assert out == seqd(head(model="upstream-model") + fc + [completed([fc[-1]["item"]], model="upstream-model")])
     assert ctx.repairs == ["tool_call_unnamed_dropped"]
@@ -450,8 +588,13 @@ def test_incomplete(as_completed):
 
 
 def test_incomplete_cuts_open_tool_call():
-    out, enc = run([START, ToolCall(0, call_id="call_1", name="f", arguments='{"a"'),
-                    Finish(status="incomplete", reason="max_output_tokens")])
+    out, enc = run(
+        [
+            START,
+            ToolCall(0, call_id="call_1", name="f", arguments='{"a"'),
+            Finish(status="incomplete", reason="max_output_tokens"),
+        ]
+    )
     # the half-streamed call is never closed: no done event, not in the output
     assert not [e for e in out if e["type"] == "response.output_item.done"]
     assert not [e for e in out if e["type"] == "response.function_call_arguments.done"]
@@ -475,10 +618,14 @@ def test_truncated_stream_end_without_finish():
     sdk_check(out, enc.response)
     assert enc.done
     msg = "upstream stream ended before the response finished"
-    assert out[-2] == {"type": "error", "code": "upstream_stream_truncated", "message": msg, "param": None,
-                       "error": {"type": "server_error", "code": "upstream_stream_truncated", "message": msg,
-                                 "param": None},
-                       "sequence_number": len(out) - 2}
+    assert out[-2] == {
+        "type": "error",
+        "code": "upstream_stream_truncated",
+        "message": msg,
+        "param": None,
+        "error": {"type": "server_error", "code": "upstream_stream_truncated", "message": msg, "param": None},
+        "sequence_number": len(out) - 2,
+    }
     assert out[-1]["type"] == "response.failed"
     # the message was closed (completed) when the call was released; the open call is cut
     # and never closed, so no client can run it
@@ -498,13 +645,14 @@ def test_nothing_after_terminal():
 
 
 def test_passthrough_closes_message_and_is_verbatim():
-    ws = {"id": "ws_1", "type": "web_search_call", "status": "completed",
-          "action": {"type": "search", "query": "x"}}
+    ws = {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "x"}}
     out, enc = run([START, Text("a"), Passthrough(ws), Text("b"), Finish()])
     m1 = msg_events(0, "msg_h1", ["a"])
     m2 = msg_events(2, "msg_h2", ["b"])
-    pt = [{"type": "response.output_item.added", "output_index": 1, "item": ws},
-          {"type": "response.output_item.done", "output_index": 1, "item": ws}]
+    pt = [
+        {"type": "response.output_item.added", "output_index": 1, "item": ws},
+        {"type": "response.output_item.done", "output_index": 1, "item": ws},
+    ]
     assert out == seqd(head() + m1 + pt + m2 + [completed([m1[-1]["item"], ws, m2[-1]["item"]])])
 
 
@@ -526,8 +674,12 @@ def test_no_key_no_envelope_and_upstream_blob_wins():
     out, enc = run([START, Reasoning("a"), ReasoningEnd(item_id="rs_up", encrypted_content="gAAA"), Finish()], ctx)
     # events were already out under our id: it stays; the upstream blob is carried
     assert enc.response["output"] == [
-        {"id": "rs_h3", "type": "reasoning", "summary": [{"type": "summary_text", "text": "a"}],
-         "encrypted_content": "gAAA"}
+        {
+            "id": "rs_h3",
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "a"}],
+            "encrypted_content": "gAAA",
+        }
     ]
 
 
@@ -535,10 +687,19 @@ def test_standalone_reasoning_end_adopts_upstream_id():
     out, enc = run([START, ReasoningEnd(item_id="rs_up", encrypted_content="gAAA"), Text("hi"), Finish()])
     item = {"id": "rs_up", "type": "reasoning", "summary": [], "encrypted_content": "gAAA"}
     m = msg_events(1, "msg_h1", ["hi"])
-    assert out == seqd(head() + [
-        {"type": "response.output_item.added", "output_index": 0, "item": {"id": "rs_up", "type": "reasoning", "summary": []}},
-        {"type": "response.output_item.done", "output_index": 0, "item": item},
-    ] + m + [completed([item, m[-1]["item"]])])
+    assert out == seqd(
+        head()
+        + [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {"id": "rs_up", "type": "reasoning", "summary": []},
+            },
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+        ]
+        + m
+        + [completed([item, m[-1]["item"]])]
+    )
 
 
 def test_raw_reasoning_goes_to_content_and_summary_parts_split():
@@ -546,35 +707,56 @@ def test_raw_reasoning_goes_to_content_and_summary_parts_split():
     types = [e["type"] for e in out[2:-1]]
     assert types == [
         "response.output_item.added",
-        "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
-        "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
-        "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
-        "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
-        "response.content_part.added", "response.reasoning_text.delta",
-        "response.reasoning_text.done", "response.content_part.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
         "response.output_item.done",
     ]
-    assert [e.get("summary_index") for e in out if e["type"].startswith("response.reasoning_summary")] == [0] * 4 + [1] * 4
+    assert [e.get("summary_index") for e in out if e["type"].startswith("response.reasoning_summary")] == [0] * 4 + [
+        1
+    ] * 4
     assert out[-3]["type"] == "response.content_part.done" and out[-3]["content_index"] == 0
-    assert enc.response["output"] == [{
-        "id": "rs_h1", "type": "reasoning",
-        "summary": [{"type": "summary_text", "text": "s0"}, {"type": "summary_text", "text": "s1"}],
-        "content": [{"type": "reasoning_text", "text": "r"}],
-    }]
+    assert enc.response["output"] == [
+        {
+            "id": "rs_h1",
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "s0"}, {"type": "summary_text", "text": "s1"}],
+            "content": [{"type": "reasoning_text", "text": "r"}],
+        }
+    ]
 
 
 def test_refusal_part():
     out, enc = run([START, Text("I "), Refusal("can't"), Finish()])
     assert [e["type"] for e in out[2:-1]] == [
         "response.output_item.added",
-        "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
         "response.content_part.done",
-        "response.content_part.added", "response.refusal.delta", "response.refusal.done",
+        "response.content_part.added",
+        "response.refusal.delta",
+        "response.refusal.done",
         "response.content_part.done",
         "response.output_item.done",
     ]
-    assert out[8] == {"type": "response.refusal.delta", "item_id": "msg_h1", "output_index": 0, "content_index": 1,
-                      "delta": "can't", "sequence_number": 8}
+    assert out[8] == {
+        "type": "response.refusal.delta",
+        "item_id": "msg_h1",
+        "output_index": 0,
+        "content_index": 1,
+        "delta": "can't",
+        "sequence_number": 8,
+    }
     assert out[9]["refusal"] == "can't"
     assert enc.response["output"][0]["content"] == [
         {"type": "output_text", "text": "I ", "annotations": []},
@@ -599,16 +781,36 @@ def test_response_id_choice(kw, start, expect):
 
 def test_model_created_at_and_request_echo():
     tool = {"type": "function", "name": "f", "description": "d", "parameters": {}, "strict": False}
-    echo = {"instructions": "be brief", "tools": [tool],
-            "tool_choice": "auto", "parallel_tool_calls": False, "max_output_tokens": 100, "store": False,
-            "temperature": 0.5, "top_p": 1.0, "metadata": {"k": "v"}, "reasoning": {"effort": "high", "summary": None},
-            "text": {"format": {"type": "text"}}, "status": "bogus", "id": "bogus"}
+    echo = {
+        "instructions": "be brief",
+        "tools": [tool],
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "max_output_tokens": 100,
+        "store": False,
+        "temperature": 0.5,
+        "top_p": 1.0,
+        "metadata": {"k": "v"},
+        "reasoning": {"effort": "high", "summary": None},
+        "text": {"format": {"type": "text"}},
+        "status": "bogus",
+        "id": "bogus",
+    }
     out, enc = run([Start(model="up-model", created=5), Text("x"), Finish()], Ctx(), request_echo=echo)
     r = enc.response
     assert r["model"] == "up-model" and r["created_at"] == 5 and r["status"] == "completed"
     assert r["id"] == "resp_h1"
-    for k in ("instructions", "tools", "parallel_tool_calls", "max_output_tokens", "store", "temperature", "metadata",
-              "reasoning", "text"):
+    for k in (
+        "instructions",
+        "tools",
+        "parallel_tool_calls",
+        "max_output_tokens",
+        "store",
+        "temperature",
+        "metadata",
+        "reasoning",
+        "text",
+    ):
         assert r[k] == echo[k]
     assert out[0]["response"]["instructions"] == "be brief"
     out, enc = run([Start(model="up-model"), Finish()], Ctx(public_model="pub"), created_at=7)
@@ -617,41 +819,106 @@ def test_model_created_at_and_request_echo():
 
 _FN = {"type": "function", "name": "f", "parameters": {"type": "object"}}
 _FN_FULL = {**_FN, "description": None, "strict": None}
-_CUSTOM = {"type": "custom", "name": "apply_patch",
-           "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
+_CUSTOM = {
+    "type": "custom",
+    "name": "apply_patch",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+}
 
 
 @pytest.mark.parametrize(
     "echo,ctx_max,expect",
     [
-        pytest.param(None, None, {"temperature": 1.0, "top_p": 1.0, "truncation": "disabled", "store": False,
-                                  "previous_response_id": None, "max_output_tokens": None, "background": False,
-                                  "service_tier": "default", "presence_penalty": 0.0, "frequency_penalty": 0.0,
-                                  "top_logprobs": 0, "max_tool_calls": None, "safety_identifier": None,
-                                  "prompt_cache_key": None, "text": {"format": {"type": "text"}},
-                                  "reasoning": {"effort": None, "summary": None}, "tools": [], "metadata": {}},
-                     id="defaults"),
+        pytest.param(
+            None,
+            None,
+            {
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "truncation": "disabled",
+                "store": False,
+                "previous_response_id": None,
+                "max_output_tokens": None,
+                "background": False,
+                "service_tier": "default",
+                "presence_penalty": 0.0,
+                "frequency_penalty": 0.0,
+                "top_logprobs": 0,
+                "max_tool_calls": None,
+                "safety_identifier": None,
+                "prompt_cache_key": None,
+                "text": {"format": {"type": "text"}},
+                "reasoning": {"effort": None, "summary": None},
+                "tools": [],
+                "metadata": {},
+            },
+            id="defaults",
+        ),
         pytest.param({"temperature": 0.2, "top_p": 0.9}, None, {"temperature": 0.2, "top_p": 0.9}, id="sampling-echo"),
-        pytest.param({"temperature": None, "top_p": None, "truncation": None, "tools": None}, None,
-                     {"temperature": 1.0, "top_p": 1.0, "truncation": "disabled", "tools": []}, id="null-is-default"),
-        pytest.param({"truncation": "auto", "store": True, "previous_response_id": "resp_prev"}, None,
-                     {"truncation": "auto", "store": True, "previous_response_id": "resp_prev"}, id="state-echo"),
-        pytest.param({"reasoning": {"effort": "low"}}, None, {"reasoning": {"effort": "low", "summary": None}},
-                     id="reasoning-effort-only"),
-        pytest.param({"reasoning": {"summary": "auto"}}, None, {"reasoning": {"effort": None, "summary": "auto"}},
-                     id="reasoning-summary-only"),
-        pytest.param({"text": {"verbosity": "low"}}, None,
-                     {"text": {"format": {"type": "text"}, "verbosity": "low"}}, id="text-verbosity-only"),
-        pytest.param({"text": {"format": {"type": "json_object"}}}, None, {"text": {"format": {"type": "json_object"}}},
-                     id="text-format-echo"),
+        pytest.param(
+            {"temperature": None, "top_p": None, "truncation": None, "tools": None},
+            None,
+            {"temperature": 1.0, "top_p": 1.0, "truncation": "disabled", "tools": []},
+            id="null-is-default",
+        ),
+        pytest.param(
+            {"truncation": "auto", "store": True, "previous_response_id": "resp_prev"},
+            None,
+            {"truncation": "auto", "store": True, "previous_response_id": "resp_prev"},
+            id="state-echo",
+        ),
+        pytest.param(
+            {"reasoning": {"effort": "low"}},
+            None,
+            {"reasoning": {"effort": "low", "summary": None}},
+            id="reasoning-effort-only",
+        ),
+        pytest.param(
+            {"reasoning": {"summary": "auto"}},
+            None,
+            {"reasoning": {"effort": None, "summary": "auto"}},
+            id="reasoning-summary-only",
+        ),
+        pytest.param(
+            {"text": {"verbosity": "low"}},
+            None,
+            {"text": {"format": {"type": "text"}, "verbosity": "low"}},
+            id="text-verbosity-only",
+        ),
+        pytest.param(
+            {"text": {"format": {"type": "json_object"}}},
+            None,
+            {"text": {"format": {"type": "json_object"}}},
+            id="text-format-echo",
+        ),
         pytest.param({"tools": [_FN, _CUSTOM]}, None, {"tools": [_FN_FULL, _CUSTOM]}, id="function-tool-completed"),
         pytest.param({}, 4096, {"max_output_tokens": 4096}, id="catalogue-max-output-tokens"),
         pytest.param({"max_output_tokens": 50}, 4096, {"max_output_tokens": 50}, id="request-max-output-tokens"),
-        pytest.param({"id": "x", "status": "x", "completed_at": 1, "usage": {}, "error": {"code": "x"},
-                      "incomplete_details": {"reason": "x"}, "output": [1], "model": "x", "created_at": 1}, None,
-                     {"id": "resp_1", "status": "completed", "completed_at": NOW, "usage": ZERO_USAGE, "error": None,
-                      "incomplete_details": None, "model": "kimi-k2.6", "created_at": 1700000000},
-                     id="identity-never-echoed"),
+        pytest.param(
+            {
+                "id": "x",
+                "status": "x",
+                "completed_at": 1,
+                "usage": {},
+                "error": {"code": "x"},
+                "incomplete_details": {"reason": "x"},
+                "output": [1],
+                "model": "x",
+                "created_at": 1,
+            },
+            None,
+            {
+                "id": "resp_1",
+                "status": "completed",
+                "completed_at": NOW,
+                "usage": ZERO_USAGE,
+                "error": None,
+                "incomplete_details": None,
+                "model": "kimi-k2.6",
+                "created_at": 1700000000,
+            },
+            id="identity-never-echoed",
+        ),
     ],
 )
 def test_response_fields_echo_and_defaults(echo, ctx_max, expect):
@@ -671,8 +938,9 @@ def test_response_fields_echo_and_defaults(echo, ctx_max, expect):
     "events,status,completed_at",
     [
         pytest.param([START, Text("x"), Finish()], "completed", NOW, id="completed"),
-        pytest.param([START, Text("x"), Finish("incomplete", reason="max_output_tokens")], "incomplete", None,
-                     id="incomplete"),
+        pytest.param(
+            [START, Text("x"), Finish("incomplete", reason="max_output_tokens")], "incomplete", None, id="incomplete"
+        ),
         pytest.param([START, Text("x"), Finish("failed", error=stream_error("x", "y"))], "failed", None, id="failed"),
     ],
 )
@@ -691,8 +959,14 @@ def test_incomplete_as_completed_keeps_completed_at_null():
 def test_error_event_flat_and_nested():
     err = {"code": "rate_limit_exceeded", "message": "slow down", "type": "rate_limit_error", "param": "model"}
     out, enc = run([START, Finish("failed", error=err)])
-    assert out[-2] == {"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": "model",
-                       "error": err, "sequence_number": len(out) - 2}
+    assert out[-2] == {
+        "type": "error",
+        "code": "rate_limit_exceeded",
+        "message": "slow down",
+        "param": "model",
+        "error": err,
+        "sequence_number": len(out) - 2,
+    }
 
 
 # ---------------------------------------------------------------------- Open Responses schema
@@ -726,10 +1000,22 @@ def _open_responses_spec():
     "events",
     [
         pytest.param([START, Text("Hel"), Text("lo"), Usage(USAGE), Finish()], id="text"),
-        pytest.param([START, Reasoning("think"), Text("a"), ToolCall(0, call_id="c1", name="f", arguments="{}"),
-                      ToolCallEnd(0, arguments="{}"), Usage(USAGE), Finish()], id="reasoning-text-call"),
-        pytest.param([START, Reasoning("r", kind="raw"), ReasoningEnd(encrypted_content="blob"), Refusal("no"),
-                      Finish()], id="raw-reasoning-refusal"),
+        pytest.param(
+            [
+                START,
+                Reasoning("think"),
+                Text("a"),
+                ToolCall(0, call_id="c1", name="f", arguments="{}"),
+                ToolCallEnd(0, arguments="{}"),
+                Usage(USAGE),
+                Finish(),
+            ],
+            id="reasoning-text-call",
+        ),
+        pytest.param(
+            [START, Reasoning("r", kind="raw"), ReasoningEnd(encrypted_content="blob"), Refusal("no"), Finish()],
+            id="raw-reasoning-refusal",
+        ),
         pytest.param([START, Text("cut"), Finish("incomplete", reason="max_output_tokens")], id="incomplete"),
         pytest.param([START, Text("a"), Finish("failed", error=stream_error("upstream_x", "boom"))], id="failed"),
     ],
@@ -745,7 +1031,7 @@ def test_stream_matches_open_responses_schema(events):
             if e["type"] in _NOT_IN_OPEN_RESPONSES:
                 continue
             assert e["type"] in by_type, e["type"]
-            errors += [f'{e["type"]}: {m}' for m in spec.validate(e, by_type[e["type"]])]
+            errors += [f"{e['type']}: {m}" for m in spec.validate(e, by_type[e["type"]])]
         errors += spec.validate(enc.response, "ResponseResource")
         r = encode_response(events, Ctx(public_model="kimi-k2.6"), request_echo=echo)
         errors += spec.validate(r, "ResponseResource")
@@ -753,17 +1039,37 @@ def test_stream_matches_open_responses_schema(events):
 
 
 def test_late_upstream_call_id_replaces_minted_one_in_done():
-    out, enc = run([START, ToolCall(0, name="f", arguments="{}"), ToolCall(0, call_id="functions.f:0"),
-                    ToolCallEnd(0, arguments="{}"), Finish()])
+    out, enc = run(
+        [
+            START,
+            ToolCall(0, name="f", arguments="{}"),
+            ToolCall(0, call_id="functions.f:0"),
+            ToolCallEnd(0, arguments="{}"),
+            Finish(),
+        ]
+    )
     assert out[2]["item"]["call_id"] == "call_h1" and out[2]["item"]["id"] == "fc_call_h1"
     assert enc.response["output"] == [fc_item("completed", "functions.f:0", "f", "{}", iid="fc_call_h1")]
 
 
 def test_message_closed_by_tool_call_and_reopened():
-    out, enc = run([START, Text("a"), ToolCall(0, arguments="{}"), Text("b"),
-                    ToolCall(0, call_id="c1", name="f"), ToolCallEnd(0, arguments="{}"), Text("c"), Finish()])
+    out, enc = run(
+        [
+            START,
+            Text("a"),
+            ToolCall(0, arguments="{}"),
+            Text("b"),
+            ToolCall(0, call_id="c1", name="f"),
+            ToolCallEnd(0, arguments="{}"),
+            Text("c"),
+            Finish(),
+        ]
+    )
     assert [(i["type"], i.get("content", [{}])[0].get("text")) for i in enc.response["output"]] == [
-        ("message", "ab"), ("function_call", None), ("message", "c")]
+        ("message", "ab"),
+        ("function_call", None),
+        ("message", "c"),
+    ]
 
 
 def test_encode_response_non_streaming():
@@ -771,8 +1077,10 @@ def test_encode_response_non_streaming():
     assert r == resp("completed", [msg_item("msg_h1", "Hello")], USAGE)
     r = encode_response([START, Text("Hel")], Ctx(public_model="kimi-k2.6"), response_id="resp_x")
     assert r["status"] == "failed" and r["id"] == "resp_x"
-    assert r["error"] == {"code": "upstream_stream_truncated",
-                          "message": "upstream stream ended before the response finished"}
+    assert r["error"] == {
+        "code": "upstream_stream_truncated",
+        "message": "upstream stream ended before the response finished",
+    }
     assert r["output"] == [msg_item("msg_h2", "Hel", status="incomplete")]
     if _SDK_EVENT is not None:
         SDKResponse.model_validate(_sdk_fix({"response": r})["response"])
@@ -790,8 +1098,17 @@ def test_response_property_before_finish_is_in_progress_snapshot():
 def test_output_is_json_serializable_with_orjson():
     import orjson
 
-    out, _ = run([START, Reasoning("r"), Text("t"), ToolCall(0, call_id="c", name="f", arguments="{}"),
-                  ToolCallEnd(0, arguments="{}"), Usage(USAGE), Finish()])
+    out, _ = run(
+        [
+            START,
+            Reasoning("r"),
+            Text("t"),
+            ToolCall(0, call_id="c", name="f", arguments="{}"),
+            ToolCallEnd(0, arguments="{}"),
+            Usage(USAGE),
+            Finish(),
+        ]
+    )
     for e in out:
         assert json.loads(orjson.dumps(e)) == e
 
@@ -810,8 +1127,9 @@ def _streams(draw):
     for _ in range(draw(st.integers(0, 12))):
         kind = draw(st.sampled_from(["text", "reasoning", "raw", "refusal"]))
         t = draw(_text)
-        plan.append({"text": Text(t), "reasoning": Reasoning(t), "raw": Reasoning(t, kind="raw"),
-                     "refusal": Refusal(t)}[kind])
+        plan.append(
+            {"text": Text(t), "reasoning": Reasoning(t), "raw": Reasoning(t, kind="raw"), "refusal": Refusal(t)}[kind]
+        )
     calls = {}
     for i in range(ncalls):
         pieces = draw(st.lists(_text, max_size=4))
@@ -878,10 +1196,12 @@ def test_nothing_lost_property(stream, key):
     assert "".join(p.get("text", "") for m in msgs for p in m["content"]) == want_text
     assert "".join(p.get("refusal", "") for m in msgs for p in m["content"]) == want_ref
     rss = [i for i in final["output"] if i["type"] == "reasoning"]
-    done_parts = [e["text"] for e in out if e["type"] in ("response.reasoning_summary_text.done",
-                                                          "response.reasoning_text.done")]
+    done_parts = [
+        e["text"] for e in out if e["type"] in ("response.reasoning_summary_text.done", "response.reasoning_text.done")
+    ]
     assert sorted(p["text"] for r in rss for part in ("summary", "content") for p in r.get(part, [])) == sorted(
-        done_parts)
+        done_parts
+    )
     if key:
         assert all(envelope.unseal(r["encrypted_content"], b"key") is not None for r in rss)
     # every call: deltas == done == final item, and output order follows call index

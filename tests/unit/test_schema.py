@@ -248,8 +248,10 @@ def test_rules(quirks: frozenset[str], strict: bool, params: Any, want: Any, wan
 
 def test_sanitize_tools_shapes_and_repairs() -> None:
     bad = {"type": None}
-    chat = [{"type": "function", "function": {"name": "f", "parameters": bad}},
-            {"type": "builtin_function", "function": {"name": "$web_search"}}]
+    chat = [
+        {"type": "function", "function": {"name": "f", "parameters": bad}},
+        {"type": "builtin_function", "function": {"name": "$web_search"}},
+    ]
     flat = [{"type": "function", "name": "g", "parameters": bad},
             {"type": "namespace", "name": "mcp__x__", "tools": [{"type": "function", "name": "h"},
                                                                 {"type": "function", "name": "ok", "parameters": OBJ}]},
@@ -269,8 +271,12 @@ def test_sanitize_tools_shapes_and_repairs() -> None:
 
 def test_hooked_into_prepare_chat_and_responses() -> None:
     """The ``tool_schemas`` row of the request quirk table: same-protocol requests too."""
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"mode": {"enum": ["a", "b"]}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": {"mode": {"enum": ["a", "b"]}}}},
+        }
+    ]
     c = Ctx(quirks=frozenset({"schema_strict_subset"}), upstream_model="kimi-k2.6")
     out = prepare_chat({"model": "x", "messages": [], "tools": tools}, c, translated=False)
     assert out["tools"][0]["function"]["parameters"]["properties"]["mode"]["type"] == "string"
@@ -281,12 +287,22 @@ def test_hooked_into_prepare_chat_and_responses() -> None:
     out = prepare_chat({"model": "x", "messages": [], "tools": tools}, c, translated=False)
     assert out["tools"] is tools and c.repairs == []
 
-    rtools = [{"type": "function", "name": "f", "strict": True, "parameters": {
-        "type": "object", "properties": {"a": {"type": "string"}}}}]
+    rtools = [
+        {
+            "type": "function",
+            "name": "f",
+            "strict": True,
+            "parameters": {"type": "object", "properties": {"a": {"type": "string"}}},
+        }
+    ]
     c = Ctx(quirks=frozenset({"schema_strict_mode"}), upstream_model="gpt-5")
     out = prepare_responses({"model": "x", "input": "hi", "tools": rtools}, c, translated=False)
-    assert out["tools"][0]["parameters"] == {"type": "object", "properties": {"a": {"type": "string"}},
-                                             "additionalProperties": False, "required": ["a"]}
+    assert out["tools"][0]["parameters"] == {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "additionalProperties": False,
+        "required": ["a"],
+    }
     assert c.repairs == ["tool_schema_strict_mode"]
 
 

@@ -24,7 +24,9 @@ def parse_all(chunks: list[bytes]) -> list[SSEEvent]:
         pytest.param([b"data: a\n\n"], [SSEEvent(None, "a")], id="lf"),
         pytest.param([b"data: a\r\n\r\n"], [SSEEvent(None, "a")], id="crlf"),
         pytest.param([b"data: a\r\r"], [SSEEvent(None, "a")], id="cr"),
-        pytest.param([b"data: a\r", b"\n\r", b"\ndata: b\n\n"], [SSEEvent(None, "a"), SSEEvent(None, "b")], id="crlf-split"),
+        pytest.param(
+            [b"data: a\r", b"\n\r", b"\ndata: b\n\n"], [SSEEvent(None, "a"), SSEEvent(None, "b")], id="crlf-split"
+        ),
         pytest.param([b"event: x\ndata: 1\n\n"], [SSEEvent("x", "1")], id="event-name"),
         pytest.param([b": keep-alive\n\ndata: 1\n\n"], [SSEEvent(None, "1")], id="comment"),
         pytest.param([b"data: 1\ndata: 2\n\n"], [SSEEvent(None, "1\n2")], id="multiline"),
@@ -47,7 +49,9 @@ def test_encode_roundtrip() -> None:
     assert parse_all([wire]) == [SSEEvent("response.created", '{"a":1}'), SSEEvent(None, "2"), SSEEvent(None, "[DONE]")]
 
 
-payloads = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",))), min_size=1, max_size=8)
+payloads = st.lists(
+    st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",))), min_size=1, max_size=8
+)
 
 
 @given(payloads, st.data(), st.sampled_from([b"\n", b"\r\n", b"\r"]))

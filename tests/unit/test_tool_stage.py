@@ -40,7 +40,7 @@ EXEC_DEF = {"type": "custom", "name": "exec", "description": "run"}
 
 RAW = '*** Begin Patch\n*** Add File: a.txt\n+héllo "q" \\ ✓\n*** End Patch'
 TRUNCATED = "*** Begin Patch\n*** Update File: a\n@@\n-x\n+y"
-STARS = '*** Begin Patch ***\n*** Add File: a.txt\n+x\n*** End Patch ***'
+STARS = "*** Begin Patch ***\n*** Add File: a.txt\n+x\n*** End Patch ***"
 USAGE = {
     "input_tokens": 10,
     "input_tokens_details": {"cached_tokens": 0},
@@ -208,24 +208,44 @@ def test_is_json(text, ok):
     [
         pytest.param(RAW, MIMO, ("apply_patch",), "apply_patch", RAW, ["mimo_raw_patch"], id="T3-1-raw"),
         pytest.param(
-            orjson.dumps({"input": RAW + "\n"}).decode(), MIMO, ("apply_patch",), "apply_patch", RAW + "\n", [],
+            orjson.dumps({"input": RAW + "\n"}).decode(),
+            MIMO,
+            ("apply_patch",),
+            "apply_patch",
+            RAW + "\n",
+            [],
             id="T3-2-json",
         ),
         pytest.param(
             orjson.dumps({"input": RAW}).decode(), (), ("apply_patch",), "apply_patch", RAW, [], id="T3-2-json-non-mimo"
         ),
-        pytest.param(" \n" + RAW + "\n", MIMO, ("apply_patch",), "apply_patch", " \n" + RAW + "\n",
-                     ["mimo_raw_patch"], id="R3-a-untrimmed"),
+        pytest.param(
+            " \n" + RAW + "\n",
+            MIMO,
+            ("apply_patch",),
+            "apply_patch",
+            " \n" + RAW + "\n",
+            ["mimo_raw_patch"],
+            id="R3-a-untrimmed",
+        ),
         pytest.param(TRUNCATED, MIMO, ("apply_patch",), "apply_patch", None, [], id="T3-4"),
         pytest.param(RAW, ("invalid_json_passthrough",), ("apply_patch",), "apply_patch", None, [], id="T3-5"),
         pytest.param(RAW, MIMO, ("apply_patch", "exec"), "exec", None, [], id="T3-6"),
         pytest.param(RAW, MIMO, (), "apply_patch", None, [], id="T3-7"),
-        pytest.param('{"input":"*** Begin Patch\\n*** Add File: a\\n+x', MIMO, ("apply_patch",), "apply_patch", None,
-                     [], id="T3-8"),
+        pytest.param(
+            '{"input":"*** Begin Patch\\n*** Add File: a\\n+x',
+            MIMO,
+            ("apply_patch",),
+            "apply_patch",
+            None,
+            [],
+            id="T3-8",
+        ),
         pytest.param(STARS, MIMO, ("apply_patch",), "apply_patch", None, [], id="R3-a-stars"),
         pytest.param('{"input":5}', MIMO, ("apply_patch",), "apply_patch", None, [], id="input-not-string"),
-        pytest.param('["*** Begin Patch\\n*** End Patch"]', MIMO, ("apply_patch",), "apply_patch", None, [],
-                     id="json-array"),
+        pytest.param(
+            '["*** Begin Patch\\n*** End Patch"]', MIMO, ("apply_patch",), "apply_patch", None, [], id="json-array"
+        ),
     ],
 )
 def test_resolve_custom_input(raw, quirks, custom, tool, expected, repairs):
@@ -270,7 +290,12 @@ def test_T3_1_through_responses_encoder():
     added = [e for e in out if e["type"] == "response.output_item.added"]
     assert len(added) == 1
     item = added[0]["item"]
-    assert (item["type"], item["call_id"], item["name"], item["input"]) == ("custom_tool_call", "call_1", "apply_patch", "")
+    assert (item["type"], item["call_id"], item["name"], item["input"]) == (
+        "custom_tool_call",
+        "call_1",
+        "apply_patch",
+        "",
+    )
     deltas = [e["delta"] for e in out if e["type"] == "response.custom_tool_call_input.delta"]
     assert deltas == [RAW]  # one delta (SPEC §5.4)
     (done,) = [e for e in out if e["type"] == "response.custom_tool_call_input.done"]
@@ -298,7 +323,7 @@ def test_T3_2_json_wrapper_decoded(shape):
 
 # ---------------------------------------------------------------------------- T3-3 nothing lost
 
-_LINE_BITS = ['+中文字符 “引号” ', "😀🚀", ' "dq" ', " \\back\\slash ", "\ttab\t", "ключ", "日本語テキスト", "plain"]
+_LINE_BITS = ["+中文字符 “引号” ", "😀🚀", ' "dq" ', " \\back\\slash ", "\ttab\t", "ключ", "日本語テキスト", "plain"]
 
 
 def big_patch(target: int = 20_000) -> str:
@@ -380,8 +405,9 @@ def test_T3_3_chat_wrap_big_patch(cuts):
         pytest.param(RAW, ("invalid_json_passthrough",), ("apply_patch",), "apply_patch", None, id="T3-5-non-mimo"),
         pytest.param(RAW, (), ("apply_patch",), "apply_patch", None, id="T3-5-no-quirks"),
         pytest.param(RAW, MIMO, ("apply_patch", "exec"), "exec", None, id="T3-6"),
-        pytest.param('{"input":"*** Begin Patch\\n*** Add File: a\\n+x', MIMO, ("apply_patch",), "apply_patch", None,
-                     id="T3-8"),
+        pytest.param(
+            '{"input":"*** Begin Patch\\n*** Add File: a\\n+x', MIMO, ("apply_patch",), "apply_patch", None, id="T3-8"
+        ),
         pytest.param(STARS, MIMO, ("apply_patch",), "apply_patch", None, id="R3-a-stars"),
         pytest.param("", MIMO, ("apply_patch",), "apply_patch", None, id="empty-args"),
     ],
@@ -423,7 +449,10 @@ def test_T3_7_apply_patch_not_in_tools():
     out = run(ctx, evs)
     assert out[:-1] == evs[:4] + [Usage(USAGE)]  # deltas streamed untouched, the end withheld
     f = failed_only(out)
-    assert f.error["message"] == "tool call apply_patch arguments are not valid JSON (the tool is not registered in this request)"
+    assert (
+        f.error["message"]
+        == "tool call apply_patch arguments are not valid JSON (the tool is not registered in this request)"
+    )
     assert ctx.repairs == []
 
 
@@ -487,7 +516,9 @@ def test_T3_9_through_responses_encoder():
     ctx = mk_ctx(MIMO)
     out = encode(ctx, run(ctx, t39_events()))
     assert out[-1]["type"] == "response.completed"
-    deltas = "".join(e["delta"] for e in out if e["type"] == "response.function_call_arguments.delta" and e["output_index"] == 0)
+    deltas = "".join(
+        e["delta"] for e in out if e["type"] == "response.function_call_arguments.delta" and e["output_index"] == 0
+    )
     (adone,) = [e for e in out if e["type"] == "response.function_call_arguments.done" and e["output_index"] == 0]
     idone = [e for e in out if e["type"] == "response.output_item.done"]
     assert [e["item"]["type"] for e in idone] == ["function_call", "function_call"]
@@ -501,10 +532,20 @@ def test_T3_9_through_responses_encoder():
     "quirks,functions,finish,why",
     [
         pytest.param(MIMO, ("read_file",), Finish(), "the tool is not registered in this request", id="T3-10"),
-        pytest.param(MIMO, ("shell_command", "read_file"), Finish("incomplete", "max_output_tokens"),
-                     "the upstream output was cut at max_output_tokens", id="R3-b-length"),
-        pytest.param(("mimo_raw_patch",), ("shell_command", "read_file"), Finish(),
-                     "invalid_json_passthrough is off for this model", id="R3-b-quirk-off"),
+        pytest.param(
+            MIMO,
+            ("shell_command", "read_file"),
+            Finish("incomplete", "max_output_tokens"),
+            "the upstream output was cut at max_output_tokens",
+            id="R3-b-length",
+        ),
+        pytest.param(
+            ("mimo_raw_patch",),
+            ("shell_command", "read_file"),
+            Finish(),
+            "invalid_json_passthrough is off for this model",
+            id="R3-b-quirk-off",
+        ),
     ],
 )
 def test_R3_b_error_path(quirks, functions, finish, why):
@@ -515,16 +556,21 @@ def test_R3_b_error_path(quirks, functions, finish, why):
     # everything streamed, the invalid call's end left out, the valid end and usage kept
     assert out[:-1] == evs[:end0] + [evs[end0 + 1], Usage(USAGE)]
     f = out[-1]
-    assert f == Finish("failed", error={
-        "code": "invalid_tool_arguments",
-        "message": f"tool call shell_command arguments are not valid JSON ({why})",
-        "type": "server_error",
-        "param": None,
-    })
+    assert f == Finish(
+        "failed",
+        error={
+            "code": "invalid_tool_arguments",
+            "message": f"tool call shell_command arguments are not valid JSON ({why})",
+            "type": "server_error",
+            "param": None,
+        },
+    )
     assert ctx.repairs == []
 
 
-@pytest.mark.parametrize("finish", [Finish("incomplete", "content_filter"), Finish("completed", None)], ids=["content-filter", "completed"])
+@pytest.mark.parametrize(
+    "finish", [Finish("incomplete", "content_filter"), Finish("completed", None)], ids=["content-filter", "completed"]
+)
 def test_R3_b_other_terminal_reasons_pass(finish):
     ctx = mk_ctx(MIMO)
     evs = t39_events(finish)
@@ -591,7 +637,12 @@ def test_T3_11_response_output():
     resp = encode_response(run(ctx, nonstream_events([("call_1", "apply_patch", RAW)])), ctx, response_id="resp_1")
     assert resp["status"] == "completed"
     (item,) = resp["output"]
-    assert (item["type"], item["call_id"], item["name"], item["input"]) == ("custom_tool_call", "call_1", "apply_patch", RAW)
+    assert (item["type"], item["call_id"], item["name"], item["input"]) == (
+        "custom_tool_call",
+        "call_1",
+        "apply_patch",
+        RAW,
+    )
 
 
 # ---------------------------------------------------------------------------- R3-a′ (Chat clients)
@@ -601,10 +652,20 @@ def test_T3_11_response_output():
     "param,args,expected,repairs",
     [
         pytest.param("input", RAW, orjson.dumps({"input": RAW}).decode(), ["mimo_raw_patch_chat"], id="R3-a'-wrap"),
-        pytest.param("patch", RAW + "\n", orjson.dumps({"patch": RAW + "\n"}).decode(), ["mimo_raw_patch_chat"],
-                     id="R3-a'-wrap-other-param"),
-        pytest.param("input", '{"input": "*** Begin Patch\\n*** End Patch"}',
-                     '{"input": "*** Begin Patch\\n*** End Patch"}', [], id="R3-a'-json-untouched"),
+        pytest.param(
+            "patch",
+            RAW + "\n",
+            orjson.dumps({"patch": RAW + "\n"}).decode(),
+            ["mimo_raw_patch_chat"],
+            id="R3-a'-wrap-other-param",
+        ),
+        pytest.param(
+            "input",
+            '{"input": "*** Begin Patch\\n*** End Patch"}',
+            '{"input": "*** Begin Patch\\n*** End Patch"}',
+            [],
+            id="R3-a'-json-untouched",
+        ),
     ],
 )
 @pytest.mark.parametrize("shape", ["stream", "nonstream"])
@@ -686,7 +747,9 @@ def test_wrap_chat_patch_helper():
 
 def test_chat_client_no_custom_or_namespace_work():
     ctx = mk_ctx(MIMO, namespaces={"mcp__gh__get_me": ("mcp__gh__", "get_me")})
-    evs = stream_events([("c1", "mcp__gh__get_me", ["{}"]), ("c2", "apply_patch", [orjson.dumps({"input": RAW}).decode()])])
+    evs = stream_events(
+        [("c1", "mcp__gh__get_me", ["{}"]), ("c2", "apply_patch", [orjson.dumps({"input": RAW}).decode()])]
+    )
     assert run(ctx, evs, client="chat") == evs
     assert ctx.repairs == []
 
@@ -698,7 +761,9 @@ NS = {"mcp__gh__get_me": ("mcp__gh__", "get_me"), "collaboration__spawn_agent": 
 
 def test_namespace_split_stream():
     ctx = mk_ctx(MIMO, functions=("mcp__gh__get_me", "collaboration__spawn_agent"), namespaces=NS)
-    evs = stream_events([("c1", "mcp__gh__get_me", ['{"a"', ":1}"]), ("c2", "collaboration__spawn_agent", ['{"task":"x"}'])])
+    evs = stream_events(
+        [("c1", "mcp__gh__get_me", ['{"a"', ":1}"]), ("c2", "collaboration__spawn_agent", ['{"task":"x"}'])]
+    )
     out = run(ctx, evs)
     assert out == [
         Start("chatcmpl-1", "m", 1),
@@ -791,7 +856,14 @@ def test_nameless_call_passes_without_R3_b():
     ctx = mk_ctx(MIMO)
     evs = [Start(), ToolCall(0, "not json"), ToolCallEnd(0, "not json"), Usage(USAGE), Finish()]
     out = run(ctx, evs)
-    assert out == [Start(), ToolCall(0, ""), ToolCall(0, "not json"), ToolCallEnd(0, "not json"), Usage(USAGE), Finish()]
+    assert out == [
+        Start(),
+        ToolCall(0, ""),
+        ToolCall(0, "not json"),
+        ToolCallEnd(0, "not json"),
+        Usage(USAGE),
+        Finish(),
+    ]
 
 
 def test_other_events_untouched_and_nothing_after_finish():
@@ -859,7 +931,8 @@ except ImportError:  # pragma: no cover
     ChatStreamDecoder = None
 
 needs_pipeline = pytest.mark.skipif(
-    ChatStreamDecoder is None or ResponsesStreamEncoder is None, reason="chat decoder or Responses encoder not there yet"
+    ChatStreamDecoder is None or ResponsesStreamEncoder is None,
+    reason="chat decoder or Responses encoder not there yet",
 )
 
 
@@ -904,7 +977,12 @@ def test_T3_1_pipeline_from_chat_chunks():
     ]
     assert out[-1]["type"] == "response.completed" and out[-1]["response"]["status"] == "completed"
     (item,) = out[-1]["response"]["output"]
-    assert (item["type"], item["call_id"], item["name"], item["input"]) == ("custom_tool_call", "call_1", "apply_patch", RAW)
+    assert (item["type"], item["call_id"], item["name"], item["input"]) == (
+        "custom_tool_call",
+        "call_1",
+        "apply_patch",
+        RAW,
+    )
     assert sha(item["input"]) == sha(RAW)
 
 
@@ -913,17 +991,27 @@ def test_T3_9_pipeline_from_chat_chunks():
     ctx = mk_ctx(MIMO)
     base = {"id": "chatcmpl-1", "created": 1, "model": "mimo-v2.6-flash"}
     c0 = {"index": 0, "id": "call_a", "type": "function", "function": {"name": "shell_command", "arguments": CTRL[:9]}}
-    c1 = {"index": 1, "id": "call_b", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"x"}'}}
+    c1 = {
+        "index": 1,
+        "id": "call_b",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": '{"path":"x"}'},
+    }
     chunks = [
         {**base, "choices": [{"index": 0, "delta": {"tool_calls": [c0]}}]},
-        {**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": CTRL[9:]}}]}}]},
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": CTRL[9:]}}]}}],
+        },
         {**base, "choices": [{"index": 0, "delta": {"tool_calls": [c1]}, "finish_reason": "tool_calls"}]},
     ]
     out = pipeline(ctx, chunks)
     assert out[-1]["type"] == "response.completed"
     final = out[-1]["response"]["output"]
     assert [(o["type"], o["arguments"]) for o in final] == [("function_call", CTRL), ("function_call", '{"path":"x"}')]
-    deltas = "".join(e["delta"] for e in out if e["type"] == "response.function_call_arguments.delta" and e["output_index"] == 0)
+    deltas = "".join(
+        e["delta"] for e in out if e["type"] == "response.function_call_arguments.delta" and e["output_index"] == 0
+    )
     assert deltas == CTRL
 
 
@@ -931,10 +1019,20 @@ def test_T3_9_pipeline_from_chat_chunks():
 @pytest.mark.parametrize(
     "message",
     [
-        pytest.param({"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "apply_patch", "arguments": RAW}}]}, id="T3-11"),
-        pytest.param({"role": "assistant", "content": None, "function_call": {"name": "apply_patch", "arguments": RAW}},
-                     id="T3-12"),
+        pytest.param(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "apply_patch", "arguments": RAW}}
+                ],
+            },
+            id="T3-11",
+        ),
+        pytest.param(
+            {"role": "assistant", "content": None, "function_call": {"name": "apply_patch", "arguments": RAW}},
+            id="T3-12",
+        ),
     ],
 )
 def test_T3_11_T3_12_pipeline_nonstream(message):
@@ -942,7 +1040,10 @@ def test_T3_11_T3_12_pipeline_nonstream(message):
 
     ctx = mk_ctx(MIMO)
     obj = {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "mimo-v2.6-flash",
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "mimo-v2.6-flash",
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
