@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -139,65 +139,58 @@ def _headers(scope: Any) -> dict[str, str]:
     return h
 
 
-def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
-    router = Router.build(config, transport=transport)
-    digests = _key_digests(config.auth.keys)
-    secrets = config.secrets()
-    logs.set_mask(secrets)
-    counters = metrics.Metrics((p.name for p in config.providers), known_codes())
-    limit = config.server.max_body_bytes
-    envelope_key = config.server.reasoning_envelope_key.encode()
-    state = {"ready": False}
+class Service:
+    """What the routes of one app share: the router, the client keys, the secrets' mask, the
+    counters and the lifecycle."""
+
+    def __init__(self, config: Config, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        self.router = Router.build(config, transport=transport)
+        self.digests = _key_digests(config.auth.keys)
+        self.secrets = config.secrets()
+        self.counters = metrics.Metrics((p.name for p in config.providers), known_codes())
+        self.envelope_key = config.server.reasoning_envelope_key.encode()
+        self.ready = False
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
-        if not digests:
+    async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        if not self.digests:
             log.warning(
                 "open_proxy",
-                message="no client API keys configured (auth.keys): anyone who can reach this port can use every configured provider",
+                message="no client API keys configured (auth.keys): anyone who can reach this port can use every "
+                "configured provider",
             )
-        state["ready"] = True
-        log.info("ready", models=len(router.routes), providers=len(config.providers))
+        self.ready = True
+        log.info("ready", models=len(self.router.routes), providers=len(self.config.providers))
         try:
             yield
         finally:
-            state["ready"] = False
-            await router.aclose()
+            self.ready = False
+            await self.router.aclose()
 
-    app = Switchboard(title="Switchboard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.router = router
-    app.state.config = config
-    app.state.metrics = counters
-    app.metrics = counters
-    app.guard = Guard(
-        origins=config.server.allowed_origins,
-        hosts=config.server.allowed_hosts,
-        open_proxy=not digests,
-        server_host=config.server.host,
-    )
-
-    def authorize(request: Request) -> None:
-        authorize_headers(request.headers)  # type: ignore[arg-type]
-
-    def authorize_headers(h: dict[str, str]) -> None:
-        if not digests:
+    def authorize(self, h: Any) -> None:
+        """Check the client key in headers ``h`` (a dict or Starlette's Headers)."""
+        if not self.digests:
             return
         auth = h.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else h.get("api-key") or h.get("x-api-key") or ""
         if not key:
             raise ProxyError(401, "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key")
         d = hashlib.sha256(key.encode()).digest()
-        if not any(hmac.compare_digest(d, x) for x in digests):
+        if not any(hmac.compare_digest(d, x) for x in self.digests):
             raise ProxyError(401, "Incorrect API key provided.", code="invalid_api_key")
 
-    async def read_body(receive: Any, cl: str | None) -> bytes:
+    async def read_body(self, receive: Any, cl: str | None) -> bytes:
+        """The request body, at most ``server.max_body_bytes`` (Starlette's Request.stream(),
+        without the Request)."""
+        limit = self.config.server.max_body_bytes
         if cl and cl.isdigit() and int(cl) > limit:
             raise ProxyError(
                 413, f"request body of {cl} bytes exceeds the limit of {limit} bytes", code="request_too_large"
             )
         parts: list[bytes] = []
         size = 0
-        while True:  # Starlette's Request.stream(), without the Request
+        while True:
             msg = await receive()
             kind = msg["type"]
             if kind == "http.request":
@@ -215,11 +208,11 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
                 raise ClientDisconnect()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    incomplete_as_completed = config.server.incomplete_as_completed
-
-    def proxy_handler(client: str, outer: bool) -> ASGIHandler:
+    def proxy_handler(self, client: str, outer: bool) -> ASGIHandler:
         """The raw ASGI handler of one proxy route; ``outer``: called by the fast path, so it
         also does what FastAPI's ServerErrorMiddleware + ``on_unexpected`` would."""
+        server = self.config.server
+        counters = self.counters
 
         async def proxy(scope: Any, receive: Any, send: Any) -> None:
             started = time.perf_counter()
@@ -230,31 +223,24 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
             try:
                 try:
                     h = _headers(scope)
-                    authorize_headers(h)
-                    raw = await read_body(receive, h.get("content-length"))
+                    self.authorize(h)
+                    raw = await self.read_body(receive, h.get("content-length"))
                     p = prepare(
-                        router,
+                        self.router,
                         raw,
                         client,
                         rid,
-                        envelope_key=envelope_key,
-                        incomplete_as_completed=incomplete_as_completed,
-                        keepalive=config.server.keepalive_seconds,
+                        envelope_key=self.envelope_key,
+                        incomplete_as_completed=server.incomplete_as_completed,
+                        keepalive=server.keepalive_seconds,
                         started=started,
                         client_headers=h,
-                        secrets=secrets,
+                        secrets=self.secrets,
                         counters=counters,
                     )
-                except ProxyError as e:
+                except (ProxyError, RequestError) as e:
                     _log_rejected(counters, scope["path"], e.status, e.code, rid)
-                    await _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})(
-                        scope, receive, send
-                    )
-                    return
-                except RequestError as e:
-                    _log_rejected(counters, scope["path"], e.status, e.code, rid)
-                    body = {"error": {**e.to_dict(), "request_id": rid}}
-                    await _error_response(e.status, orjson.dumps(body), {"x-request-id": rid})(scope, receive, send)
+                    await _error_answer(e, rid)(scope, receive, send)
                     return
                 response = ProxyResponse(p)
                 await response(scope, receive, send)
@@ -275,26 +261,37 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
 
         return proxy
 
+
+def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    svc = Service(config, transport)
+    logs.set_mask(svc.secrets)
+    app = Switchboard(title="Switchboard", lifespan=svc.lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.router = svc.router
+    app.state.config = config
+    app.state.metrics = app.metrics = svc.counters
+    app.guard = Guard(
+        origins=config.server.allowed_origins,
+        hosts=config.server.allowed_hosts,
+        open_proxy=not svc.digests,
+        server_host=config.server.host,
+    )
     fast: dict[str, ASGIHandler] = {}
     for path, client in _PROXY_ROUTES.items():
-        fast[path] = proxy_handler(client, outer=True)
-        app.router.add_route(path, _RawEndpoint(proxy_handler(client, outer=False)), methods=["POST"])  # type: ignore[arg-type]
+        fast[path] = svc.proxy_handler(client, outer=True)
+        app.router.add_route(path, _RawEndpoint(svc.proxy_handler(client, outer=False)), methods=["POST"])  # type: ignore[arg-type]
     app.fast_routes = fast
+    _info_routes(app, svc)
+    _error_handlers(app, svc)
+    return app
+
+
+def _info_routes(app: FastAPI, svc: Service) -> None:
+    router = svc.router
 
     @app.get("/v1/responses")
     async def responses_ws_fallback(request: Request) -> Response:
         # Codex tries a WebSocket first; 426 makes it fall back to HTTP at once (PAINS 22)
-        return _json(
-            426,
-            {
-                "error": {
-                    "message": "WebSocket transport is not supported; use HTTP POST /v1/responses",
-                    "type": "invalid_request_error",
-                    "param": None,
-                    "code": "upgrade_required",
-                }
-            },
-        )
+        return _error_json(426, "WebSocket transport is not supported; use HTTP POST /v1/responses", "upgrade_required")
 
     @app.websocket("/v1/responses")
     async def responses_ws(ws: WebSocket) -> None:
@@ -302,7 +299,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        authorize(request)
+        svc.authorize(request.headers)
         infos = [r.info for r in router.routes.values()]
         body: dict[str, Any] = {"object": "list", "data": [i.openai() for i in infos]}
         if "client_version" in request.query_params or request.headers.get("originator", "").startswith("codex"):
@@ -311,7 +308,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str, request: Request) -> Response:
-        authorize(request)
+        svc.authorize(request.headers)
         r = router.routes.get(model_id)
         if r is None:
             raise ProxyError(404, f"The model '{model_id[:200]}' does not exist", code="model_not_found", param="model")
@@ -323,57 +320,36 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if not state["ready"]:
+        if not svc.ready:
             return _json(503, {"status": "starting"})
         return _json(200, {"status": "ready", "models": len(router.routes)})
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
-        return Response(counters.render(), media_type="text/plain; version=0.0.4")
+        return Response(svc.counters.render(), media_type="text/plain; version=0.0.4")
 
+
+def _error_handlers(app: FastAPI, svc: Service) -> None:
     @app.exception_handler(ProxyError)
-    async def on_proxy_error(request: Request, e: ProxyError) -> Response:
-        rid = getattr(request.state, "request_id", None) or new_request_id()
-        _log_rejected(counters, request.url.path, e.status, e.code, rid)
-        return _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})
-
     @app.exception_handler(RequestError)
-    async def on_request_error(request: Request, e: RequestError) -> Response:
+    async def on_error(request: Request, e: Exception) -> Response:
+        assert isinstance(e, ProxyError | RequestError)
         rid = getattr(request.state, "request_id", None) or new_request_id()
-        _log_rejected(counters, request.url.path, e.status, e.code, rid)
-        body = {"error": {**e.to_dict(), "request_id": rid}}
-        return _error_response(e.status, orjson.dumps(body), {"x-request-id": rid})
+        _log_rejected(svc.counters, request.url.path, e.status, e.code, rid)
+        return _error_answer(e, rid)
 
     @app.exception_handler(RequestValidationError)
-    async def on_validation(request: Request, e: RequestValidationError) -> Response:
-        return _json(400, {"error": {"message": str(e), "type": "invalid_request_error", "param": None, "code": None}})
+    async def on_validation(request: Request, e: Exception) -> Response:
+        return _error_json(400, str(e), None)
 
     @app.exception_handler(404)
     async def on_404(request: Request, e: Exception) -> Response:
-        return _json(
-            404,
-            {
-                "error": {
-                    "message": f"Unknown route {request.method} {request.url.path[:200]}",
-                    "type": "invalid_request_error",
-                    "param": None,
-                    "code": "not_found",
-                }
-            },
-        )
+        return _error_json(404, f"Unknown route {request.method} {request.url.path[:200]}", "not_found")
 
     @app.exception_handler(405)
     async def on_405(request: Request, e: Exception) -> Response:
-        return _json(
-            405,
-            {
-                "error": {
-                    "message": f"Method {request.method} not allowed on {request.url.path[:200]}",
-                    "type": "invalid_request_error",
-                    "param": None,
-                    "code": "method_not_allowed",
-                }
-            },
+        return _error_json(
+            405, f"Method {request.method} not allowed on {request.url.path[:200]}", "method_not_allowed"
         )
 
     @app.exception_handler(Exception)
@@ -382,7 +358,16 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
         log.exception("internal_error", request_id=rid, path=request.url.path, error=type(e).__name__)
         return _internal_error(e, rid)
 
-    return app
+
+def _error_json(status: int, message: str, code: str | None) -> Response:
+    return _json(status, {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}})
+
+
+def _error_answer(e: ProxyError | RequestError, rid: str) -> Response:
+    """The OpenAI error answer of a refused request, with its request id."""
+    if isinstance(e, ProxyError):
+        return _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})
+    return _error_response(e.status, orjson.dumps({"error": {**e.to_dict(), "request_id": rid}}), {"x-request-id": rid})
 
 
 def _error_response(status: int, body: bytes, headers: dict[str, str]) -> Response:
