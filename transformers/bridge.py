@@ -65,6 +65,7 @@ from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
 from transformers.responses_encode import ResponsesStreamEncoder, encode_response
 from transformers.tool_stage import ToolStage, needed
+from transformers.vocab import ProtocolName
 
 __all__ = ["DIRECTIONS", "AnswerError", "Bridge", "Direction", "open_bridge", "SSEFraming"]
 
@@ -141,7 +142,7 @@ class SSEFraming:
 
     __slots__ = ("chat",)
 
-    def __init__(self, client: str) -> None:
+    def __init__(self, client: ProtocolName) -> None:
         self.chat = client == "chat"
 
     def frame(self, obj: dict[str, Any]) -> bytes:
@@ -158,8 +159,8 @@ class SSEFraming:
 
 @dataclass(frozen=True, slots=True)
 class Direction:
-    client: str
-    upstream: str
+    client: ProtocolName
+    upstream: ProtocolName
     translate: Callable[[dict[str, Any], Ctx], dict[str, Any]]
     tool_stage: bool  # a Chat upstream's calls are finished by the ToolStage (when needed)
 

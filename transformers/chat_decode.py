@@ -79,18 +79,19 @@ from .events import (
 )
 from .ids import upstream_call_id
 from .usage import from_chat
+from .vocab import FinishStatus
 
 __all__ = ["ChatStreamDecoder", "decode_chat_completion", "FINISH_REASONS", "normalize_error"]
 
 # Chat finish_reason → (Finish.status, Finish.reason); anything else counts as completed.
-FINISH_REASONS: dict[str, tuple[str, str | None]] = {
+FINISH_REASONS: dict[str, tuple[FinishStatus, str | None]] = {
     "stop": ("completed", None),
     "tool_calls": ("completed", None),
     "function_call": ("completed", None),
     "length": ("incomplete", "max_output_tokens"),
     "content_filter": ("incomplete", "content_filter"),
 }
-_COMPLETED = ("completed", None)
+_COMPLETED: tuple[FinishStatus, str | None] = ("completed", None)
 
 _EMPTY: dict[str, Any] = {}
 _OPEN = "<think>"
@@ -538,7 +539,7 @@ def completion_chunks(obj: dict[str, Any]) -> list[dict[str, Any]] | str:
     ``content`` and ``refusal``; a missing finish reason is ``stop``: the object is whole),
     then one with the usage.  An error object is its own error chunk.  A string says why
     the object cannot be read."""
-    head = {k: obj[k] for k in ("id", "created", "model") if k in obj}
+    head: dict[str, Any] = {k: obj[k] for k in ("id", "created", "model") if k in obj}
     if obj.get("error"):
         return [{**head, "error": obj["error"]}]
     choices = obj.get("choices")

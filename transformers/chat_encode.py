@@ -60,7 +60,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from .context import Ctx, flatten_name
 from .errors import stream_error
@@ -224,8 +224,8 @@ class ChatStreamEncoder:
     def feed(self, ev: Event) -> list[dict[str, Any]]:
         if self._finished:
             return []
-        t = ev.__class__
-        if t is Text:
+        # exact-class dispatch, tested as `ev.__class__ is X` (not via a saved class) so mypy narrows ev
+        if ev.__class__ is Text:
             if self._queue:
                 self._queue.append(("content", ev.text))
                 return []
@@ -235,10 +235,10 @@ class ChatStreamEncoder:
                 out.append(self._chunk({"content": ev.text}))
                 return out
             return [self._chunk({"content": ev.text})]
-        if t is ToolCall:
+        if ev.__class__ is ToolCall:
             return self._tool_call(ev)
-        if t is Reasoning or t is Refusal:
-            key = "reasoning_content" if t is Reasoning else "refusal"
+        if ev.__class__ is Reasoning or ev.__class__ is Refusal:
+            key = "reasoning_content" if ev.__class__ is Reasoning else "refusal"
             if self._queue:
                 self._queue.append((key, ev.text))
                 return []
@@ -248,18 +248,18 @@ class ChatStreamEncoder:
             out.append(self._chunk({key: ev.text}))
             return out
         out = []
-        if t is Start:
+        if ev.__class__ is Start:
             if not self._begun:
                 self._begin(ev, out)
             return out
         if not self._begun:
             self._begin(None, out)
-        if t is ToolCallEnd:
+        if ev.__class__ is ToolCallEnd:
             return self._tool_end(ev, out)
-        if t is Usage:
+        if ev.__class__ is Usage:
             self._usage = ev.usage
             return out
-        if t is Finish:
+        if ev.__class__ is Finish:
             return self._finish(ev, out)
         # Passthrough, ReasoningEnd: nothing a Chat client can receive
         return out
@@ -346,7 +346,8 @@ class ChatStreamEncoder:
         self._emitted += 1
         if c.call_id is None:
             c.call_id = _mint_call_id()
-        name = c.name if c.namespace is None else _client_name(c.name, c.namespace)
+        # _pump releases named calls only
+        name = c.name if c.namespace is None else _client_name(cast(str, c.name), c.namespace)
         out.append(
             self._chunk(
                 {

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import envelope
@@ -343,7 +343,8 @@ class ResponsesStreamEncoder:
         self._pending: list[_Call] = []  # unreleased calls, ascending index
         self._usage: dict[str, Any] | None = None
         self._final: dict[str, Any] | None = None
-        self._dispatch = {
+        # each event class → its handler, which takes that class (hence Any for the event)
+        self._dispatch: dict[type[Event], Callable[[list[dict], Any], None]] = {
             Text: self._on_text,
             Reasoning: self._on_reasoning,
             ReasoningEnd: self._on_reasoning_end,
