@@ -215,7 +215,9 @@ def _extract(body: bytes, content_type: str = "") -> tuple[str, list[str], str |
         return _text(body, content_type), [], None, None
     err = obj.get("error")
     if isinstance(err, dict):
-        inner = err.get("innererror") if isinstance(err.get("innererror"), dict) else {}
+        inner = err.get("innererror")
+        if not isinstance(inner, dict):
+            inner = {}
         code = _str(err.get("code"))
         cands = [c for c in (code, _str(err.get("type")), _str(inner.get("code"))) if c]
         return str(err.get("message") or ""), cands, code, _str(err.get("param"))
@@ -355,7 +357,7 @@ def failed_answer_error(err: dict[str, Any], mask: SecretMask) -> ProxyError:
     code = err.get("code") if isinstance(err.get("code"), str) else None
     if code not in known_codes():
         code = "upstream_error"
-    status, etype = _CODE_STATUS.get(code, (502, None))  # type: ignore[arg-type]
+    status, etype = _CODE_STATUS.get(code, (502, None))
     raw_type = err.get("type")
     etype = etype or (
         raw_type if isinstance(raw_type, str) and _IDENT.match(raw_type) and len(raw_type) <= 64 else "upstream_error"

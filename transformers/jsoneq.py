@@ -41,7 +41,7 @@ class _Lex:
         self.text = text
 
     def __eq__(self, other: object) -> bool:
-        return other.__class__ is _Lex and other.text == self.text  # type: ignore[attr-defined]
+        return other.__class__ is _Lex and other.text == self.text
 
     def __hash__(self) -> int:
         return hash(self.text)

@@ -154,7 +154,9 @@ def _user_parts(content: Any, ctx: Ctx) -> list[dict[str, Any]]:
             detail = img.get("detail") if isinstance(img, dict) else None
             parts.append({"type": "input_image", "image_url": url, "detail": detail or "auto"})
         elif kind == "file":
-            f = p.get("file") if isinstance(p.get("file"), dict) else {}
+            f = p.get("file")
+            if not isinstance(f, dict):
+                f = {}
             parts.append(
                 {"type": "input_file", **{k: v for k, v in f.items() if k in ("file_id", "file_data", "filename")}}
             )
@@ -176,7 +178,9 @@ def _tool_output(content: Any, ctx: Ctx) -> Any:
 def _assistant_items(msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
     content = msg.get("content")
     text = text_of(content)
-    refusal = msg.get("refusal") if isinstance(msg.get("refusal"), str) else ""
+    refusal = msg.get("refusal")
+    if not isinstance(refusal, str):
+        refusal = ""
     if isinstance(content, list):
         refusal += "".join(
             p["refusal"]

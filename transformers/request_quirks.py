@@ -295,7 +295,9 @@ def _strict_custom_tools(body: Body, ctx: Ctx) -> bool:
     for t in tools:
         fn = t.get("function") if isinstance(t, dict) else None
         if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"] in ctx.tools.custom:
-            params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {"type": "object"}
+            params = fn.get("parameters")
+            if not isinstance(params, dict):
+                params = {"type": "object"}
             if fn.get("strict") is not True or params.get("additionalProperties") is not False:
                 t = {**t, "function": {**fn, "strict": True, "parameters": {**params, "additionalProperties": False}}}
                 changed = True

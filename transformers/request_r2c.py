@@ -437,9 +437,11 @@ class _Transcript:
             raw = item.get("input")
             args = orjson.dumps({CUSTOM_INPUT_PARAM: raw if isinstance(raw, str) else ""}).decode()
         else:
-            args = item.get("arguments")
-            if not isinstance(args, str):
-                args = "{}" if args is None else orjson.dumps(args).decode()
+            given = item.get("arguments")
+            if isinstance(given, str):
+                args = given
+            else:
+                args = "{}" if given is None else orjson.dumps(given).decode()
             if args == "":
                 args = "{}"
                 self.ctx.repaired("empty_arguments")
@@ -490,7 +492,7 @@ class _Transcript:
         for i, item in enumerate(self.items):
             kind = _item_kind(item)
             if kind in CALL_TYPES:
-                self._call(i, item, kind)  # type: ignore[arg-type]
+                self._call(i, item, kind)
                 self.prev_assistant = None
                 continue
             self._flush()

@@ -576,10 +576,10 @@ class ResponsesStreamDecoder:
             if x.ended:
                 continue
             if x.__class__ is _Call:
-                out.append(self._end_call(x))  # type: ignore[arg-type]
+                out.append(self._end_call(x))
             else:
                 x.ended = True
-                out.append(ReasoningEnd(x.item_id, None))  # type: ignore[union-attr]
+                out.append(ReasoningEnd(x.item_id, None))
 
     def _terminal(self, ev: dict[str, Any], finish: Finish, resp: dict[str, Any]) -> list[Event]:
         out: list[Event] = []

@@ -221,7 +221,9 @@ def _is_object_schema(node: Node) -> bool:
 def _strict_object(node: Node) -> Node:
     if not _is_object_schema(node):
         return node
-    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    props = node.get("properties")
+    if not isinstance(props, dict):
+        props = {}
     want_required = list(props)
     if node.get("additionalProperties") is False and node.get("required") == want_required:
         return node
