@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 from transformers.masking import NO_SECRETS, SecretMask
 
@@ -40,7 +41,7 @@ def _redact_value(v: Any) -> Any:
     return v
 
 
-def redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def redact(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
     for k in list(event):
         if _SECRET_KEYS.search(k) and k not in ("tokens", "input_tokens", "output_tokens"):
             event[k] = "[redacted]"

@@ -37,15 +37,15 @@ class _Strict(BaseModel):
 
 class ServerCfg(_Strict):
     host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
-    workers: int = Field(1, ge=1, le=64)
-    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    port: int = Field(default=8080, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64)
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     # finish_reason "length" → response.completed with status incomplete (instead of
     # response.incomplete), for Responses clients that want the partial output as a turn
     incomplete_as_completed: bool = False
     # seconds of upstream silence mid-stream before the client gets a heartbeat (0 = never):
     # a response.in_progress event for Responses clients, an SSE comment for Chat clients
-    keepalive_seconds: float = Field(15.0, ge=0)
+    keepalive_seconds: float = Field(default=15.0, ge=0)
     # HMAC key for the sealed reasoning envelope (docs/quirks.md); empty = summary only
     reasoning_envelope_key: str = ""
     # browser origins allowed to call the proxy (exact "scheme://host[:port]", or "*");
@@ -72,12 +72,12 @@ class AuthCfg(_Strict):
 
 
 class TimeoutsCfg(_Strict):
-    connect: float = Field(10.0, gt=0)
+    connect: float = Field(default=10.0, gt=0)
     # time to the upstream's response headers
-    first_byte: float = Field(120.0, gt=0)
+    first_byte: float = Field(default=120.0, gt=0)
     # longest silence between two upstream bytes once streaming (resets on any byte)
-    idle: float = Field(300.0, gt=0)
-    write: float = Field(30.0, gt=0)
+    idle: float = Field(default=300.0, gt=0)
+    write: float = Field(default=30.0, gt=0)
 
 
 class QuirksCfg(_Strict):
@@ -131,8 +131,8 @@ class ModelCfg(_Strict):
     provider: str
     upstream_model: str | None = None
     quirks: QuirksCfg = Field(default_factory=QuirksCfg)
-    context_window: int | None = Field(None, gt=0)
-    max_output_tokens: int | None = Field(None, gt=0)
+    context_window: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
     reasoning: bool | None = None
     parallel_tool_calls: bool | None = None
     modalities: list[str] | None = None
