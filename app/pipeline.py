@@ -412,16 +412,24 @@ def _json_object(body: bytes) -> dict[str, Any]:
 
 async def _heartbeats(bridge: Bridge, send: Any, interval: float, waiting: list[Any]) -> None:
     """While the upstream is silent for ``interval`` seconds, send the client a heartbeat
-    (PAINS 21): long reasoning gaps must not trip the client's idle timeout.  Runs only while
-    the stream loop is blocked on an upstream read, so it never interleaves with its sends."""
+    (PAINS 21): long reasoning gaps must not trip the client's idle timeout.  It wakes when
+    the silence reaches ``interval`` (a deadline from the last upstream bytes or heartbeat,
+    not a fixed tick: the client never waits longer than one interval), and sends only
+    while the stream loop is blocked on an upstream read, so it never interleaves with its
+    sends."""
     clock = time.perf_counter
     while True:
-        await asyncio.sleep(interval)
-        if waiting[0] and clock() - waiting[1] >= interval:
-            beat = bridge.heartbeat()
-            if beat:
-                waiting[1] = clock()
-                await send({"type": "http.response.body", "body": beat, "more_body": True})
+        due = waiting[1] + interval - clock()
+        if due > 0:
+            await asyncio.sleep(due)
+            continue
+        if not waiting[0]:  # the loop is busy with bytes that just came: look again soon
+            await asyncio.sleep(min(interval, 0.01))
+            continue
+        beat = bridge.heartbeat()
+        waiting[1] = clock()
+        if beat:
+            await send({"type": "http.response.body", "body": beat, "more_body": True})
 
 
 async def _open(prov: Any, req: httpx.Request) -> httpx.Response:

@@ -404,10 +404,12 @@ class Bridge:
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
-            out.append(self.fail("upstream_bad_event", "the upstream sent an event that is not JSON"))
-            return
-        if not isinstance(obj, dict):
-            out.append(self.fail("upstream_bad_event", "the upstream sent an event that is not a JSON object"))
+            obj = None
+        if obj.__class__ is not dict:
+            # a junk line between valid events (`data: ping`, a cut JSON fragment, an HTML
+            # comment): skipped, the stream goes on; a stream that never reaches its
+            # terminal still fails (upstream_stream_truncated at its end)
+            self.ctx.repaired("sse_junk_line_skipped")
             return
         self._encode(decoder.feed(obj), out)
 

@@ -92,6 +92,7 @@ REPAIRS: dict[str, Repair] = {
     "chat_tool_index_reused":     Repair("response", "chat_decode", "a reused Chat tool-call index with a new id is a new call"),
     "chat_legacy_function_call":  Repair("response", "chat_decode", "a legacy function_call answer becomes a tool call"),
     "chat_arguments_stringified": Repair("response", "chat_decode", "Chat tool-call arguments that are not a string become their JSON text"),
+    "sse_junk_line_skipped": Repair("response", "bridge", "an upstream data line that is not a JSON object skipped; the stream goes on"),
     "chat_malformed_field_dropped": Repair("response", "chat_decode", "a Chat chunk/object field of the wrong type ignored as if absent"),
     "responses_malformed_field_dropped": Repair("response", "responses_decode, normalize", "a Responses event field of the wrong type ignored"),
     "usage_malformed_field_dropped": Repair("response", "usage", "a usage detail that is not an object, or a count that is not an integer, normalised"),

@@ -57,3 +57,49 @@ async def test_no_heartbeat_when_disabled_or_not_silent(client_factory: Any, moc
     r = await c.post("/v1/responses", json={"model": "chat-model", "stream": True, "input": "hi"})
     types = [e["type"] for e in parse_sse(r.content)]
     assert types.count("response.in_progress") == 1
+
+
+async def test_silence_never_exceeds_one_interval(client_factory: Any, mock: Any) -> None:
+    """A chunk that lands just after a heartbeat tick must not push the next heartbeat to
+    two intervals: the client's longest silence is one interval (plus scheduling)."""
+    interval = 0.2
+    c = await client_factory(server={"keepalive_seconds": interval})
+    app = c._transport.app  # type: ignore[attr-defined]
+
+    def upstream(_: Any) -> httpx.Response:
+        async def gen():  # type: ignore[no-untyped-def]
+            yield b"data: " + orjson.dumps(chat_chunk({"role": "assistant", "content": "a"})) + b"\n\n"
+            await asyncio.sleep(0.05)
+            yield b"data: " + orjson.dumps(chat_chunk({"content": "b"})) + b"\n\n"
+            await asyncio.sleep(0.9)
+            yield b"data: " + orjson.dumps(chat_chunk({}, "stop")) + b"\n\ndata: [DONE]\n\n"
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=gen())
+
+    mock.post(CHAT_URL).mock(side_effect=upstream)
+    body = orjson.dumps({"model": "chat-model", "stream": True, "input": "hi"})
+    msgs = [{"type": "http.request", "body": body, "more_body": False}]
+    times: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def receive() -> Any:
+        if msgs:
+            return msgs.pop(0)
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    async def send(m: Any) -> None:
+        if m["type"] == "http.response.body":
+            times.append(loop.time())
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/responses",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+    }
+    await app(scope, receive, send)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) >= 5 and max(gaps) <= interval + 0.08, gaps

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 import structlog
 
@@ -67,3 +68,54 @@ def test_redact_processor() -> None:
     out = logs.redact(None, "info", dict(ev))
     assert out["authorization"] == "[redacted]" and out["api_key"] == "[redacted]"
     assert "sk-live-xyz" not in out["note"] and out["input_tokens"] == 5
+
+
+@pytest.mark.parametrize("client_proto", ["chat", "responses"])
+@pytest.mark.parametrize("stream", [True, False])
+async def test_log_and_metrics_say_what_the_client_received(
+    client_factory: Any, mock: Any, capsys: Any, stream: bool, client_proto: str
+) -> None:
+    """An upstream error mid-answer, then more bytes and a finish: the client got a failure,
+    and so say the log line and the outcome counter (the later finish changes nothing)."""
+    logs.setup("info")
+    c = await client_factory()
+    events = [
+        chat_chunk({"role": "assistant", "content": "x"}),
+        {"error": {"message": "boom", "type": "server_error", "code": "server_error"}},
+        chat_chunk({"content": "late"}),
+        chat_chunk({}, "stop"),
+    ]
+    if stream:
+        mock.post(CHAT_URL).mock(return_value=sse_response(events, done=True))
+    else:
+        mock.post(CHAT_URL).mock(
+            return_value=httpx.Response(
+                200,
+                json={
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": "up-chat",
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}
+                    ],
+                    "error": {"message": "boom", "type": "server_error", "code": "server_error"},
+                },
+            )
+        )
+    if client_proto == "chat":
+        r = await c.post(
+            "/v1/chat/completions",
+            json={"model": "chat-model", "stream": stream, "messages": [{"role": "user", "content": "hi"}]},
+        )
+        failed = r.text.rstrip().endswith("}") and '{"error"' in r.text if stream else r.status_code == 502
+    else:
+        r = await c.post("/v1/responses", json={"model": "chat-model", "stream": stream, "input": "hi"})
+        failed = '"response.failed"' in r.text if stream else r.json()["status"] == "failed"
+    assert failed, r.text
+    line = next(x for x in lines(capsys.readouterr().err) if x.get("event") == "request")
+    assert line["terminal"] == ("error" if client_proto == "chat" and not stream else "failed")
+    if stream:
+        m = c._transport.app.metrics  # type: ignore[attr-defined]
+        assert m.get("switchboard_stream_outcomes_total", outcome="failed", client=client_proto) == 1
+        assert m.get("switchboard_stream_outcomes_total", outcome="completed", client=client_proto) == 0

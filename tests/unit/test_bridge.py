@@ -59,8 +59,18 @@ def transport(b: Bridge) -> bytes:
     return b.receive_data(chat_data(TEXT)) + b.fail("upstream_stream_error", "ReadError") + b.end()
 
 
-def junk(b: Bridge) -> bytes:
-    return b.receive_data(chat_data(TEXT) + b"data: {not json\n\n" + chat_data(TEXT)) + b.end()
+def broken_event(b: Bridge) -> bytes:
+    """An event the pieces cannot process (the guard): a decoder that raises."""
+
+    class Raising:
+        def feed(self, _: Any) -> Any:
+            raise ValueError("no rule foresaw this")
+
+        def end(self) -> list[Any]:
+            return []
+
+    b.decoder = Raising()
+    return b.receive_data(chat_data(TEXT)) + b.end()
 
 
 def overflow(b: Bridge) -> bytes:
@@ -72,7 +82,7 @@ SCENARIOS = {
     "upstream_stream_truncated": truncated,
     "upstream_idle_timeout": idle,
     "upstream_stream_error": transport,
-    "upstream_bad_event": junk,
+    "upstream_bad_event": broken_event,
 }
 
 
@@ -108,6 +118,28 @@ def test_bad_answer_object_is_upstream_bad_response(client: str, upstream: str) 
     else:  # a bad item is skipped as data: the answer still completes
         status, out = b.complete(obj)
         assert status == 200 and orjson.loads(out)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("junk", [b"data: ping", b'data: {"a":', b"data: <!-- debug -->", b"data: 42", b"data: [1]"])
+def test_junk_lines_are_skipped_and_nothing_is_lost(client: str, junk: bytes) -> None:
+    b = bridge(client, "chat")
+    fin = {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]}
+    raw = b.receive_data(chat_data(TEXT) + junk + b"\n\n" + chat_data(fin) + b"data: [DONE]\n\n") + b.end()
+    assert b.terminal == "completed" and "sse_junk_line_skipped" in b.repairs
+    p = SSEParser()
+    text = "".join(
+        (o["choices"][0]["delta"].get("content") or "") if client == "chat" else o.get("delta", "")
+        for o in (orjson.loads(e.data) for e in p.feed(raw) + p.end() if e.data != "[DONE]")
+        if (client == "chat" and o.get("choices")) or o.get("type") == "response.output_text.delta"
+    )
+    assert text == "Hello"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_junk_only_is_a_truncated_stream(client: str) -> None:
+    b = bridge(client, "chat")
+    assert failure(client, b.receive_data(b"data: ping\n\ndata: pong\n\n") + b.end()) == "upstream_stream_truncated"
 
 
 def test_a_failure_after_the_terminal_changes_nothing() -> None:
