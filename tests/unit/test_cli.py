@@ -1,0 +1,84 @@
+"""The command line and config loading, in process: what `switchboard check-config` and
+`switchboard serve` print and hand to uvicorn, and the errors a broken file gets."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from app import cli
+from app.config import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "config.example.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Any:
+    yield
+    structlog.reset_defaults()
+
+
+def test_check_config_ok_says_open(capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.delenv("SWITCHBOARD_API_KEY", raising=False)
+    assert cli.main(["check-config", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and "OPEN" in out
+
+
+def test_check_config_error_exits_2_without_environment_values(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("SB_CLI_SECRET", "sk-cli-secret-value")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("providers:\n  - name: a\n    profile: nope\n    api_key: ${SB_CLI_SECRET}\nmodels: []\n")
+    assert cli.main(["check-config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "providers[0].profile" in err and "sk-cli-secret-value" not in err
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (None, "cannot read"),
+        ("providers: [\n", "not valid YAML"),
+        ("- just\n- a list\n", "the top level must be a mapping"),
+        ("providers:\n  - name: a\n    api_key: ${SB_CLI_UNSET_VAR}\nmodels: []\n", "SB_CLI_UNSET_VAR is not set"),
+    ],
+)
+def test_load_config_errors_name_the_file(tmp_path: Path, content: str | None, message: str, monkeypatch: Any) -> None:
+    monkeypatch.delenv("SB_CLI_UNSET_VAR", raising=False)
+    f = tmp_path / "c.yaml"
+    if content is not None:
+        f.write_text(content)
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(f)
+    assert str(f) in str(e.value)
+
+
+def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
+    import uvicorn
+
+    got: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: got.update(app=app, **kw))
+    monkeypatch.delenv("SWITCHBOARD_CONFIG", raising=False)
+    monkeypatch.delenv("SWITCHBOARD_LOG_LEVEL", raising=False)
+    assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "2", "--log-level", "warning"]) == 0
+    assert got["app"] == "app.asgi:app" and got["port"] == 0 and got["workers"] == 2 and got["host"] == "127.0.0.1"
+    assert got["loop"] == "uvloop" and got["http"] == "httptools" and got["access_log"] is False
+    assert os.environ["SWITCHBOARD_CONFIG"] == str(EXAMPLE)
+    # the worker's entry point builds the app from that file
+    sys.modules.pop("app.asgi", None)
+    asgi = importlib.import_module("app.asgi")
+    assert asgi.app.state.config.models[0].name == "demo"
+
+
+def test_serve_with_a_broken_config_exits_2(tmp_path: Path, capsys: Any) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("providers: []\n")
+    assert cli.main(["serve", "--config", str(bad)]) == 2
+    assert "invalid configuration" in capsys.readouterr().err
