@@ -91,7 +91,7 @@ def prepare(
     if route is None:
         raise ProxyError(
             404,
-            f"The model '{model}' does not exist or you do not have access to it.",
+            f"The model '{model[:200]}' does not exist or you do not have access to it.",
             code="model_not_found",
             param="model",
         )

@@ -344,12 +344,6 @@ def error_in_ok_body(body: bytes, headers: Any, provider: str, mask: SecretMask 
     return upstream_error(status, body, headers, provider, mask, said="answered HTTP 200 with an error")
 
 
-def mask_error(err: dict[str, Any], mask: SecretMask) -> dict[str, Any]:
-    """An upstream's error object (mid-stream, or inside a failed response) with every
-    configured secret masked in its text fields."""
-    return {k: mask(v) if isinstance(v, str) else v for k, v in err.items()}
-
-
 def failed_answer_error(err: dict[str, Any], mask: SecretMask) -> ProxyError:
     """A Chat client's non-streamed answer that failed (the upstream's error inside its
     answer, or a repair that refused it): HTTP 502, or the status of a well-known code;

@@ -215,7 +215,6 @@ class Bridge:
         "broken",
         "crashed",
         "error_code",
-        "_include_usage",
         "_incomplete_as_completed",
         "_echo",
         "_done_sent",
@@ -237,7 +236,6 @@ class Bridge:
         self.ctx = ctx
         self.mask = mask
         self._chat = direction.client == "chat"
-        self._include_usage = include_usage
         self._incomplete_as_completed = incomplete_as_completed
         self._echo = echo or {}
         self.decoder: Any = ChatStreamDecoder(ctx) if direction.upstream == "chat" else ResponsesStreamDecoder(ctx)
@@ -369,7 +367,7 @@ class Bridge:
                 if not (isinstance(err, dict) and err.get("code") in _BAD):
                     err = None  # an upstream's own failure is a failed response object, as it came
                     if isinstance(result.get("error"), dict):
-                        result["error"] = self._masked(result["error"])
+                        result["error"] = self.mask.error(result["error"])
             body = None if err else orjson.dumps(result)
         except Exception as e:
             self.terminal = "failed"
@@ -378,7 +376,7 @@ class Bridge:
                 bad=True,
             ) from e
         if err or body is None:
-            error = self._masked(err if isinstance(err, dict) else {})
+            error = self.mask.error(err if isinstance(err, dict) else {})
             raise AnswerError(error, bad=error.get("code") in _BAD)
         return 200, body
 
@@ -388,10 +386,6 @@ class Bridge:
         if self.direction.upstream == "chat":
             return decode_chat_completion(obj, self.ctx)
         return decode_response(obj, self.ctx)
-
-    def _masked(self, err: dict[str, Any]) -> dict[str, Any]:
-        mask = self.mask
-        return {k: mask(v) if isinstance(v, str) else v for k, v in err.items()} if mask else err
 
     def _frame(self, objs: list[dict[str, Any]]) -> list[bytes]:
         frame = self.framing.frame
@@ -427,7 +421,7 @@ class Bridge:
             if fin and not self._closed:
                 self.terminal = ev.status  # type: ignore[union-attr]
                 if ev.error:  # type: ignore[union-attr]
-                    ev.error = self._masked(ev.error)  # type: ignore[union-attr]
+                    ev.error = self.mask.error(ev.error)  # type: ignore[union-attr]
                     code = ev.error.get("code")  # type: ignore[union-attr]
                     self.error_code = code if isinstance(code, str) else "upstream_error"
             for obj in enc.feed(ev):

@@ -474,23 +474,6 @@ class ChatStreamDecoder:
 # -- non-stream ---------------------------------------------------------------------------
 
 
-def _split_think(content: str, out: list[Event], ctx: Ctx) -> None:
-    if content.startswith(_OPEN):
-        i = content.find(_CLOSE, len(_OPEN))
-        ctx.repaired("inline_think")
-        if i < 0:
-            if len(content) > len(_OPEN):
-                out.append(Reasoning(content[len(_OPEN) :]))
-            return
-        if i > len(_OPEN):
-            out.append(Reasoning(content[len(_OPEN) : i]))
-        rest = content[i + len(_CLOSE) :]
-        if rest:
-            out.append(Text(rest))
-        return
-    out.append(Text(content))
-
-
 def _args_text(args: Any, ctx: Ctx) -> str | None:
     """A non-stream call's ``arguments`` as text: a string as is, absent as ``""``, any
     other JSON value as its JSON text (``chat_arguments_stringified``); None when even that
@@ -505,15 +488,6 @@ def _args_text(args: Any, ctx: Ctx) -> str | None:
         return None
     ctx.repaired("chat_arguments_stringified")
     return text
-
-
-def _fn_name(fn: dict[str, Any], ctx: Ctx) -> str | None:
-    name = fn.get("name")
-    if name.__class__ is str:
-        return name or None
-    if name is not None:
-        ctx.repaired("chat_malformed_field_dropped")
-    return None
 
 
 def decode_chat_completion(obj: dict[str, Any], ctx: Ctx) -> list[Event]:

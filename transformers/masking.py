@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 MIN_LEN = 6
 REDACTED = "[redacted]"
@@ -46,6 +47,12 @@ class SecretMask:
 
     def __bool__(self) -> bool:
         return self._re is not None
+
+    def error(self, err: dict[str, Any]) -> dict[str, Any]:
+        """An upstream's error object with every secret masked in its text fields."""
+        if self._re is None:
+            return err
+        return {k: self(v) if isinstance(v, str) else v for k, v in err.items()}
 
 
 NO_SECRETS = SecretMask()

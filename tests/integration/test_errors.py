@@ -294,3 +294,9 @@ async def test_previous_response_id_on_chat_upstream_is_a_clear_400(client: http
     e = err(r)
     assert e["param"] == "previous_response_id" and e["code"] == "unsupported_parameter"
     assert route.call_count == 0
+
+
+async def test_unknown_model_name_is_not_echoed_in_full(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/chat/completions", json={**CHAT, "model": "m" * 100_000})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    assert len(r.content) < 2_000
