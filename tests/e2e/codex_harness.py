@@ -3,20 +3,38 @@
 
 Theory of operation
 -------------------
-* ``ensure_codex(repo)`` runs ``npm install --prefix <repo>/.e2e/codex @openai/codex@0.169.0``
-  unless that exact version is already there, and returns the path of the ``codex``
-  launcher.  A missing node/npm raises ``CodexUnavailable`` (the fixture turns it into a
+* ``ensure_codex(repo, version)`` runs ``npm install --prefix <repo>/.e2e/codex-<version>
+  @openai/codex@<version>`` unless that exact version is already there, and returns the
+  path of the ``codex`` launcher.  Each version has its own prefix, so 0.169.0 (the
+  default, ``CODEX_VERSION``) and the newest release (``CODEX_LATEST``) live side by
+  side.  A missing node/npm raises ``CodexUnavailable`` (the fixture turns it into a
   test failure, not a skip).
 * ``builtin_catalog(codex)`` reads Codex's own model catalogue out of the vendored Rust
   binary (it is embedded as a JSON document ``{"models": [...]}``) and caches it under
-  ``.e2e/codex/``.  ``catalog_entry(slug)`` clones the built-in ``gpt-5.5`` entry (the
+  ``.e2e/codex-<version>/``.  ``catalog_entry(slug)`` clones the built-in ``gpt-5.5`` entry (the
   GPT-5 family entry with ``tool_mode: null``, ``apply_patch_tool_type: "freeform"``)
   under our test slug, with ``shell_type: "unified_exec"`` so Codex offers the
   ``exec_command`` function tool and ``apply_patch`` as a freeform ``custom`` tool.
   Without a catalogue entry Codex falls back to generic metadata: no apply_patch at all.
-* ``run_codex(...)`` writes ``config.toml`` (provider with ``wire_api = "responses"``,
-  ``base_url``, ``env_key``; retries off by default so that a failure shows at once
-  and never replays a scripted turn), ``model_catalog_json``, and runs
+* ``run_codex(...)`` writes ``config.toml`` and runs Codex against one of two providers:
+
+  ==============  ====================================================================
+  ``provider``    what Codex is told
+  ==============  ====================================================================
+  ``"custom"``    ``model_provider = "switchboard"``, a ``[model_providers.switchboard]``
+                  table (``name`` not "OpenAI", so no remote compaction; ``wire_api =
+                  "responses"``, ``base_url``, ``env_key``; retries off by default so a
+                  failure shows at once and never replays a scripted turn);
+                  ``supports_websockets = true`` when asked (the Responses WebSocket)
+  ``"openai"``    the built-in provider (``model_provider = "openai"``) with
+                  ``openai_base_url`` pointed at the proxy; the key goes in
+                  ``OPENAI_API_KEY`` and ``CODEX_API_KEY`` (what ``codex exec`` reads).
+                  Built in: ``name = "OpenAI"`` (remote compaction on),
+                  ``supports_websockets = true`` (a WebSocket first, HTTP after a 426),
+                  retries at Codex's defaults (a built-in provider cannot be overridden)
+  ==============  ====================================================================
+
+  plus ``model_catalog_json``, and runs
   ``codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox``
   in a new process group with stdin closed, bounded by ``timeout``; on timeout the group
   of that PID is killed.  Result: ``CodexRun`` with the JSON events and helpers.
@@ -34,17 +52,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CODEX_VERSION = "0.169.0"
+CODEX_VERSION = "0.169.0"  # the default version (the tool-list fixtures were captured with it)
+CODEX_LATEST = "0.171.0"  # the newest release the suite is checked against
+CODEX_VERSIONS = (CODEX_VERSION, CODEX_LATEST)
 CODEX_PACKAGE = f"@openai/codex@{CODEX_VERSION}"
 TEMPLATE_SLUG = "gpt-5.5"
+PROVIDERS = ("custom", "openai")
 
 
 class CodexUnavailable(RuntimeError):
     pass
 
 
-def codex_prefix(repo: Path) -> Path:
-    return Path(repo).resolve() / ".e2e" / "codex"
+def codex_prefix(repo: Path, version: str = CODEX_VERSION) -> Path:
+    return Path(repo).resolve() / ".e2e" / f"codex-{version}"
 
 
 def _installed_version(prefix: Path) -> str | None:
@@ -55,28 +76,35 @@ def _installed_version(prefix: Path) -> str | None:
         return None
 
 
-def ensure_codex(repo: Path, timeout: float = 300) -> Path:
-    """Install the pinned Codex CLI under ``<repo>/.e2e/codex`` if needed; return the launcher."""
-    prefix = codex_prefix(repo)
+def ensure_codex(repo: Path, version: str = CODEX_VERSION, timeout: float = 300) -> Path:
+    """Install Codex CLI ``version`` under ``<repo>/.e2e/codex-<version>`` if needed; return the launcher."""
+    prefix = codex_prefix(repo, version)
+    package = f"@openai/codex@{version}"
     launcher = prefix / "node_modules" / ".bin" / "codex"
-    if _installed_version(prefix) == CODEX_VERSION and launcher.exists():
+    if _installed_version(prefix) == version and launcher.exists():
         return launcher
     npm = shutil.which("npm")
     node = shutil.which("node")
     if not npm or not node:
-        raise CodexUnavailable(f"node/npm not found on PATH (node={node}, npm={npm}); cannot install {CODEX_PACKAGE}")
+        raise CodexUnavailable(f"node/npm not found on PATH (node={node}, npm={npm}); cannot install {package}")
     prefix.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), CODEX_PACKAGE],
+        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), package],
         capture_output=True,
         text=True,
         timeout=timeout,
     )
-    if proc.returncode != 0 or _installed_version(prefix) != CODEX_VERSION:
-        raise CodexUnavailable(
-            f"npm install {CODEX_PACKAGE} failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
+    if proc.returncode != 0 or _installed_version(prefix) != version:
+        raise CodexUnavailable(f"npm install {package} failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return launcher
+
+
+def launcher_version(launcher: Path) -> str:
+    """The version installed beside ``launcher`` (``<prefix>/node_modules/.bin/codex``)."""
+    version = _installed_version(Path(launcher).parent.parent.parent)
+    if version is None:
+        raise CodexUnavailable(f"no @openai/codex package.json beside {launcher}")
+    return version
 
 
 def vendored_binary(launcher: Path) -> Path:
@@ -89,7 +117,7 @@ def vendored_binary(launcher: Path) -> Path:
 
 def builtin_catalog(launcher: Path) -> dict:
     """Codex's built-in model catalogue, extracted from the vendored binary (cached)."""
-    cache = launcher.parent.parent.parent / f"builtin_models_{CODEX_VERSION}.json"
+    cache = launcher.parent.parent.parent / f"builtin_models_{launcher_version(launcher)}.json"
     if cache.exists():
         return json.loads(cache.read_text(encoding="utf-8"))
     data = vendored_binary(launcher).read_bytes()
@@ -199,30 +227,40 @@ def write_codex_home(
     stream_idle_timeout_ms: int = 60_000,
     retries: int = 0,
     extra_toml: str = "",
+    provider: str = "custom",
+    supports_websockets: bool = False,
 ) -> Path:
+    if provider not in PROVIDERS:
+        raise ValueError(f"provider must be one of {PROVIDERS}, not {provider!r}")
     home.mkdir(parents=True, exist_ok=True)
     lines = [
         f"model = {_toml_str(model)}",
-        'model_provider = "switchboard"',
+        'model_provider = "switchboard"' if provider == "custom" else 'model_provider = "openai"',
         'approval_policy = "never"',
         'sandbox_mode = "danger-full-access"',
     ]
+    if provider == "openai":
+        lines.append(f"openai_base_url = {_toml_str(base_url)}")
     if catalog is not None:
         cat_path = home / "models.json"
         cat_path.write_text(json.dumps(catalog, ensure_ascii=False), encoding="utf-8")
         lines.append(f"model_catalog_json = {_toml_str(str(cat_path))}")
+    lines += [extra_toml, ""]  # top-level keys first, then any [tables] it opens
+    if provider == "custom":
+        lines += [
+            "[model_providers.switchboard]",
+            'name = "Switchboard e2e"',
+            f"base_url = {_toml_str(base_url)}",
+            f"env_key = {_toml_str(env_key)}",
+            'wire_api = "responses"',
+            f"request_max_retries = {int(retries)}",
+            f"stream_max_retries = {int(retries)}",
+            f"stream_idle_timeout_ms = {int(stream_idle_timeout_ms)}",
+        ]
+        if supports_websockets:
+            lines.append("supports_websockets = true")
+        lines.append("")
     lines += [
-        extra_toml,  # top-level keys first, then any [tables] it opens
-        "",
-        "[model_providers.switchboard]",
-        'name = "Switchboard e2e"',
-        f"base_url = {_toml_str(base_url)}",
-        f"env_key = {_toml_str(env_key)}",
-        'wire_api = "responses"',
-        f"request_max_retries = {int(retries)}",
-        f"stream_max_retries = {int(retries)}",
-        f"stream_idle_timeout_ms = {int(stream_idle_timeout_ms)}",
-        "",
         # no startup network traffic to github.com / chatgpt.com (curated plugin sync);
         # it does not change the tool list sent to the model
         "[features]",
@@ -252,10 +290,20 @@ def run_codex(
     extra_args: list[str] = (),
     extra_toml: str = "",
     retries: int = 0,
+    provider: str = "custom",
+    supports_websockets: bool = False,
 ) -> CodexRun:
     workspace.mkdir(parents=True, exist_ok=True)
     write_codex_home(
-        home, base_url=base_url, model=model, catalog=catalog, env_key=env_key, extra_toml=extra_toml, retries=retries
+        home,
+        base_url=base_url,
+        model=model,
+        catalog=catalog,
+        env_key=env_key,
+        extra_toml=extra_toml,
+        retries=retries,
+        provider=provider,
+        supports_websockets=supports_websockets,
     )
     argv = [
         str(launcher),
@@ -275,6 +323,7 @@ def run_codex(
         {
             "CODEX_HOME": str(home),
             env_key: api_key,
+            **({"OPENAI_API_KEY": api_key, "CODEX_API_KEY": api_key} if provider == "openai" else {}),
             "NO_COLOR": "1",
             "RUST_LOG": env.get("RUST_LOG", "warn"),
             "NO_PROXY": "127.0.0.1,localhost",

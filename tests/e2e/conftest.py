@@ -11,9 +11,13 @@ Theory of operation
   ``tmp_path`` and attached to assertion messages via ``Proxy.log()``.
   ``proxy_for(upstream, profile=..., protocol=..., model=...)`` is the one-provider,
   one-model shortcut used by most tests.
-* ``codex`` (session) installs ``@openai/codex@0.169.0`` under ``<repo>/.e2e/codex`` (a
-  missing node/npm FAILS the test); ``codex_run(prompt, base_url=..., model=...)`` runs
-  ``codex exec --json`` once in a fresh workspace + CODEX_HOME under ``tmp_path``.
+* ``codex`` (session) installs ``@openai/codex@0.169.0`` under ``<repo>/.e2e/codex-0.169.0``
+  (a missing node/npm FAILS the test); ``codex_at(version)`` does the same for any version
+  (``codex_harness.CODEX_VERSIONS``: 0.169.0 and the newest, 0.171.0);
+  ``codex_run(prompt, base_url=..., model=..., version=None, provider="custom",
+  supports_websockets=False)`` runs ``codex exec --json`` once in a fresh workspace +
+  CODEX_HOME under ``tmp_path`` (``provider="openai"``: Codex's built-in provider with
+  ``openai_base_url`` pointed at the proxy).
 * every test is bounded by ``TEST_TIME_LIMIT`` (SIGALRM) besides the per-process timeouts.
 """
 
@@ -125,15 +129,27 @@ def proxy_for(proxy):
 
 
 @pytest.fixture(scope="session")
-def codex() -> Path:
-    try:
-        return codex_harness.ensure_codex(REPO)
-    except codex_harness.CodexUnavailable as exc:
-        pytest.fail(str(exc))
+def codex_at():
+    installed: dict[str, Path] = {}
+
+    def get(version: str = codex_harness.CODEX_VERSION) -> Path:
+        if version not in installed:
+            try:
+                installed[version] = codex_harness.ensure_codex(REPO, version)
+            except codex_harness.CodexUnavailable as exc:
+                pytest.fail(str(exc))
+        return installed[version]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def codex(codex_at) -> Path:
+    return codex_at(codex_harness.CODEX_VERSION)
 
 
 @pytest.fixture
-def codex_run(codex, tmp_path):
+def codex_run(codex, codex_at, tmp_path):
     counter = iter(range(1000))
 
     def run(
@@ -144,12 +160,14 @@ def codex_run(codex, tmp_path):
         timeout: float = 90,
         api_key: str = PROXY_CLIENT_KEY,
         catalog_overrides: dict | None = None,
+        version: str | None = None,
         **kw,
     ) -> codex_harness.CodexRun:
         n = next(counter)
-        catalog = {"models": [codex_harness.catalog_entry(codex, model, **(catalog_overrides or {}))]}
+        launcher = codex if version is None else codex_at(version)
+        catalog = {"models": [codex_harness.catalog_entry(launcher, model, **(catalog_overrides or {}))]}
         return codex_harness.run_codex(
-            codex,
+            launcher,
             prompt,
             base_url=base_url,
             model=model,
