@@ -29,6 +29,8 @@ HELP = {
     "switchboard_stream_failures_total": "Answers that ended failed after the first byte, by provider and code.",
     "switchboard_request_duration_seconds_sum": "Total request time, by route.",
     "switchboard_ttfb_seconds_sum": "Total time to first upstream byte, by route.",
+    "switchboard_store_errors_total": "Response store operations that failed, by operation (put, get, chain, ...).",
+    "switchboard_websocket_connections_total": "Responses WebSocket upgrades accepted and refused, and closes, by event.",
 }
 
 OTHER = "other"
@@ -52,6 +54,12 @@ LABELS: dict[str, frozenset[str]] = {
     "outcome": OUTCOMES,
     "rule": repairs.NAMES,
     "code": frozenset(),
+    # response store operations (app/store.py); too_large: a record over store.max_record_bytes
+    "op": frozenset({"put", "get", "chain", "delete", "ping", "too_large"}),
+    "event": frozenset({
+        "accepted", "refused_auth", "refused_capacity", "refused_disabled",
+        "closed_client", "closed_idle", "closed_lifetime", "closed_shutdown",
+    }),  # fmt: skip
 }
 
 

@@ -9,6 +9,7 @@ re-exports these names.  Validation happens once at start-up, never on the hot p
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Literal
 
@@ -29,10 +30,76 @@ PROFILES = (
     "openai-compatible",
     "demo",
 )
+# profiles whose Responses endpoint keeps responses (previous_response_id works upstream)
+STORING_PROFILES = frozenset({"openai", "azure", "xai"})
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WebSocketCfg(_Strict):
+    """The Responses WebSocket transport on GET /v1/responses (docs/clients.md)."""
+
+    # serve it; false answers the upgrade 426 (clients fall back to HTTP)
+    enabled: bool = True
+    # open sockets per process; the next upgrade is answered 426 (clients fall back to HTTP)
+    max_connections: int = Field(default=512, ge=1)
+    # bytes of one socket's transcript (its last full input + output); above it the
+    # transcript is dropped and the next continuation gets previous_response_not_found
+    max_transcript_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # a socket with no frame for this long is closed (the client reconnects)
+    idle_timeout_seconds: float = Field(default=900.0, gt=0)
+    # a socket older than this gets websocket_connection_limit_reached at its next request
+    max_lifetime_seconds: float = Field(default=3600.0, gt=0)
+    # WebSocket pings (dead peers are found and closed); 0 = never
+    ping_interval_seconds: float = Field(default=20.0, ge=0)
+
+
+class RetryCfg(_Strict):
+    """Retries and fallbacks before the first byte (docs/operations.md, "Resilience")."""
+
+    # attempts per request, over all its targets (1 = no retry, no fallback)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    # backoff before a target is tried again: base · 2^(n-1), capped, half of it jitter
+    backoff_base_seconds: float = Field(default=0.2, ge=0)
+    backoff_max_seconds: float = Field(default=2.0, ge=0)
+    # an upstream's retry-after is waited for up to this; longer: that target is not retried
+    retry_after_max_seconds: float = Field(default=5.0, ge=0)
+    # no new attempt starts later than this after the request came (the first one always runs)
+    deadline_seconds: float = Field(default=30.0, gt=0)
+    # per provider: retries ≤ budget_ratio × requests over budget_window_seconds, at least
+    # budget_min_retries
+    budget_ratio: float = Field(default=0.2, ge=0)
+    budget_min_retries: int = Field(default=3, ge=0)
+    budget_window_seconds: float = Field(default=10.0, gt=0)
+
+
+class BreakerCfg(_Strict):
+    """Circuit breakers per provider and per (provider, upstream model)."""
+
+    enabled: bool = True
+    failures: int = Field(default=5, ge=1)  # in a row
+    failure_ratio: float = Field(default=0.5, gt=0, le=1)  # in the window …
+    min_calls: int = Field(default=10, ge=1)  # … once it holds this many calls
+    window_seconds: float = Field(default=60.0, gt=0)
+    open_seconds: float = Field(default=30.0, gt=0)  # then one probe (half-open)
+
+
+class DrainCfg(_Strict):
+    """What `switchboard serve` does on SIGTERM (docs/operations.md, "Drain")."""
+
+    # /readyz answers 503 draining while the listener stays open this long
+    announce_seconds: float = Field(default=3.0, ge=0)
+    # from the signal: streams still open then end with server_shutting_down (keep it below
+    # the orchestrator's grace: Docker 10 s, Kubernetes 30 s)
+    timeout_seconds: float = Field(default=8.0, gt=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> DrainCfg:
+        if self.announce_seconds > self.timeout_seconds:
+            raise ValueError("announce_seconds must not exceed timeout_seconds")
+        return self
 
 
 class ServerCfg(_Strict):
@@ -53,22 +120,75 @@ class ServerCfg(_Strict):
     allowed_origins: list[str] = Field(default_factory=list)
     # Host names (or "*") served besides the loopback ones when no client key is configured
     allowed_hosts: list[str] = Field(default_factory=list)
+    websocket: WebSocketCfg = Field(default_factory=WebSocketCfg)
+    retries: RetryCfg = Field(default_factory=RetryCfg)
+    breaker: BreakerCfg = Field(default_factory=BreakerCfg)
+    drain: DrainCfg = Field(default_factory=DrainCfg)
+
+
+class KeyCfg(_Strict):
+    """A named client key: the name owns what the key stores (stored responses) and is what
+    logs may say instead of the key."""
+
+    name: str = Field(min_length=1, max_length=64)
+    key: str
 
 
 class AuthCfg(_Strict):
-    # client keys, plain or "sha256:<hex>"; empty strings (unset env defaults) are ignored
-    keys: list[str] = Field(default_factory=list)
+    # client keys, plain or "sha256:<hex>", or {name, key} entries (named keys); empty
+    # strings and entries with an empty key (unset env defaults) are ignored
+    keys: list[str | KeyCfg] = Field(default_factory=list)
 
     @field_validator("keys")
     @classmethod
-    def _drop_empty(cls, v: list[str]) -> list[str]:
-        keys = [k for k in v if k]
+    def _drop_empty(cls, v: list[str | KeyCfg]) -> list[str | KeyCfg]:
+        keys = [k for k in v if (k.key if isinstance(k, KeyCfg) else k)]
         for i, k in enumerate(keys):
-            if k.startswith("sha256:") and not re.fullmatch(r"[0-9a-fA-F]{64}", k[7:]):
+            raw = k.key if isinstance(k, KeyCfg) else k
+            if raw.startswith("sha256:") and not re.fullmatch(r"[0-9a-fA-F]{64}", raw[7:]):
                 raise ValueError(
                     f"keys[{i}]: a 'sha256:' key must be followed by 64 hex digits (the SHA-256 of the key)"
                 )
+        names = [k.name for k in keys if isinstance(k, KeyCfg)]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate key name(s): {dup}")
         return keys
+
+    def named(self) -> list[tuple[str, str]]:
+        """(name, key) of every key; a plain key is named after its SHA-256 (``key-<12 hex>``:
+        the same on every instance, whatever the order of the list)."""
+        out = []
+        for k in self.keys:
+            if isinstance(k, KeyCfg):
+                out.append((k.name, k.key))
+            else:
+                digest = k[7:].lower() if k.startswith("sha256:") else hashlib.sha256(k.encode()).hexdigest()
+                out.append((f"key-{digest[:12]}", k))
+        return out
+
+
+class StoreCfg(_Strict):
+    """The response store (``store`` and ``previous_response_id`` of the Responses API;
+    docs/configuration.md)."""
+
+    # false: nothing is stored; a request with store=true is refused (400), an absent store
+    # means false
+    enabled: bool = True
+    backend: Literal["sqlite", "redis"] = "sqlite"
+    # sqlite: the database file (created at the first stored response; WAL mode); empty =
+    # $XDG_STATE_HOME/switchboard/responses.db (~/.local/state/switchboard/responses.db)
+    path: str = ""
+    # redis: the server, and the prefix of every key the proxy writes
+    url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "switchboard:resp:"
+    # how long a stored response lives (30 days, as OpenAI keeps them); a new turn renews
+    # the whole conversation it continues
+    ttl_seconds: int = Field(default=30 * 24 * 3600, ge=1)
+    # a response whose compressed record is larger is answered but not stored
+    max_record_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # how long one store operation may take before the store counts as unavailable
+    timeout_seconds: float = Field(default=2.0, gt=0)
 
 
 class TimeoutsCfg(_Strict):
@@ -105,6 +225,10 @@ class ProviderCfg(_Strict):
     query: dict[str, str] = Field(default_factory=dict)
     # Azure: deployment-name URLs /openai/deployments/{deployment}/…
     deployment: str | None = None
+    # a Responses upstream that keeps its responses (``store``), so a conversation that stays
+    # on it is continued by passing previous_response_id through; None = the profile's
+    # default (openai, azure, xai); false = the proxy always sends the whole conversation
+    upstream_store: bool | None = None
     timeouts: TimeoutsCfg = Field(default_factory=TimeoutsCfg)
     quirks: list[QuirksCfg] | QuirksCfg = Field(default_factory=list)
 
@@ -122,20 +246,48 @@ class ProviderCfg(_Strict):
         return (self.protocol,) if isinstance(self.protocol, str) else tuple(self.protocol)
 
     @property
+    def stores_responses(self) -> bool:
+        """The upstream keeps the responses it answers (``upstream_store``, else the profile)."""
+        return self.upstream_store if self.upstream_store is not None else self.profile in STORING_PROFILES
+
+    @property
     def quirk_overrides(self) -> list[QuirksCfg]:
         return [self.quirks] if isinstance(self.quirks, QuirksCfg) else list(self.quirks)
 
 
-class ModelCfg(_Strict):
-    name: str = Field(min_length=1)
+class TargetCfg(_Strict):
+    """One place a model can be served: a provider and the model name it knows."""
+
     provider: str
     upstream_model: str | None = None
+    # weighted targets share the load (drawn by weight); weight 0 or none: fallback only
+    weight: float | None = Field(default=None, ge=0)
+
+
+class ModelCfg(_Strict):
+    name: str = Field(min_length=1)
+    # one provider (the short form), or `targets`: ordered fallbacks, optionally weighted
+    provider: str | None = None
+    upstream_model: str | None = None
+    targets: list[TargetCfg] = Field(default_factory=list)
     quirks: QuirksCfg = Field(default_factory=QuirksCfg)
     context_window: int | None = Field(default=None, gt=0)
     max_output_tokens: int | None = Field(default=None, gt=0)
     reasoning: bool | None = None
     parallel_tool_calls: bool | None = None
     modalities: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ModelCfg:
+        if self.targets and (self.provider or self.upstream_model):
+            raise ValueError(f"model {self.name!r}: give either provider/upstream_model or targets, not both")
+        if not self.targets and not self.provider:
+            raise ValueError(f"model {self.name!r}: provider (or targets) is required")
+        return self
+
+    def target_list(self) -> list[TargetCfg]:
+        """Every target, the short form as a one-target list."""
+        return self.targets or [TargetCfg(provider=self.provider or "", upstream_model=self.upstream_model)]
 
 
 _CREDENTIAL = re.compile(r"authorization|key|token|secret|password|cookie|signature|sig$", re.I)
@@ -144,6 +296,7 @@ _CREDENTIAL = re.compile(r"authorization|key|token|secret|password|cookie|signat
 class Config(_Strict):
     server: ServerCfg = Field(default_factory=ServerCfg)
     auth: AuthCfg = Field(default_factory=AuthCfg)
+    store: StoreCfg = Field(default_factory=StoreCfg)
     providers: list[ProviderCfg]
     models: list[ModelCfg]
     # values that ``${VAR}`` put into this config (set by app.config.parse_config)
@@ -154,7 +307,10 @@ class Config(_Strict):
         keys, credential headers and query parameters, user:password in base URLs, values
         read from the environment, the envelope key and plain client keys."""
         found: list[str] = [*self._env_values, self.server.reasoning_envelope_key]
-        found += [k for k in self.auth.keys if not k.startswith("sha256:")]
+        store_auth = re.match(r"^rediss?://([^/@]+)@", self.store.url)
+        if store_auth:
+            found += [store_auth.group(1), *store_auth.group(1).split(":", 1)]
+        found += [k for _, k in self.auth.named() if not k.startswith("sha256:")]
         for p in self.providers:
             found.append(p.api_key or "")
             found += [v for k, v in p.headers.items() if _CREDENTIAL.search(k)]
@@ -175,6 +331,7 @@ class Config(_Strict):
         if mdup:
             raise ValueError(f"duplicate model name(s): {sorted(mdup)}")
         for i, m in enumerate(self.models):
-            if m.provider not in names:
-                raise ValueError(f"models[{i}] ({m.name!r}): unknown provider {m.provider!r}; known: {names}")
+            for t in m.target_list():
+                if t.provider not in names:
+                    raise ValueError(f"models[{i}] ({m.name!r}): unknown provider {t.provider!r}; known: {names}")
         return self

@@ -1,0 +1,331 @@
+"""The response store: what ``store`` keeps and ``previous_response_id`` continues.
+
+Theory of operation
+-------------------
+One small async interface, ``Store``, with two backends: ``SQLiteStore`` (aiosqlite, one
+file in WAL mode: one instance, or several workers on one host, no extra service) and
+``RedisStore`` (redis-py asyncio: several instances behind a load balancer; any instance
+continues any conversation).  A stored response is a ``Record``:
+
+==============  ============================================================================
+field           what
+==============  ============================================================================
+id              the response id the client got (``resp_…``)
+owner           the name of the client key that created it (``auth.keys``); another key
+                sees nothing (``get``/``chain``/``delete`` answer as for an unknown id)
+response        the response object as the client got it (model, output, usage, status,
+                created_at, the echoed request fields)
+input           this turn's own input items (each with an id), in order
+provider        the provider that answered; ``upstream``: the protocol it spoke
+remote          the upstream keeps the response too: a next turn on the same provider
+                passes ``previous_response_id`` through instead of re-sending the history
+ancestors       the ids of the earlier turns, oldest first: ``chain`` is one read
+created_at      when it was stored (unix seconds)
+==============  ============================================================================
+
+========================  =================================================================
+call                      does
+========================  =================================================================
+``put(rec)``              store (orjson + zlib); renews the TTL of its ancestors, so a live
+                          conversation never loses its start; a record over
+                          ``max_record_bytes`` compressed raises ``RecordTooLarge``
+``get(id, owner)``        the record, or None (unknown, expired, another owner's)
+``chain(id, owner)``      the records of the conversation ending at ``id``, oldest first,
+                          or None when ``id`` or any earlier turn is gone (answering without
+                          part of a conversation would be silently wrong)
+``delete(id, owner)``     True when a record of this owner was deleted
+``ping()``                True when the backend answers (``/readyz``)
+========================  =================================================================
+
+Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
+raised as ``StoreUnavailable`` and counted in ``switchboard_store_errors_total{op}``; the
+caller answers 503 ``store_unavailable``.  Nothing here keeps a connection state the next
+call depends on: redis-py reconnects on the next command, so the store recovers by itself.
+Records are never logged (they hold the conversation).
+
+The SQLite file is opened at the first operation that needs it (a proxy that never stores
+never creates it); expired rows are invisible at once and deleted every ``_PURGE_EVERY``
+puts.  Redis keys are ``key_prefix + id`` with the TTL on the key itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import zlib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.metrics import Metrics
+from providers.config import StoreCfg
+
+__all__ = ["Record", "RecordTooLarge", "Store", "StoreUnavailable", "open_store", "default_sqlite_path"]
+
+
+class StoreUnavailable(Exception):
+    """The backend did not answer (the message names the operation, never a record)."""
+
+
+class RecordTooLarge(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Record:
+    id: str
+    owner: str
+    response: dict[str, Any]
+    input: list[Any]
+    provider: str
+    upstream: str
+    remote: bool = False
+    ancestors: list[str] = field(default_factory=list)
+    created_at: float = 0.0
+
+    def encode(self) -> bytes:
+        return zlib.compress(orjson.dumps(asdict(self)), 6)
+
+    @classmethod
+    def decode(cls, blob: bytes) -> Record:
+        return cls(**orjson.loads(zlib.decompress(blob)))
+
+
+def default_sqlite_path() -> str:
+    """Where the SQLite store lives when ``store.path`` is empty: the user's state directory."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "switchboard", "responses.db")
+
+
+_PURGE_EVERY = 256
+
+
+class Store:
+    """The interface and what both backends share (see the module docstring); a backend
+    implements ``_put``, ``_get_many``, ``_delete``, ``_ping`` and ``aclose``."""
+
+    backend = ""
+
+    def __init__(self, cfg: StoreCfg, counters: Metrics | None = None) -> None:
+        self.cfg = cfg
+        self.ttl = cfg.ttl_seconds
+        self.max_bytes = cfg.max_record_bytes
+        self.timeout = cfg.timeout_seconds
+        self.counters = counters if counters is not None else Metrics()
+        self.healthy = True  # the last operation reached the backend
+
+    async def _call(self, op: str, coro: Any) -> Any:
+        try:
+            async with asyncio.timeout(self.timeout):
+                out = await coro
+        except Exception as e:
+            self.healthy = False
+            self.counters.inc("switchboard_store_errors_total", op=op)
+            raise StoreUnavailable(f"response store ({self.backend}) failed on {op}: {type(e).__name__}") from None
+        self.healthy = True
+        return out
+
+    async def put(self, rec: Record) -> None:
+        if not rec.created_at:
+            rec.created_at = time.time()
+        blob = rec.encode()
+        if len(blob) > self.max_bytes:
+            self.counters.inc("switchboard_store_errors_total", op="too_large")
+            raise RecordTooLarge(f"record of {len(blob)} bytes compressed exceeds store.max_record_bytes")
+        await self._call("put", self._put(rec.id, blob, rec.ancestors))
+
+    async def get(self, rid: str, owner: str) -> Record | None:
+        blobs = await self._call("get", self._get_many([rid]))
+        return _owned(blobs[0], owner)
+
+    async def chain(self, rid: str, owner: str) -> list[Record] | None:
+        last = await self.get(rid, owner)
+        if last is None:
+            return None
+        if not last.ancestors:
+            return [last]
+        blobs = await self._call("chain", self._get_many(last.ancestors))
+        out = []
+        for b in blobs:
+            rec = _owned(b, owner)
+            if rec is None:
+                return None
+            out.append(rec)
+        out.append(last)
+        return out
+
+    async def delete(self, rid: str, owner: str) -> bool:
+        if await self.get(rid, owner) is None:
+            return False
+        await self._call("delete", self._delete(rid))
+        return True
+
+    async def ping(self) -> bool:
+        try:
+            await self._call("ping", self._ping())
+        except StoreUnavailable:
+            return False
+        return True
+
+    # -- the backend ----------------------------------------------------------------------
+
+    async def _put(self, rid: str, blob: bytes, touch: list[str]) -> None:
+        raise NotImplementedError
+
+    async def _get_many(self, ids: list[str]) -> list[bytes | None]:
+        raise NotImplementedError
+
+    async def _delete(self, rid: str) -> None:
+        raise NotImplementedError
+
+    async def _ping(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+
+def _owned(blob: bytes | None, owner: str) -> Record | None:
+    if blob is None:
+        return None
+    try:
+        rec = Record.decode(blob)
+    except Exception:  # not a record of ours (a foreign key under the prefix): as unknown
+        return None
+    return rec if rec.owner == owner else None
+
+
+class SQLiteStore(Store):
+    backend = "sqlite"
+
+    def __init__(self, cfg: StoreCfg, counters: Metrics | None = None) -> None:
+        super().__init__(cfg, counters)
+        self.path = cfg.path or default_sqlite_path()
+        self._db: Any = None
+        self._opening = asyncio.Lock()
+        self._puts = 0
+
+    async def _conn(self) -> Any:
+        if self._db is not None:
+            return self._db
+        async with self._opening:
+            if self._db is None:
+                import aiosqlite
+
+                if self.path != ":memory:":
+                    Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                db = await aiosqlite.connect(self.path)
+                await db.execute("PRAGMA busy_timeout=5000")
+                await db.execute("PRAGMA journal_mode=WAL")
+                await db.execute("PRAGMA synchronous=NORMAL")
+                await db.execute(
+                    "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, expires_at REAL NOT NULL, data BLOB NOT NULL)"
+                )
+                await db.execute("CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)")
+                await db.commit()
+                self._db = db
+        return self._db
+
+    async def _put(self, rid: str, blob: bytes, touch: list[str]) -> None:
+        db = await self._conn()
+        now = time.time()
+        expires = now + self.ttl
+        await db.execute(
+            "INSERT OR REPLACE INTO responses (id, expires_at, data) VALUES (?, ?, ?)", (rid, expires, blob)
+        )
+        for part in _chunks(touch, 500):
+            marks = ",".join("?" * len(part))
+            await db.execute(
+                f"UPDATE responses SET expires_at = ? WHERE id IN ({marks}) AND expires_at > ?", (expires, *part, now)
+            )
+        self._puts += 1
+        if self._puts % _PURGE_EVERY == 0:
+            await db.execute("DELETE FROM responses WHERE expires_at <= ?", (now,))
+        await db.commit()
+
+    async def _get_many(self, ids: list[str]) -> list[bytes | None]:
+        db = await self._conn()
+        now = time.time()
+        found: dict[str, bytes] = {}
+        for part in _chunks(ids, 500):
+            marks = ",".join("?" * len(part))
+            async with db.execute(
+                f"SELECT id, data FROM responses WHERE id IN ({marks}) AND expires_at > ?", (*part, now)
+            ) as cur:
+                async for row in cur:
+                    found[row[0]] = row[1]
+        return [found.get(i) for i in ids]
+
+    async def _delete(self, rid: str) -> None:
+        db = await self._conn()
+        await db.execute("DELETE FROM responses WHERE id = ?", (rid,))
+        await db.commit()
+
+    async def _ping(self) -> None:
+        if self._db is None:
+            return  # not opened yet: nothing can be wrong with it
+        async with self._db.execute("SELECT 1") as cur:
+            await cur.fetchone()
+
+    async def aclose(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
+
+
+class RedisStore(Store):
+    backend = "redis"
+
+    def __init__(self, cfg: StoreCfg, counters: Metrics | None = None) -> None:
+        super().__init__(cfg, counters)
+        from redis.asyncio import Redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        self.prefix = cfg.key_prefix
+        # no retries inside one call (a dead server must fail fast: the caller answers 503);
+        # the pool opens a new connection on the next call, which is the reconnect
+        self.redis = Redis.from_url(
+            cfg.url,
+            socket_timeout=cfg.timeout_seconds,
+            socket_connect_timeout=cfg.timeout_seconds,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=30,
+        )
+
+    async def _put(self, rid: str, blob: bytes, touch: list[str]) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(self.prefix + rid, blob, ex=self.ttl)
+            for t in touch:
+                pipe.expire(self.prefix + t, self.ttl)
+            await pipe.execute()
+
+    async def _get_many(self, ids: list[str]) -> list[bytes | None]:
+        if len(ids) == 1:
+            return [await self.redis.get(self.prefix + ids[0])]
+        return list(await self.redis.mget([self.prefix + i for i in ids]))
+
+    async def _delete(self, rid: str) -> None:
+        await self.redis.delete(self.prefix + rid)
+
+    async def _ping(self) -> None:
+        await self.redis.ping()
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+
+def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def open_store(cfg: StoreCfg, counters: Metrics | None = None) -> Store | None:
+    """The configured backend (no I/O yet), or None when storing is off."""
+    if not cfg.enabled:
+        return None
+    return RedisStore(cfg, counters) if cfg.backend == "redis" else SQLiteStore(cfg, counters)

@@ -1,0 +1,138 @@
+"""The response store's contract, run against both backends: SQLite in a temp dir and the
+Redis on 127.0.0.1:6379 under a key prefix of its own (a missing Redis fails these tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+import zlib
+
+import orjson
+import pytest
+
+from app.metrics import Metrics
+from app.store import Record, RecordTooLarge, RedisStore, SQLiteStore, Store, StoreUnavailable, open_store
+from providers.config import StoreCfg
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def store(request, tmp_path):
+    prefix = f"switchboard-test:{uuid.uuid4().hex}:"
+    cfg = StoreCfg(backend=request.param, path=str(tmp_path / "r.db"), url=REDIS_URL, key_prefix=prefix, ttl_seconds=60)
+    s = open_store(cfg, Metrics())
+    assert s is not None
+    yield s
+    if isinstance(s, RedisStore):
+        keys = [k async for k in s.redis.scan_iter(match=prefix + "*")]
+        if keys:
+            await s.redis.delete(*keys)
+    await s.aclose()
+
+
+def rec(rid: str, owner: str = "alice", ancestors: list[str] | None = None, text: str = "hi") -> Record:
+    return Record(
+        id=rid,
+        owner=owner,
+        response={"id": rid, "object": "response", "status": "completed", "output": [{"type": "message", "t": text}]},
+        input=[{"id": f"msg_{rid}", "type": "message", "role": "user", "content": text}],
+        provider="p",
+        upstream="chat",
+        ancestors=ancestors or [],
+    )
+
+
+async def test_put_get_roundtrip(store: Store):
+    r = rec("resp_1", text="héllo ☃")
+    await store.put(r)
+    got = await store.get("resp_1", "alice")
+    assert got is not None
+    assert got.response == r.response and got.input == r.input and got.owner == "alice"
+    assert got.created_at > 0
+
+
+async def test_unknown_and_other_owner(store: Store):
+    await store.put(rec("resp_a"))
+    assert await store.get("resp_missing", "alice") is None
+    assert await store.get("resp_a", "bob") is None
+    assert await store.chain("resp_a", "bob") is None
+    assert await store.delete("resp_a", "bob") is False
+    assert await store.get("resp_a", "alice") is not None  # bob's delete did nothing
+
+
+async def test_chain_oldest_first_and_broken(store: Store):
+    await store.put(rec("resp_c1", text="one"))
+    await store.put(rec("resp_c2", ancestors=["resp_c1"], text="two"))
+    await store.put(rec("resp_c3", ancestors=["resp_c1", "resp_c2"], text="three"))
+    chain = await store.chain("resp_c3", "alice")
+    assert [r.id for r in chain or []] == ["resp_c1", "resp_c2", "resp_c3"]
+    assert await store.delete("resp_c2", "alice") is True
+    assert await store.get("resp_c2", "alice") is None
+    assert await store.chain("resp_c3", "alice") is None  # a gap: the whole chain is refused
+    assert [r.id for r in await store.chain("resp_c1", "alice") or []] == ["resp_c1"]
+
+
+async def test_ttl_expiry_and_renewal(store: Store):
+    store.ttl = 1
+    await store.put(rec("resp_t1"))
+    await asyncio.sleep(0.6)
+    await store.put(rec("resp_t2", ancestors=["resp_t1"]))  # renews resp_t1
+    await asyncio.sleep(0.6)
+    assert await store.get("resp_t1", "alice") is not None
+    assert [r.id for r in await store.chain("resp_t2", "alice") or []] == ["resp_t1", "resp_t2"]
+    await asyncio.sleep(1.2)
+    assert await store.get("resp_t1", "alice") is None
+    assert await store.get("resp_t2", "alice") is None
+
+
+async def test_size_cap_and_compression(store: Store):
+    store.max_bytes = 2048
+    big = rec("resp_big", text="x" * 100_000)  # compresses well below the cap
+    await store.put(big)
+    assert len(big.encode()) < 2048
+    assert len(orjson.loads(zlib.decompress(big.encode()))["input"][0]["content"]) == 100_000
+    noisy = rec("resp_noisy", text=os.urandom(4000).hex())  # random: does not compress
+    with pytest.raises(RecordTooLarge):
+        await store.put(noisy)
+    assert await store.get("resp_noisy", "alice") is None
+    assert store.counters.get("switchboard_store_errors_total", op="too_large") == 1
+
+
+async def test_ping(store: Store):
+    assert await store.ping() is True
+
+
+async def test_sqlite_is_wal_and_lazy(tmp_path):
+    path = tmp_path / "sub" / "r.db"
+    s = SQLiteStore(StoreCfg(path=str(path)))
+    assert await s.ping() and not path.exists()  # nothing stored, nothing created
+    await s.put(rec("resp_w"))
+    async with s._db.execute("PRAGMA journal_mode") as cur:
+        assert (await cur.fetchone())[0] == "wal"
+    await s.aclose()
+    s2 = SQLiteStore(StoreCfg(path=str(path)))  # another process/worker sees it
+    assert (await s2.get("resp_w", "alice")) is not None
+    await s2.aclose()
+
+
+async def test_unreachable_redis_is_unavailable_then_counted():
+    m = Metrics()
+    s = RedisStore(StoreCfg(backend="redis", url="redis://127.0.0.1:1/0", timeout_seconds=0.5), m)
+    with pytest.raises(StoreUnavailable) as e:
+        await s.get("resp_x", "alice")
+    assert "resp_x" not in str(e.value)
+    with pytest.raises(StoreUnavailable):
+        await s.put(rec("resp_x"))
+    assert await s.ping() is False
+    assert s.healthy is False
+    assert m.get("switchboard_store_errors_total", op="get") == 1
+    assert m.get("switchboard_store_errors_total", op="put") == 1
+    assert m.get("switchboard_store_errors_total", op="ping") == 1
+    await s.aclose()
+
+
+def test_disabled_store_is_none():
+    assert open_store(StoreCfg(enabled=False)) is None
+    assert isinstance(open_store(StoreCfg()), SQLiteStore)
