@@ -50,6 +50,13 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         log_level="warning",
         timeout_keep_alive=75,
+        # the Responses WebSocket transport (app.ws): frames as large as a request body,
+        # pings to find dead peers, compression as Codex offers it
+        ws="websockets-sansio",
+        ws_max_size=cfg.server.max_body_bytes,
+        ws_ping_interval=cfg.server.websocket.ping_interval_seconds or None,
+        ws_ping_timeout=cfg.server.websocket.ping_interval_seconds or None,
+        ws_per_message_deflate=True,
         server_header=False,
         date_header=False,
     )

@@ -1,0 +1,323 @@
+"""The Responses WebSocket transport: ``GET /v1/responses`` upgraded (docs/clients.md).
+
+Theory of operation
+-------------------
+Codex's built-in OpenAI provider (and a custom provider with ``supports_websockets``)
+opens one socket per conversation and sends one ``response.create`` text frame per
+request; the answer is the Responses event stream, one event per text frame.  Everything
+between the frames is HTTP's path unchanged: a frame becomes a request body (rebuilt to
+the full, stateless input by ``transformers.ws_session.WSSession`` when it continues the
+previous response), goes through ``prepare()`` and is pumped by the same
+``ProxyResponse`` as an HTTP request, behind two small adapters:
+
+* its ``send`` takes the HTTP messages ``ProxyResponse`` writes: a 200 body is the
+  Bridge's WebSocket framing (one event per line, ``WSFraming``) and each line goes out as
+  one text frame; an error status (answered before the first byte) becomes the Responses
+  WebSocket error frame ``{"type":"error","status":N,"error":{…},"headers":{…}}``, which
+  Codex maps exactly like the HTTP answer;
+* its ``receive`` reports ``http.disconnect`` when the socket goes away, so a client that
+  leaves mid-turn cancels the upstream exactly as on HTTP.
+
+One reader task per socket moves the client's messages into a queue (an ``asyncio.Queue``
+read is safe to cancel; a frame that arrives during a turn, such as
+``response.processed``, waits there).  Bounds: sockets per process
+(``server.websocket.max_connections``; the next upgrade is answered 426, and Codex falls
+back to HTTP for the session), transcript bytes per socket, an idle timeout (the socket is
+closed; the client reconnects), a lifetime (the next request is answered
+``websocket_connection_limit_reached``, which Codex retries on a new socket), the frame
+size (``server.max_body_bytes``) and pings (uvicorn's, ``ping_interval_seconds``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from app.logs import log
+from app.pipeline import ProxyResponse, new_request_id, prepare
+from transformers.errors import ProxyError, RequestError
+from transformers.ws_session import Ignore, Reply, Turn, Warmup, WSSession, error_frame
+
+if TYPE_CHECKING:
+    from app.main import Service
+
+_LIMIT_MESSAGE = (
+    "Responses websocket connection limit reached ({minutes:g} minutes). Create a new websocket connection to continue."
+)
+
+
+async def serve_socket(svc: Service, scope: Any, receive: Any, send: Any) -> None:
+    """One WebSocket connection on ``/v1/responses``, from the upgrade to the close."""
+    from app.main import _headers
+
+    cfg = svc.config.server.websocket
+    cid = new_request_id()
+    msg = await receive()
+    if msg["type"] != "websocket.connect":
+        return
+    if not cfg.enabled:
+        await _deny(
+            send, 426, "WebSocket transport is not enabled; use HTTP POST /v1/responses", "upgrade_required", cid
+        )
+        svc.counters.inc("switchboard_websocket_connections_total", event="refused_disabled")
+        return
+    h = _headers(scope)
+    try:
+        svc.authorize(h)
+    except ProxyError as e:
+        await _deny(send, e.status, e.message, e.code, cid)
+        svc.counters.inc("switchboard_websocket_connections_total", event="refused_auth")
+        return
+    if svc.sockets >= cfg.max_connections:
+        # 426, not 503: Codex falls back to HTTP for the session, and the turn works
+        await _deny(
+            send,
+            426,
+            f"this instance serves at most {cfg.max_connections} WebSocket connections; use HTTP POST /v1/responses",
+            "websocket_capacity",
+            cid,
+        )
+        svc.counters.inc("switchboard_websocket_connections_total", event="refused_capacity")
+        return
+    await send({"type": "websocket.accept", "headers": [(b"x-request-id", cid.encode())]})
+    svc.sockets += 1
+    svc.counters.inc("switchboard_websocket_connections_total", event="accepted")
+    conn = _Connection(svc, cid, h, receive, send)
+    try:
+        await conn.run()
+    finally:
+        svc.sockets -= 1
+        conn.close_reader()
+        svc.counters.inc("switchboard_websocket_connections_total", event="closed_" + conn.closed_by)
+        log.info(
+            "websocket",
+            connection_id=cid,
+            turns=conn.turns,
+            duration_ms=round((time.monotonic() - conn.opened) * 1000, 2),
+            closed_by=conn.closed_by,
+        )
+
+
+async def _deny(send: Any, status: int, message: str, code: str | None, rid: str) -> None:
+    """Refuse the upgrade with an HTTP answer (the denial-response extension)."""
+    body = ProxyError(status, message, code=code).body(rid)
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"x-request-id", rid.encode())],
+        }
+    )
+    await send({"type": "websocket.http.response.body", "body": body})
+
+
+class _Gone(Exception):
+    """The socket closed while a frame was being sent."""
+
+
+class _Connection:
+    __slots__ = (
+        "svc",
+        "cid",
+        "headers",
+        "receive",
+        "send",
+        "session",
+        "inbox",
+        "gone",
+        "reader",
+        "opened",
+        "turns",
+        "closed_by",
+        "_status",
+        "_start_headers",
+        "_error",
+    )
+
+    def __init__(self, svc: Service, cid: str, headers: dict[str, str], receive: Any, send: Any) -> None:
+        self.svc = svc
+        self.cid = cid
+        self.headers = headers
+        self.receive = receive
+        self.send = send
+        self.session = WSSession(svc.config.server.websocket.max_transcript_bytes)
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.gone = asyncio.Event()
+        self.reader: asyncio.Task[None] | None = None
+        self.opened = time.monotonic()
+        self.turns = 0
+        self.closed_by = "client"
+        self._status = 200
+        self._start_headers: list[tuple[bytes, bytes]] = []
+        self._error: list[bytes] = []
+
+    # -- the socket ---------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                msg = await self.receive()
+                if msg["type"] == "websocket.disconnect":
+                    break
+                await self.inbox.put(msg)
+        finally:
+            self.gone.set()
+            self.inbox.put_nowait(None)
+
+    def close_reader(self) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+
+    async def _frame(self, obj: dict[str, Any]) -> None:
+        await self._text(orjson.dumps(obj).decode())
+
+    async def _text(self, text: str) -> None:
+        if self.gone.is_set():
+            raise _Gone
+        try:
+            await self.send({"type": "websocket.send", "text": text})
+        except OSError:  # uvicorn's ClientDisconnected: the peer went away
+            self.gone.set()
+            raise _Gone from None
+
+    async def _close(self, reason: str) -> None:
+        self.closed_by = reason
+        if not self.gone.is_set():
+            with contextlib.suppress(OSError):
+                await self.send({"type": "websocket.close", "code": 1000, "reason": reason})
+
+    async def run(self) -> None:
+        cfg = self.svc.config.server.websocket
+        self.reader = asyncio.ensure_future(self._read())
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(cfg.idle_timeout_seconds):
+                        msg = await self.inbox.get()
+                except TimeoutError:
+                    await self._close("idle")
+                    return
+                if msg is None:
+                    return
+                text = msg.get("text")
+                action = self.session.frame(text if text is not None else None)
+                if isinstance(action, Ignore):
+                    continue
+                if isinstance(action, Reply):
+                    await self._frame(action.frame)
+                    continue
+                if time.monotonic() - self.opened > cfg.max_lifetime_seconds:
+                    await self._frame(
+                        error_frame(
+                            400,
+                            _LIMIT_MESSAGE.format(minutes=cfg.max_lifetime_seconds / 60),
+                            "websocket_connection_limit_reached",
+                        )
+                    )
+                    await self._close("lifetime")
+                    return
+                self.turns += 1
+                if isinstance(action, Warmup):
+                    await self._warmup(action)
+                else:
+                    await self._turn(action)
+                if self.gone.is_set():
+                    return
+        except _Gone:
+            return
+
+    # -- one request --------------------------------------------------------------------------
+
+    def _prepare(self, body: dict[str, Any], rid: str) -> Any:
+        svc = self.svc
+        server = svc.config.server
+        return prepare(
+            svc.router,
+            orjson.dumps(body),
+            "responses",
+            rid,
+            envelope_key=svc.envelope_key,
+            incomplete_as_completed=server.incomplete_as_completed,
+            keepalive=server.keepalive_seconds,
+            started=time.perf_counter(),
+            client_headers=self.headers,
+            secrets=svc.secrets,
+            counters=svc.counters,
+            websocket=True,
+        )
+
+    async def _refused(self, e: ProxyError | RequestError, rid: str) -> None:
+        from app.main import _log_rejected
+
+        _log_rejected(self.svc.counters, "/v1/responses", e.status, e.code, rid)
+        err = e.to_dict() if isinstance(e, RequestError) else orjson.loads(e.body())["error"]
+        err["request_id"] = rid
+        headers = {"x-request-id": rid, **(e.headers if isinstance(e, ProxyError) else {})}
+        await self._frame({"type": "error", "status": e.status, "error": err, "headers": headers})
+
+    async def _warmup(self, action: Warmup) -> None:
+        rid = new_request_id()
+        try:
+            p = self._prepare(action.body, rid)
+        except (ProxyError, RequestError) as e:
+            await self._refused(e, rid)
+            return
+        for line in p.bridge.empty().splitlines():
+            await self._text(line.decode())
+        self.session.warmed(p.bridge.encoder.response["id"], action.body)
+        log.info("request", request_id=rid, route="/v1/responses", transport="websocket", terminal="warmup")
+
+    async def _turn(self, action: Turn) -> None:
+        rid = new_request_id()
+        try:
+            p = self._prepare(action.body, rid)
+        except (ProxyError, RequestError) as e:
+            self.session.failed()
+            await self._refused(e, rid)
+            return
+        self._status = 200
+        self._error.clear()
+        try:
+            await ProxyResponse(p)({"type": "http"}, self._turn_receive, self._turn_send)
+        except _Gone:
+            self.session.failed()
+            raise
+        if p.bridge.terminal == "completed":
+            resp = p.bridge.encoder.response
+            self.session.completed(resp["id"], resp.get("output") or [])
+        else:
+            self.session.failed()
+
+    async def _turn_receive(self) -> dict[str, Any]:
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _turn_send(self, msg: dict[str, Any]) -> None:
+        kind = msg["type"]
+        if kind == "http.response.start":
+            self._status = msg["status"]
+            self._start_headers = list(msg.get("headers") or ())
+            return
+        body: bytes = msg.get("body", b"")
+        if self._status != 200:
+            # an error answered before the first byte: one error frame
+            self._error.append(body)
+            if not msg.get("more_body", False):
+                await self._error_frame(b"".join(self._error))
+            return
+        for line in body.splitlines():
+            if line:
+                await self._text(line.decode())
+
+    async def _error_frame(self, body: bytes) -> None:
+        try:
+            err = orjson.loads(body)["error"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            err = {"message": "upstream error", "type": "server_error", "param": None, "code": None}
+        keep = (b"x-request-id", b"retry-after")
+        headers = {k.decode(): v.decode() for k, v in self._start_headers if k.lower() in keep}
+        await self._frame({"type": "error", "status": self._status, "error": err, "headers": headers})
