@@ -22,13 +22,14 @@ Profiles (``quirks`` = on by default):
 profile            auth        protocols          quirks
 =================  ==========  =================  =============================================
 openai             Bearer      chat, responses    strip_reasoning_envelope, max_completion_tokens,
-                                                  encrypted_content_retry,
+                                                  encrypted_content_retry, native_compaction,
                                                   schema_no_root_combinators, schema_strict_mode
 azure              api-key     chat, responses    as openai; deployment URLs + api-version
 xai                Bearer      chat, responses    strip_reasoning_envelope
 bedrock-mantle     Bearer      responses          mantle_request, strip_reasoning_envelope
 kimi               Bearer      chat               reasoning_replay, kimi_request,
-                                                  max_completion_tokens, developer_to_system;
+                                                  max_completion_tokens, developer_to_system,
+                                                  kimi_tool_ids;
                                                   Moonshot hosts: + moonshot_fields,
                                                   schema_strict_subset
 mimo               Bearer      chat               mimo_raw_patch, invalid_json_passthrough,
@@ -80,6 +81,7 @@ _MOONSHOT = frozenset({"moonshot_fields", "schema_strict_subset"})
 _RESPONSES = frozenset({"strip_reasoning_envelope"})
 _OPENAI = _RESPONSES | frozenset(
     {
+        "native_compaction",
         "max_completion_tokens",
         "encrypted_content_retry",
         "schema_no_root_combinators",
@@ -120,7 +122,9 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile(
             "kimi",
-            quirks=frozenset({"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system"}),
+            quirks=frozenset(
+                {"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system", "kimi_tool_ids"}
+            ),
             protocols=("chat",),
             url_quirks=tuple((h, _MOONSHOT) for h in MOONSHOT_HOSTS),
         ),
@@ -156,8 +160,8 @@ _MIMO = frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request",
 MODEL_QUIRKS: tuple[tuple[str, frozenset[str]], ...] = (
     ("mimo-v2.6*", _MIMO),
     ("*mimo-v2.6*", _MIMO),  # behind a gateway: "xiaomi/mimo-v2.6-pro", "opencode-go/mimo-v2.6-flash"
-    ("kimi-k2*", frozenset({"reasoning_replay"})),
-    ("*/kimi-k2*", frozenset({"reasoning_replay"})),
+    ("kimi-k2*", frozenset({"reasoning_replay", "kimi_tool_ids"})),
+    ("*/kimi-k2*", frozenset({"reasoning_replay", "kimi_tool_ids"})),
     ("deepseek-*", frozenset({"reasoning_replay"})),
 )
 

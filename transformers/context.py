@@ -29,6 +29,8 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
 ``mantle_request``         assistant content as a string; ``tool_choice:none`` → no tools
 ``kimi_request``           forced tool_choice → auto (thinking); max_completion_tokens
 ``strict_tool_ids``        tool-call ids limited to ``[A-Za-z0-9_-]`` (SPEC §1 strict)
+``kimi_tool_ids``          client-sanitised Kimi ids (``functions_Read_0``) put back to the
+                           native ``functions.Read:0`` before a Chat upstream (seed 000)
 ``max_completion_tokens``  send ``max_completion_tokens`` instead of ``max_tokens``
 ``thinking_param``         ``reasoning.effort`` → ``thinking:{type}``
 ``moonshot_fields``        keep Moonshot-only message/tool fields (else they are stripped)
@@ -42,6 +44,8 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
 ``schema_strict_mode``     ``strict:true`` tools: ``additionalProperties:false``, all required
 ``developer_to_system``    Chat ``developer`` messages sent as ``system``
 ``system_at_head``         all system messages merged into one at the head
+``native_compaction``      the upstream compacts natively (``compaction_trigger`` and its
+                           ``compaction`` items pass through; transformers/compaction.py)
 =========================  ===============================================================
 """
 
@@ -65,6 +69,7 @@ QUIRKS = frozenset(
         "mantle_request",
         "kimi_request",
         "strict_tool_ids",
+        "kimi_tool_ids",
         "max_completion_tokens",
         "thinking_param",
         "moonshot_fields",
@@ -76,6 +81,7 @@ QUIRKS = frozenset(
         "schema_strict_mode",
         "developer_to_system",
         "system_at_head",
+        "native_compaction",
     }
 )
 
@@ -123,6 +129,12 @@ class Ctx:
     repairs: list[str] = field(default_factory=list)
     # secret for the proxy-sealed reasoning envelope (bytes; empty = summary text only)
     envelope_key: bytes = b""
+    # secret for the compaction envelope (the server's secret, or a per-process one)
+    compaction_key: bytes = b""
+    # this request asks for a synthesised compaction (transformers/compaction.py)
+    compaction: bool = False
+    # proxy envelopes that did not open: (kind, status), for the app's metric and log
+    envelope_rejected: list[tuple[str, str]] = field(default_factory=list)
 
     def on(self, quirk: str) -> bool:
         return quirk in self.quirks

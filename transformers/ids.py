@@ -23,6 +23,40 @@ ids (repair ``tool_call_id_stringified``), anything else as no id at all.
 ``sanitize`` replaces every character outside ``[A-Za-z0-9_-]`` with ``_`` and optionally
 cuts.  Bare ``<name>:<idx>`` (``Write:6``) is deliberately NOT canonical.
 
+``kimi_restore_map`` undoes a client's sanitiser for the ``kimi_tool_ids`` quirk (issue 11,
+repair ``kimi_tool_ids_restored``).  Kimi Code 2.x rewrites every history id with
+``sanitizeToolCallId`` (``id.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64)``, Chat and
+Anthropic policies; its Responses policy first keeps the part before ``|``) and, when two
+different raw ids land on one result, appends ``_2``, ``_3``… after cutting the base to fit
+64 (``makeUniqueToolCallId``).  So Kimi's own ``functions.Read:0`` comes back as
+``functions_Read_0`` (or ``functions_Read_0_2``), and K2 stops calling tools (seed 000: 25/25
+tool calls with the native id, 0/25 with the sanitised one).  Over the Chat messages of one
+request, an assistant tool call with function name ``N`` and id ``s`` is a candidate when
+``s`` is exactly ``functions_N_<idx>`` or ``functions_N_<idx>_<k>`` (``idx`` ASCII digits,
+``k`` ≥ 2 the collision suffix); its canonical id is ``functions.N:<idx>``.  Then:
+
+=====================================================  =====================================
+case                                                   result
+=====================================================  =====================================
+a candidate, nothing below applies                     ``s`` → ``functions.N:<idx>``
+``N`` outside ``[A-Za-z0-9_-]``, or the id names       unchanged (name mismatch: the
+another function than its call                         mapping is not provable)
+``s`` has 64 characters or more                        unchanged (may have been cut)
+``s`` already canonical, foreign (``call_…``,          unchanged
+``toolu_…``, bare ``Read_0``), or idx not digits
+the candidates of one assistant message do not have    unchanged, the whole message (wrong
+strictly increasing ``idx`` in call order              index: not one Kimi answer)
+the same ``s`` on calls that give different            unchanged (ambiguous)
+canonical ids, or also on a call of another name
+two different ``s`` give one canonical id (collision,  unchanged, all of them (colliding)
+e.g. ``functions_Read_0`` and ``functions_Read_0_2``)
+the canonical id is already an id in the request       unchanged (colliding)
+=====================================================  =====================================
+
+A ``tool`` message is restored with its call: its ``tool_call_id`` takes the canonical id
+exactly when that id string was restored on an assistant call (an output whose id matches
+no call stays as sent).  The map is a pure function of the request (stateless).
+
 ``unique_map`` is the shared, deterministic uniqueness pass (kimi-code #327): over the
 distinct raw ids of a whole request, in history order, pass 1 keeps (and reserves) every id
 the policy leaves unchanged; pass 2 gives every other id its normalised form (``tool_call``
@@ -44,6 +78,7 @@ __all__ = [
     "MAX_CALL_ID",
     "EMPTY_ID",
     "is_canonical_kimi",
+    "kimi_restore_map",
     "sanitize",
     "chat_policy",
     "responses_policy",
@@ -58,6 +93,9 @@ EMPTY_ID = "tool_call"
 # ASCII digits only (``\d`` would accept other Unicode digits); fullmatch, so no trailing "\n".
 _CANONICAL = re.compile(r"functions\.[A-Za-z0-9_-]+:[0-9]+")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-]+")
+# what follows "functions_<name>_" in a sanitised native id: the index, then maybe a collision suffix
+_SANITISED_TAIL = re.compile(r"([0-9]+)(?:_([2-9]|[1-9][0-9]+))?")
 
 
 def upstream_call_id(v: Any, rep: Callable[[str], None]) -> str | None:
@@ -131,3 +169,61 @@ def unique_map(raw_ids: Iterable[str], policy: Callable[[str], str], max_len: in
         mapping[raw] = candidate
         used.add(candidate)
     return mapping
+
+
+def _sanitised_native(call: Any) -> tuple[str, str, int] | None:
+    """(sanitised id, canonical id, idx) for an assistant tool call whose id looks like Kimi
+    Code's sanitising of a native id of this very call, else None."""
+    if not isinstance(call, dict):
+        return None
+    sid, fn = call.get("id"), call.get("function")
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not (isinstance(sid, str) and isinstance(name, str)) or len(sid) >= MAX_CALL_ID:
+        return None
+    if _SAFE_NAME.fullmatch(name) is None:
+        return None
+    prefix = f"functions_{name}_"
+    if not sid.startswith(prefix):
+        return None
+    m = _SANITISED_TAIL.fullmatch(sid, len(prefix))
+    if m is None:
+        return None
+    return sid, f"functions.{name}:{m.group(1)}", int(m.group(1))
+
+
+def kimi_restore_map(messages: Iterable[Any]) -> dict[str, str]:
+    """Sanitised id → canonical ``functions.<name>:<idx>`` for every call id of a Chat
+    message list that can be restored unambiguously (see the module docstring's table)."""
+    present: set[str] = set()
+    found: dict[str, set[str]] = {}  # sanitised id → canonical ids it was read as
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        role = msg.get("role")
+        if role == "tool":
+            if isinstance(msg.get("tool_call_id"), str):
+                present.add(msg["tool_call_id"])
+            continue
+        calls = msg.get("tool_calls")
+        if role != "assistant" or not isinstance(calls, list):
+            continue
+        seen: list[tuple[str, str, int]] = []
+        for call in calls:
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                present.add(call["id"])
+                cand = _sanitised_native(call)
+                if cand is not None:
+                    seen.append(cand)
+                else:  # this id on a call it does not name: it reads as no native id here
+                    found.setdefault(call["id"], set()).add("")
+        if all(a[2] < b[2] for a, b in zip(seen, seen[1:])):
+            for sid, canonical, _ in seen:
+                found.setdefault(sid, set()).add(canonical)
+        else:  # not one Kimi answer: every candidate of this message stays as sent
+            for sid, _, _ in seen:
+                found.setdefault(sid, set()).add("")
+    by_canonical: dict[str, list[str]] = {}
+    for sid, canonicals in found.items():
+        if len(canonicals) == 1 and "" not in canonicals:
+            by_canonical.setdefault(next(iter(canonicals)), []).append(sid)
+    return {sids[0]: c for c, sids in by_canonical.items() if len(sids) == 1 and c not in present}

@@ -51,6 +51,7 @@ REPAIRS: dict[str, Repair] = {
     "mantle_request":             Repair("request", "request_quirks, request_c2r", "Bedrock Mantle: assistant content as a string; tool_choice none → no tools, forced → auto"),
     "strip_reasoning_envelope":   Repair("request", "request_quirks", "reasoning items sealed in the proxy's pxy1. envelope removed before a Responses upstream"),
     "encrypted_content_retry":    Repair("request", "app (upstream retry)", "400 invalid_encrypted_content: retried once without the reasoning blobs"),
+    "kimi_tool_ids_restored":     Repair("request", "request_quirks (ids.kimi_restore_map)", "Kimi: a client-sanitised native id (functions_Read_0) restored to functions.Read:0 on calls and their tool messages"),
     "reasoning_placeholder":      Repair("request", "request_quirks, request_r2c", "reasoning_replay: placeholder reasoning on an assistant tool-call message without any"),
     # -- request side: always on ---------------------------------------------------------------
     "stream_include_usage":       Repair("request", "request_quirks", "Chat→Chat: stream → stream_options.include_usage true; no stream → no stream_options"),
@@ -69,6 +70,8 @@ REPAIRS: dict[str, Repair] = {
     "tool_output_reordered":      Repair("request", "request_r2c", "tool outputs moved next to their assistant tool_calls message"),
     "orphan_tool_output_to_user": Repair("request", "request_r2c", "an output with no matching call kept as user text"),
     "input_item_dropped":         Repair("request", "request_r2c", "a Responses input item with no Chat form dropped"),
+    "compaction_synthesized":     Repair("request", "compaction", "a compaction_trigger toward an upstream without native compaction: the routed model is asked for the summary"),
+    "compaction_expanded":        Repair("request", "compaction", "a compaction item sealed by the proxy replaced by its summary as a user message"),
     # -- request side: tool schemas (schema.RULES) ---------------------------------------------
     "tool_schema_type_object":    Repair("request", "schema, request_r2c, request_c2r", 'parameters missing, {}, or of null type → type "object"'),
     "tool_schema_null_type":      Repair("request", "schema", 'a nested "type": null removed'),
@@ -99,6 +102,7 @@ REPAIRS: dict[str, Repair] = {
     "tool_call_id_stringified":   Repair("response", "ids (decoders)", "a numeric tool-call id becomes its decimal text"),
     "namespace_split":            Repair("response", "tool_stage", "a flattened namespace tool name goes back to Codex as namespace + name"),
     "tool_call_unnamed_dropped":  Repair("response", "chat_encode, responses_encode", "a tool call that never got a name dropped"),
+    "compaction_summary_truncated": Repair("response", "compaction", "a summary cut by the upstream's output limit still sealed as the compaction item"),
 }
 # fmt: on
 

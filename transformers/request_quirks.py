@@ -36,6 +36,11 @@ kimi_request                ``kimi_request``    forced ``tool_choice`` (required
                                                 auto; ``max_tokens`` →
                                                 ``max_completion_tokens``
 max_completion_tokens       that quirk          ``max_tokens`` → ``max_completion_tokens``
+kimi_tool_ids               that quirk (off     a client-sanitised native id
+                            with                ``functions_Read_0`` back to
+                            ``strict_tool_ids``) ``functions.Read:0`` on assistant calls
+                                                and their tool messages, where
+                                                unambiguous (``ids.kimi_restore_map``)
 reasoning_key_reasoning     that quirk          assistant ``reasoning_content`` →
                                                 ``reasoning``
 reasoning_replay            that quirk          placeholder reasoning ``"tool call"`` on
@@ -49,7 +54,8 @@ tool_schemas                always              ``schema.sanitize_tools``: the t
                                                 (some gated by ``schema_*`` quirks)
 ==========================  ==================  ==========================================
 
-Tool-call ids are never touched on Chat→Chat (SPEC §1: pass ids byte for byte).
+Tool-call ids are never touched on Chat→Chat (SPEC §1: pass ids byte for byte), except that
+``kimi_tool_ids`` puts back the native ids a client's sanitiser rewrote (issue 11, seed 000).
 
 Responses upstreams (``prepare_responses``):
 
@@ -92,7 +98,7 @@ from typing import Any
 
 from .context import Ctx
 from .envelope import is_envelope
-from .ids import MAX_CALL_ID, responses_policy, unique_map
+from .ids import MAX_CALL_ID, kimi_restore_map, responses_policy, unique_map
 from .request_c2r import text_of, toolinfo_from_chat
 from .schema import sanitize_tools
 from .vocab import ProtocolName
@@ -349,6 +355,37 @@ def _max_completion_tokens(body: Body, ctx: Ctx) -> None:
         ctx.repaired("max_completion_tokens")
 
 
+def _restore_ids(msg: Any, ids: dict[str, str]) -> Any:
+    """The message with its call ids (or its ``tool_call_id``) mapped through ``ids``."""
+    if not isinstance(msg, dict):
+        return msg
+    if msg.get("role") == "tool":
+        tid = msg.get("tool_call_id")
+        return {**msg, "tool_call_id": ids[tid]} if isinstance(tid, str) and tid in ids else msg
+    calls = msg.get("tool_calls")
+    if msg.get("role") != "assistant" or not isinstance(calls, list):
+        return msg
+    if not any(isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"] in ids for c in calls):
+        return msg
+    return {
+        **msg,
+        "tool_calls": [
+            {**c, "id": ids[c["id"]]} if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"] in ids else c
+            for c in calls
+        ],
+    }
+
+
+def _kimi_tool_ids(body: Body, ctx: Ctx) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or ctx.on("strict_tool_ids"):
+        return
+    ids = kimi_restore_map(messages)
+    if ids:
+        body["messages"] = [_restore_ids(m, ids) for m in messages]
+        ctx.repaired("kimi_tool_ids_restored")
+
+
 def _reasoning_key_reasoning(body: Body, ctx: Ctx) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -523,6 +560,7 @@ QUIRK_TABLE: tuple[tuple[str, ProtocolName, Gate, Pass], ...] = (
     ("mimo_request",              "chat",      _on("mimo_request"),              _mimo_request),
     ("kimi_request",              "chat",      _on("kimi_request"),              _kimi_request),
     ("max_completion_tokens",     "chat",      _on("max_completion_tokens"),     _max_completion_tokens),
+    ("kimi_tool_ids",             "chat",      _on("kimi_tool_ids"),             _kimi_tool_ids),
     ("reasoning_key_reasoning",   "chat",      _on("reasoning_key_reasoning"),   _reasoning_key_reasoning),
     ("reasoning_replay",          "chat",      _on("reasoning_replay"),          _reasoning_replay),
     ("developer_to_system",       "chat",      _on("developer_to_system"),       _developer_to_system),

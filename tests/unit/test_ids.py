@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from transformers.ids import (
     chat_policy,
     is_canonical_kimi,
+    kimi_restore_map,
     responses_policy,
     sanitize,
     strict_policy,
@@ -197,3 +198,99 @@ def test_property_mapping_injective_deterministic_and_fits(raw):
         # idempotent: feeding the output back changes nothing
         again = unique_map(list(m.values()), policy, 64)
         assert all(k == v for k, v in again.items())
+
+
+# -- kimi_restore_map: Kimi Code's sanitised native ids put back (issue 11, seed 000) --------
+
+
+def _asst(*calls: tuple[str, str]) -> dict:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}} for i, n in calls],
+    }
+
+
+def _tool(i: str) -> dict:
+    return {"role": "tool", "tool_call_id": i, "content": "ok"}
+
+
+LONG_NAME = "mcp__atlassian__confluence_search_pages_by_cql_query"  # functions_<it>_1 is 64 long
+
+# (case id, messages, expected map)
+RESTORE = [
+    ("plain", [_asst(("functions_Read_0", "Read")), _tool("functions_Read_0")],
+     {"functions_Read_0": "functions.Read:0"}),
+    ("parallel-increasing", [_asst(("functions_Read_3", "Read"), ("functions_Bash_4", "Bash"))],
+     {"functions_Read_3": "functions.Read:3", "functions_Bash_4": "functions.Bash:4"}),
+    ("multi-digit-idx", [_asst(("functions_Read_120", "Read"))], {"functions_Read_120": "functions.Read:120"}),
+    ("name-with-underscore-and-dash", [_asst(("functions_mcp__fs__read-file_2", "mcp__fs__read-file"))],
+     {"functions_mcp__fs__read-file_2": "functions.mcp__fs__read-file:2"}),
+    ("suffixed-_2-alone", [_asst(("functions_Read_0_2", "Read"))], {"functions_Read_0_2": "functions.Read:0"}),
+    ("suffixed-_12-alone", [_asst(("functions_Read_0_12", "Read"))], {"functions_Read_0_12": "functions.Read:0"}),
+    ("same-id-two-turns", [_asst(("functions_Read_0", "Read")), _tool("functions_Read_0"),
+                           _asst(("functions_Read_0", "Read")), _tool("functions_Read_0")],
+     {"functions_Read_0": "functions.Read:0"}),
+    # colliding: two different sanitised ids would become one canonical id
+    ("colliding-suffix", [_asst(("functions_Read_0", "Read")), _asst(("functions_Read_0_2", "Read"))], {}),
+    ("colliding-with-present-canonical", [_asst(("functions.Read:0", "Read")), _asst(("functions_Read_0", "Read"))],
+     {}),
+    ("colliding-with-tool-message-id", [_asst(("functions_Read_0", "Read")), _tool("functions.Read:0")], {}),
+    ("colliding-only-that-one", [_asst(("functions_Read_0", "Read")), _asst(("functions_Read_0_2", "Read")),
+                                 _asst(("functions_Bash_1", "Bash"))],
+     {"functions_Bash_1": "functions.Bash:1"}),
+    # ambiguous: the same sanitised id read as two canonical ids (different call names)
+    ("ambiguous-same-id-two-names", [_asst(("functions_Read_0", "Read")), _asst(("functions_Read_0", "Bash"))], {}),
+    # name mismatch
+    ("name-mismatch", [_asst(("functions_Bash_0", "Read"))], {}),
+    ("name-prefix-is-not-enough", [_asst(("functions_Read_File_0", "Read"))], {}),
+    ("name-outside-charset", [_asst(("functions_mcp_read_0", "mcp.read"))], {}),
+    ("name-not-a-string", [{"role": "assistant", "tool_calls": [{"id": "functions_Read_0", "function": {}}]}], {}),
+    # wrong index
+    ("index-not-digits", [_asst(("functions_Read_x", "Read"))], {}),
+    ("index-missing", [_asst(("functions_Read_", "Read"))], {}),
+    ("suffix-_1-is-not-kimi-code", [_asst(("functions_Read_0_1", "Read"))], {}),
+    ("suffix-leading-zero", [_asst(("functions_Read_0_02", "Read"))], {}),
+    ("index-decreasing-in-one-message", [_asst(("functions_Read_4", "Read"), ("functions_Bash_3", "Bash"))], {}),
+    ("index-repeated-in-one-message", [_asst(("functions_Read_4", "Read"), ("functions_Bash_4", "Bash"))], {}),
+    ("bad-message-taints-its-id", [_asst(("functions_Read_4", "Read"), ("functions_Bash_3", "Bash")),
+                                   _asst(("functions_Read_4", "Read"))], {}),
+    # foreign and canonical ids pass unchanged
+    ("foreign", [_asst(("call_abc123", "Read"), ("toolu_01XYZ", "Bash"), ("Read_0", "Read")),
+                 _tool("call_abc123")], {}),
+    ("already-canonical", [_asst(("functions.Read:0", "Read"))], {}),
+    ("bare-kimi-code-327-shape", [_asst(("Write_6", "Write"))], {}),
+    ("tool-message-without-call", [_tool("functions_Read_0")], {}),
+    # a cut id (64 characters) cannot be proven
+    ("cut-at-64", [_asst((f"functions_{LONG_NAME}_1", LONG_NAME))], {}),
+    ("just-under-64", [_asst((f"functions_{LONG_NAME[:-1]}_1", LONG_NAME[:-1]))],
+     {f"functions_{LONG_NAME[:-1]}_1": f"functions.{LONG_NAME[:-1]}:1"}),
+    ("junk-entries", ["x", {"role": "assistant", "tool_calls": "no"}, {"role": "assistant", "tool_calls": [1, {}]},
+                      _asst(("functions_Read_0", "Read"))], {"functions_Read_0": "functions.Read:0"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("messages, want", [r[1:] for r in RESTORE], ids=[r[0] for r in RESTORE])
+def test_kimi_restore_map(messages, want):
+    assert kimi_restore_map(messages) == want
+    for sid, canonical in want.items():
+        assert sanitize(canonical) == sid.rsplit("_", 1)[0] or sanitize(canonical) == sid
+        assert is_canonical_kimi(canonical)
+
+
+def test_cut_at_64_is_where_kimi_code_cuts():
+    assert len(f"functions_{LONG_NAME}_1") == 64
+    assert len(f"functions_{LONG_NAME[:-1]}_1") == 63
+
+
+@given(st.lists(st.tuples(st.sampled_from(["Read", "Bash", "Write_File"]), st.integers(0, 30)), max_size=6))
+def test_kimi_code_round_trip(calls):
+    """Whatever Kimi Code's sanitiser + uniqueness pass makes of one answer's native ids, the
+    map gives back the native ids (when they are distinct and increasing, as Kimi issues them)."""
+    native = [f"functions.{n}:{i}" for n, i in calls]
+    if len(set(native)) != len(native) or [i for _, i in calls] != sorted({i for _, i in calls}):
+        return
+    wire = unique_map(native, strict_policy, 64)  # Kimi Code's rule, byte for byte
+    msgs = [_asst(*((wire[c], n) for c, (n, _) in zip(native, calls)))]
+    restored = kimi_restore_map(msgs)
+    assert [restored.get(wire[c], wire[c]) for c in native] == native

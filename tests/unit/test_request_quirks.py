@@ -287,6 +287,102 @@ def test_only_builtin_tools_leaves_no_tools():
     assert out == {"messages": []}
 
 
+# -- kimi_tool_ids: Kimi Code's sanitised native ids restored (issue 11, seed 000) ------------
+
+KIMI_CODE_HISTORY = [
+    {"role": "user", "content": "read a and run ls"},
+    {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "r",
+        "tool_calls": [
+            {"type": "function", "id": "functions_Read_0", "function": {"name": "Read", "arguments": "{}"}},
+            {"type": "function", "id": "functions_Bash_1", "function": {"name": "Bash", "arguments": "{}"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "functions_Read_0", "content": "a"},
+    {"role": "tool", "tool_call_id": "functions_Bash_1", "content": "b"},
+    {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "r",
+        "tool_calls": [
+            {"type": "function", "id": "call_x", "function": {"name": "Read", "arguments": "{}"}},
+            {"type": "function", "id": "functions_Bash_9", "function": {"name": "Read", "arguments": "{}"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_x", "content": "c"},
+    {"role": "tool", "tool_call_id": "functions_Bash_9", "content": "d"},
+]
+
+
+def _ids(messages: list) -> list[str]:
+    return [
+        tc["id"] if m["role"] == "assistant" else m["tool_call_id"]
+        for m in messages
+        if m["role"] in ("assistant", "tool")
+        for tc in (m.get("tool_calls") or [m])
+    ]
+
+
+@pytest.mark.parametrize("translated", [False, True])
+def test_kimi_tool_ids_restores_calls_and_their_tool_messages(translated):
+    body = {"model": "k", "messages": copy.deepcopy(KIMI_CODE_HISTORY)}
+    c = ctx("kimi_tool_ids")
+    out = prepare_chat(body, c, translated=translated)
+    assert _ids(out["messages"]) == [
+        "functions.Read:0",
+        "functions.Bash:1",
+        "functions.Read:0",
+        "functions.Bash:1",
+        "call_x",
+        "functions_Bash_9",  # names Bash on a Read call: not provable, left alone
+        "call_x",
+        "functions_Bash_9",
+    ]
+    assert c.repairs.count("kimi_tool_ids_restored") == 1
+    assert body["messages"] == KIMI_CODE_HISTORY  # the client's body is not mutated
+    assert out["messages"][4] is body["messages"][4]  # untouched messages are the same objects
+
+
+@pytest.mark.parametrize(
+    "quirks",
+    [(), ("reasoning_replay", "developer_to_system"), ("kimi_tool_ids", "strict_tool_ids")],
+    ids=["no-quirks", "other-profile", "strict-wins"],
+)
+def test_kimi_tool_ids_off_leaves_ids_alone(quirks):
+    c = ctx(*quirks)
+    out = prepare_chat({"messages": copy.deepcopy(KIMI_CODE_HISTORY)}, c, translated=False)
+    assert _ids(out["messages"]) == _ids(KIMI_CODE_HISTORY)
+    assert "kimi_tool_ids_restored" not in c.repairs
+
+
+def test_kimi_tool_ids_nothing_to_restore_records_nothing():
+    c = ctx("kimi_tool_ids")
+    out = prepare_chat({"messages": copy.deepcopy(KOSONG_HISTORY)}, c, translated=False)
+    assert out["messages"] == KOSONG_HISTORY and c.repairs == []
+
+
+def test_kimi_tool_ids_through_a_responses_client():
+    """Kimi Code's openai_responses provider: function_call/function_call_output call_ids
+    sanitised; translated to Chat for a Kimi upstream, the upstream gets its native ids."""
+    body = {
+        "model": "k",
+        "input": [
+            {"type": "message", "role": "user", "content": "read"},
+            {"type": "function_call", "call_id": "functions_Read_0", "name": "Read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "functions_Read_0", "output": "a"},
+            {"type": "function_call", "call_id": "functions_Read_1_2", "name": "Read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "functions_Read_1_2", "output": "b"},
+        ],
+        "tools": [{"type": "function", "name": "Read", "parameters": {"type": "object"}}],
+    }
+    c = ctx("kimi_tool_ids", "reasoning_replay")
+    out = prepare_chat(responses_to_chat(body, c), c, translated=True)
+    assert _ids(out["messages"]) == ["functions.Read:0", "functions.Read:0", "functions.Read:1", "functions.Read:1"]
+    assert "kimi_tool_ids_restored" in c.repairs
+
+
 # -- reasoning replay on Chat → Chat ---------------------------------------------------------
 
 
