@@ -3,10 +3,30 @@
 Theory of operation
 -------------------
 Inside the proxy usage is always kept in Responses shape, with both details objects
-present and every field an integer (Codex fails to parse a partial object).  ``from_chat``
-reads a Chat ``usage`` (OpenAI, Moonshot's ``cached_tokens``, DeepSeek's
-``prompt_cache_hit_tokens``, Anthropic-style cache fields); ``to_chat`` goes back;
-``normalize_responses`` fills whatever a Responses upstream left out.
+present and every field an integer (Codex fails to parse a partial object, and the openai
+SDK 3.x requires ``input_tokens_details.cache_write_tokens``).  ``from_chat`` reads a Chat
+``usage`` (OpenAI, Moonshot's ``cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``,
+Anthropic-style cache fields); ``to_chat`` goes back; ``normalize_responses`` fills
+whatever a Responses upstream left out.  A figure the upstream does not report is 0.
+
+==========================  ===================================  ==========================
+field (Responses shape)      read from a Chat upstream            read from a Responses one
+==========================  ===================================  ==========================
+``cached_tokens``            ``prompt_tokens_details.cached_``    ``input_tokens_details.``
+                             ``tokens``, ``cached_tokens``,       ``cached_tokens``
+                             ``prompt_cache_hit_tokens``,
+                             ``cache_read_input_tokens``
+``cache_write_tokens``       ``prompt_tokens_details.cache_``     ``input_tokens_details.``
+                             ``write_tokens``, ``cache_``         ``cache_write_tokens``
+                             ``creation_input_tokens``
+``cache_write_tokens_``      —                                    kept when it is an object
+``details``                                                       of the two integer TTLs
+``reasoning_tokens``         ``completion_tokens_details.``       ``output_tokens_details.``
+                             ``reasoning_tokens``                 ``reasoning_tokens``
+==========================  ===================================  ==========================
+
+``to_chat`` writes ``prompt_tokens_details`` with ``cached_tokens`` and
+``cache_write_tokens`` and ``completion_tokens_details`` with ``reasoning_tokens``, always.
 
 Upstream usage is untrusted: a ``usage`` or ``*_tokens_details`` that is not an object
 counts as absent, a count that is not an integer counts as 0 (an integral float such as
@@ -76,10 +96,10 @@ def from_chat(u: Any, ctx: Any = None) -> dict[str, Any]:
         u.get("prompt_cache_hit_tokens"),
         u.get("cache_read_input_tokens"),
     )
-    details: dict[str, int] = {"cached_tokens": cached}
-    write = r.first(ptd.get("cache_write_tokens"), u.get("cache_creation_input_tokens"))
-    if write:
-        details["cache_write_tokens"] = write
+    details: dict[str, Any] = {
+        "cached_tokens": cached,
+        "cache_write_tokens": r.first(ptd.get("cache_write_tokens"), u.get("cache_creation_input_tokens")),
+    }
     total = r.count(u.get("total_tokens"))
     r.done(ctx)
     return {
@@ -91,6 +111,21 @@ def from_chat(u: Any, ctx: Any = None) -> dict[str, Any]:
     }
 
 
+_TTLS = ("ttl_12h_tokens", "ttl_30m_tokens")
+
+
+def _ttl_details(r: _Reader, v: Any) -> dict[str, int] | None:
+    """The per-retention split of cache writes, when it is whole (both counts integers)."""
+    d = r.obj(v)
+    if not d:
+        return None
+    counts = {k: r.count(d.get(k)) for k in _TTLS}
+    if any(n is None for n in counts.values()):
+        r.bad = True
+        return None
+    return {k: n for k, n in counts.items() if n is not None}
+
+
 def normalize_responses(u: Any, ctx: Any = None) -> dict[str, Any]:
     r = _Reader()
     u = r.obj(u)
@@ -98,10 +133,13 @@ def normalize_responses(u: Any, ctx: Any = None) -> dict[str, Any]:
     otd = r.obj(u.get("output_tokens_details"))
     inp = r.first(u.get("input_tokens"))
     out = r.first(u.get("output_tokens"))
-    details: dict[str, int] = {"cached_tokens": r.first(itd.get("cached_tokens"))}
-    write = r.count(itd.get("cache_write_tokens"))
-    if write is not None:
-        details["cache_write_tokens"] = write
+    details: dict[str, Any] = {
+        "cached_tokens": r.first(itd.get("cached_tokens")),
+        "cache_write_tokens": r.first(itd.get("cache_write_tokens")),
+    }
+    ttl = _ttl_details(r, itd.get("cache_write_tokens_details"))
+    if ttl is not None:
+        details["cache_write_tokens_details"] = ttl
     total = r.count(u.get("total_tokens"))
     r.done(ctx)
     return {
@@ -118,9 +156,7 @@ def to_chat(u: dict[str, Any]) -> dict[str, Any]:
     otd = u.get("output_tokens_details")
     itd = itd if itd.__class__ is dict else _EMPTY
     otd = otd if otd.__class__ is dict else _EMPTY
-    ptd: dict[str, int] = {"cached_tokens": _int(itd.get("cached_tokens"))}
-    if "cache_write_tokens" in itd:
-        ptd["cache_write_tokens"] = _int(itd["cache_write_tokens"])
+    ptd = {"cached_tokens": _int(itd.get("cached_tokens")), "cache_write_tokens": _int(itd.get("cache_write_tokens"))}
     return {
         "prompt_tokens": _int(u.get("input_tokens")),
         "completion_tokens": _int(u.get("output_tokens")),

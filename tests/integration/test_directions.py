@@ -196,7 +196,7 @@ async def test_responses_to_chat_stream(client: httpx.AsyncClient, mock: Any) ->
     assert final["status"] == "completed" and final["model"] == "chat-model"
     assert final["usage"] == {
         "input_tokens": 11,
-        "input_tokens_details": {"cached_tokens": 3},
+        "input_tokens_details": {"cached_tokens": 3, "cache_write_tokens": 0},
         "output_tokens": 7,
         "output_tokens_details": {"reasoning_tokens": 2},
         "total_tokens": 18,

@@ -336,7 +336,7 @@ def c_codex_deepseek_cache(r: httpx.Response) -> None:
     assert v["status"] == "completed" and v["text"] == "Hello" and v["reasoning"] == "think"
     assert v["final"]["usage"] == {
         "input_tokens": 20,
-        "input_tokens_details": {"cached_tokens": 9},
+        "input_tokens_details": {"cached_tokens": 9, "cache_write_tokens": 0},
         "output_tokens": 5,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 25,

@@ -210,7 +210,7 @@ def test_usage_after_finish_chunk_with_empty_choices():
         Usage(
             {
                 "input_tokens": 10,
-                "input_tokens_details": {"cached_tokens": 4},
+                "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
                 "output_tokens": 5,
                 "output_tokens_details": {"reasoning_tokens": 2},
                 "total_tokens": 15,
@@ -235,7 +235,7 @@ def test_usage_moonshot_choice_usage_cached_tokens():
         Usage(
             {
                 "input_tokens": 100,
-                "input_tokens_details": {"cached_tokens": 64},
+                "input_tokens_details": {"cached_tokens": 64, "cache_write_tokens": 0},
                 "output_tokens": 7,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": 107,
@@ -257,7 +257,7 @@ def test_usage_deepseek_prompt_cache_hit_tokens():
     assert evs[-2] == Usage(
         {
             "input_tokens": 50,
-            "input_tokens_details": {"cached_tokens": 32},
+            "input_tokens_details": {"cached_tokens": 32, "cache_write_tokens": 0},
             "output_tokens": 9,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": 59,
@@ -650,7 +650,7 @@ def test_nonstream_moonshot_choice_usage_wins():
     assert evs[-2] == Usage(
         {
             "input_tokens": 9,
-            "input_tokens_details": {"cached_tokens": 4},
+            "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
             "output_tokens": 2,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": 11,

@@ -217,7 +217,7 @@ def test_usage_chunk_after_finish():
                 "prompt_tokens": 10,
                 "completion_tokens": 5,
                 "total_tokens": 15,
-                "prompt_tokens_details": {"cached_tokens": 4},
+                "prompt_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
                 "completion_tokens_details": {"reasoning_tokens": 2},
             },
         },
@@ -233,7 +233,7 @@ def test_usage_chunk_zeros_when_upstream_sent_none():
             "prompt_tokens": 0,
             "completion_tokens": 0,
             "total_tokens": 0,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0},
         },
     }
@@ -734,7 +734,7 @@ def test_nonstream_object():
             "prompt_tokens": 10,
             "completion_tokens": 5,
             "total_tokens": 15,
-            "prompt_tokens_details": {"cached_tokens": 4},
+            "prompt_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 2},
         },
     }

@@ -36,7 +36,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 ZERO_USAGE = {
     "input_tokens": 0,
-    "input_tokens_details": {"cached_tokens": 0},
+    "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
     "output_tokens": 0,
     "output_tokens_details": {"reasoning_tokens": 0},
     "total_tokens": 0,
@@ -606,7 +606,7 @@ CASES: list[tuple[str, list[dict[str, Any]], list[Any], list[str]]] = [
             Usage(
                 {
                     "input_tokens": 900,
-                    "input_tokens_details": {"cached_tokens": 800},
+                    "input_tokens_details": {"cached_tokens": 800, "cache_write_tokens": 0},
                     "output_tokens": 30,
                     "output_tokens_details": {"reasoning_tokens": 12},
                     "total_tokens": 930,
