@@ -706,6 +706,21 @@ def q_strict_ids(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> N
     assert next(m for m in bodies[0]["messages"] if m["role"] == "tool")["tool_call_id"] == want
 
 
+def _kimi_code_history() -> dict[str, Any]:
+    """kimi_request as Kimi Code 2.x sends it: its sanitiser turned the native id into functions_Read_0."""
+    req = kimi_request("m")
+    req["messages"][2]["tool_calls"][0]["id"] = req["messages"][3]["tool_call_id"] = "functions_Read_0"
+    return req
+
+
+def q_kimi_tool_ids(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    want = "functions.Read:0" if on else "functions_Read_0"
+    call = next(m for m in bodies[0]["messages"] if m.get("tool_calls"))
+    assert call["tool_calls"][0]["id"] == want
+    assert next(m for m in bodies[0]["messages"] if m["role"] == "tool")["tool_call_id"] == want
+    assert kimi_view(r)["calls"][0][0] == "functions.Bash:1"  # the answer's ids are not rewritten
+
+
 def q_max_completion_tokens(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
     b = bodies[0]
     assert (b.get("max_completion_tokens"), b.get("max_tokens")) == ((4096, None) if on else (None, 4096))
@@ -810,6 +825,7 @@ QCASES: list[QCase] = [
     QCase("kimi_request", Q_CHAT, "responses", lambda: codex_request("m", tool_choice="required", max_output_tokens=4096),
           _one(CHAT_OK), q_kimi_request),
     QCase("strict_tool_ids", Q_CHAT, "responses", lambda: codex_request("m"), _one(CHAT_OK), q_strict_ids),
+    QCase("kimi_tool_ids", Q_CHAT, "chat", _kimi_code_history, _one(CHAT_OK), q_kimi_tool_ids),
     QCase("max_completion_tokens", Q_CHAT, "chat", lambda: kimi_request("m"), _one(CHAT_OK), q_max_completion_tokens),
     QCase("thinking_param", Q_CHAT, "responses", lambda: codex_request("m"), _one(CHAT_OK), q_thinking),
     QCase("moonshot_fields", Q_CHAT, "chat",
@@ -862,6 +878,63 @@ async def test_quirk(client_factory: Any, mock: Any, case: QCase, how: str, on: 
 
 
 # -- profile defaults and model-id quirks can be switched off; glob model entries -----------
+
+
+def _kimi_code_responses_history(model: str) -> dict[str, Any]:
+    """What Kimi Code's openai_responses provider sends: its sanitiser's call_ids (`|` cut,
+    then `[^a-zA-Z0-9_-]` → `_`), two calls of one answer, their outputs."""
+    return {
+        "model": model,
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read a.py, run ls"}]},
+            {"type": "function_call", "call_id": "functions_Read_0", "name": "Read", "arguments": '{"path":"a.py"}'},
+            {"type": "function_call", "call_id": "functions_Bash_1", "name": "Bash", "arguments": '{"cmd":"ls"}'},
+            {"type": "function_call_output", "call_id": "functions_Read_0", "output": "print(1)"},
+            {"type": "function_call_output", "call_id": "functions_Bash_1", "output": "a.py"},
+        ],
+        "tools": [
+            {"type": "function", "name": n, "parameters": {"type": "object", "properties": {p: {"type": "string"}}}}
+            for n, p in (("Read", "path"), ("Bash", "cmd"))
+        ],
+        "stream": True,
+    }
+
+
+@pytest.mark.parametrize(
+    "provider, model",
+    [(P_KIMI_VLLM, "kimi-k2.6"), (P_VLLM, "moonshotai/Kimi-K2.6")],
+    ids=["kimi-profile", "kimi-k2-model-on-any-provider"],
+)
+@pytest.mark.parametrize("client", ["chat", "responses"])
+async def test_kimi_code_sanitised_ids_reach_the_upstream_native(
+    client_factory: Any, mock: Any, provider: dict[str, Any], model: str, client: str
+) -> None:
+    """Issue 11: Kimi Code 2.x sends functions_Read_0; the upstream gets functions.Read:0 back,
+    on the call and on its tool message; the client keeps seeing the ids as they come."""
+    c = await client_factory(
+        **_config([provider], [{"name": "k", "provider": provider["name"], "upstream_model": model}])
+    )
+    route = mock.route(method="POST", url=provider["base_url"] + "/chat/completions").mock(return_value=chat_answer())
+    if client == "chat":
+        req = kimi_request("k")
+        req["messages"][2]["tool_calls"][0]["id"] = req["messages"][3]["tool_call_id"] = "functions_Read_0"
+        want = ["functions.Read:0", "functions.Read:0"]
+    else:
+        req = _kimi_code_responses_history("k")
+        want = ["functions.Read:0", "functions.Bash:1", "functions.Read:0", "functions.Bash:1"]
+    r = await _send(c, client, req, headers={"user-agent": "KimiCode/2.1.0"})
+    body = orjson.loads(route.calls.last.request.content)
+    ids = [
+        tc["id"] if m["role"] == "assistant" else m["tool_call_id"]
+        for m in body["messages"]
+        if m["role"] in ("assistant", "tool")
+        for tc in (m.get("tool_calls") or [m])
+    ]
+    assert ids == want
+    if client == "chat":
+        assert kimi_view(r)["calls"] == [("functions.Bash:1", "exec_command", '{"cmd":"ls"}')]
+    else:
+        assert codex_view(r)["calls"] == [("functions.Bash:1", "exec_command", '{"cmd":"ls"}')]
 
 
 async def test_moonshot_fields_off_by_config_on_moonshot(client_factory: Any, mock: Any) -> None:
