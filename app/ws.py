@@ -208,6 +208,7 @@ class _Connection:
                 if isinstance(action, Ignore):
                     continue
                 if isinstance(action, Reply):
+                    log.info("websocket_frame_refused", connection_id=self.cid, code=action.frame["error"]["code"])
                     await self._frame(action.frame)
                     continue
                 if time.monotonic() - self.opened > cfg.max_lifetime_seconds:

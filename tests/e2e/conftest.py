@@ -86,9 +86,11 @@ def upstream():
 def proxy(tmp_path):
     started: list[Proxy] = []
 
-    def start(*, providers: list[dict], models: list[dict], auth_keys: list[str] | None = None) -> Proxy:
+    def start(
+        *, providers: list[dict], models: list[dict], auth_keys: list[str] | None = None, server: dict | None = None
+    ) -> Proxy:
         cfg = {
-            "server": {"host": "127.0.0.1", "port": 0},
+            "server": {"host": "127.0.0.1", "port": 0, **(server or {})},
             "auth": {"keys": auth_keys if auth_keys is not None else [PROXY_CLIENT_KEY]},
             "providers": providers,
             "models": models,
@@ -115,12 +117,13 @@ def proxy_for(proxy):
         upstream_model: str | None = None,
         provider_extra: dict | None = None,
         model_extra: dict | None = None,
+        server: dict | None = None,
     ) -> Proxy:
         prov = provider_entry(up, profile=profile, protocol=protocol, **(provider_extra or {}))
         m = {"name": model, "provider": prov["name"], **(model_extra or {})}
         if upstream_model:
             m["upstream_model"] = upstream_model
-        return proxy(providers=[prov], models=[m])
+        return proxy(providers=[prov], models=[m], server=server)
 
     return make
 
