@@ -139,6 +139,18 @@ def _headers(scope: Any) -> dict[str, str]:
     return h
 
 
+def _warn_secret(server: Any) -> None:
+    """server.secret_key unset, or set through its deprecated alias: said once at start."""
+    if not server.secret:
+        log.warning(
+            "no_secret_key",
+            message="server.secret_key is not set: reasoning replays as summary text only, and compaction summaries "
+            "are sealed with a key of this process alone (another instance or a restart cannot open them)",
+        )
+    elif not server.secret_key:
+        log.warning("deprecated_setting", setting="server.reasoning_envelope_key", use="server.secret_key")
+
+
 class Service:
     """What the routes of one app share: the router, the client keys, the secrets' mask, the
     counters and the lifecycle."""
@@ -149,7 +161,7 @@ class Service:
         self.digests = _key_digests(config.auth.keys)
         self.secrets = config.secrets()
         self.counters = metrics.Metrics((p.name for p in config.providers), known_codes())
-        self.envelope_key = config.server.reasoning_envelope_key.encode()
+        self.envelope_key = config.server.secret.encode()
         self.ready = False
 
     @asynccontextmanager
@@ -160,6 +172,7 @@ class Service:
                 message="no client API keys configured (auth.keys): anyone who can reach this port can use every "
                 "configured provider",
             )
+        _warn_secret(self.config.server)
         self.ready = True
         log.info("ready", models=len(self.router.routes), providers=len(self.config.providers))
         try:

@@ -29,6 +29,7 @@ HELP = {
     "switchboard_stream_failures_total": "Answers that ended failed after the first byte, by provider and code.",
     "switchboard_request_duration_seconds_sum": "Total request time, by route.",
     "switchboard_ttfb_seconds_sum": "Total time to first upstream byte, by route.",
+    "switchboard_envelope_rejected_total": "Proxy-sealed envelopes that did not open, by kind and reason.",
     "switchboard_store_errors_total": "Response store operations that failed, by operation (put, get, chain, ...).",
     "switchboard_websocket_connections_total": "Responses WebSocket upgrades accepted and refused, and closes, by event.",
 }
@@ -60,6 +61,9 @@ LABELS: dict[str, frozenset[str]] = {
         "accepted", "refused_auth", "refused_capacity", "refused_disabled",
         "closed_client", "closed_idle", "closed_lifetime", "closed_shutdown",
     }),  # fmt: skip
+    # proxy envelopes (transformers/envelope.py): what was sealed, why it did not open
+    "kind": frozenset({"reasoning", "compaction"}),
+    "reason": frozenset({"bad_mac", "malformed", "unknown_version", "no_key", "foreign"}),
 }
 
 

@@ -102,10 +102,15 @@ def prepare(
         public_model=route.public_model,
         max_output_tokens=route.info.max_output_tokens,
         envelope_key=envelope_key,
+        compaction_key=envelope_key or PROCESS_SECRET,
     )
-    out, bridge = open_bridge(
-        body, client, upstream, ctx, incomplete_as_completed=incomplete_as_completed, mask=secrets
-    )
+    try:
+        out, bridge = open_bridge(
+            body, client, upstream, ctx, incomplete_as_completed=incomplete_as_completed, mask=secrets
+        )
+    finally:
+        if ctx.envelope_rejected:
+            report_envelopes(ctx, route.provider.name, request_id, counters)
     headers: dict[str, str] = {}
     if ctx.tools.dropped:
         headers["x-switchboard-dropped-tools"] = header_list(ctx.tools.dropped)
@@ -127,6 +132,21 @@ def prepare(
         secrets=secrets,
         metrics=counters if counters is not None else Metrics(),
     )
+
+
+# seals compaction summaries when no server.secret_key is configured: valid in this process
+# only (the app warns at startup; docs/configuration.md)
+PROCESS_SECRET = os.urandom(32)
+
+
+def report_envelopes(ctx: Ctx, provider: str, request_id: str, counters: Metrics | None) -> None:
+    """Proxy envelopes that did not open (transformers/envelope.py): counted and logged at
+    warning, never silently ignored (a reasoning one fell back to its summary text; a
+    compaction one was refused)."""
+    for kind, status in ctx.envelope_rejected:
+        if counters is not None:
+            counters.inc("switchboard_envelope_rejected_total", kind=kind, reason=status)
+        log.warning("envelope_rejected", request_id=request_id, provider=provider, kind=kind, reason=status)
 
 
 _HEADER_MAX = 512

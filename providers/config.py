@@ -113,7 +113,12 @@ class ServerCfg(_Strict):
     # seconds of upstream silence mid-stream before the client gets a heartbeat (0 = never):
     # a response.in_progress event for Responses clients, an SSE comment for Chat clients
     keepalive_seconds: float = Field(default=15.0, ge=0)
-    # HMAC key for the sealed reasoning envelope (docs/quirks.md); empty = summary only
+    # the server's one secret: the HMAC key of the proxy's sealed envelopes (reasoning replay
+    # and synthesised compaction, transformers/envelope.py); the same on every instance.
+    # Empty: reasoning rides as summary text only, compaction summaries are sealed with a
+    # per-process key (docs/configuration.md)
+    secret_key: str = ""
+    # deprecated alias of secret_key (used when secret_key is empty)
     reasoning_envelope_key: str = ""
     # browser origins allowed to call the proxy (exact "scheme://host[:port]", or "*");
     # a request carrying any other Origin header is refused (docs/operations.md, Security)
@@ -124,6 +129,11 @@ class ServerCfg(_Strict):
     retries: RetryCfg = Field(default_factory=RetryCfg)
     breaker: BreakerCfg = Field(default_factory=BreakerCfg)
     drain: DrainCfg = Field(default_factory=DrainCfg)
+
+    @property
+    def secret(self) -> str:
+        """The effective server secret: ``secret_key``, else the deprecated alias."""
+        return self.secret_key or self.reasoning_envelope_key
 
 
 class KeyCfg(_Strict):
@@ -306,7 +316,7 @@ class Config(_Strict):
         """Every secret this configuration holds, as one mask for outgoing text: provider
         keys, credential headers and query parameters, user:password in base URLs, values
         read from the environment, the envelope key and plain client keys."""
-        found: list[str] = [*self._env_values, self.server.reasoning_envelope_key]
+        found: list[str] = [*self._env_values, self.server.secret_key, self.server.reasoning_envelope_key]
         store_auth = re.match(r"^rediss?://([^/@]+)@", self.store.url)
         if store_auth:
             found += [store_auth.group(1), *store_auth.group(1).split(":", 1)]

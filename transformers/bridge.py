@@ -52,7 +52,7 @@ from typing import Any
 
 import orjson
 
-from transformers import sse
+from transformers import compaction, sse
 from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
 from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.context import Ctx
@@ -184,7 +184,10 @@ def open_bridge(
 ) -> tuple[dict[str, Any], Bridge]:
     """Translate a checked client body for the upstream; the Bridge that answers it."""
     d = DIRECTIONS[(client, upstream)]
-    out = d.translate(body, ctx)
+    # remote compaction (transformers/compaction.py): sealed items expanded, a trigger
+    # turned into the summarisation request when the upstream does not compact natively
+    sent = compaction.prepare(body, ctx, upstream) if client == "responses" else body
+    out = d.translate(sent, ctx)
     out["stream"] = bool(body.get("stream"))
     echo: dict[str, Any] = {}
     if client == "responses":
@@ -206,6 +209,7 @@ class Bridge:
         "ctx",
         "decoder",
         "stage",
+        "compaction",
         "encoder",
         "parser",
         "framing",
@@ -242,6 +246,8 @@ class Bridge:
         self.stage = (
             ToolStage(ctx, direction.client) if direction.tool_stage and needed(ctx, direction.client) else None
         )
+        # a synthesised compaction: the model's summary becomes the one compaction item
+        self.compaction = compaction.CompactionStage(ctx) if ctx.compaction and not self._chat else None
         if self._chat:
             self.encoder: Any = ChatStreamEncoder(ctx, include_usage=include_usage)
         else:
@@ -353,6 +359,8 @@ class Bridge:
                     staged.extend(self.stage.feed(ev))
                 staged.extend(self.stage.end())
                 events = staged
+            if self.compaction is not None:
+                events = [e for ev in events for e in self.compaction.feed(ev)]
             if self._chat:
                 result = encode_chat_completion(events, ctx)
                 err = result.get("error")
@@ -413,6 +421,8 @@ class Bridge:
             for ev in events:
                 staged.extend(self.stage.feed(ev))
             events = staged
+        if self.compaction is not None:
+            events = [e for ev in events for e in self.compaction.feed(ev)]
         enc = self.encoder
         chat = self._chat
         frame = self.framing.frame

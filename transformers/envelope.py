@@ -1,27 +1,58 @@
-"""Proxy-sealed reasoning envelope, for stateless reasoning replay through Codex.
+"""Proxy-sealed envelopes: reasoning text and compaction summaries, carried by the client.
 
 Theory of operation
 -------------------
-A Chat upstream's ``reasoning_content`` must come back on the next turn (Kimi, DeepSeek
-and MiMo answer 400 without it, SPEC R3-d), but the proxy keeps no conversation state and
-Codex drops raw reasoning ``content`` from replayed items.  So the reasoning item we send
-Codex carries the text twice: as ``summary_text`` (what Codex shows and replays) and, when
-a key is configured, sealed in ``encrypted_content`` as ``pxy1.<b64url(json)>.<b64url(mac)>``
-where the MAC is HMAC-SHA256 over the JSON with the operator's key.  On the way back the
-envelope is opened (the exact bytes, including whitespace the summary may have lost) and
-always stripped before a real OpenAI/Azure upstream sees it: it is ours, not theirs.
-Opening with the wrong key, or a foreign blob, returns ``None`` (the summary is used).
+The proxy keeps no conversation state (DESIGN rule 1), yet two things it produces must come
+back to it intact on a later turn, through any instance: the reasoning text of a Chat
+upstream (Kimi, DeepSeek and MiMo answer 400 without it, SPEC R3-d; Codex drops raw
+reasoning ``content`` from replayed items) and the summary of a synthesised compaction
+(``transformers/compaction.py``).  Both travel in the ``encrypted_content`` field of the
+item the client replays, sealed with the server's secret (``server.secret_key``): an HMAC
+-SHA256 tag over the payload, so any instance holding the key opens it and nobody without
+the key can forge or alter one.  Sealed, not encrypted: the payload is the client's own
+conversation, readable by whoever holds the blob.
+
+=========  ===============================================  ======================================
+kind       format                                           MAC input
+=========  ===============================================  ======================================
+reasoning  ``pxy1.<b64url(json {"r": text})>.<b64url(mac)>``  the JSON bytes
+compaction ``pxc1.<b64url(json {"v":1,"s":summary,"m":model})>.<b64url(mac)>``
+                                                            ``pxc1.`` + the JSON bytes (so a blob
+                                                            of one kind never opens as the other)
+=========  ===============================================  ======================================
+
+Opening says why a blob did not open, so the caller can tell a foreign blob (someone
+else's format: not ours to judge) from one of ours that fails:
+
+===================  ===================================================================
+status               meaning
+===================  ===================================================================
+``ok``               opened: the tag matches under the key
+``foreign``          not our prefix at all (an OpenAI blob, another gateway's)
+``unknown_version``  our family prefix (``pxc``) with a version this build does not know
+``malformed``        our prefix, but cut or garbled (no tag, bad base64, bad JSON)
+``bad_mac``          well formed, but the tag does not match: forged, altered, or sealed
+                     with another key (another deployment, a rotated secret)
+``no_key``           no key configured to open it with
+===================  ===================================================================
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
+from typing import Any, Literal
 
 import orjson
 
-PREFIX = "pxy1."
+PREFIX = "pxy1."  # reasoning, version 1
+COMPACTION_FAMILY = "pxc"
+COMPACTION_VERSION = 1
+COMPACTION_PREFIX = f"{COMPACTION_FAMILY}{COMPACTION_VERSION}."
+
+Status = Literal["ok", "foreign", "unknown_version", "malformed", "bad_mac", "no_key"]
 
 
 def _b64(b: bytes) -> str:
@@ -30,6 +61,20 @@ def _b64(b: bytes) -> str:
 
 def _unb64(s: str) -> bytes:
     return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def _split(rest: str) -> tuple[bytes, bytes] | None:
+    try:
+        body_s, mac_s = rest.split(".", 1)
+        body, mac = _unb64(body_s), _unb64(mac_s)
+    except (ValueError, binascii.Error):
+        return None
+    if not body or len(mac) != hashlib.sha256().digest_size:
+        return None
+    return body, mac
+
+
+# -- reasoning ---------------------------------------------------------------------------
 
 
 def seal(text: str, key: bytes) -> str:
@@ -42,18 +87,74 @@ def is_envelope(blob: object) -> bool:
     return isinstance(blob, str) and blob.startswith(PREFIX)
 
 
-def unseal(blob: object, key: bytes) -> str | None:
-    if not key or not is_envelope(blob):
-        return None
-    try:
-        body_s, mac_s = blob[len(PREFIX) :].split(".", 1)  # type: ignore[index]
-        body, mac = _unb64(body_s), _unb64(mac_s)
-    except ValueError:
-        return None
+def open_reasoning(blob: object, key: bytes) -> tuple[Status, str | None]:
+    """``(status, text)``: the sealed reasoning text when ``status == "ok"``."""
+    if not is_envelope(blob):
+        return "foreign", None
+    if not key:
+        return "no_key", None
+    parts = _split(blob[len(PREFIX) :])  # type: ignore[index]
+    if parts is None:
+        return "malformed", None
+    body, mac = parts
     if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
-        return None
+        return "bad_mac", None
     try:
-        text = orjson.loads(body).get("r")
+        obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return None
-    return text if isinstance(text, str) else None
+        return "malformed", None
+    text = obj.get("r") if isinstance(obj, dict) else None
+    return ("ok", text) if isinstance(text, str) else ("malformed", None)
+
+
+def unseal(blob: object, key: bytes) -> str | None:
+    """The sealed reasoning text, or None whatever the reason (``open_reasoning`` says why)."""
+    return open_reasoning(blob, key)[1]
+
+
+# -- compaction --------------------------------------------------------------------------
+
+
+def seal_compaction(summary: str, key: bytes, *, model: str = "") -> str:
+    if not key:
+        raise ValueError("a compaction envelope needs a key")
+    body = orjson.dumps({"v": COMPACTION_VERSION, "s": summary, "m": model})
+    mac = hmac.new(key, COMPACTION_PREFIX.encode() + body, hashlib.sha256).digest()
+    return COMPACTION_PREFIX + _b64(body) + "." + _b64(mac)
+
+
+def is_compaction_envelope(blob: object) -> bool:
+    """Our compaction family, whatever the version."""
+    return isinstance(blob, str) and blob.startswith(COMPACTION_FAMILY)
+
+
+def _version(blob: str) -> int | None:
+    head, dot, _ = blob[len(COMPACTION_FAMILY) :].partition(".")
+    return int(head) if dot and head.isdigit() and len(head) <= 4 else None
+
+
+def open_compaction(blob: object, key: bytes) -> tuple[Status, dict[str, Any] | None]:
+    """``(status, payload)``; ``payload`` (``{"v","s","m"}``, ``s`` the summary) when ``ok``."""
+    if not is_compaction_envelope(blob):
+        return "foreign", None
+    assert isinstance(blob, str)
+    version = _version(blob)
+    if version is None:
+        return "malformed", None
+    if version != COMPACTION_VERSION:
+        return "unknown_version", None
+    if not key:
+        return "no_key", None
+    parts = _split(blob[len(COMPACTION_PREFIX) :])
+    if parts is None:
+        return "malformed", None
+    body, mac = parts
+    if not hmac.compare_digest(mac, hmac.new(key, COMPACTION_PREFIX.encode() + body, hashlib.sha256).digest()):
+        return "bad_mac", None
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "malformed", None
+    if not (isinstance(obj, dict) and obj.get("v") == COMPACTION_VERSION and isinstance(obj.get("s"), str)):
+        return "malformed", None
+    return "ok", obj

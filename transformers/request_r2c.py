@@ -123,7 +123,7 @@ from typing import Any
 import orjson
 
 from .context import Ctx, ToolInfo, flatten_name
-from .envelope import unseal
+from .envelope import open_reasoning
 from .errors import RequestError
 from .ids import MAX_CALL_ID, chat_policy, strict_policy, unique_map
 from .request_c2r import force_object_schema
@@ -357,9 +357,11 @@ def _tool_output(output: Any, ctx: Ctx) -> tuple[str, list[dict[str, Any]]]:
 
 
 def _reasoning_text(item: dict[str, Any], ctx: Ctx) -> str:
-    opened = unseal(item.get("encrypted_content"), ctx.envelope_key)
+    status, opened = open_reasoning(item.get("encrypted_content"), ctx.envelope_key)
     if opened is not None:
         return opened
+    if status != "foreign":  # ours but it does not open: the summary stands in, the app reports it
+        ctx.envelope_rejected.append(("reasoning", status))
     for field, kind in (("summary", "summary_text"), ("content", "reasoning_text")):
         parts = item.get(field)
         if isinstance(parts, list):
