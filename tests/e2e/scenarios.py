@@ -496,6 +496,43 @@ def kosong_kimi(kind: str = "chat", model: str = "kimi-k2.6") -> list[Turn]:
     ]
 
 
+# --------------------------------------------------------------------------- Kimi Code scenario
+
+KIMI_CODE_ID = "functions.Bash:0"  # what a Kimi upstream calls its first Bash call
+KIMI_CODE_SANITISED = "functions_Bash_0"  # what Kimi Code 2.x sends back (sanitizeToolCallId)
+KIMI_CODE_MARKER = "switchboard-e2e-kimi-code-ok"
+KIMI_CODE_FILE = "kimi_code_out.txt"
+KIMI_CODE_CMD = f"printf '%s' '{KIMI_CODE_MARKER}' > {KIMI_CODE_FILE} && cat {KIMI_CODE_FILE}"
+KIMI_CODE_REASONING = "The user wants the marker file; run it with Bash."
+KIMI_CODE_FINAL = "Kimi Code sent functions.Bash:0 back; 完成 ✓"
+
+
+def kimi_code_bash(model: str = "kimi-k2.6") -> list[Turn]:
+    """Kimi Code 2.x: a Kimi-like Chat upstream calls ``Bash`` as ``functions.Bash:0`` with
+    reasoning; turn 2 answers only if the history carries that id verbatim on the call and
+    on its tool message and the output came back, else reasoning only (what Kimi K2 does
+    with a sanitised history; Kimi Code then stops with an empty-response error)."""
+    import json
+
+    args = json.dumps({"command": KIMI_CODE_CMD, "description": "write the marker file"})
+    return [
+        chat_turn(
+            model=model,
+            reasoning=KIMI_CODE_REASONING,
+            tool_calls=[ToolCall("Bash", args, id=KIMI_CODE_ID)],
+            label="kimi Bash call",
+        ),
+        chat_turn(
+            model=model,
+            reasoning="The file is written.",
+            text=KIMI_CODE_FINAL,
+            label="final",
+            when=all_of(chat_history_carries_id(KIMI_CODE_ID), tool_output_contains(KIMI_CODE_ID, KIMI_CODE_MARKER)),
+            otherwise=reasoning_only_chat_turn(model=model),
+        ),
+    ]
+
+
 SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
     "codex-chat-exec": codex_chat_exec,
     "codex-responses-exec": codex_responses_exec,
@@ -514,4 +551,5 @@ SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
     "sdk-responses": lambda: sdk_parallel("responses"),
     "kosong-kimi-chat": lambda: kosong_kimi("chat"),
     "kosong-kimi-responses": lambda: kosong_kimi("responses"),
+    "kimi-code-bash": kimi_code_bash,
 }

@@ -1,0 +1,97 @@
+"""Kimi Code CLI 2.x (the real npm package, pinned) -> Switchboard -> a Kimi-like Chat upstream.
+
+Each of Kimi Code's three provider types (``kimi`` and ``openai`` Chat, ``openai_responses``)
+runs one prompt (``kimi -p ... --output-format stream-json``) off the network (see
+kimi_code_harness).  The scripted upstream calls ``Bash`` as ``functions.Bash:0`` with
+reasoning; Kimi Code runs it (the file it writes is checked in the workspace), sends the
+history back with the id sanitised to ``functions_Bash_0``, and the upstream answers the
+final text only if its own id came back on the call and on the tool message (else
+reasoning only, as Kimi K2 does, and Kimi Code stops with an empty-response error).
+
+* ``test_kimi_code_ids_restored``: profile ``kimi`` (``kimi_tool_ids`` on): the upstream
+  receives ``functions.Bash:0`` on both, plus the reasoning it sent; the final text prints.
+* ``test_kimi_code_without_repair``: the same with ``kimi_tool_ids`` switched off: the
+  upstream sees ``functions_Bash_0`` and answers reasoning only; Kimi Code prints no final
+  text and exits 1 ("a response containing only thinking content").  So the first test passes because of the repair, not by accident.
+"""
+
+from __future__ import annotations
+
+import pytest
+import scenarios as sc
+from kimi_code_harness import PROVIDER_TYPES, KimiCode, KimiCodeUnavailable, ensure_kimi_code, run_kimi_code
+from proxy_harness import PROXY_CLIENT_KEY, REPO
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "kimi-k2.6"
+PROMPT = "Write the marker file with Bash, then tell me you are done."
+KIMI_TIMEOUT = 60  # seconds per Kimi Code run (a passing run takes 2-3 s)
+
+
+@pytest.fixture(scope="session")
+def kimi_code() -> KimiCode:
+    try:
+        return ensure_kimi_code(REPO)
+    except KimiCodeUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+def _history(req: dict) -> tuple[list[dict], list[dict]]:
+    """(assistant messages with tool_calls, tool messages) of a Chat request."""
+    msgs = req.get("messages") or []
+    return [m for m in msgs if m.get("tool_calls")], [m for m in msgs if m.get("role") == "tool"]
+
+
+def _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **proxy_kw):
+    up = upstream(sc.kimi_code_bash(model=MODEL), f"kimi-code-{provider_type}")
+    px = proxy_for(up, model=MODEL, profile="kimi", protocol="chat", **proxy_kw)
+    run = run_kimi_code(
+        kimi_code,
+        PROMPT,
+        provider_type=provider_type,
+        base_url=px.base_url,
+        model=MODEL,
+        workspace=tmp_path / "ws",
+        home=tmp_path / "kimi_home",
+        api_key=PROXY_CLIENT_KEY,
+        timeout=KIMI_TIMEOUT,
+    )
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    assert not run.timed_out, info
+    if run.isolation == "netns":
+        assert run.interfaces == ["lo"], info  # nothing but loopback inside the namespace
+    # everything Kimi Code needed came from the proxy: the upstream saw two model calls only
+    assert [(r.method, r.endpoint) for r in up.requests] == [("POST", "chat"), ("POST", "chat")], info
+    assert all(r.headers.get("authorization") == "Bearer sk-e2e-upstream" for r in up.requests), info
+    # the Bash call ran in the workspace and its output went back
+    assert [tc["function"]["name"] for tc in run.tool_calls] == ["Bash"], info
+    assert (run.workspace / sc.KIMI_CODE_FILE).read_text() == sc.KIMI_CODE_MARKER, info
+    assert any(sc.KIMI_CODE_MARKER in str(r.get("content")) for r in run.tool_results), info
+    return up, run, info
+
+
+@pytest.mark.parametrize("provider_type", PROVIDER_TYPES)
+def test_kimi_code_ids_restored(kimi_code, upstream, proxy_for, tmp_path, provider_type):
+    up, run, info = _run(kimi_code, upstream, proxy_for, tmp_path, provider_type)
+    second = up.model_requests[1].json
+    calls, tools = _history(second)
+    assert [tc["id"] for m in calls for tc in m["tool_calls"]] == [sc.KIMI_CODE_ID], info
+    assert [m["tool_call_id"] for m in tools] == [sc.KIMI_CODE_ID], info
+    assert calls[0].get("reasoning_content") == sc.KIMI_CODE_REASONING, info
+    assert up.model_requests[1].matched is True, info
+    assert run.returncode == 0, info
+    assert run.final_text == sc.KIMI_CODE_FINAL, info
+
+
+@pytest.mark.parametrize("provider_type", PROVIDER_TYPES)
+def test_kimi_code_without_repair(kimi_code, upstream, proxy_for, tmp_path, provider_type):
+    off = {"provider_extra": {"quirks": {"disable": ["kimi_tool_ids"]}}}
+    up, run, info = _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **off)
+    second = up.model_requests[1].json
+    calls, tools = _history(second)
+    assert [tc["id"] for m in calls for tc in m["tool_calls"]] == [sc.KIMI_CODE_SANITISED], info
+    assert [m["tool_call_id"] for m in tools] == [sc.KIMI_CODE_SANITISED], info
+    assert up.model_requests[1].matched is False, info  # Kimi's reasoning-only answer was played
+    assert run.final_text is None, info
+    assert run.returncode != 0 and "only thinking content" in run.stderr, info  # Kimi Code's empty-response error
