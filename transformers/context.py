@@ -8,8 +8,8 @@ instance can serve any turn, so nothing here lives beyond the request):
 
 * ``ToolInfo``: which tool names the upstream sees, and what each one really is — a plain
   function, a Responses ``custom`` tool presented as a one-string function, a namespaced
-  function flattened to one name, or a Chat function with exactly one required string
-  parameter (the R3-a′ ``apply_patch`` shape).
+  function flattened to one name, or a function (offered over either protocol) with exactly
+  one required string parameter (the R3-a′ ``apply_patch`` shape, ``one_string_param``).
 * ``Ctx``: the quirk names switched on for this (provider, model), the upstream model
   name, defaults from the model catalogue, and the ``repairs`` list that every stage
   appends a rule name to when it changes something (the app turns it into counters and a
@@ -102,6 +102,18 @@ def flatten_name(namespace: str, name: str) -> str:
     return flat[: MAX_TOOL_NAME - 9] + "_" + digest
 
 
+def one_string_param(params: Any) -> str | None:
+    """The parameter name when a function's JSON schema has exactly one required property and
+    it is a string (the R3-a′ ``apply_patch`` shape, whatever the client protocol), else None."""
+    if not isinstance(params, dict):
+        return None
+    required, props = params.get("required"), params.get("properties")
+    if not (isinstance(required, list) and len(required) == 1 and isinstance(required[0], str)):
+        return None
+    prop = props.get(required[0]) if isinstance(props, dict) else None
+    return required[0] if isinstance(prop, dict) and prop.get("type") == "string" else None
+
+
 @dataclass(slots=True)
 class ToolInfo:
     # upstream-visible names of plain registered functions (flattened names included)
@@ -110,7 +122,7 @@ class ToolInfo:
     custom: dict[str, dict[str, Any]] = field(default_factory=dict)
     # flattened upstream name → (namespace, name) as the client knows it
     namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # Chat-client functions with exactly one required string parameter → that parameter
+    # functions (Chat or Responses client) with exactly one required string parameter → it
     single_string_param: dict[str, str] = field(default_factory=dict)
     # hosted tools dropped on the way to a Chat upstream (reported to the client)
     dropped: list[str] = field(default_factory=list)

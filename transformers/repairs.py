@@ -80,7 +80,7 @@ REPAIRS: dict[str, Repair] = {
     "tool_schema_strict_mode":    Repair("request", "schema", "quirk schema_strict_mode: strict tools closed and fully required"),
     # -- response side: quirks -----------------------------------------------------------------
     "mimo_raw_patch":             Repair("response", "tool_stage", "R3-a: a raw *** Begin Patch text wrapped as apply_patch's custom input"),
-    "mimo_raw_patch_chat":        Repair("response", "tool_stage", "R3-a′: a raw patch wrapped as {param: raw} for a Chat client's one-string apply_patch"),
+    "mimo_raw_patch_function":    Repair("response", "tool_stage", "R3-a′: a raw patch wrapped as {param: raw} for a client's one-string function apply_patch (Chat or Responses client)"),
     "invalid_json_passthrough":   Repair("response", "tool_stage", "R3-b: non-JSON arguments of a registered function passed through"),
     "inline_think":               Repair("response", "chat_decode", "a leading <think>…</think> in Chat content becomes reasoning"),
     # -- response side: always on --------------------------------------------------------------

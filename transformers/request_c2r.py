@@ -78,7 +78,7 @@ from typing import Any
 
 import orjson
 
-from .context import Ctx, ToolInfo
+from .context import Ctx, ToolInfo, one_string_param
 from .errors import RequestError
 from .ids import MAX_CALL_ID, responses_policy, unique_map
 
@@ -117,19 +117,9 @@ def toolinfo_from_chat(tools: Any) -> ToolInfo:
             continue
         name = fn["name"]
         info.functions.add(name)
-        params = fn.get("parameters")
-        if not isinstance(params, dict):
-            continue
-        required, props = params.get("required"), params.get("properties")
-        if (
-            isinstance(required, list)
-            and len(required) == 1
-            and isinstance(required[0], str)
-            and isinstance(props, dict)
-        ):
-            prop = props.get(required[0])
-            if isinstance(prop, dict) and prop.get("type") == "string":
-                info.single_string_param[name] = required[0]
+        param = one_string_param(fn.get("parameters"))
+        if param is not None:
+            info.single_string_param[name] = param
     return info
 
 

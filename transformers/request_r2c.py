@@ -72,7 +72,9 @@ Tools:
 
 =========================  ================================================================
 ``function``               ``{type:function,function:{name,description,parameters,strict}}``,
-                           ``parameters.type`` forced to ``object`` (PAINS 16)
+                           ``parameters.type`` forced to ``object`` (PAINS 16); one
+                           required string parameter → ``ctx.tools.single_string_param``
+                           (the R3-a′ wrap, as for Chat clients)
 ``custom``                 a function with one required string ``input``; the description
                            embeds the original description and the grammar/format
 ``namespace``              each child flattened with ``flatten_name``; recorded in
@@ -122,7 +124,7 @@ from typing import Any
 
 import orjson
 
-from .context import Ctx, ToolInfo, flatten_name
+from .context import Ctx, ToolInfo, flatten_name, one_string_param
 from .envelope import open_reasoning
 from .errors import RequestError
 from .ids import MAX_CALL_ID, chat_policy, strict_policy, unique_map
@@ -226,6 +228,9 @@ def _tools(tools: Any, ctx: Ctx) -> list[dict[str, Any]]:
             out.append(_custom_tool(flat, tool))
         else:
             info.functions.add(flat)
+            param = one_string_param(tool.get("parameters"))
+            if param is not None:  # the R3-a′ shape (kosong's and Kimi Code's Responses apply_patch)
+                info.single_string_param[flat] = param
             out.append(_function_tool(flat, tool, ctx))
 
     for i, tool in enumerate(tools):

@@ -20,15 +20,22 @@ unknown    no name yet, and the call could still turn   argument text held; a ba
                                                         place for the encoder's index order
 plain      any other call                               streamed through untouched (namespace
                                                         names split); R3-b check at its end
-custom     Responses client, name in ``tools.custom``   identity sent at once (``custom=
-                                                        True``), argument text buffered; at
+custom     name in ``tools.custom`` (only a Responses   identity sent at once (``custom=
+           client can offer a custom tool)              True``), argument text buffered; at
                                                         the end one ``ToolCall`` with the
                                                         whole ``input`` + ``ToolCallEnd``
-wrap       Chat client, ``mimo_raw_patch`` on, name     identity sent at once, text
-           ``apply_patch`` in ``single_string_param``   buffered; at the end: JSON as is,
-                                                        complete raw patch wrapped (R3-a′),
-                                                        anything else → R3-b
+wrap       ``mimo_raw_patch`` on, name ``apply_patch``  identity sent at once, text
+           in ``single_string_param`` (a function with  buffered; at the end: JSON as is,
+           one required string parameter, offered over  complete raw patch wrapped (R3-a′),
+           either protocol)                             anything else → R3-b
 =========  ===========================================  ====================================
+
+The ``apply_patch`` rule is this one table for both client protocols: what the client
+*offered* decides, not the protocol it speaks.  Offered as a custom/freeform tool (Codex),
+it gets a ``custom_tool_call`` whose ``input`` is the raw patch (R3-a); offered as a
+function with one string parameter (kosong, Kimi Code and the openai SDK, over Chat or
+over Responses), it gets that function called with ``{"<param>": raw}`` (R3-a′, repair
+``mimo_raw_patch_function``); anything else is a plain call.
 
 ``custom`` input (``resolve_custom_input``, shared by stream and non-stream):
 
@@ -80,7 +87,7 @@ __all__ = [
     "ToolStage",
     "needed",
     "resolve_custom_input",
-    "wrap_chat_patch",
+    "wrap_function_patch",
     "is_raw_patch",
     "is_json",
     "BEGIN_PATCH",
@@ -153,27 +160,31 @@ def resolve_custom_input(raw: str, *, tool_name: str, ctx: Ctx) -> str | None:
     return None
 
 
-def wrap_chat_patch(raw: str, *, tool_name: str, ctx: Ctx) -> str | None:
-    """R3-a′: ``{"<param>": raw}`` for a Chat client's one-string ``apply_patch``, else None.
+def wrap_function_patch(raw: str, *, tool_name: str, ctx: Ctx) -> str | None:
+    """R3-a′: ``{"<param>": raw}`` for a client's one-string function ``apply_patch`` (Chat or
+    Responses client), else None.
 
-    Only for text that is not JSON already.  Records the ``mimo_raw_patch_chat`` repair.
+    Only for text that is not JSON already.  Records the ``mimo_raw_patch_function`` repair.
     """
     param = ctx.tools.single_string_param.get(tool_name) if tool_name == "apply_patch" else None
     if param is None or not ctx.on(MIMO_RAW_PATCH) or not is_raw_patch(raw):
         return None
-    ctx.repaired("mimo_raw_patch_chat")
+    ctx.repaired("mimo_raw_patch_function")
     return orjson.dumps({param: raw}).decode()
+
+
+def _wrap_param(ctx: Ctx) -> str | None:
+    """The R3-a′ parameter of this request's function ``apply_patch`` (None: no wrap), for
+    either client protocol; a custom ``apply_patch`` takes R3-a instead."""
+    if not ctx.on(MIMO_RAW_PATCH) or "apply_patch" in ctx.tools.custom:
+        return None
+    return ctx.tools.single_string_param.get("apply_patch")
 
 
 def needed(ctx: Ctx, client: ProtocolName) -> bool:
     """False when the stage would be a no-op for this request (the app then skips it)."""
     t = ctx.tools
-    return bool(
-        t.custom
-        or t.namespaces
-        or ctx.on(INVALID_JSON_PASSTHROUGH)
-        or (client == "chat" and ctx.on(MIMO_RAW_PATCH) and "apply_patch" in t.single_string_param)
-    )
+    return bool(t.custom or t.namespaces or ctx.on(INVALID_JSON_PASSTHROUGH) or _wrap_param(ctx) is not None)
 
 
 class _Call:
@@ -222,10 +233,8 @@ class ToolStage:
         responses = client == "responses"
         self._custom = tools.custom if responses else {}
         self._ns = tools.namespaces if responses else {}
-        # the R3-a′ parameter name, when this request can take the Chat-client wrap
-        self._wrap: str | None = None
-        if not responses and ctx.on(MIMO_RAW_PATCH):
-            self._wrap = tools.single_string_param.get("apply_patch")
+        # the R3-a′ parameter name, when this request can take the wrap (either protocol)
+        self._wrap: str | None = _wrap_param(ctx)
         self._start_kind = _UNKNOWN if (self._custom or self._wrap is not None) else _PLAIN
         self._calls: dict[int, _Call] = {}
         self._held: list[Event | _Invalid] | None = None  # set once an invalid call waits
@@ -376,7 +385,7 @@ class ToolStage:
             return
         # wrap (R3-a′)
         if not is_json(text):
-            wrapped = wrap_chat_patch(text, tool_name=name, ctx=self.ctx)
+            wrapped = wrap_function_patch(text, tool_name=name, ctx=self.ctx)
             if wrapped is None:
                 self._hold_invalid(
                     name, [ToolCall(i, text, c.call_id, name), ToolCallEnd(i, text, c.call_id, name, None, False)]

@@ -937,6 +937,42 @@ async def test_kimi_code_sanitised_ids_reach_the_upstream_native(
         assert codex_view(r)["calls"] == [("functions.Bash:1", "exec_command", '{"cmd":"ls"}')]
 
 
+APPLY_PATCH_FUNCTION = {  # kosong's / Kimi Code's apply_patch: a function with one string parameter
+    "name": "apply_patch",
+    "description": "Apply a patch.",
+    "parameters": {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]},
+}
+
+
+@pytest.mark.parametrize(
+    "client, offered, want_kind, want_args",
+    [
+        ("responses", {"type": "function", **APPLY_PATCH_FUNCTION}, "function_call", orjson.dumps({"input": RAW_PATCH}).decode()),
+        ("chat", {"type": "function", "function": APPLY_PATCH_FUNCTION}, "function", orjson.dumps({"input": RAW_PATCH}).decode()),
+        ("responses", {"type": "custom", "name": "apply_patch", "description": "FREEFORM"}, "custom_tool_call", RAW_PATCH),
+    ],
+    ids=["responses-function", "chat-function", "responses-custom"],
+)  # fmt: skip
+async def test_R3_a_prime_one_rule_for_both_client_protocols(
+    client_factory: Any, mock: Any, client: str, offered: dict[str, Any], want_kind: str, want_args: str
+) -> None:
+    """MiMo answers with a raw patch: a client that offered apply_patch as a one-string function
+    gets {"input": raw} whichever protocol it speaks; only a custom tool gets custom_tool_call."""
+    c = await client_factory(**_config([Q_CHAT], [{"name": "mimo-v2.6-flash", "provider": "q"}]))
+    mock.route(method="POST", host="q.test").mock(
+        return_value=chat_answer(reasoning=None, text=None, calls=(("call_1", "apply_patch", RAW_PATCH),))
+    )
+    if client == "responses":
+        req = {"model": "mimo-v2.6-flash", "input": "patch a.txt", "tools": [offered], "stream": True}
+        v = codex_view(await _send(c, client, req))
+        assert v["status"] == "completed" and v["kinds"] == [want_kind]
+        assert v["calls"] == [("call_1", "apply_patch", want_args)]
+    else:
+        req = {"model": "mimo-v2.6-flash", "messages": [{"role": "user", "content": "patch a.txt"}],
+               "tools": [offered], "stream": True}  # fmt: skip
+        assert kimi_view(await _send(c, client, req))["calls"] == [("call_1", "apply_patch", want_args)]
+
+
 async def test_moonshot_fields_off_by_config_on_moonshot(client_factory: Any, mock: Any) -> None:
     c = await client_factory(
         **_config(

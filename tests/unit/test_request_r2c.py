@@ -757,3 +757,38 @@ def test_custom_input_and_arguments_survive_byte_exact(raw, arguments):
     assert out["messages"][2]["content"] == raw
     assert out["messages"][3]["tool_calls"][0]["function"]["arguments"] == arguments
     assert out["messages"][4]["content"] == arguments
+
+
+@pytest.mark.parametrize(
+    "params, want",
+    [
+        (
+            {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]},
+            {"apply_patch": "input"},
+        ),
+        (
+            {"type": "object", "properties": {"patch": {"type": "string"}}, "required": ["patch"]},
+            {"apply_patch": "patch"},
+        ),
+        ({"type": "object", "properties": {"input": {"type": "string"}}}, {}),  # not required
+        ({"type": "object", "properties": {"input": {"type": "integer"}}, "required": ["input"]}, {}),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+                "required": ["a", "b"],
+            },
+            {},
+        ),
+        (None, {}),
+    ],
+    ids=["one-string", "other-name", "not-required", "not-string", "two-required", "no-schema"],
+)
+def test_responses_function_tools_record_the_one_string_shape(params, want):
+    """R3-a′ for Responses clients (kosong's / Kimi Code's Responses providers offer apply_patch
+    as a function): the same shape the Chat client path records."""
+    tool = {"type": "function", "name": "apply_patch", **({"parameters": params} if params else {})}
+    c = ctx()
+    responses_to_chat({"model": "m", "input": "hi", "tools": [tool]}, c)
+    assert c.tools.single_string_param == want
+    assert c.tools.functions == {"apply_patch"} and c.tools.custom == {}

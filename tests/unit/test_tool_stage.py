@@ -24,7 +24,7 @@ from transformers.tool_stage import (
     is_raw_patch,
     needed,
     resolve_custom_input,
-    wrap_chat_patch,
+    wrap_function_patch,
 )
 
 try:  # written by another engineer; the encoder part of the tests is skipped without it
@@ -645,18 +645,18 @@ def test_T3_11_response_output():
     )
 
 
-# ---------------------------------------------------------------------------- R3-a′ (Chat clients)
+# ------------------------------------------------- R3-a′ (a one-string function apply_patch, both protocols)
 
 
 @pytest.mark.parametrize(
     "param,args,expected,repairs",
     [
-        pytest.param("input", RAW, orjson.dumps({"input": RAW}).decode(), ["mimo_raw_patch_chat"], id="R3-a'-wrap"),
+        pytest.param("input", RAW, orjson.dumps({"input": RAW}).decode(), ["mimo_raw_patch_function"], id="R3-a'-wrap"),
         pytest.param(
             "patch",
             RAW + "\n",
             orjson.dumps({"patch": RAW + "\n"}).decode(),
-            ["mimo_raw_patch_chat"],
+            ["mimo_raw_patch_function"],
             id="R3-a'-wrap-other-param",
         ),
         pytest.param(
@@ -669,13 +669,14 @@ def test_T3_11_response_output():
     ],
 )
 @pytest.mark.parametrize("shape", ["stream", "nonstream"])
-def test_R3_a_prime_chat(param, args, expected, repairs, shape):
+@pytest.mark.parametrize("client", ["chat", "responses"])
+def test_R3_a_prime(param, args, expected, repairs, shape, client):
     ctx = chat_ctx(ssp={"apply_patch": param})
     if shape == "stream":
         evs = stream_events([("call_1", "apply_patch", split(args, [2, 9, 16, 33]))])
     else:
         evs = nonstream_events([("call_1", "apply_patch", args)])
-    out = run(ctx, evs, client="chat")
+    out = run(ctx, evs, client=client)
     assert out == [
         Start("chatcmpl-1", "m", 1),
         ToolCall(0, "", "call_1", "apply_patch"),
@@ -689,10 +690,11 @@ def test_R3_a_prime_chat(param, args, expected, repairs, shape):
     assert ctx.repairs == repairs
 
 
-def test_R3_a_prime_truncated_passthrough():
+@pytest.mark.parametrize("client", ["chat", "responses"])
+def test_R3_a_prime_truncated_passthrough(client):
     ctx = chat_ctx()
     evs = stream_events([("call_1", "apply_patch", [TRUNCATED[:7], TRUNCATED[7:]])])
-    out = run(ctx, evs, client="chat")
+    out = run(ctx, evs, client=client)
     assert out == [
         Start("chatcmpl-1", "m", 1),
         ToolCall(0, "", "call_1", "apply_patch"),
@@ -704,9 +706,10 @@ def test_R3_a_prime_truncated_passthrough():
     assert ctx.repairs == ["invalid_json_passthrough"]
 
 
-def test_R3_a_prime_truncated_without_passthrough_fails():
+@pytest.mark.parametrize("client", ["chat", "responses"])
+def test_R3_a_prime_truncated_without_passthrough_fails(client):
     ctx = chat_ctx(quirks=("mimo_raw_patch",))
-    out = run(ctx, stream_events([("call_1", "apply_patch", [TRUNCATED])]), client="chat")
+    out = run(ctx, stream_events([("call_1", "apply_patch", [TRUNCATED])]), client=client)
     assert out[:-1] == [Start("chatcmpl-1", "m", 1), ToolCall(0, "", "call_1", "apply_patch"), Usage(USAGE)]
     failed_only(out)
 
@@ -718,31 +721,73 @@ def test_R3_a_prime_truncated_without_passthrough_fails():
         pytest.param(MIMO, {}, id="R3-a'-not-single-string"),
     ],
 )
-def test_R3_a_prime_not_applicable_streams_untouched(quirks, ssp):
+@pytest.mark.parametrize("client", ["chat", "responses"])
+def test_R3_a_prime_not_applicable_streams_untouched(quirks, ssp, client):
     ctx = chat_ctx(quirks=quirks, ssp=ssp)
     evs = stream_events([("call_1", "apply_patch", [RAW[:5], RAW[5:]])])
-    steps = run_incremental(ctx, evs, client="chat")
+    steps = run_incremental(ctx, evs, client=client)
     end0 = next(n for n, e in enumerate(evs) if type(e) is ToolCallEnd)
     assert all(steps[n] == [evs[n]] for n in range(end0))  # not buffered
     assert [e for s in steps for e in s] == evs  # R3-b passthrough, unchanged
     assert ctx.repairs == ["invalid_json_passthrough"]
 
 
-def test_R3_a_prime_wrap_buffers_deltas():
+@pytest.mark.parametrize("client", ["chat", "responses"])
+def test_R3_a_prime_wrap_buffers_deltas(client):
     ctx = chat_ctx()
     evs = stream_events([("call_1", "apply_patch", [RAW[:5], RAW[5:]])])
-    steps = run_incremental(ctx, evs, client="chat")
+    steps = run_incremental(ctx, evs, client=client)
     assert steps[1] == [ToolCall(0, "", "call_1", "apply_patch")]
     assert steps[2] == [] and steps[3] == []
 
 
-def test_wrap_chat_patch_helper():
+# what the client offered decides, never its protocol: one table for both (SPEC §4 R3-a′)
+# (case id, custom tools offered, one-string functions offered, client) → what the client gets
+OFFERED = [
+    ("custom-responses", ("apply_patch",), {}, "responses", "custom"),
+    ("custom-and-function-responses", ("apply_patch",), {"apply_patch": "input"}, "responses", "custom"),
+    ("function-responses", (), {"apply_patch": "input"}, "responses", "wrapped"),
+    ("function-chat", (), {"apply_patch": "input"}, "chat", "wrapped"),
+    ("function-other-param-responses", (), {"apply_patch": "patch"}, "responses", "wrapped"),
+    ("function-two-params-responses", (), {}, "responses", "raw"),
+    ("function-two-params-chat", (), {}, "chat", "raw"),
+]
+
+
+@pytest.mark.parametrize("custom, ssp, client, gets", [r[1:] for r in OFFERED], ids=[r[0] for r in OFFERED])
+def test_R3_a_one_rule_for_both_protocols(custom, ssp, client, gets):
+    ctx = mk_ctx(MIMO, functions=("apply_patch",) if ssp or not custom else (), custom=custom, ssp=ssp)
+    assert needed(ctx, client)
+    out = run(ctx, stream_events([("call_1", "apply_patch", [RAW[:9], RAW[9:]])]), client=client)
+    (end,) = [e for e in out if type(e) is ToolCallEnd]
+    if gets == "custom":
+        assert out == custom_ok(RAW, RAW) and ctx.repairs == ["mimo_raw_patch"]
+    elif gets == "wrapped":
+        assert orjson.loads(end.arguments) == {next(iter(ssp.values())): RAW}
+        assert not any(e.custom for e in out if type(e) is ToolCall)
+        assert ctx.repairs == ["mimo_raw_patch_function"]
+    else:  # a plain function: R3-b passes the raw text through, byte for byte
+        assert end.arguments == RAW and ctx.repairs == ["invalid_json_passthrough"]
+
+
+@needs_encoder
+def test_R3_a_prime_responses_client_gets_a_function_call():
+    """kosong's / Kimi Code's Responses provider: apply_patch offered as a function → a
+    function_call whose arguments are {"input": raw}, never a custom_tool_call."""
     ctx = chat_ctx()
-    assert wrap_chat_patch(RAW, tool_name="apply_patch", ctx=ctx) == orjson.dumps({"input": RAW}).decode()
-    assert wrap_chat_patch(RAW, tool_name="shell_command", ctx=ctx) is None
-    assert wrap_chat_patch(TRUNCATED, tool_name="apply_patch", ctx=ctx) is None
-    assert wrap_chat_patch(RAW, tool_name="apply_patch", ctx=chat_ctx(quirks=())) is None
-    assert ctx.repairs == ["mimo_raw_patch_chat"]
+    events = run(ctx, stream_events([("call_1", "apply_patch", [RAW[:4], RAW[4:]])]))
+    done = [e for e in encode(ctx, events) if e.get("type") == "response.output_item.done"]
+    assert [(d["item"]["type"], d["item"]["name"]) for d in done] == [("function_call", "apply_patch")]
+    assert orjson.loads(done[0]["item"]["arguments"]) == {"input": RAW}
+
+
+def test_wrap_function_patch_helper():
+    ctx = chat_ctx()
+    assert wrap_function_patch(RAW, tool_name="apply_patch", ctx=ctx) == orjson.dumps({"input": RAW}).decode()
+    assert wrap_function_patch(RAW, tool_name="shell_command", ctx=ctx) is None
+    assert wrap_function_patch(TRUNCATED, tool_name="apply_patch", ctx=ctx) is None
+    assert wrap_function_patch(RAW, tool_name="apply_patch", ctx=chat_ctx(quirks=())) is None
+    assert ctx.repairs == ["mimo_raw_patch_function"]
 
 
 def test_chat_client_no_custom_or_namespace_work():
@@ -913,7 +958,8 @@ def test_plain_nothing_lost(args, cuts, name, client):
         pytest.param((), (), NS, None, "responses", True, id="namespaces"),
         pytest.param(("invalid_json_passthrough",), (), None, None, "chat", True, id="passthrough"),
         pytest.param(("mimo_raw_patch",), (), None, {"apply_patch": "input"}, "chat", True, id="chat-wrap"),
-        pytest.param(("mimo_raw_patch",), (), None, {"apply_patch": "input"}, "responses", False, id="ssp-responses"),
+        pytest.param(("mimo_raw_patch",), (), None, {"apply_patch": "input"}, "responses", True, id="responses-wrap"),
+        pytest.param((), (), None, {"apply_patch": "input"}, "responses", False, id="responses-wrap-non-mimo"),
         pytest.param((), (), None, {"apply_patch": "input"}, "chat", False, id="chat-wrap-non-mimo"),
         pytest.param(("mimo_raw_patch",), (), None, {"edit": "input"}, "chat", False, id="chat-other-ssp"),
     ],
