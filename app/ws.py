@@ -87,9 +87,11 @@ async def serve_socket(svc: Service, scope: Any, receive: Any, send: Any) -> Non
     svc.sockets += 1
     svc.counters.inc("switchboard_websocket_connections_total", event="accepted")
     conn = _Connection(svc, cid, h, receive, send)
+    svc.drain.register(conn)
     try:
         await conn.run()
     finally:
+        svc.drain.unregister(conn)
         svc.sockets -= 1
         conn.close_reader()
         svc.counters.inc("switchboard_websocket_connections_total", event="closed_" + conn.closed_by)
@@ -117,6 +119,9 @@ async def _deny(send: Any, status: int, message: str, code: str | None, rid: str
 
 class _Gone(Exception):
     """The socket closed while a frame was being sent."""
+
+
+_STOP = {"type": "switchboard.stop"}  # put in the inbox by the drain (see _Connection.stop)
 
 
 class _Connection:
@@ -184,25 +189,52 @@ class _Connection:
             self.gone.set()
             raise _Gone from None
 
-    async def _close(self, reason: str) -> None:
+    async def _next(self, draining: asyncio.Event) -> Any:
+        """The next client message, or ``_STOP`` as soon as the drain begins."""
+        if not self.inbox.empty() or draining.is_set():
+            return self.inbox.get_nowait() if not self.inbox.empty() else _STOP
+        get = asyncio.ensure_future(self.inbox.get())
+        stop = asyncio.ensure_future(draining.wait())
+        try:
+            await asyncio.wait((get, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not get.done():
+                get.cancel()
+        return get.result() if get.done() and not get.cancelled() else _STOP
+
+    async def _close(self, reason: str, code: int = 1000) -> None:
         self.closed_by = reason
         if not self.gone.is_set():
             with contextlib.suppress(OSError):
-                await self.send({"type": "websocket.close", "code": 1000, "reason": reason})
+                await self.send({"type": "websocket.close", "code": code, "reason": reason})
+
+    def stop(self, code: str) -> None:
+        """The drain (app.drain): close this socket once no response is in flight (a turn in
+        flight is registered on its own and ends first, completed or ``code``)."""
+        self.inbox.put_nowait(_STOP)
 
     async def run(self) -> None:
         cfg = self.svc.config.server.websocket
+        drain = self.svc.drain
         self.reader = asyncio.ensure_future(self._read())
         try:
             while True:
+                if drain.draining:
+                    # no new work on a draining instance: the client reconnects (elsewhere,
+                    # once the load balancer has seen /readyz say draining)
+                    await self._close("shutdown", 1012)
+                    return
                 try:
                     async with asyncio.timeout(cfg.idle_timeout_seconds):
-                        msg = await self.inbox.get()
+                        msg = await self._next(drain.event)
                 except TimeoutError:
                     await self._close("idle")
                     return
                 if msg is None:
                     return
+                if msg is _STOP:
+                    continue  # the loop's head closes the socket
                 text = msg.get("text")
                 action = self.session.frame(text if text is not None else None)
                 if isinstance(action, Ignore):
@@ -249,6 +281,8 @@ class _Connection:
             secrets=svc.secrets,
             counters=svc.counters,
             websocket=True,
+            resilience=svc.resilience,
+            drainer=svc.drain,
         )
 
     async def _refused(self, e: ProxyError | RequestError, rid: str) -> None:

@@ -40,9 +40,13 @@ class Upstream(httpx.AsyncBaseTransport):
         return r
 
 
+SERVICES: list[Any] = []  # the app's Service, per server started (the latest last)
+
+
 @asynccontextmanager
 async def serving(upstream: httpx.AsyncBaseTransport, **server: Any) -> AsyncIterator[str]:
     app = create_app(make_config(auth={"keys": [KEY]}, server=server), transport=upstream)
+    SERVICES.append(app.state.service)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_level="warning", ws="websockets-sansio")
     srv = uvicorn.Server(config)
     task = asyncio.create_task(srv.serve())
@@ -320,3 +324,40 @@ async def test_client_leaving_mid_turn_closes_the_upstream() -> None:
         assert first["type"] == "response.created"
         await ws.close()
         await asyncio.wait_for(closed.wait(), 5)
+
+
+async def test_drain_closes_idle_sockets_at_once_and_busy_ones_after_their_turn() -> None:
+    release = asyncio.Event()
+
+    class Held(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield orjson.dumps(chat_chunk({"role": "assistant", "content": "held "})).join((b"data: ", b"\n\n"))
+            await release.wait()
+            yield orjson.dumps(chat_chunk({"content": "done"}, "stop")).join((b"data: ", b"\n\n")) + b"data: [DONE]\n\n"
+
+    def held(_: dict[str, Any]) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Held())
+
+    up = Upstream([held])
+    async with serving(up) as host:
+        svc = SERVICES[-1]
+        idle = await connect(f"ws://{host}/v1/responses", additional_headers=AUTH)
+        busy = await connect(f"ws://{host}/v1/responses", additional_headers=AUTH)
+        await busy.send(create("chat-model", [USER]))
+        assert orjson.loads(await busy.recv())["type"] == "response.created"
+        for _ in range(100):
+            if len(svc.drain.open) >= 3:  # two sockets and the turn in flight
+                break
+            await asyncio.sleep(0.01)
+        svc.drain.begin()
+        with pytest.raises(ConnectionClosed) as gone:
+            await asyncio.wait_for(idle.recv(), 5)
+        assert gone.value.rcvd is not None and gone.value.rcvd.code == 1012
+        release.set()
+        evs = await events_until_terminal(busy)
+        assert evs[-1]["type"] == "response.completed"
+        text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+        assert text == "held done"  # the turn in flight ended whole
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(busy.recv(), 5)
+        assert svc.counters.get("switchboard_websocket_connections_total", event="closed_shutdown") == 2
