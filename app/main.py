@@ -32,24 +32,30 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from app import logs, metrics
+from app import logs, metrics, stored
 from app.config import Config
 from app.guard import Guard
 from app.logs import log
-from app.pipeline import ProxyResponse, new_request_id, prepare
+from app.pipeline import ProxyResponse, check_body, new_request_id, prepare
+from app.store import Store, open_store
+from app.stored import Turn
 from providers.errors import known_codes
 from providers.upstream import Router
 from transformers.errors import ProxyError, RequestError
 
 
-def _key_digests(keys: list[str]) -> list[bytes]:
+def _key_digests(named: list[tuple[str, str]]) -> list[tuple[bytes, str]]:
+    """(digest, name) of every client key (``AuthCfg.named``)."""
     out = []
-    for k in keys:
+    for name, k in named:
         if k.startswith("sha256:"):
-            out.append(bytes.fromhex(k[7:]))
+            out.append((bytes.fromhex(k[7:]), name))
         else:
-            out.append(hashlib.sha256(k.encode()).digest())
+            out.append((hashlib.sha256(k.encode()).digest(), name))
     return out
+
+
+OPEN_OWNER = "-"  # the owner of what an open proxy (no client keys) stores
 
 
 def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
@@ -158,11 +164,14 @@ class Service:
     def __init__(self, config: Config, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
         self.router = Router.build(config, transport=transport)
-        self.digests = _key_digests(config.auth.keys)
+        self.digests = _key_digests(config.auth.named())
         self.secrets = config.secrets()
         self.counters = metrics.Metrics((p.name for p in config.providers), known_codes())
         self.envelope_key = config.server.secret.encode()
         self.ready = False
+        # the response store (app/store.py), None when storing is off; a WebSocket falls back
+        # to it for a previous_response_id not on its socket (app.stored.stored_chain)
+        self.store: Store | None = open_store(config.store, self.counters)
 
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
@@ -180,18 +189,26 @@ class Service:
         finally:
             self.ready = False
             await self.router.aclose()
+            if self.store is not None:
+                await self.store.aclose()
 
-    def authorize(self, h: Any) -> None:
-        """Check the client key in headers ``h`` (a dict or Starlette's Headers)."""
+    def authorize(self, h: Any) -> str:
+        """Check the client key in headers ``h`` (a dict or Starlette's Headers); the key's
+        name (``auth.keys``: what owns its stored responses)."""
         if not self.digests:
-            return
+            return OPEN_OWNER
         auth = h.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else h.get("api-key") or h.get("x-api-key") or ""
         if not key:
             raise ProxyError(401, "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key")
         d = hashlib.sha256(key.encode()).digest()
-        if not any(hmac.compare_digest(d, x) for x in self.digests):
+        owner = None
+        for x, name in self.digests:  # every digest compared: the time does not tell which matched
+            if hmac.compare_digest(d, x) and owner is None:
+                owner = name
+        if owner is None:
             raise ProxyError(401, "Incorrect API key provided.", code="invalid_api_key")
+        return owner
 
     async def read_body(self, receive: Any, cl: str | None) -> bytes:
         """The request body, at most ``server.max_body_bytes`` (Starlette's Request.stream(),
@@ -225,6 +242,7 @@ class Service:
         """The raw ASGI handler of one proxy route; ``outer``: called by the fast path, so it
         also does what FastAPI's ServerErrorMiddleware + ``on_unexpected`` would."""
         server = self.config.server
+        responses = client == "responses"
         counters = self.counters
 
         async def proxy(scope: Any, receive: Any, send: Any) -> None:
@@ -233,11 +251,18 @@ class Service:
             if not outer:
                 scope.setdefault("state", {})["request_id"] = rid  # for on_unexpected
             response: ProxyResponse | None = None
+            turn: Turn | None = None
             try:
                 try:
                     h = _headers(scope)
-                    self.authorize(h)
+                    owner = self.authorize(h)
                     raw = await self.read_body(receive, h.get("content-length"))
+                    body = None
+                    if responses:
+                        body = check_body(raw, client)
+                        # stateless (store:false, no previous_response_id, as Codex): no store I/O
+                        if body.get("store") is not False or body.get("previous_response_id"):
+                            turn = await stored.begin(self.store, self.router, body, owner)
                     p = prepare(
                         self.router,
                         raw,
@@ -250,6 +275,8 @@ class Service:
                         client_headers=h,
                         secrets=self.secrets,
                         counters=counters,
+                        body=body,
+                        answered=turn.answered if turn is not None else None,
                     )
                 except (ProxyError, RequestError) as e:
                     _log_rejected(counters, scope["path"], e.status, e.code, rid)
@@ -257,6 +284,8 @@ class Service:
                     return
                 response = ProxyResponse(p)
                 await response(scope, receive, send)
+                if turn is not None and self.store is not None:
+                    await stored.finish(self.store, turn, p)  # after the client's last byte
             except ClientDisconnect:
                 # the client left while sending its body: nobody to answer, nothing went wrong
                 counters.inc(
@@ -294,6 +323,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
         app.router.add_route(path, _RawEndpoint(svc.proxy_handler(client, outer=False)), methods=["POST"])  # type: ignore[arg-type]
     app.fast_routes = fast
     _info_routes(app, svc)
+    stored.routes(app, svc)
     _error_handlers(app, svc)
     return app
 
@@ -335,7 +365,11 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
     async def readyz() -> Response:
         if not svc.ready:
             return _json(503, {"status": "starting"})
-        return _json(200, {"status": "ready", "models": len(router.routes)})
+        body: dict[str, Any] = {"status": "ready", "models": len(router.routes)}
+        if svc.store is not None:
+            # degraded, not down: stateless requests are served without the store
+            body["store"] = "ok" if await svc.store.ping() else "degraded"
+        return _json(200, body)
 
     @app.get("/metrics")
     async def metrics_route() -> Response:

@@ -84,8 +84,14 @@ def prepare(
     client_headers: dict[str, str],
     secrets: SecretMask = NO_SECRETS,
     counters: Metrics | None = None,
+    body: dict[str, Any] | None = None,
+    answered: dict[str, Any] | None = None,
 ) -> Prepared:
-    body = check_body(raw, client)
+    """``body``: the already checked body (the app read it before its store lookups; ``raw``
+    is then unused); ``answered``: response fields the app honoured itself (the Bridge echoes
+    them: ``store``, ``previous_response_id`` of a stored conversation)."""
+    if body is None:
+        body = check_body(raw, client)
     model = body["model"]
     route = router.resolve(model)
     if route is None:
@@ -106,7 +112,13 @@ def prepare(
     )
     try:
         out, bridge = open_bridge(
-            body, client, upstream, ctx, incomplete_as_completed=incomplete_as_completed, mask=secrets
+            body,
+            client,
+            upstream,
+            ctx,
+            incomplete_as_completed=incomplete_as_completed,
+            mask=secrets,
+            answered=answered,
         )
     finally:
         if ctx.envelope_rejected:

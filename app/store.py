@@ -306,8 +306,10 @@ class RedisStore(Store):
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
         if len(ids) == 1:
-            return [await self.redis.get(self.prefix + ids[0])]
-        return list(await self.redis.mget([self.prefix + i for i in ids]))
+            got = [await self.redis.get(self.prefix + ids[0])]
+        else:
+            got = list(await self.redis.mget([self.prefix + i for i in ids]))
+        return [b if isinstance(b, bytes) else None for b in got]
 
     async def _delete(self, rid: str) -> None:
         await self.redis.delete(self.prefix + rid)

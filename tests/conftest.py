@@ -8,6 +8,7 @@ fails afterwards if any unregistered name was recorded during it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,19 @@ import pytest
 from transformers import repairs
 
 repairs.STRICT = True
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _state_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The default SQLite response store (``$XDG_STATE_HOME/switchboard/responses.db``) of
+    every app and proxy the tests start lives in a temporary directory."""
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
 
 
 @pytest.fixture(autouse=True)

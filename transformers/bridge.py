@@ -23,6 +23,7 @@ call                   returns
 ``replay(obj)``        a whole answer object to a stream request, as the complete stream
 ``complete(body)``     non-streaming: ``(200, bytes)`` of the client's answer object, or
                        raises ``AnswerError`` (the app picks the HTTP error)
+``response_object()``  a Responses client's whole response object, once answered (stored)
 ``terminal``           what the client received: '' (not yet), completed, incomplete, failed
 ``error_code``         the code of the failure terminal the client received, if any
 ``crashed``            the exception the guard caught, if it fired (the app logs it)
@@ -181,6 +182,7 @@ def open_bridge(
     *,
     incomplete_as_completed: bool = False,
     mask: SecretMask = NO_SECRETS,
+    answered: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Bridge]:
     """Translate a checked client body for the upstream; the Bridge that answers it."""
     d = DIRECTIONS[(client, upstream)]
@@ -194,6 +196,8 @@ def open_bridge(
         echo = {k: body[k] for k in ECHO if k in body}
         if upstream == "responses":
             echo.update((k, body[k]) for k in ECHO_SAME_PROTOCOL if k in body)
+        if answered:  # what the app itself honoured (its response store: store, previous_response_id)
+            echo.update(answered)
     opts = body.get("stream_options")
     include_usage = bool(opts.get("include_usage")) if client == "chat" and isinstance(opts, dict) else client != "chat"
     return out, Bridge(
@@ -221,6 +225,7 @@ class Bridge:
         "error_code",
         "_incomplete_as_completed",
         "_echo",
+        "_result",
         "_done_sent",
         "_closed",
         "_chat",
@@ -242,6 +247,7 @@ class Bridge:
         self._chat = direction.client == "chat"
         self._incomplete_as_completed = incomplete_as_completed
         self._echo = echo or {}
+        self._result: dict[str, Any] | None = None  # complete()'s answer object
         self.decoder: Any = ChatStreamDecoder(ctx) if direction.upstream == "chat" else ResponsesStreamDecoder(ctx)
         self.stage = (
             ToolStage(ctx, direction.client) if direction.tool_stage and needed(ctx, direction.client) else None
@@ -345,6 +351,15 @@ class Bridge:
             self._crash(out, e)
         return b"".join(out) + self.end()
 
+    def response_object(self) -> dict[str, Any] | None:
+        """A Responses client's response object as it received it, once the answer is whole
+        (the app stores it); None for a Chat client or before the terminal."""
+        if self._chat:
+            return None
+        if self._result is not None:
+            return self._result
+        return self.encoder.response if self._closed and self.terminal else None
+
     # -- non-streaming --------------------------------------------------------------------
 
     def complete(self, obj: dict[str, Any]) -> tuple[int, bytes]:
@@ -386,6 +401,7 @@ class Bridge:
         if err or body is None:
             error = self.mask.error(err if isinstance(err, dict) else {})
             raise AnswerError(error, bad=error.get("code") in _BAD)
+        self._result = result
         return 200, body
 
     # -- the pieces -----------------------------------------------------------------------

@@ -285,14 +285,17 @@ async def test_metrics_count_requests(client: httpx.AsyncClient, mock: Any) -> N
     assert 'switchboard_stream_outcomes_total{client="chat",outcome="completed"} 1\n' in text
 
 
-async def test_previous_response_id_on_chat_upstream_is_a_clear_400(client: httpx.AsyncClient, mock: Any) -> None:
+async def test_unknown_previous_response_id_is_previous_response_not_found(
+    client: httpx.AsyncClient, mock: Any
+) -> None:
     route = mock.post(CHAT_URL)
     r = await client.post(
         "/v1/responses", json={"model": "chat-model", "input": "and then?", "previous_response_id": "resp_123"}
     )
-    assert r.status_code == 400
+    assert r.status_code == 404
     e = err(r)
-    assert e["param"] == "previous_response_id" and e["code"] == "unsupported_parameter"
+    assert e["param"] == "previous_response_id" and e["code"] == "previous_response_not_found"
+    assert e["type"] == "invalid_request_error" and "resp_123" in e["message"]
     assert route.call_count == 0
 
 

@@ -1,0 +1,316 @@
+"""Stored responses on the proxy's routes: ``store``, ``previous_response_id`` and
+``GET``/``DELETE /v1/responses/{id}``, whatever the upstream.
+
+Theory of operation
+-------------------
+The proxy route calls ``begin`` before ``prepare()`` (which stays pure) and ``finish`` after
+the answer went out, only for a Responses request that stores or continues (a request with
+``store: false`` and no ``previous_response_id``, as Codex sends, never gets here and never
+touches the store).  ``begin`` decides, from the body, the route and the stored chain:
+
+=============================================  ===========================================
+case                                           what happens
+=============================================  ===========================================
+storing off (``store.enabled: false``)         ``store: true`` → 400 ``store_disabled``;
+                                               absent → ``store: false`` (nothing kept,
+                                               upstream included)
+``previous_response_id`` unknown, expired,     404 ``previous_response_not_found``
+another key's, or a gap in its chain
+the store does not answer                      503 ``store_unavailable`` (stateless
+                                               requests are not affected)
+previous turn answered by this same provider,  passed through: the upstream continues its
+a Responses upstream that keeps responses      own conversation
+every other continuation (a Chat upstream,     the input is rebuilt: every earlier turn's
+a Responses upstream that keeps nothing,       input and output items, oldest first, then
+another provider than the previous turn)       this turn's input; replayed item ids are
+                                               dropped toward a Responses upstream (they
+                                               name items it never stored)
+=============================================  ===========================================
+
+The client's response says ``store: true`` and its ``previous_response_id`` whatever the
+upstream (``answered``).  ``finish`` stores the response object the client received with
+this turn's input items (ids given to those without), the provider, whether that upstream
+keeps it too, and the ids of the earlier turns; a failed put is logged and counted, the
+answer already went out.  A lookup that finds nothing is retried once after
+``_RACE_SECONDS``: the previous turn's put may still be on its way when a fast client sends
+the next turn to another instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from app.logs import log
+from app.pipeline import Prepared
+from app.store import Record, RecordTooLarge, Store, StoreUnavailable
+from providers.upstream import Router
+from transformers.errors import ProxyError
+
+__all__ = ["Turn", "begin", "finish", "routes", "stored_chain"]
+
+_RACE_SECONDS = 0.05
+_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+@dataclass(slots=True)
+class Turn:
+    owner: str
+    items: list[Any]  # this turn's input items, as stored
+    ancestors: list[str] = field(default_factory=list)
+    remote: bool = False
+    answered: dict[str, Any] = field(default_factory=dict)
+
+
+def store_unavailable() -> ProxyError:
+    return ProxyError(
+        503,
+        "The response store is unavailable: requests with store=true or previous_response_id cannot be served "
+        "right now; retry, or send the whole conversation with store=false.",
+        type="server_error",
+        code="store_unavailable",
+        headers={"retry-after": "1"},
+    )
+
+
+def previous_not_found(rid: str) -> ProxyError:
+    return ProxyError(
+        404,
+        f"Previous response with id '{rid[:200]}' not found.",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
+
+
+def _not_found(rid: str) -> ProxyError:
+    return ProxyError(404, f"Response with id '{rid[:200]}' not found.")
+
+
+async def stored_chain(store: Store, rid: str, owner: str) -> list[Record] | None:
+    """The stored conversation ending at ``rid`` (oldest first), None when it is not there;
+    ``StoreUnavailable`` raised as the 503 answer.  The WebSocket transport calls this for a
+    ``previous_response_id`` that is not on its socket."""
+    try:
+        chain = await store.chain(rid, owner)
+        if chain is None:
+            await asyncio.sleep(_RACE_SECONDS)
+            chain = await store.chain(rid, owner)
+    except StoreUnavailable:
+        raise store_unavailable() from None
+    return chain
+
+
+def history(chain: list[Record], strip_ids: bool) -> list[Any]:
+    """Every earlier turn's input and output items, oldest first."""
+    out: list[Any] = []
+    for rec in chain:
+        for item in (*rec.input, *(rec.response.get("output") or ())):
+            if strip_ids and isinstance(item, dict) and "id" in item:
+                item = {k: v for k, v in item.items() if k != "id"}
+            out.append(item)
+    return out
+
+
+def input_items(value: Any) -> list[Any]:
+    """A request's ``input`` as a list of items (a string is one user message)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+    return list(value) if isinstance(value, list) else []
+
+
+async def begin(store: Store | None, router: Router, body: dict[str, Any], owner: str) -> Turn | None:
+    """Before ``prepare()``: settle ``store`` and ``previous_response_id`` (module docstring).
+    Rewrites ``body`` in place; the Turn to ``finish``, or None when nothing is stored."""
+    flag = body.get("store")
+    prev = body.get("previous_response_id")
+    if store is None:
+        if flag is True:
+            raise ProxyError(
+                400,
+                "Storing responses is turned off on this proxy (store.enabled: false): send store=false, or leave "
+                "store out.",
+                param="store",
+                code="store_disabled",
+            )
+        body["store"] = False
+        return None
+    route = router.resolve(body["model"]) if isinstance(body.get("model"), str) else None
+    if route is None:
+        return None  # prepare() answers model_not_found
+    prov = route.provider
+    upstream = prov.protocol_for("responses")
+    keeps = upstream == "responses" and prov.cfg.stores_responses and flag is not False
+    turn = Turn(owner=owner, items=input_items(body.get("input")), remote=keeps)
+    if prev:
+        chain = await stored_chain(store, prev, owner)
+        if chain is None:
+            raise previous_not_found(prev)
+        turn.ancestors = [r.id for r in chain]
+        last = chain[-1]
+        if not (keeps and last.remote and last.provider == prov.name):
+            body["input"] = history(chain, strip_ids=upstream == "responses") + turn.items
+            del body["previous_response_id"]
+        turn.answered["previous_response_id"] = prev
+    if flag is False:
+        turn.answered["store"] = False
+        return turn if prev else None
+    turn.answered["store"] = True
+    return turn
+
+
+def _with_ids(items: list[Any], rid: str) -> list[Any]:
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and not isinstance(item.get("id"), str):
+            kind = item.get("type") or "message"
+            digest = hashlib.sha256(f"{rid}:{i}".encode()).hexdigest()[:40]
+            item = {"id": f"{_ITEM_PREFIX.get(kind, 'item')}_{digest}", **item}
+        out.append(item)
+    return out
+
+
+async def finish(store: Store, turn: Turn, p: Prepared) -> None:
+    """After the answer went out: store the response object the client received."""
+    if turn.answered.get("store") is not True:
+        return
+    resp = p.bridge.response_object()
+    if resp is None or not isinstance(resp.get("id"), str):
+        return  # no response object went out (an error answer, a client that left)
+    rec = Record(
+        id=resp["id"],
+        owner=turn.owner,
+        response=resp,
+        input=_with_ids(turn.items, resp["id"]),
+        provider=p.route.provider.name,
+        upstream=p.upstream,
+        remote=turn.remote and p.upstream == "responses",
+        ancestors=turn.ancestors,
+    )
+    try:
+        await store.put(rec)
+    except (StoreUnavailable, RecordTooLarge) as e:
+        log.warning("store_put_failed", request_id=p.request_id, error=str(e))
+    except Exception as e:  # the answer went out: nothing to tell the client
+        store.counters.inc("switchboard_store_errors_total", op="put")
+        log.exception("store_put_failed", request_id=p.request_id, error=type(e).__name__)
+
+
+# -- the routes ---------------------------------------------------------------------------
+
+
+def _json(status: int, obj: Any) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
+
+
+def _sse(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events)
+
+
+_TERMINAL_EVENT = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
+
+
+def replay_events(resp: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored response as the stream that produced it, item by item (``?stream=true``)."""
+    events: list[dict[str, Any]] = []
+
+    def emit(ev: dict[str, Any]) -> None:
+        ev["sequence_number"] = len(events)
+        events.append(ev)
+
+    start = {**resp, "status": "in_progress", "output": [], "usage": None}
+    emit({"type": "response.created", "response": start})
+    emit({"type": "response.in_progress", "response": start})
+    for i, item in enumerate(resp.get("output") or ()):
+        emit({"type": "response.output_item.added", "output_index": i, "item": item})
+        emit({"type": "response.output_item.done", "output_index": i, "item": item})
+    emit({"type": _TERMINAL_EVENT.get(resp.get("status") or "", "response.completed"), "response": resp})
+    return events
+
+
+def routes(app: FastAPI, svc: Any) -> None:
+    """``GET /v1/responses/{id}`` (``?stream=true``), ``GET …/input_items``, ``DELETE …``."""
+
+    async def lookup(request: Request, rid: str) -> tuple[Store, Record, str]:
+        owner = svc.authorize(request.headers)
+        store: Store | None = svc.store
+        if store is None:
+            raise _not_found(rid)
+        try:
+            rec = await store.get(rid, owner)
+        except StoreUnavailable:
+            raise store_unavailable() from None
+        if rec is None:
+            raise _not_found(rid)
+        return store, rec, owner
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(response_id: str, request: Request) -> Response:
+        _, rec, _ = await lookup(request, response_id)
+        if request.query_params.get("stream") in ("true", "1"):
+            return Response(_sse(replay_events(rec.response)), media_type="text/event-stream; charset=utf-8")
+        return _json(200, rec.response)
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def list_input_items(response_id: str, request: Request) -> Response:
+        _, rec, _ = await lookup(request, response_id)
+        q = request.query_params
+        order = q.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise ProxyError(400, "order must be 'asc' or 'desc'", param="order")
+        try:
+            limit = int(q.get("limit", "20"))
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= 100:
+            raise ProxyError(400, "limit must be an integer between 1 and 100", param="limit")
+        items = rec.input if order == "asc" else list(reversed(rec.input))
+        after = q.get("after")
+        if after:
+            ids = [i.get("id") if isinstance(i, dict) else None for i in items]
+            items = items[ids.index(after) + 1 :] if after in ids else []
+        page = items[:limit]
+        return _json(
+            200,
+            {
+                "object": "list",
+                "data": page,
+                "first_id": page[0].get("id") if page else None,
+                "last_id": page[-1].get("id") if page else None,
+                "has_more": len(items) > limit,
+            },
+        )
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(response_id: str, request: Request) -> Response:
+        store, rec, owner = await lookup(request, response_id)
+        try:
+            await store.delete(response_id, owner)
+        except StoreUnavailable:
+            raise store_unavailable() from None
+        if rec.remote:
+            await _forward_delete(svc.router, rec)
+        return _json(200, {"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+async def _forward_delete(router: Router, rec: Record) -> None:
+    """Delete the upstream's own copy too (best effort: the proxy's copy is gone already)."""
+    prov = next((r.provider for r in router.routes.values() if r.provider.name == rec.provider), None)
+    if prov is None:
+        return
+    url = prov.url("responses").rstrip("/") + "/" + rec.id
+    try:
+        resp = await prov.client.delete(url, headers=prov.headers, params=prov.cfg.query or None, timeout=prov.timeout)
+        status = resp.status_code
+    except httpx.HTTPError as e:
+        status = 0
+        log.warning("upstream_delete_failed", provider=prov.name, error=type(e).__name__)
+    log.info("upstream_delete", provider=prov.name, status=status)

@@ -1,0 +1,265 @@
+"""Stored responses through the app (in process, upstreams mocked): ``store``,
+``previous_response_id`` toward every kind of upstream, the ``/v1/responses/{id}`` routes,
+scoping per client key, storing turned off, and a store that does not answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.integration.conftest import BASE_CONFIG, CHAT_URL, RESP_URL, parse_sse, sse_response
+
+KEYS = [{"name": "alice", "key": "sk-alice"}, "sk-bob"]
+ALICE = {"authorization": "Bearer sk-alice"}
+BOB = {"authorization": "Bearer sk-bob"}
+OAI_URL = "http://oai.test/v1/responses"
+
+
+def cfg(tmp_path: Any, **store: Any) -> dict[str, Any]:
+    providers = [
+        *BASE_CONFIG["providers"],
+        {"name": "oai", "profile": "openai", "protocol": "responses", "base_url": "http://oai.test/v1", "api_key": "k"},
+    ]
+    models = [*BASE_CONFIG["models"], {"name": "oai-model", "provider": "oai", "upstream_model": "gpt-up"}]
+    return {
+        "auth": {"keys": KEYS},
+        "store": {"path": str(tmp_path / "store.db"), **store},
+        "providers": providers,
+        "models": models,
+    }
+
+
+def chat_answer(text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "up-chat",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+
+
+def resp_answer(rid: str, text: str) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": 1,
+        "status": "completed",
+        "model": "up-resp",
+        "output": [
+            {
+                "id": f"msg_{rid}",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
+    }
+
+
+class Upstream:
+    """Records what each mocked upstream received; answers turn n with 'answer n'."""
+
+    def __init__(self, mock: Any) -> None:
+        self.bodies: dict[str, list[dict[str, Any]]] = {"chat": [], "resp": [], "oai": []}
+        mock.post(CHAT_URL).mock(side_effect=lambda req: self._chat(req))
+        mock.post(RESP_URL).mock(side_effect=lambda req: self._resp(req, "resp"))
+        mock.post(OAI_URL).mock(side_effect=lambda req: self._resp(req, "oai"))
+        self.deleted = mock.delete(url__startswith=OAI_URL + "/").mock(return_value=httpx.Response(200, json={}))
+
+    def _chat(self, req: httpx.Request) -> httpx.Response:
+        body = orjson.loads(req.content)
+        self.bodies["chat"].append(body)
+        return httpx.Response(200, json=chat_answer(f"answer {len(self.bodies['chat'])}"))
+
+    def _resp(self, req: httpx.Request, name: str) -> httpx.Response:
+        body = orjson.loads(req.content)
+        self.bodies[name].append(body)
+        n = sum(len(v) for v in self.bodies.values())
+        rid = f"resp_{name}{n:04d}"
+        if body.get("stream"):
+            final = resp_answer(rid, f"answer {n}")
+            return sse_response(
+                [
+                    {"type": "response.created", "response": {**final, "status": "in_progress", "output": []}},
+                    {"type": "response.output_item.added", "output_index": 0, "item": final["output"][0]},
+                    {"type": "response.output_item.done", "output_index": 0, "item": final["output"][0]},
+                    {"type": "response.completed", "response": final},
+                ],
+                event_names=True,
+            )
+        return httpx.Response(200, json=resp_answer(rid, f"answer {n}"))
+
+
+@pytest.fixture
+def up(mock: Any) -> Upstream:
+    return Upstream(mock)
+
+
+async def turn(c: httpx.AsyncClient, model: str, text: str, prev: str | None = None, **kw: Any) -> dict[str, Any]:
+    headers = kw.pop("headers", ALICE)
+    body: dict[str, Any] = {"model": model, "input": text, **kw}
+    if prev:
+        body["previous_response_id"] = prev
+    r = await c.post("/v1/responses", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    if body.get("stream"):
+        events = parse_sse(r.content)
+        return events[-1]["response"]
+    return r.json()
+
+
+def texts(messages: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, str):
+            out.append(c)
+        elif isinstance(c, list):
+            out.append("".join(p.get("text", "") for p in c))
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_three_turns_through_a_chat_upstream(client_factory: Any, up: Upstream, tmp_path: Any, stream: bool):
+    c = await client_factory(**cfg(tmp_path))
+    r1 = await turn(c, "chat-model", "one", stream=stream)
+    assert r1["store"] is True and r1["previous_response_id"] is None
+    r2 = await turn(c, "chat-model", "two", r1["id"], stream=stream)
+    assert r2["previous_response_id"] == r1["id"] and r2["store"] is True
+    r3 = await turn(c, "chat-model", "three", r2["id"], stream=stream, instructions="be brief")
+    third = up.bodies["chat"][2]["messages"]
+    assert texts(third) == ["be brief", "one", "answer 1", "two", "answer 2", "three"]
+    assert [m["role"] for m in third] == ["system", "user", "assistant", "user", "assistant", "user"]
+    got = await c.get(f"/v1/responses/{r3['id']}", headers=ALICE)
+    assert got.status_code == 200 and got.json()["output"] == r3["output"]
+
+
+async def test_responses_upstream_that_keeps_nothing_gets_the_rebuilt_input(client_factory, up, tmp_path):
+    c = await client_factory(**cfg(tmp_path))
+    r1 = await turn(c, "resp-model", "one")
+    r2 = await turn(c, "resp-model", "two", r1["id"])
+    sent = up.bodies["resp"][1]
+    assert "previous_response_id" not in sent
+    assert texts(sent["input"]) == ["one", "answer 1", "two"]
+    assert all("id" not in i for i in sent["input"][:2])  # ids it never stored are not sent
+    assert r2["previous_response_id"] == r1["id"]
+
+
+async def test_responses_upstream_that_stores_continues_itself_until_the_provider_changes(client_factory, up, tmp_path):
+    c = await client_factory(**cfg(tmp_path))
+    r1 = await turn(c, "oai-model", "one")
+    r2 = await turn(c, "oai-model", "two", r1["id"], stream=True)
+    assert up.bodies["oai"][1]["previous_response_id"] == r1["id"]
+    assert up.bodies["oai"][1]["input"] == "two"  # only the new turn: the upstream has the rest
+    assert r2["id"].startswith("resp_oai")  # the upstream's own id, so it can continue it
+    await turn(c, "chat-model", "three", r2["id"])  # the conversation moves to a Chat upstream
+    assert texts(up.bodies["chat"][0]["messages"]) == ["one", "answer 1", "two", "answer 2", "three"]
+    # DELETE of a response the upstream keeps is forwarded to it
+    d = await c.delete(f"/v1/responses/{r1['id']}", headers=ALICE)
+    assert d.status_code == 200 and d.json() == {"id": r1["id"], "object": "response.deleted", "deleted": True}
+    assert up.deleted.call_count == 1 and up.deleted.calls[0].request.url.path.endswith(r1["id"])
+
+
+async def test_scoping_get_input_items_delete_and_not_found(client_factory, up, tmp_path):
+    c = await client_factory(**cfg(tmp_path))
+    items = [{"type": "message", "role": "user", "content": f"m{i}"} for i in range(5)]
+    r = await c.post("/v1/responses", json={"model": "chat-model", "input": items}, headers=ALICE)
+    rid = r.json()["id"]
+    for path in (f"/v1/responses/{rid}", f"/v1/responses/{rid}/input_items"):
+        other = await c.get(path, headers=BOB)
+        assert other.status_code == 404 and other.json()["error"]["type"] == "invalid_request_error"
+    cont = await c.post(
+        "/v1/responses", json={"model": "chat-model", "input": "x", "previous_response_id": rid}, headers=BOB
+    )
+    assert cont.status_code == 404 and cont.json()["error"]["code"] == "previous_response_not_found"
+    assert (await c.delete(f"/v1/responses/{rid}", headers=BOB)).status_code == 404
+
+    page = (await c.get(f"/v1/responses/{rid}/input_items?order=asc&limit=2", headers=ALICE)).json()
+    assert [i["content"] for i in page["data"]] == ["m0", "m1"] and page["has_more"] is True
+    assert page["first_id"] == page["data"][0]["id"] and page["last_id"] == page["data"][1]["id"]
+    page2 = (
+        await c.get(f"/v1/responses/{rid}/input_items?order=asc&limit=2&after={page['last_id']}", headers=ALICE)
+    ).json()
+    assert [i["content"] for i in page2["data"]] == ["m2", "m3"]
+    desc = (await c.get(f"/v1/responses/{rid}/input_items", headers=ALICE)).json()
+    assert [i["content"] for i in desc["data"]] == ["m4", "m3", "m2", "m1", "m0"] and desc["has_more"] is False
+    assert (await c.get(f"/v1/responses/{rid}/input_items?limit=0", headers=ALICE)).status_code == 400
+
+    replay = await c.get(f"/v1/responses/{rid}?stream=true", headers=ALICE)
+    events = parse_sse(replay.content)
+    assert [e["type"] for e in events][0] == "response.created"
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"]["id"] == rid
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+    assert (await c.delete(f"/v1/responses/{rid}", headers=ALICE)).status_code == 200
+    assert (await c.get(f"/v1/responses/{rid}", headers=ALICE)).status_code == 404
+    gone = await c.post(
+        "/v1/responses", json={"model": "chat-model", "input": "x", "previous_response_id": rid}, headers=ALICE
+    )
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "previous_response_not_found"
+
+
+async def test_store_false_is_not_stored_and_can_still_continue(client_factory, up, tmp_path):
+    c = await client_factory(**cfg(tmp_path))
+    r1 = await turn(c, "chat-model", "one")
+    r2 = await turn(c, "chat-model", "two", r1["id"], store=False)
+    assert r2["store"] is False and r2["previous_response_id"] == r1["id"]
+    assert texts(up.bodies["chat"][1]["messages"]) == ["one", "answer 1", "two"]
+    assert (await c.get(f"/v1/responses/{r2['id']}", headers=ALICE)).status_code == 404
+
+
+async def test_storing_turned_off(client_factory, up, tmp_path):
+    c = await client_factory(**cfg(tmp_path, enabled=False))
+    r = await c.post("/v1/responses", json={"model": "chat-model", "input": "x", "store": True}, headers=ALICE)
+    assert r.status_code == 400
+    e = r.json()["error"]
+    assert e["code"] == "store_disabled" and e["param"] == "store"
+    r1 = await turn(c, "resp-model", "one")  # absent store = false, upstream included
+    assert r1["store"] is False and up.bodies["resp"][0]["store"] is False
+    assert (await c.get(f"/v1/responses/{r1['id']}", headers=ALICE)).status_code == 404
+    assert not (tmp_path / "store.db").exists()
+    assert "store" not in (await c.get("/readyz")).json()
+
+
+async def test_unreachable_store_degrades_only_stored_requests(client_factory, up, tmp_path):
+    c = await client_factory(**cfg(tmp_path, backend="redis", url="redis://127.0.0.1:1/0", timeout_seconds=0.3))
+    ok = await c.post("/v1/responses", json={"model": "chat-model", "input": "x", "store": False}, headers=ALICE)
+    assert ok.status_code == 200  # stateless: no store I/O at all
+    chat = await c.post(
+        "/v1/chat/completions",
+        json={"model": "chat-model", "messages": [{"role": "user", "content": "x"}]},
+        headers=ALICE,
+    )
+    assert chat.status_code == 200
+    metrics = (await c.get("/metrics")).text
+    assert "switchboard_store_errors_total" not in metrics
+    for body in (
+        {"model": "chat-model", "input": "x", "previous_response_id": "resp_1"},
+        {"model": "chat-model", "input": "x", "store": False, "previous_response_id": "resp_1"},
+    ):
+        r = await c.post("/v1/responses", json=body, headers=ALICE)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable", r.text
+    # a store:true answer goes out; its put fails, is counted, and nothing breaks
+    stored = await c.post("/v1/responses", json={"model": "chat-model", "input": "x"}, headers=ALICE)
+    assert stored.status_code == 200 and stored.json()["store"] is True
+    assert (await c.get("/v1/responses/resp_x", headers=ALICE)).status_code == 503
+    ready = await c.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["store"] == "degraded"
+    metrics = (await c.get("/metrics")).text
+    assert 'switchboard_store_errors_total{op="put"} 1' in metrics
+    assert 'switchboard_store_errors_total{op="chain"}' not in metrics  # the first lookup is a get
+    assert 'switchboard_store_errors_total{op="get"} 3' in metrics
+
+
+async def test_plain_keys_own_their_responses_too(client_factory, up, tmp_path):
+    c = await client_factory(**cfg(tmp_path))
+    r = await turn(c, "chat-model", "one", headers=BOB)
+    assert (await c.get(f"/v1/responses/{r['id']}", headers=BOB)).status_code == 200
+    assert (await c.get(f"/v1/responses/{r['id']}", headers=ALICE)).status_code == 404
