@@ -63,6 +63,7 @@ import time
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 KIMI_CODE_VERSION = "2.1.0"
 KIMI_CODE_PACKAGE = "@moonshot-ai/kimi-code"
@@ -377,56 +378,37 @@ def write_home(
     return cfg
 
 
-def run_kimi_code(
-    kc: KimiCode,
-    prompt: str,
-    *,
-    provider_type: str,
-    base_url: str,
-    model: str,
-    workspace: Path,
-    home: Path,
-    api_key: str,
-    timeout: float = 90,
-    isolate: bool = True,
-) -> KimiRun:
-    """One ``kimi -p`` run against ``base_url`` (a 127.0.0.1 URL: the proxy)."""
-    from urllib.parse import urlsplit
+@dataclass
+class Isolated:
+    argv: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool
+    mode: str  # "netns" | "loopback"
+    interfaces: list[str] | None  # inside the namespace (netns mode)
 
-    workspace.mkdir(parents=True, exist_ok=True)
-    write_home(home, provider_type=provider_type, base_url=base_url, model=model)
-    kimi = [str(kc.node), str(kc.main), "-p", prompt, "--output-format", "stream-json"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KIMI_", "ANTHROPIC_"))}
-    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        env.pop(k, None)
-    env.update(
-        {
-            "KIMI_CODE_HOME": str(home),
-            "HOME": str(home),
-            ENV_KEY: api_key,
-            "KIMI_CODE_NO_AUTO_UPDATE": "1",
-            "KIMI_DISABLE_TELEMETRY": "1",
-            "NO_COLOR": "1",
-            "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-        }
-    )
+
+def run_isolated(
+    command: list[str], *, port: int, cwd: Path, env: dict[str, str], timeout: float, isolate: bool = True
+) -> Isolated:
+    """Run ``command`` with 127.0.0.1:``port`` (the proxy) reachable and, in netns mode,
+    nothing else; in its own process group, killed by that PID on timeout."""
     mode, unshare, _why = isolation() if isolate else ("loopback", [], "not asked")
     relay: UnixRelay | None = None
-    report = home / "netns.json"
+    report_dir = Path(tempfile.mkdtemp(prefix="sb-kimi-report-"))
+    report = report_dir / "netns.json"
     if mode == "netns":
-        url = urlsplit(base_url)
-        if url.hostname != "127.0.0.1" or not url.port:
-            raise ValueError(f"base_url must be http://127.0.0.1:<port>/..., not {base_url}")
-        relay = UnixRelay("127.0.0.1", url.port)
+        relay = UnixRelay("127.0.0.1", port)
         argv = [*unshare, sys.executable, str(Path(__file__).resolve()), "--netns-relay"]
-        argv += ["--port", str(url.port), "--unix", str(relay.path), "--report", str(report), "--", *kimi]
+        argv += ["--port", str(port), "--unix", str(relay.path), "--report", str(report), "--", *command]
     else:
-        argv = kimi
+        argv = list(command)
     t0 = time.monotonic()
     proc = subprocess.Popen(
         argv,
-        cwd=str(workspace),
+        cwd=str(cwd),
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -454,13 +436,55 @@ def run_kimi_code(
             pass
         if relay is not None:
             relay.close()
-    run = KimiRun(argv, proc.returncode, out, err, time.monotonic() - t0, timed_out, workspace, home, mode)
+    interfaces = None
     if mode == "netns":
         try:
-            run.interfaces = json.loads(report.read_text(encoding="utf-8"))["interfaces"]
+            interfaces = json.loads(report.read_text(encoding="utf-8"))["interfaces"]
         except (OSError, ValueError, KeyError):
-            run.interfaces = None
-    for line in out.splitlines():
+            pass
+    shutil.rmtree(report_dir, ignore_errors=True)
+    return Isolated(argv, proc.returncode, out, err, time.monotonic() - t0, timed_out, mode, interfaces)
+
+
+def run_kimi_code(
+    kc: KimiCode,
+    prompt: str,
+    *,
+    provider_type: str,
+    base_url: str,
+    model: str,
+    workspace: Path,
+    home: Path,
+    api_key: str,
+    timeout: float = 90,
+    isolate: bool = True,
+) -> KimiRun:
+    """One ``kimi -p`` run against ``base_url`` (``http://127.0.0.1:<port>/...``: the proxy)."""
+    url = urlsplit(base_url)
+    if url.hostname != "127.0.0.1" or not url.port:
+        raise ValueError(f"base_url must be http://127.0.0.1:<port>/..., not {base_url}")
+    workspace.mkdir(parents=True, exist_ok=True)
+    write_home(home, provider_type=provider_type, base_url=base_url, model=model)
+    kimi = [str(kc.node), str(kc.main), "-p", prompt, "--output-format", "stream-json"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KIMI_", "ANTHROPIC_"))}
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        env.pop(k, None)
+    env.update(
+        {
+            "KIMI_CODE_HOME": str(home),
+            "HOME": str(home),
+            ENV_KEY: api_key,
+            "KIMI_CODE_NO_AUTO_UPDATE": "1",
+            "KIMI_DISABLE_TELEMETRY": "1",
+            "NO_COLOR": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        }
+    )
+    r = run_isolated(kimi, port=url.port, cwd=workspace, env=env, timeout=timeout, isolate=isolate)
+    run = KimiRun(r.argv, r.returncode, r.stdout, r.stderr, r.duration, r.timed_out, workspace, home, r.mode)
+    run.interfaces = r.interfaces
+    for line in r.stdout.splitlines():
         line = line.strip()
         if not line:
             continue

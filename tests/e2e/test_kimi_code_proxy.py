@@ -10,6 +10,9 @@ reasoning only, as Kimi K2 does, and Kimi Code stops with an empty-response erro
 
 * ``test_kimi_code_ids_restored``: profile ``kimi`` (``kimi_tool_ids`` on): the upstream
   receives ``functions.Bash:0`` on both, plus the reasoning it sent; the final text prints.
+* ``test_isolation``: what every run gets (no Kimi Code needed): the relayed port reaches
+  a server outside, and in netns mode the namespace has only ``lo`` and an outside address
+  is unreachable at once.
 * ``test_kimi_code_without_repair``: the same with ``kimi_tool_ids`` switched off: the
   upstream sees ``functions_Bash_0`` and answers reasoning only; Kimi Code prints no final
   text and exits 1 ("a response containing only thinking content").  So the first test passes because of the repair, not by accident.
@@ -17,9 +20,22 @@ reasoning only, as Kimi K2 does, and Kimi Code stops with an empty-response erro
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import sys
+
 import pytest
 import scenarios as sc
-from kimi_code_harness import PROVIDER_TYPES, KimiCode, KimiCodeUnavailable, ensure_kimi_code, run_kimi_code
+from kimi_code_harness import (
+    PROVIDER_TYPES,
+    KimiCode,
+    KimiCodeUnavailable,
+    ensure_kimi_code,
+    isolation,
+    run_isolated,
+    run_kimi_code,
+)
 from proxy_harness import PROXY_CLIENT_KEY, REPO
 
 pytestmark = pytest.mark.e2e
@@ -95,3 +111,36 @@ def test_kimi_code_without_repair(kimi_code, upstream, proxy_for, tmp_path, prov
     assert up.model_requests[1].matched is False, info  # Kimi's reasoning-only answer was played
     assert run.final_text is None, info
     assert run.returncode != 0 and "only thinking content" in run.stderr, info  # Kimi Code's empty-response error
+
+
+PROBE = """
+import json, socket, sys, urllib.request
+out = {}
+try:
+    socket.create_connection(("192.0.2.1", 80), timeout=3).close()
+    out["outside"] = "connected"
+except OSError as exc:
+    out["outside"] = exc.errno
+out["relayed"] = urllib.request.urlopen(sys.argv[1], timeout=5).status
+print(json.dumps(out))
+"""
+
+
+def test_isolation(upstream, tmp_path):
+    up = upstream([], "isolation-probe")
+    r = run_isolated(
+        [sys.executable, "-c", PROBE, f"{up.url}/v1/models"],
+        port=up.port,
+        cwd=tmp_path,
+        env=dict(os.environ),
+        timeout=30,
+    )
+    info = f"{r}\n{up.describe()}"
+    assert r.returncode == 0 and not r.timed_out, info
+    got = json.loads(r.stdout)
+    assert got["relayed"] == 200, info
+    assert [(q.method, q.path) for q in up.requests] == [("GET", "/v1/models")], info
+    if r.mode != "netns":
+        pytest.skip(f"no network namespace on this machine ({isolation()[2]}): runs are loopback-only by config")
+    assert r.interfaces == ["lo"], info
+    assert got["outside"] == errno.ENETUNREACH, info
