@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from app import stored
 from app.logs import log
 from app.pipeline import ProxyResponse, new_request_id, prepare
 from transformers.errors import ProxyError, RequestError
@@ -67,7 +68,7 @@ async def serve_socket(svc: Service, scope: Any, receive: Any, send: Any) -> Non
         return
     h = _headers(scope)
     try:
-        svc.authorize(h)
+        owner = svc.authorize(h)
     except ProxyError as e:
         await _deny(send, e.status, e.message, e.code, cid)
         svc.counters.inc("switchboard_websocket_connections_total", event="refused_auth")
@@ -86,7 +87,7 @@ async def serve_socket(svc: Service, scope: Any, receive: Any, send: Any) -> Non
     await send({"type": "websocket.accept", "headers": [(b"x-request-id", cid.encode())]})
     svc.sockets += 1
     svc.counters.inc("switchboard_websocket_connections_total", event="accepted")
-    conn = _Connection(svc, cid, h, receive, send)
+    conn = _Connection(svc, cid, h, owner, receive, send)
     svc.drain.register(conn)
     try:
         await conn.run()
@@ -121,6 +122,10 @@ class _Gone(Exception):
     """The socket closed while a frame was being sent."""
 
 
+class _NotFound(Exception):
+    """A continuation of a response neither the socket nor the store knows."""
+
+
 _STOP = {"type": "switchboard.stop"}  # put in the inbox by the drain (see _Connection.stop)
 
 
@@ -129,6 +134,8 @@ class _Connection:
         "svc",
         "cid",
         "headers",
+        "owner",
+        "chain",
         "receive",
         "send",
         "session",
@@ -143,10 +150,14 @@ class _Connection:
         "_error",
     )
 
-    def __init__(self, svc: Service, cid: str, headers: dict[str, str], receive: Any, send: Any) -> None:
+    def __init__(self, svc: Service, cid: str, headers: dict[str, str], owner: str, receive: Any, send: Any) -> None:
         self.svc = svc
         self.cid = cid
         self.headers = headers
+        self.owner = owner  # the client key's name: what this socket stores is scoped to it
+        # the ids of the stored responses that make up the socket's transcript, oldest first
+        # (None: some of it was not stored, e.g. store=false turns, as Codex sends)
+        self.chain: list[str] | None = None
         self.receive = receive
         self.send = send
         self.session = WSSession(svc.config.server.websocket.max_transcript_bytes)
@@ -265,7 +276,7 @@ class _Connection:
 
     # -- one request --------------------------------------------------------------------------
 
-    def _prepare(self, body: dict[str, Any], rid: str) -> Any:
+    def _prepare(self, body: dict[str, Any], rid: str, answered: dict[str, Any] | None = None) -> Any:
         svc = self.svc
         server = svc.config.server
         return prepare(
@@ -281,6 +292,7 @@ class _Connection:
             secrets=svc.secrets,
             counters=svc.counters,
             websocket=True,
+            answered=answered,
             resilience=svc.resilience,
             drainer=svc.drain,
         )
@@ -304,14 +316,26 @@ class _Connection:
         for line in p.bridge.empty().splitlines():
             await self._text(line.decode())
         self.session.warmed(p.bridge.encoder.response["id"], action.body)
+        self.chain = None
         log.info("request", request_id=rid, route="/v1/responses", transport="websocket", terminal="warmup")
 
     async def _turn(self, action: Turn) -> None:
         rid = new_request_id()
         try:
-            p = self._prepare(action.body, rid)
+            turn = await self._stored(action)
+            answered = turn.answered if turn is not None else None
+            if answered is None and action.previous is not None:
+                answered = {"previous_response_id": action.previous}
+            p = self._prepare(action.body, rid, answered)
+        except _NotFound:
+            self.session.failed()
+            self.chain = None
+            log.info("websocket_frame_refused", connection_id=self.cid, code="previous_response_not_found")
+            await self._frame(self.session.not_found(action.previous))
+            return
         except (ProxyError, RequestError) as e:
             self.session.failed()
+            self.chain = None
             await self._refused(e, rid)
             return
         self._status = 200
@@ -326,6 +350,40 @@ class _Connection:
             self.session.completed(resp["id"], resp.get("output") or [])
         else:
             self.session.failed()
+        self.chain = None
+        if turn is not None and self.svc.store is not None and p.bridge.terminal == "completed":
+            await stored.finish(self.svc.store, turn, p)
+            self.chain = [*turn.ancestors, p.bridge.encoder.response["id"]]
+
+    async def _stored(self, action: Turn) -> stored.Turn | None:
+        """The response store's part of a turn: a ``foreign`` continuation rebuilt from the
+        stored conversation (a client that reconnected; ``_NotFound`` when there is none),
+        and the record to store when the request stores (``store`` not false).  A turn
+        continuing a stored chain is stored as its new items on top of that chain."""
+        store = self.svc.store
+        body = action.body
+        if store is None:
+            if action.foreign:
+                raise _NotFound
+            await stored.begin(None, self.svc.router, body, self.owner)  # store=true → 400 store_disabled
+            return None
+        ancestors = self.chain if action.previous is not None else []
+        if action.foreign:
+            assert action.previous is not None
+            chain = await stored.stored_chain(store, action.previous, self.owner)
+            if not chain:
+                raise _NotFound
+            self.session.rebase(action, stored.history(chain, strip_ids=True))
+            ancestors = [r.id for r in chain]
+        if body.get("store") is False:
+            return None
+        answered: dict[str, Any] = {"store": True}
+        if action.previous is not None:
+            answered["previous_response_id"] = action.previous
+        if ancestors is None:  # the socket's history was not all stored: this record holds it whole
+            return stored.Turn(owner=self.owner, items=list(body["input"]), answered=answered)
+        items = action.new if action.previous is not None else body["input"]
+        return stored.Turn(owner=self.owner, items=list(items), ancestors=list(ancestors), answered=answered)
 
     async def _turn_receive(self) -> dict[str, Any]:
         await self.gone.wait()

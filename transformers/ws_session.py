@@ -26,7 +26,9 @@ client frame                               action
 =========================================  ===================================================
 ``response.create``, no previous id        ``Turn`` with the frame's body
 ``response.create``, previous id = last    ``Turn`` with the rebuilt full input
-``response.create``, previous id unknown   ``Reply`` error 400 ``previous_response_not_found``
+``response.create``, previous id unknown   ``Turn`` marked ``foreign``: the app rebuilds the
+                                           input from its response store, or answers
+                                           ``previous_response_not_found`` (``not_found``)
 ``response.create`` + ``generate: false``  ``Warmup``: answer with an empty completed
                                            response; its input becomes the transcript
 ``response.append`` (older Codex)          ``Turn``: the last request's fields, the input
@@ -51,9 +53,15 @@ __all__ = ["Ignore", "Reply", "Turn", "Warmup", "WSSession", "error_frame"]
 
 @dataclass(slots=True)
 class Turn:
-    """Run this request body (a complete, stateless Responses request) as one response."""
+    """Run this request body (a complete, stateless Responses request) as one response.
+    ``new``: the items the frame itself carried; ``previous``: the response it continues;
+    ``foreign``: that response is not this socket's (``body`` then holds only ``new``: the
+    app completes it from its store with ``rebase``, or answers ``not_found``)."""
 
     body: dict[str, Any]
+    new: list[Any]
+    previous: str | None = None
+    foreign: bool = False
 
 
 @dataclass(slots=True)
@@ -158,17 +166,19 @@ class WSSession:
         body["stream"] = True  # a socket always streams
         prev = body.pop("previous_response_id", None)
         new = _items(body.get("input"))
+        foreign = False
         if prev is not None:
-            if not isinstance(prev, str) or prev != self.last_id or prev == "":
-                return Reply(self._not_found(prev))
-            body["input"] = [*self._input, *self._output, *new]
+            if not isinstance(prev, str) or prev == "":
+                return Reply(self.not_found(prev))
+            foreign = prev != self.last_id
+            body["input"] = new if foreign else [*self._input, *self._output, *new]
         else:
             body["input"] = new
         self._last_body = {k: v for k, v in body.items() if k != "input"}
-        if msg.get("generate") is False:
+        if msg.get("generate") is False and not foreign:
             return Warmup(body)
         self._pending = body["input"]
-        return Turn(body)
+        return Turn(body, new, prev, foreign)
 
     def _append(self, msg: dict[str, Any]) -> Action:
         if self._last_body is None or self.last_id is None:
@@ -180,11 +190,18 @@ class WSSession:
                     param="input",
                 )
             )
-        body = {**self._last_body, "input": [*self._input, *self._output, *_items(msg.get("input"))]}
+        new = _items(msg.get("input"))
+        body = {**self._last_body, "input": [*self._input, *self._output, *new]}
         self._pending = body["input"]
-        return Turn(body)
+        return Turn(body, new, self.last_id)
 
-    def _not_found(self, prev: Any) -> dict[str, Any]:
+    def rebase(self, turn: Turn, history: list[Any]) -> None:
+        """A ``foreign`` continuation found elsewhere (the app's store): ``history`` (every
+        earlier item) goes before the frame's own items, in the body and the transcript."""
+        turn.body["input"] = self._pending = [*history, *turn.new]
+
+    def not_found(self, prev: Any) -> dict[str, Any]:
+        """The answer to a continuation of a response nobody here knows."""
         shown = prev[:100] if isinstance(prev, str) else repr(prev)[:100]
         return error_frame(
             400,

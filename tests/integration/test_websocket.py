@@ -44,8 +44,10 @@ SERVICES: list[Any] = []  # the app's Service, per server started (the latest la
 
 
 @asynccontextmanager
-async def serving(upstream: httpx.AsyncBaseTransport, **server: Any) -> AsyncIterator[str]:
-    app = create_app(make_config(auth={"keys": [KEY]}, server=server), transport=upstream)
+async def serving(
+    upstream: httpx.AsyncBaseTransport, *, keys: list[Any] | None = None, **server: Any
+) -> AsyncIterator[str]:
+    app = create_app(make_config(auth={"keys": keys or [KEY]}, server=server), transport=upstream)
     SERVICES.append(app.state.service)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_level="warning", ws="websockets-sansio")
     srv = uvicorn.Server(config)
@@ -361,3 +363,45 @@ async def test_drain_closes_idle_sockets_at_once_and_busy_ones_after_their_turn(
         with pytest.raises(ConnectionClosed):
             await asyncio.wait_for(busy.recv(), 5)
         assert svc.counters.get("switchboard_websocket_connections_total", event="closed_shutdown") == 2
+
+
+async def test_stored_turns_over_the_socket_and_a_reconnect_continuing_from_the_store() -> None:
+    """store=true turns on a socket are stored (retrievable over HTTP, scoped to the key);
+    a new socket continuing one of them is rebuilt from the store; an unknown id is
+    previous_response_not_found."""
+    up = Upstream([chat_text_turn("one"), chat_text_turn("two"), chat_text_turn("three")])
+    keys = [{"name": "alice", "key": KEY}, {"name": "bob", "key": "sk-bob"}]
+    async with serving(up, keys=keys) as host:
+        async with connect(f"ws://{host}/v1/responses", additional_headers=AUTH) as ws:
+            await ws.send(create("chat-model", [USER], store=True))
+            t1 = (await events_until_terminal(ws))[-1]["response"]
+            assert t1["store"] is True
+            u2 = {"type": "message", "role": "user", "content": "and then?"}
+            await ws.send(create("chat-model", [u2], store=True, previous_response_id=t1["id"]))
+            t2 = (await events_until_terminal(ws))[-1]["response"]
+            assert t2["previous_response_id"] == t1["id"]
+        async with httpx.AsyncClient(base_url=f"http://{host}") as http:
+            got = await http.get(f"/v1/responses/{t2['id']}", headers={"Authorization": f"Bearer {KEY}"})
+            assert got.status_code == 200 and got.json()["id"] == t2["id"]
+            items = await http.get(f"/v1/responses/{t2['id']}/input_items", headers={"Authorization": f"Bearer {KEY}"})
+            assert [i.get("content") for i in items.json()["data"]] == ["and then?"]
+            other = await http.get(f"/v1/responses/{t2['id']}", headers={"Authorization": "Bearer sk-bob"})
+            assert other.status_code == 404
+        # a new socket (a reconnecting client) continues the stored conversation
+        async with connect(f"ws://{host}/v1/responses", additional_headers=AUTH) as ws:
+            u3 = {"type": "message", "role": "user", "content": "last"}
+            await ws.send(create("chat-model", [u3], store=False, previous_response_id=t2["id"]))
+            t3 = await events_until_terminal(ws)
+            assert t3[-1]["type"] == "response.completed"
+            await ws.send(create("chat-model", [u3], previous_response_id="resp_nobody_knows"))
+            err = orjson.loads(await ws.recv())
+            assert err["status"] == 400 and err["error"]["code"] == "previous_response_not_found"
+        # another key cannot continue it
+        bob = {**AUTH, "Authorization": "Bearer sk-bob"}
+        async with connect(f"ws://{host}/v1/responses", additional_headers=bob) as ws:
+            await ws.send(create("chat-model", [USER], previous_response_id=t2["id"]))
+            err = orjson.loads(await ws.recv())
+            assert err["error"]["code"] == "previous_response_not_found"
+    third = up.bodies[2]["messages"]
+    assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in third][1:] == ["one", "and then?", "two", "last"]

@@ -45,8 +45,8 @@ def test_continuation_rebuilds_input_plus_output_plus_new_items() -> None:
     assert isinstance(c, Turn) and c.body["input"] == [U1, OUT, FCO, U2]
 
 
-@pytest.mark.parametrize("prev", ["resp_other", "", 7, None])
-def test_unknown_previous_response_id(prev: Any) -> None:
+@pytest.mark.parametrize("prev", ["", 7, None])
+def test_invalid_previous_response_id(prev: Any) -> None:
     s = WSSession(1 << 20)
     s.frame(create(input=[U1]))
     s.completed("resp_1", [])
@@ -57,6 +57,21 @@ def test_unknown_previous_response_id(prev: Any) -> None:
     assert isinstance(a, Reply)
     assert a.frame["status"] == 400 and a.frame["error"]["code"] == "previous_response_not_found"
     assert a.frame["error"]["param"] == "previous_response_id"
+
+
+def test_a_continuation_of_another_sockets_response_is_foreign_and_can_be_rebased() -> None:
+    s = WSSession(1 << 20)
+    s.frame(create(input=[U1]))
+    s.completed("resp_1", [OUT])
+    a = s.frame(create(input=[FCO], previous_response_id="resp_elsewhere"))
+    assert isinstance(a, Turn) and a.foreign and a.previous == "resp_elsewhere"
+    assert a.body["input"] == [FCO] and a.new == [FCO] and "previous_response_id" not in a.body
+    s.rebase(a, [U2, OUT])
+    assert a.body["input"] == [U2, OUT, FCO]
+    s.completed("resp_2", [])
+    b = s.frame(create(input=[U1], previous_response_id="resp_2"))
+    assert isinstance(b, Turn) and not b.foreign and b.body["input"] == [U2, OUT, FCO, U1]
+    assert s.not_found("resp_x")["error"]["code"] == "previous_response_not_found"
 
 
 def test_warmup_then_continuation_with_no_new_items() -> None:
@@ -75,7 +90,8 @@ def test_a_failed_turn_forgets_the_transcript() -> None:
     s.frame(create(input=[FCO], previous_response_id="resp_1"))
     s.failed()
     assert s.last_id is None and s.transcript_items == 0
-    assert isinstance(s.frame(create(input=[FCO], previous_response_id="resp_1")), Reply)
+    again = s.frame(create(input=[FCO], previous_response_id="resp_1"))
+    assert isinstance(again, Turn) and again.foreign
 
 
 def test_transcript_over_the_cap_is_dropped() -> None:
@@ -84,7 +100,7 @@ def test_transcript_over_the_cap_is_dropped() -> None:
     s.completed("resp_big", [])
     assert s.last_id is None
     a = s.frame(create(input=[U2], previous_response_id="resp_big"))
-    assert isinstance(a, Reply) and a.frame["error"]["code"] == "previous_response_not_found"
+    assert isinstance(a, Turn) and a.foreign
 
 
 def test_append_continues_with_the_last_request_fields() -> None:
