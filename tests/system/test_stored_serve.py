@@ -1,0 +1,220 @@
+"""Stored responses across real ``switchboard serve`` processes sharing one Redis.
+
+Theory of operation
+-------------------
+The test starts its own ``redis-server`` on a free port (no persistence; stopped by its PID),
+two scripted upstreams (Chat, and Responses without a store of its own) and three proxy
+processes configured with the Redis store, a 3 s TTL and two client keys.  With the openai
+SDK it then plays, for each upstream, three turns chained by ``previous_response_id``, each
+on another proxy process, and checks that the upstream of turn 3 received the whole
+conversation; ``retrieve``, ``input_items.list`` and ``delete`` on yet another process; the
+other key's 404; after the TTL, 404 and ``previous_response_not_found``.  Then Redis is
+stopped: stateless requests are still answered, stored ones are 503 ``store_unavailable``,
+``/readyz`` says degraded; Redis is started again on the same port and stored requests work
+again on the same processes (they reconnect by themselves).  A missing ``redis-server``
+fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+E2E = Path(__file__).resolve().parent.parent / "e2e"
+if str(E2E) not in sys.path:
+    sys.path.insert(0, str(E2E))
+from proxy_harness import Proxy, free_port, provider_entry  # noqa: E402
+from scripted_upstream import ScriptedUpstream, Turn, chat_turn, responses_turn  # noqa: E402
+
+ALICE = "sk-stored-alice-41d9"  # a plain key (its name is derived from its hash)
+BOB = "sk-stored-bob-77e0"
+TTL = 3
+
+
+class RedisServer:
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.fail("redis-server is not installed (apt-get install redis-server)")
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        pytest.fail(f"redis-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        p, self.proc = self.proc, None
+        if p is None or p.poll() is not None:
+            return
+        os.kill(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=5)
+
+
+def answering(kind: str, count: list[int]) -> Turn:
+    """A turn that answers 'answer <n>' (n counts this upstream's requests in ``count``)."""
+
+    def respond(req: dict) -> Turn:
+        count[0] += 1
+        if kind == "chat":
+            return chat_turn(text=f"answer {count[0]}")
+        t = responses_turn(text=f"answer {count[0]}")
+        rid = f"resp_{uuid.uuid4().hex}"  # every response its own id, as a real upstream
+        t.body["id"] = rid
+        for f in t.frames or []:
+            if isinstance(f, dict) and isinstance(f.get("response"), dict):
+                f["response"]["id"] = rid
+        return t
+
+    return Turn(respond=respond, kind=kind)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    redis = RedisServer(tmp_path)
+    redis.start()
+    counts: tuple[list[int], list[int]] = ([0], [0])
+    chat = ScriptedUpstream([answering("chat", counts[0]) for _ in range(40)], name="chat").start()
+    resp = ScriptedUpstream([answering("responses", counts[1]) for _ in range(40)], name="resp").start()
+    config = {
+        "auth": {"keys": [ALICE, {"name": "bob", "key": BOB}]},
+        "store": {
+            "backend": "redis",
+            "url": f"redis://127.0.0.1:{redis.port}/0",
+            "key_prefix": f"sbtest:{uuid.uuid4().hex[:8]}:",
+            "ttl_seconds": TTL,
+            "timeout_seconds": 0.5,
+        },
+        "providers": [
+            provider_entry(chat, name="chatup", protocol="chat"),
+            provider_entry(resp, name="respup", protocol="responses"),
+        ],
+        "models": [{"name": "chat-model", "provider": "chatup"}, {"name": "resp-model", "provider": "respup"}],
+    }
+    proxies = [Proxy(dict(config), tmp_path / f"proxy{i}") for i in range(3)]
+    try:
+        for p in proxies:
+            p.start()
+        yield {"redis": redis, "proxies": proxies, "chat": chat, "resp": resp}
+    finally:
+        for p in proxies:
+            p.stop()
+        chat.stop()
+        resp.stop()
+        redis.stop()
+
+
+def sdk(proxy: Proxy, key: str = ALICE) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.base_url, api_key=key, max_retries=0, timeout=10)
+
+
+def texts(items: list[Any]) -> list[str]:
+    out = []
+    for m in items:
+        c = m.get("content")
+        out.append(c if isinstance(c, str) else "".join(p.get("text", "") for p in c or []))
+    return out
+
+
+def test_stored_conversation_across_processes(env: dict[str, Any]) -> None:
+    started = time.monotonic()
+    a, b, c = env["proxies"]
+    for model, upstream in (("chat-model", env["chat"]), ("resp-model", env["resp"])):
+        r1 = sdk(a).responses.create(model=model, input="one")
+        r2 = sdk(b).responses.create(model=model, input="two", previous_response_id=r1.id)
+        r3 = sdk(c).responses.create(model=model, input="three", previous_response_id=r2.id, instructions="short")
+        assert r3.previous_response_id == r2.id and r3.store is True
+        last = upstream.requests[-1].json
+        if model == "chat-model":
+            assert texts(last["messages"]) == ["short", "one", "answer 1", "two", "answer 2", "three"]
+        else:
+            assert "previous_response_id" not in last
+            assert texts(last["input"]) == ["one", "answer 1", "two", "answer 2", "three"]
+            assert last["instructions"] == "short"
+
+        got = sdk(a).responses.retrieve(r3.id)
+        assert got.id == r3.id and got.output_text == r3.output_text
+        items = sdk(b).responses.input_items.list(r2.id)
+        assert [texts([i.model_dump()]) for i in items.data] == [["two"]]
+        with pytest.raises(openai.NotFoundError):
+            sdk(c, BOB).responses.retrieve(r1.id)
+        with pytest.raises(openai.NotFoundError) as e:
+            sdk(c, BOB).responses.create(model=model, input="x", previous_response_id=r1.id)
+        assert e.value.code == "previous_response_not_found"
+        sdk(c).responses.delete(r3.id)
+        with pytest.raises(openai.NotFoundError):
+            sdk(a).responses.retrieve(r3.id)
+
+    # after the TTL: gone everywhere
+    r1 = sdk(a).responses.create(model="chat-model", input="short-lived")
+    time.sleep(TTL + 0.5)
+    with pytest.raises(openai.NotFoundError):
+        sdk(b).responses.retrieve(r1.id)
+    with pytest.raises(openai.NotFoundError) as e:
+        sdk(c).responses.create(model="chat-model", input="x", previous_response_id=r1.id)
+    assert e.value.code == "previous_response_not_found"
+
+    # Redis stopped: stateless traffic unaffected, stored traffic 503, /readyz degraded
+    env["redis"].stop()
+    for p in (a, b):
+        stateless = sdk(p).responses.create(model="chat-model", input="x", store=False)
+        assert stateless.output_text
+        with pytest.raises(openai.InternalServerError) as e:
+            sdk(p).responses.create(model="chat-model", input="x", previous_response_id="resp_anything")
+        assert e.value.status_code == 503 and e.value.code == "store_unavailable"
+        ready = httpx.get(f"{p.url}/readyz", timeout=5)
+        assert ready.status_code == 200 and ready.json()["store"] == "degraded"
+    metrics = httpx.get(f"{a.url}/metrics", timeout=5).text
+    assert 'switchboard_store_errors_total{op="get"}' in metrics
+
+    # Redis back on the same port: the same processes recover by themselves
+    env["redis"].start()
+    r1 = sdk(a).responses.create(model="chat-model", input="again")
+    r2 = sdk(b).responses.create(model="chat-model", input="and again", previous_response_id=r1.id)
+    assert r2.previous_response_id == r1.id
+    assert httpx.get(f"{b.url}/readyz", timeout=5).json()["store"] == "ok"
+    assert time.monotonic() - started < 40
