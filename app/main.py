@@ -32,7 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from app import logs, metrics, stored
+from app import compact, logs, metrics, stored
 from app.config import Config
 from app.guard import Guard
 from app.logs import log
@@ -322,6 +322,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
         fast[path] = svc.proxy_handler(client, outer=True)
         app.router.add_route(path, _RawEndpoint(svc.proxy_handler(client, outer=False)), methods=["POST"])  # type: ignore[arg-type]
     app.fast_routes = fast
+    app.router.add_route(compact.PATH, _RawEndpoint(compact.compact_handler(svc)), methods=["POST"])  # type: ignore[arg-type]
     _info_routes(app, svc)
     stored.routes(app, svc)
     _error_handlers(app, svc)

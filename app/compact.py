@@ -1,0 +1,183 @@
+"""``POST /v1/responses/compact``: OpenAI's public compaction endpoint, on every upstream.
+
+Theory of operation
+-------------------
+The endpoint takes ``{model, input, instructions?, previous_response_id?}`` and answers a
+*compacted response* ``{"id", "object": "response.compaction", "created_at", "output",
+"usage"}`` whose ``output`` is every user message of the input followed by one
+``compaction`` item (openai-python ``CompactedResponse``).  It is served by the very
+machinery of ``POST /v1/responses``, so it behaves the same on every upstream
+(``transformers/compaction.py``): the body becomes a non-streamed Responses request whose
+last input item is ``{"type": "compaction_trigger"}``, ``prepare()`` routes it (an upstream
+without native compaction gets the summarisation request, a native one the trigger) and
+``ProxyResponse`` pumps it, with its timeouts, retries, errors, log line and counters.
+
+``CompactSend`` wraps the ASGI ``send``: it holds the answer's start message, and when the
+answer is a 200 response object it rewrites the body into the compacted response:
+
+========================================  ==============================================
+the Responses answer                      the client gets
+========================================  ==============================================
+completed, with compaction item(s)        200 compacted response
+failed / incomplete / no compaction item  502 ``{"error"}`` with the response's own error
+                                          code (``compaction_failed`` …) and message
+an error answer (4xx/5xx)                 passed through unchanged
+========================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from app.pipeline import ProxyResponse, new_request_id, prepare
+from transformers.errors import ProxyError, RequestError
+
+PATH = "/v1/responses/compact"
+_ALLOWED = ("model", "input", "instructions", "previous_response_id")
+
+
+def compact_body(raw: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The Responses body to send, and the user messages the answer echoes."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise RequestError("the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_type")
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    elif items is None:
+        items = []
+    elif not isinstance(items, list):
+        raise RequestError("input must be a string or an array of items", param="input", code="invalid_type")
+    sent = {k: body[k] for k in _ALLOWED if k in body}
+    sent.update(input=[*items, {"type": "compaction_trigger"}], stream=False, store=False)
+    return sent, [_user_output(it) for it in items if _is_user_message(it)]
+
+
+def _is_user_message(it: Any) -> bool:
+    return isinstance(it, dict) and it.get("role") == "user" and it.get("type", "message") == "message"
+
+
+def _user_output(it: dict[str, Any]) -> dict[str, Any]:
+    content = it.get("content")
+    parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else content
+    return {
+        "id": it.get("id") or "msg_" + uuid.uuid4().hex,
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": parts if isinstance(parts, list) else [],
+    }
+
+
+def compacted(response: dict[str, Any], users: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """(status, body) of the compact answer for the Responses answer object ``response``."""
+    output = response.get("output")
+    items = (
+        [it for it in output if isinstance(it, dict) and it.get("type") == "compaction"]
+        if isinstance(output, list)
+        else []
+    )
+    if response.get("status") != "completed" or not items:
+        error = response.get("error")
+        err: dict[str, Any] = error if isinstance(error, dict) else {}
+        return 502, {
+            "error": {
+                "message": err.get("message") or "the upstream gave no compaction for this conversation",
+                "type": "upstream_error",
+                "param": None,
+                "code": err.get("code") or "compaction_failed",
+            }
+        }
+    return 200, {
+        "id": response.get("id") or "resp_" + uuid.uuid4().hex,
+        "object": "response.compaction",
+        "created_at": response.get("created_at") or int(time.time()),
+        "output": [*users, *items],
+        "usage": response.get("usage"),
+    }
+
+
+class CompactSend:
+    """The ASGI ``send`` of the compact route (module docstring)."""
+
+    __slots__ = ("send", "users", "start", "parts", "request_id")
+
+    def __init__(self, send: Any, users: list[dict[str, Any]], request_id: str) -> None:
+        self.send = send
+        self.users = users
+        self.start: dict[str, Any] | None = None
+        self.parts: list[bytes] = []
+        self.request_id = request_id
+
+    async def __call__(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "http.response.start":
+            self.start = msg
+            return
+        if msg["type"] != "http.response.body" or self.start is None:
+            await self.send(msg)
+            return
+        self.parts.append(msg.get("body", b""))
+        if msg.get("more_body", False):
+            return
+        start, body = self.start, b"".join(self.parts)
+        if start["status"] == 200:
+            try:
+                answer = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                answer = {}
+            status, obj = compacted(answer if isinstance(answer, dict) else {}, self.users)
+            if status != 200:
+                obj["error"]["request_id"] = self.request_id
+            start = {**start, "status": status}
+            body = orjson.dumps(obj)
+        await self.send(start)
+        await self.send({"type": "http.response.body", "body": body})
+
+
+def compact_handler(svc: Any) -> Any:
+    """The raw ASGI handler of ``POST /v1/responses/compact`` for the app's ``Service``."""
+    server = svc.config.server
+
+    async def handler(scope: Any, receive: Any, send: Any) -> None:
+        started = time.perf_counter()
+        rid = new_request_id()
+        scope.setdefault("state", {})["request_id"] = rid
+        h = {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(scope["headers"])}
+        try:
+            svc.authorize(h)
+            raw = await svc.read_body(receive, h.get("content-length"))
+            sent, users = compact_body(raw)
+            p = prepare(
+                svc.router,
+                orjson.dumps(sent),
+                "responses",
+                rid,
+                envelope_key=svc.envelope_key,
+                incomplete_as_completed=False,
+                keepalive=server.keepalive_seconds,
+                started=started,
+                client_headers=h,
+                secrets=svc.secrets,
+                counters=svc.counters,
+            )
+        except (ProxyError, RequestError) as e:
+            status = e.status
+            err = (
+                orjson.loads(e.body(rid))["error"] if isinstance(e, ProxyError) else {**e.to_dict(), "request_id": rid}
+            )
+            headers = [(b"content-type", b"application/json"), (b"x-request-id", rid.encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": orjson.dumps({"error": err})})
+            svc.counters.inc("switchboard_requests_total", route=PATH, client="-", provider="-", status=str(status))
+            return
+        p.route_name = PATH
+        await ProxyResponse(p)(scope, receive, CompactSend(send, users, rid))
+
+    return handler
