@@ -9,4 +9,4 @@ from app.config import load_config
 from app.main import create_app
 
 logs.setup(os.environ.get("SWITCHBOARD_LOG_LEVEL", "info"))
-app = create_app(load_config(os.environ["SWITCHBOARD_CONFIG"]))
+app = create_app(load_config(os.environ["SWITCHBOARD_CONFIG"]), signals=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -50,6 +51,9 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         log_level="warning",
         timeout_keep_alive=75,
+        # a backstop only: the drain (app.drain) ends every open answer itself at
+        # server.drain.timeout_seconds after SIGTERM; uvicorn's wait starts at announce_seconds
+        timeout_graceful_shutdown=math.ceil(cfg.server.drain.timeout_seconds - cfg.server.drain.announce_seconds) + 2,
         # the Responses WebSocket transport (app.ws): frames as large as a request body,
         # pings to find dead peers, compression as Codex offers it
         ws="websockets-sansio",

@@ -18,27 +18,32 @@ trailing-slash redirect) and a path under a ``root_path`` still reaches them.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx
 import orjson
-from fastapi import FastAPI, Request, WebSocket
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from app import compact, logs, metrics, stored
 from app.config import Config
+from app.drain import Drain
+from app.failover import Resilience
 from app.guard import Guard
 from app.logs import log
 from app.pipeline import ProxyResponse, check_body, new_request_id, prepare
 from app.store import Store, open_store
 from app.stored import Turn
+from app.ws import serve_socket
 from providers.errors import known_codes
 from providers.upstream import Router
 from transformers.errors import ProxyError, RequestError
@@ -72,6 +77,7 @@ class Switchboard(FastAPI):
     behind the browser guard (``app.guard``)."""
 
     fast_routes: dict[str, ASGIHandler] = {}
+    socket_routes: dict[str, ASGIHandler] = {}
     guard: Guard = Guard()
     metrics: metrics.Metrics = metrics.Metrics()
 
@@ -91,6 +97,11 @@ class Switchboard(FastAPI):
                 send = _with_headers(send, cors)
             if kind == "http" and scope["method"] == "POST":
                 handler = self.fast_routes.get(scope["path"])
+                if handler is not None:
+                    await handler(scope, receive, send)
+                    return
+            elif kind == "websocket":
+                handler = self.socket_routes.get(scope["path"])
                 if handler is not None:
                     await handler(scope, receive, send)
                     return
@@ -166,9 +177,18 @@ class Service:
         self.router = Router.build(config, transport=transport)
         self.digests = _key_digests(config.auth.named())
         self.secrets = config.secrets()
-        self.counters = metrics.Metrics((p.name for p in config.providers), known_codes())
+        pairs = [(t.provider, t.upstream_model or m.name) for m in config.models for t in m.target_list()]
+        self.counters = metrics.Metrics(
+            (p.name for p in config.providers), known_codes(), models=(model for _, model in pairs)
+        )
         self.envelope_key = config.server.secret.encode()
         self.ready = False
+        self.sockets = 0  # open Responses WebSocket connections (app.ws)
+        # fallbacks, retries and breakers (app.failover); the SIGTERM drain (app.drain): open
+        # answers register with it, ``drain.draining``/``drain.event`` say it started
+        self.resilience = Resilience(config.server.retries, config.server.breaker, pairs, self.counters)
+        self.drain = Drain(config.server.drain)
+        self.signals = False  # install the drain's signal handlers at start-up (switchboard serve)
         # the response store (app/store.py), None when storing is off; a WebSocket falls back
         # to it for a previous_response_id not on its socket (app.stored.stored_chain)
         self.store: Store | None = open_store(config.store, self.counters)
@@ -183,11 +203,14 @@ class Service:
             )
         _warn_secret(self.config.server)
         self.ready = True
+        if self.signals:
+            self.drain.install(asyncio.get_running_loop())
         log.info("ready", models=len(self.router.routes), providers=len(self.config.providers))
         try:
             yield
         finally:
             self.ready = False
+            self.drain.done()
             await self.router.aclose()
             if self.store is not None:
                 await self.store.aclose()
@@ -277,6 +300,8 @@ class Service:
                         counters=counters,
                         body=body,
                         answered=turn.answered if turn is not None else None,
+                        resilience=self.resilience,
+                        drainer=self.drain,
                     )
                 except (ProxyError, RequestError) as e:
                     _log_rejected(counters, scope["path"], e.status, e.code, rid)
@@ -304,11 +329,14 @@ class Service:
         return proxy
 
 
-def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = None, signals: bool = False) -> FastAPI:
+    """``signals``: this app is the server process's (``switchboard serve``): SIGTERM drains it."""
     svc = Service(config, transport)
+    svc.signals = signals
     logs.set_mask(svc.secrets)
     app = Switchboard(title="Switchboard", lifespan=svc.lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.router = svc.router
+    app.state.service = svc
     app.state.config = config
     app.state.metrics = app.metrics = svc.counters
     app.guard = Guard(
@@ -323,6 +351,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
         app.router.add_route(path, _RawEndpoint(svc.proxy_handler(client, outer=False)), methods=["POST"])  # type: ignore[arg-type]
     app.fast_routes = fast
     app.router.add_route(compact.PATH, _RawEndpoint(compact.compact_handler(svc)), methods=["POST"])  # type: ignore[arg-type]
+    app.socket_routes = {"/v1/responses": partial(serve_socket, svc)}
     _info_routes(app, svc)
     stored.routes(app, svc)
     _error_handlers(app, svc)
@@ -334,12 +363,10 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
 
     @app.get("/v1/responses")
     async def responses_ws_fallback(request: Request) -> Response:
-        # Codex tries a WebSocket first; 426 makes it fall back to HTTP at once (PAINS 22)
-        return _error_json(426, "WebSocket transport is not supported; use HTTP POST /v1/responses", "upgrade_required")
-
-    @app.websocket("/v1/responses")
-    async def responses_ws(ws: WebSocket) -> None:
-        await ws.send_denial_response(Response(status_code=426))
+        # a GET without the WebSocket upgrade (the upgrade itself is app.ws)
+        return _error_json(
+            426, "GET /v1/responses is the WebSocket transport: send the upgrade, or POST /v1/responses", "upgrade_required"
+        )
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -364,9 +391,14 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
 
     @app.get("/readyz")
     async def readyz() -> Response:
+        if svc.drain.draining:
+            return _json(503, {"status": "draining", "open": len(svc.drain.open)})
         if not svc.ready:
             return _json(503, {"status": "starting"})
         body: dict[str, Any] = {"status": "ready", "models": len(router.routes)}
+        breakers = svc.resilience.states()
+        if breakers:  # an upstream down is not this instance unready: detail only
+            body["breakers"] = breakers
         if svc.store is not None:
             # degraded, not down: stateless requests are served without the store
             body["store"] = "ok" if await svc.store.ping() else "degraded"

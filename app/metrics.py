@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from providers.retry import ATTEMPT_OUTCOMES
 from transformers import repairs
 from transformers.vocab import OUTCOMES, PROTOCOLS
 
@@ -29,6 +30,10 @@ HELP = {
     "switchboard_stream_failures_total": "Answers that ended failed after the first byte, by provider and code.",
     "switchboard_request_duration_seconds_sum": "Total request time, by route.",
     "switchboard_ttfb_seconds_sum": "Total time to first upstream byte, by route.",
+    "switchboard_upstream_attempts_total": "Upstream attempts before the first byte (retries and fallbacks), by "
+    "provider and outcome.",
+    "switchboard_breaker_state": "Circuit breaker state per provider (model -) and per provider+model: "
+    "0 closed, 1 half-open, 2 open.",
     "switchboard_envelope_rejected_total": "Proxy-sealed envelopes that did not open, by kind and reason.",
     "switchboard_store_errors_total": "Response store operations that failed, by operation (put, get, chain, ...).",
     "switchboard_websocket_connections_total": "Responses WebSocket upgrades accepted and refused, and closes, by event.",
@@ -52,7 +57,8 @@ LABELS: dict[str, frozenset[str]] = {
     "client": PROTOCOLS | {"-"},
     "provider": frozenset({"-"}),
     "status": _STATUSES,
-    "outcome": OUTCOMES,
+    "outcome": OUTCOMES | ATTEMPT_OUTCOMES,
+    "model": frozenset({"-"}),  # breaker gauges: completed with the configured upstream models
     "rule": repairs.NAMES,
     "code": frozenset(),
     # response store operations (app/store.py); too_large: a record over store.max_record_bytes
@@ -74,16 +80,18 @@ class Metrics:
     """The counters of one app instance (``create_app`` makes one: two apps in one process,
     as in the tests, never see each other's counts)."""
 
-    __slots__ = ("counters", "labels")
+    __slots__ = ("counters", "labels", "gauges")
 
-    def __init__(self, providers: Iterable[str] = (), codes: Iterable[str] = ()) -> None:
+    def __init__(self, providers: Iterable[str] = (), codes: Iterable[str] = (), models: Iterable[str] = ()) -> None:
         self.counters: dict[str, Series] = defaultdict(lambda: defaultdict(float))
+        self.gauges: dict[str, Series] = defaultdict(dict)
         # the closed sets, completed with the configured provider names and the error codes
         # the proxy knows (its own and the well-known OpenAI ones)
         self.labels = {
             **LABELS,
             "provider": LABELS["provider"] | frozenset(providers),
             "code": LABELS["code"] | frozenset(codes),
+            "model": LABELS["model"] | frozenset(models),
         }
 
     def _clean(self, labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -101,8 +109,17 @@ class Metrics:
             key = tuple((k, OTHER) for k, _ in key)
         series[key] += value
 
+    def set_gauge(self, name: str, value: float, **labels: str) -> None:
+        series = self.gauges[name]
+        key = self._clean(labels)
+        if key in series or len(series) < MAX_SERIES:
+            series[key] = value
+
     def get(self, name: str, **labels: str) -> float:
-        return self.counters.get(name, {}).get(self._clean(labels), 0.0)
+        key = self._clean(labels)
+        if name in self.gauges:
+            return self.gauges[name].get(key, 0.0)
+        return self.counters.get(name, {}).get(key, 0.0)
 
     def series_count(self) -> int:
         return sum(len(s) for s in self.counters.values())
@@ -113,6 +130,12 @@ class Metrics:
             out.append(f"# HELP {name} {HELP.get(name, name)}")
             out.append(f"# TYPE {name} counter")
             for labels, v in sorted(self.counters[name].items()):
+                lab = ",".join(f'{k}="{_esc(val)}"' for k, val in labels)
+                out.append(f"{name}{{{lab}}} {v:g}" if lab else f"{name} {v:g}")
+        for name in sorted(self.gauges):
+            out.append(f"# HELP {name} {HELP.get(name, name)}")
+            out.append(f"# TYPE {name} gauge")
+            for labels, v in sorted(self.gauges[name].items()):
                 lab = ",".join(f'{k}="{_esc(val)}"' for k, val in labels)
                 out.append(f"{name}{{{lab}}} {v:g}" if lab else f"{name} {v:g}")
         return ("\n".join(out) + "\n").encode()

@@ -31,6 +31,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -38,6 +39,8 @@ import httpx
 import orjson
 from starlette.responses import Response
 
+from app.drain import SHUTDOWN_MESSAGE
+from app.failover import STREAM_FAULTS, Failover
 from app.logs import log
 from app.metrics import Metrics
 from providers.errors import error_in_ok_body, failed_answer_error, upstream_error
@@ -69,6 +72,22 @@ class Prepared:
     keepalive: float = 15.0  # seconds of upstream silence before a heartbeat (0 = never)
     secrets: SecretMask = NO_SECRETS  # masks the configured secrets in upstream text
     metrics: Metrics = field(default_factory=Metrics)  # the app's counters
+    transport: str = "http"  # http | websocket (app.ws)
+    # fallbacks (app.failover): the same request prepared for another target of its model
+    # (None: the model has one target), the app's breakers/budgets, the attempt number
+    again: Any = None
+    resilience: Any = None
+    attempts: int = 1
+    drainer: Any = None  # the app's Drain (app.drain): open answers register with it
+    stop: str = ""  # set by the drain: the code this answer must end with now
+
+
+def retarget(p: Prepared, route: Route) -> Prepared:
+    """The request of ``p`` prepared for ``route``, another target of its model: the client's
+    body translated again for that target's protocol and quirks (pure, as ``prepare``)."""
+    if p.again is None:
+        raise AssertionError("a one-target model has no other target")
+    return p.again(route)
 
 
 def prepare(
@@ -84,16 +103,21 @@ def prepare(
     client_headers: dict[str, str],
     secrets: SecretMask = NO_SECRETS,
     counters: Metrics | None = None,
+    websocket: bool = False,
     body: dict[str, Any] | None = None,
     answered: dict[str, Any] | None = None,
+    resilience: Any = None,
+    drainer: Any = None,
+    target: Route | None = None,
 ) -> Prepared:
     """``body``: the already checked body (the app read it before its store lookups; ``raw``
     is then unused); ``answered``: response fields the app honoured itself (the Bridge echoes
     them: ``store``, ``previous_response_id`` of a stored conversation)."""
+    call = dict(locals())  # to prepare the same request for another target (retarget)
     if body is None:
         body = check_body(raw, client)
     model = body["model"]
-    route = router.resolve(model)
+    route = target or router.resolve(model)
     if route is None:
         raise ProxyError(
             404,
@@ -101,6 +125,8 @@ def prepare(
             code="model_not_found",
             param="model",
         )
+    # a model with fallbacks keeps the client's body as it came (translation may change it)
+    pristine = orjson.dumps(body) if route.targets else None
     upstream = route.provider.protocol_for(client)
     ctx = Ctx(
         quirks=route.quirks,
@@ -118,6 +144,7 @@ def prepare(
             ctx,
             incomplete_as_completed=incomplete_as_completed,
             mask=secrets,
+            websocket=websocket,
             answered=answered,
         )
     finally:
@@ -143,7 +170,15 @@ def prepare(
         forward_headers={"user-agent": ua} if ua else {},
         secrets=secrets,
         metrics=counters if counters is not None else Metrics(),
+        transport="websocket" if websocket else "http",
+        again=None if pristine is None else partial(_again, call, pristine),
+        resilience=resilience,
+        drainer=drainer,
     )
+
+
+def _again(call: dict[str, Any], pristine: bytes, route: Route) -> Prepared:
+    return prepare(**{**call, "body": orjson.loads(pristine), "target": route})
 
 
 # seals compaction summaries when no server.secret_key is configured: valid in this process
@@ -191,6 +226,7 @@ class ProxyResponse(Response):
 
     def __init__(self, p: Prepared) -> None:  # no super().__init__: nothing is rendered up front
         self.p = p
+        self.task: asyncio.Task[Any] | None = None
         self.background = None
         self.started = False  # http.response.start sent (the app's catch-all can no longer answer)
 
@@ -213,15 +249,14 @@ class ProxyResponse(Response):
         watch.add_done_callback(on_disconnect)
         resp: httpx.Response | None = None
         drain: Any = None
+        if p.drainer is not None:
+            p.drainer.register(self)
         try:
-            resp = await _exchange(p, prov)
+            resp, whole = await self._head(p)
+            p = self.p
+            prov = p.route.provider
             ttfb = time.perf_counter() - p.started
             head = [(b"x-request-id", p.request_id.encode()), *((k.encode(), v.encode()) for k, v in p.headers.items())]
-            whole = (
-                await _whole_answer(p, prov, resp)
-                if not p.stream or _is_json(resp.headers.get("content-type"))
-                else None
-            )
             if not p.stream:
                 out = _complete(p, whole)  # type: ignore[arg-type]
                 self.started = True
@@ -252,20 +287,34 @@ class ProxyResponse(Response):
                 return
             drain = await _stream(p, prov, resp, send)
         except ProxyError as e:
+            p = self.p
             status = e.status
             terminal = "error"
-            p.metrics.inc("switchboard_upstream_errors_total", provider=prov.name, code=str(e.code))
+            p.metrics.inc("switchboard_upstream_errors_total", provider=p.route.provider.name, code=str(e.code))
             self.started = True
             await _send_error(send, e, p.request_id)
         except asyncio.CancelledError:
-            if not cancelled_by_client:
+            p = self.p
+            if p.stop and not cancelled_by_client and not self.started and me is not None:
+                me.uncancel()  # the drain's deadline: answered, not cut
+                err = ProxyError(503, SHUTDOWN_MESSAGE, type="server_error", code=p.stop, headers={"retry-after": "1"})
+                status, terminal = 503, "error"
+                self.started = True
+                await _send_error(send, err, p.request_id)
+            elif not cancelled_by_client:
                 raise
-            terminal = "client_cancel"
-            status = 499
+            else:
+                terminal = "client_cancel"
+                status = 499
         finally:
+            p = self.p
+            if p.drainer is not None:
+                p.drainer.unregister(self)
             watch.remove_done_callback(on_disconnect)
             watch.cancel()
             _finish_log(p, status, ttfb, terminal or p.bridge.terminal or "failed")
+            if p.resilience is not None and ttfb is not None and p.bridge.error_code in STREAM_FAULTS:
+                p.resilience.report(p.route, "failure")  # the upstream broke after its head
             try:
                 if drain is not None:  # the client has its whole answer; not part of its duration
                     await _drain(drain)
@@ -277,6 +326,39 @@ class ProxyResponse(Response):
                     t = asyncio.current_task()
                     if t is not None:
                         t.uncancel()
+
+    def stop(self, code: str) -> None:
+        """End this answer now, the protocol's way, with ``code`` (the drain's deadline)."""
+        if self.p.stop or self.p.bridge.terminal:
+            return  # already ending, or its answer is complete
+        self.p.stop = code
+        if self.task is not None:
+            self.task.cancel()
+
+    async def _head(self, p: Prepared) -> tuple[httpx.Response, dict[str, Any] | None]:
+        """The upstream answer head (and a whole JSON answer), after the fallbacks and
+        retries of app.failover when the app has them; ``self.p`` is then the target's."""
+        self.task = asyncio.current_task()
+        if p.resilience is None:
+            return await _attempt(p)
+        fo = Failover(p, p.resilience)
+        try:
+            return await fo.run(_attempt, retarget)
+        finally:
+            self.p = fo.p
+
+
+async def _attempt(p: Prepared) -> tuple[httpx.Response, dict[str, Any] | None]:
+    """One upstream attempt: the response with a success status, and its whole JSON answer
+    when one is due before the first byte (a non-stream request, or JSON to a stream one)."""
+    prov = p.route.provider
+    resp = await _exchange(p, prov)
+    if p.stream and not _is_json(resp.headers.get("content-type")):
+        return resp, None
+    try:
+        return resp, await _whole_answer(p, prov, resp)
+    finally:
+        await resp.aclose()
 
 
 async def _exchange(p: Prepared, prov: Provider) -> httpx.Response:
@@ -406,6 +488,14 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
         except httpx.ReadTimeout:
             out = bridge.fail("upstream_idle_timeout", f"upstream {prov.name} was silent for {prov.timeout.read:g}s")
             out += bridge.end()
+        except asyncio.CancelledError:
+            if not p.stop:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # the drain's deadline: the protocol's failure, not a cut stream
+            rest = None
+            out = bridge.fail(p.stop, SHUTDOWN_MESSAGE) + bridge.end()
         except httpx.HTTPError as e:
             out = bridge.fail("upstream_stream_error", f"upstream {prov.name} stream failed: {type(e).__name__}")
             out += bridge.end()
@@ -635,6 +725,8 @@ def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> 
         model=p.route.public_model,
         upstream_model=p.route.upstream_model,
         stream=p.stream,
+        transport=p.transport,
+        attempts=p.attempts,
         status=status,
         duration_ms=round(dur * 1000, 2),
         ttfb_ms=round(ttfb * 1000, 2) if ttfb is not None else None,

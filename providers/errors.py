@@ -173,7 +173,7 @@ OWN_CODES = frozenset(
      "upstream_unreachable", "upstream_timeout", "upstream_bad_response", "upstream_stream_error",
      "upstream_stream_truncated", "upstream_idle_timeout", "upstream_bad_event", "upstream_error",
      "internal_error", "invalid_tool_arguments", "integer_below_min_value", "nesting_too_deep",
-     "unsupported_protocol", "integer_above_max_value"}
+     "unsupported_protocol", "integer_above_max_value", "upstream_circuit_open", "server_shutting_down"}
 )  # fmt: skip
 _GENERIC = frozenset(
     {"invalid_request_error", "invalid_request", "bad_request", "error", "unknown_error", "upstream_error",

@@ -84,6 +84,13 @@ class Route:
     provider: Provider
     quirks: frozenset[str]
     info: ModelInfo
+    # a model with several targets: every target (this one first) as a one-target Route, and
+    # their weights (app.failover tries them in providers.retry.order_targets order)
+    targets: tuple[Route, ...] = ()
+    weights: tuple[float | None, ...] = ()
+
+    def all_targets(self) -> tuple[Route, ...]:
+        return self.targets or (self,)
 
 
 def _auth_headers(p: ProviderCfg) -> dict[str, str]:
@@ -127,7 +134,20 @@ class Router:
             )
         for m in config.models:
             r.model_overrides[m.name] = _model_override(m)
-            r.routes[m.name] = _route(m, providers[m.provider])
+            targets = m.target_list()
+            routes = [_route(m, providers[t.provider], t.upstream_model) for t in targets]
+            if len(routes) > 1:
+                first = routes[0]
+                routes[0] = Route(
+                    first.public_model,
+                    first.upstream_model,
+                    first.provider,
+                    first.quirks,
+                    first.info,
+                    tuple(routes),
+                    tuple(t.weight for t in targets),
+                )
+            r.routes[m.name] = routes[0]
         return r
 
     def resolve(self, model: str) -> Route | None:
@@ -136,8 +156,17 @@ class Router:
             for name, rt in self.routes.items():
                 if any(c in name for c in "*?[") and fnmatch.fnmatchcase(model, name):
                     # a glob model entry forwards the client's model name as is
-                    quirks = rt.provider.quirkset.resolve(model, model, self.model_overrides.get(name))
-                    return Route(model, model, rt.provider, quirks, rt.info)
+                    over = self.model_overrides.get(name)
+                    found = [
+                        Route(model, model, t.provider, t.provider.quirkset.resolve(model, model, over), t.info)
+                        for t in rt.all_targets()
+                    ]
+                    if len(found) == 1:
+                        return found[0]
+                    f = found[0]
+                    return Route(
+                        f.public_model, f.upstream_model, f.provider, f.quirks, f.info, tuple(found), rt.weights
+                    )
         return route
 
     async def aclose(self) -> None:
@@ -149,8 +178,8 @@ def _model_override(m: ModelCfg) -> Override | None:
     return _override(m.quirks) if (m.quirks.enable or m.quirks.disable) else None
 
 
-def _route(m: ModelCfg, provider: Provider) -> Route:
-    upstream = m.upstream_model or m.name
+def _route(m: ModelCfg, provider: Provider, upstream_model: str | None) -> Route:
+    upstream = upstream_model or m.name
     quirks = provider.quirkset.resolve(upstream, m.name, _model_override(m))
     return Route(m.name, upstream, provider, quirks, catalog_entry(m, upstream, provider.cfg.name))
 

@@ -1,0 +1,212 @@
+"""Every upstream fault × the four directions × stream and non-stream, through the app
+against a real loopback fault upstream (``fault_upstream.FaultUpstream``).
+
+Each fault model has two targets: the faulty provider, then a good one on the same
+protocol.  For every case: the answer comes within ``BOUND`` seconds; before the first byte
+it is an OpenAI error with the expected status and code, after it a stream with exactly one
+terminal; the text and tool-call arguments the client got are the upstream's (all of them
+when the answer completed, a prefix when it failed: never invented); the attempts counted
+per provider and outcome, and the provider the request was accounted to, are the expected
+ones; and the outcome in ``/metrics`` is what the client received.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from .conftest import parse_sse
+from .fault_upstream import CALLS, MODES, TEXT, FaultUpstream
+from .test_hostile_upstream import client_view
+
+BOUND = 3.0  # seconds: the longest fault here is a 0.6 s timeout plus the fallback
+TIMEOUTS = {"connect": 0.5, "first_byte": 0.6, "idle": 0.6, "write": 2}
+DIRECTIONS = [(c, u) for c in ("chat", "responses") for u in ("chat", "responses")]
+PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+
+# mode → what the client gets: "fallback" (the good target answers after one failed attempt,
+# whose outcome is given), "ok" (the faulty target answers), ("error", status, code) before
+# the first byte, ("failed", codes) a stream that fails after its first byte
+FALLBACK = {
+    "refused": "unreachable",
+    "500": "server_error",
+    "503": "overloaded",
+    "429": "rate_limited",
+    "html": "server_error",
+    "error200": "server_error",
+    "stallhead": "timeout",
+}
+STREAM_FAILED = ("upstream_stream_truncated", "upstream_stream_error")
+
+
+def expected(mode: str, stream: bool, upstream: str) -> tuple[Any, ...]:
+    if mode in FALLBACK:
+        return ("fallback", FALLBACK[mode])
+    if mode == "truncjson":
+        return ("error", 502, "upstream_bad_response")
+    if mode in ("eof", "eofargs"):
+        return ("failed", STREAM_FAILED) if stream else ("fallback", "stream_error")
+    if mode == "stallbody":
+        return ("failed", ("upstream_idle_timeout",)) if stream else ("fallback", "stream_error")
+    if mode == "nodone" and stream and upstream == "responses":
+        return ("failed", ("upstream_stream_truncated",))
+    return ("ok",)
+
+
+def dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again: connecting is refused
+
+
+@pytest.fixture
+async def fault() -> AsyncIterator[FaultUpstream]:
+    f = await FaultUpstream().start()
+    yield f
+    await f.stop()
+
+
+def config(f: FaultUpstream) -> dict[str, Any]:
+    dead = f"http://127.0.0.1:{dead_port()}/v1"
+    prov = [
+        ("fchat", "chat", f.url("bad")),
+        ("fresp", "responses", f.url("bad")),
+        ("gchat", "chat", f.url("good")),
+        ("gresp", "responses", f.url("good")),
+        ("dchat", "chat", dead),
+        ("dresp", "responses", dead),
+    ]
+    return {
+        "server": {
+            "keepalive_seconds": 0,
+            "retries": {"max_attempts": 2, "backoff_base_seconds": 0.05, "backoff_max_seconds": 0.1},
+        },
+        "providers": [
+            {"name": n, "protocol": p, "base_url": u, "api_key": "sk-up", "timeouts": TIMEOUTS} for n, p, u in prov
+        ],
+        "models": [
+            {"name": "chat-fault-*", "targets": [{"provider": "fchat"}, {"provider": "gchat"}]},
+            {"name": "responses-fault-*", "targets": [{"provider": "fresp"}, {"provider": "gresp"}]},
+            {"name": "chat-refused", "targets": [{"provider": "dchat"}, {"provider": "gchat"}]},
+            {"name": "responses-refused", "targets": [{"provider": "dresp"}, {"provider": "gresp"}]},
+        ],
+    }
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"^{name}{{(.*)}} (\S+)$", line)
+        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
+def calls_of(client: str, stream: bool, r: httpx.Response) -> tuple[str, list[tuple[str, str]]]:
+    """(text, [(name, arguments)]) the client received."""
+    if not stream:
+        out = r.json()
+        if client == "chat":
+            msg = out["choices"][0]["message"]
+            return msg.get("content") or "", [
+                (t["function"]["name"], t["function"]["arguments"]) for t in msg.get("tool_calls") or ()
+            ]
+        text = "".join(c["text"] for i in out["output"] if i["type"] == "message" for c in i["content"] if "text" in c)
+        return text, [(i["name"], i["arguments"]) for i in out["output"] if i["type"] == "function_call"]
+    events = [e for e in parse_sse(r.content) if e != "[DONE]"]
+    if client == "chat":
+        text = ""
+        calls: dict[int, list[str]] = {}
+        for e in events:
+            for ch in e.get("choices", ()):
+                d = ch["delta"]
+                text += d.get("content") or ""
+                for t in d.get("tool_calls") or ():
+                    c = calls.setdefault(t["index"], ["", ""])
+                    c[0] += (t.get("function") or {}).get("name") or ""
+                    c[1] += (t.get("function") or {}).get("arguments") or ""
+        return text, [(n, a) for n, a in (calls[k] for k in sorted(calls))]
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    final = events[-1]["response"]["output"]
+    return text, [(i["name"], i["arguments"]) for i in final if i["type"] == "function_call"]
+
+
+CASES = [(mode, c, u, stream) for mode in ("refused", *MODES) for c, u in DIRECTIONS for stream in (True, False)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "client_proto", "upstream", "stream"),
+    CASES,
+    ids=[f"{m}-{c}-to-{u}-{'stream' if s else 'json'}" for m, c, u, s in CASES],
+)
+async def test_fault(
+    fault: FaultUpstream, client_factory: Any, mode: str, client_proto: str, upstream: str, stream: bool
+) -> None:
+    c = await client_factory(**config(fault))
+    model = f"{upstream}-refused" if mode == "refused" else f"{upstream}-fault-{mode}"
+    base: dict[str, Any] = (
+        {"messages": [{"role": "user", "content": "read a.py and ls"}]}
+        if client_proto == "chat"
+        else {"input": "read a.py and ls"}
+    )
+    t0 = time.perf_counter()
+    r = await c.post(PATH[client_proto], json={**base, "model": model, "stream": stream}, timeout=10)
+    took = time.perf_counter() - t0
+    assert took < BOUND, f"answered in {took:.2f}s"
+    exp = expected(mode, stream, upstream)
+    bad, good = ("dchat", "gchat") if upstream == "chat" else ("dresp", "gresp")
+    if mode != "refused":
+        bad = "fchat" if upstream == "chat" else "fresp"
+    m = (await c.get("/metrics")).text
+
+    def attempts(provider: str, outcome: str) -> float:
+        return metric(m, "switchboard_upstream_attempts_total", provider=provider, outcome=outcome)
+
+    if exp[0] == "error":
+        _, status, code = exp
+        assert r.status_code == status, r.text
+        err = r.json()["error"]
+        assert set(err) >= {"message", "type", "param", "code"} and err["code"] == code
+        assert attempts(bad, "bad_response") == 1 and attempts(good, "ok") == 0
+        assert metric(m, "switchboard_requests_total", provider=bad, status=str(status)) == 1
+        if stream:
+            assert metric(m, "switchboard_stream_outcomes_total", outcome="error", client=client_proto) == 1
+        return
+    assert r.status_code == 200, r.text
+    if stream:
+        got = client_view(client_proto, r.content)  # one terminal, the protocol's shape
+    else:
+        got = {"status": r.json().get("status", "completed"), "code": None}
+    text, calls = calls_of(client_proto, stream, r)
+    if exp[0] in ("ok", "fallback"):
+        assert got["status"] == "completed", got
+        assert text == TEXT and calls == CALLS
+        if exp[0] == "fallback":
+            assert attempts(bad, exp[1]) == 1 and attempts(good, "ok") == 1
+            assert metric(m, "switchboard_requests_total", provider=good, status="200") == 1
+        else:
+            assert attempts(bad, "ok") == 1 and attempts(good, "ok") == 0
+    else:
+        assert (got["status"], got["code"] in exp[1]) == ("failed", True), got
+        assert TEXT.startswith(text)
+        for (name, args), (real_name, real_args) in zip(calls, CALLS, strict=False):
+            assert name == real_name and real_args.startswith(args)
+        assert attempts(bad, "ok") == 1 and attempts(good, "ok") == 0
+        assert metric(m, "switchboard_stream_failures_total", provider=bad, code=got["code"]) == 1
+    if stream:
+        assert metric(m, "switchboard_stream_outcomes_total", outcome=got["status"], client=client_proto) == 1
+    hits = [h for h in fault.hits if h[0] == "good"]
+    assert len(hits) == (1 if exp[0] == "fallback" else 0)
+
+
+def test_matrix_covers_the_issue() -> None:
+    assert {"refused", *MODES} == {m for m, *_ in CASES}
+    assert len(CASES) == 14 * 4 * 2
+    assert orjson.dumps(CALLS)
