@@ -9,7 +9,8 @@ returns the unified events (``events.py``) it completes; the app calls ``end()``
 * The first chunk yields ``Start(id, model, created)``.
 * Per delta, in this order: reasoning (``reasoning_content``, else ``reasoning``, else the
   text of ``reasoning_details``: the first key carrying a non-empty string wins, so an
-  upstream that duplicates the text under two keys is not doubled) → ``Reasoning``;
+  upstream that duplicates the text under two keys is not doubled;
+  ``reasoning_keys.reasoning_text``) → ``Reasoning``;
   ``content`` → ``Text``; ``refusal`` → ``Refusal``; ``tool_calls`` / legacy
   ``function_call`` → ``ToolCall``.
 * With the ``inline_think`` quirk, a ``<think>…</think>`` at the very start of the content
@@ -78,6 +79,7 @@ from .events import (
     Usage,
 )
 from .ids import upstream_call_id
+from .reasoning_keys import reasoning_text
 from .usage import from_chat
 from .vocab import FinishStatus
 
@@ -152,28 +154,6 @@ def _bad_response(what: str) -> Finish:
             "upstream_bad_response", f"the upstream answered with a malformed chat.completion: {what}", "upstream_error"
         ),
     )
-
-
-def _reasoning_text(d: dict[str, Any]) -> str | None:
-    v = d.get("reasoning_content")
-    if v and isinstance(v, str):
-        return v
-    v = d.get("reasoning")
-    if v and isinstance(v, str):
-        return v
-    det = d.get("reasoning_details")
-    if det and isinstance(det, list):
-        parts = []
-        for item in det:
-            if isinstance(item, dict):
-                t = item.get("text")
-                if not isinstance(t, str):
-                    t = item.get("summary")
-                if t and isinstance(t, str):
-                    parts.append(t)
-        if parts:
-            return "".join(parts)
-    return None
 
 
 def _finish(fr: str | None) -> Finish:
@@ -272,7 +252,7 @@ class ChatStreamDecoder:
         if not d:
             return out
         if "reasoning_content" in d or "reasoning" in d or "reasoning_details" in d:
-            r = _reasoning_text(d)
+            r = reasoning_text(d)
             if r:
                 if self._held:
                     self._flush_held(out)

@@ -36,13 +36,15 @@ kimi_request                ``kimi_request``    forced ``tool_choice`` (required
                                                 auto; ``max_tokens`` →
                                                 ``max_completion_tokens``
 max_completion_tokens       that quirk          ``max_tokens`` → ``max_completion_tokens``
-kimi_tool_ids               that quirk (off     a client-sanitised native id
-                            with                ``functions_Read_0`` back to
-                            ``strict_tool_ids``) ``functions.Read:0`` on assistant calls
+kimi_tool_ids               that quirk          a client-sanitised native id
+                            (skipped with       ``functions_Read_0`` back to
+                            strict_tool_ids)    ``functions.Read:0`` on assistant calls
                                                 and their tool messages, where
                                                 unambiguous (``ids.kimi_restore_map``)
-reasoning_key_reasoning     that quirk          assistant ``reasoning_content`` →
-                                                ``reasoning``
+reasoning_keys              reasoning_replay    assistant reasoning under any of
+                            or reasoning_key_   ``reasoning_content``/``reasoning``/
+                            reasoning           ``reasoning_details`` → the upstream's
+                                                key only (``reasoning_keys.py``)
 reasoning_replay            that quirk          placeholder reasoning ``"tool call"`` on
                                                 assistant tool-call messages without any
 developer_to_system         that quirk          ``developer`` messages → ``system``
@@ -99,6 +101,7 @@ from typing import Any
 from .context import Ctx
 from .envelope import is_envelope
 from .ids import MAX_CALL_ID, kimi_restore_map, responses_policy, unique_map
+from .reasoning_keys import KEYS, normalize_history, upstream_key
 from .request_c2r import text_of, toolinfo_from_chat
 from .schema import sanitize_tools
 from .vocab import ProtocolName
@@ -114,7 +117,7 @@ __all__ = [
 ]
 
 REASONING_PLACEHOLDER = "tool call"
-REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details")
+REASONING_KEYS = KEYS
 
 Body = dict[str, Any]
 Gate = Callable[[Ctx, bool], bool]
@@ -126,7 +129,7 @@ Pass = Callable[[Body, Ctx], None]
 
 def reasoning_key(ctx: Ctx) -> str:
     """The message key replayed reasoning travels under on a Chat upstream."""
-    return "reasoning" if ctx.on("reasoning_key_reasoning") else "reasoning_content"
+    return upstream_key(ctx)
 
 
 def _has_reasoning(msg: dict[str, Any]) -> bool:
@@ -207,6 +210,11 @@ def _same_protocol(ctx: Ctx, translated: bool) -> bool:
 
 def _always(ctx: Ctx, translated: bool) -> bool:
     return True
+
+
+def _replays_reasoning(ctx: Ctx, translated: bool) -> bool:
+    """The profile says which key its upstream reads replayed reasoning under."""
+    return ctx.on("reasoning_replay") or ctx.on("reasoning_key_reasoning")
 
 
 # -- Chat passes -----------------------------------------------------------------------------
@@ -386,21 +394,12 @@ def _kimi_tool_ids(body: Body, ctx: Ctx) -> None:
         ctx.repaired("kimi_tool_ids_restored")
 
 
-def _reasoning_key_reasoning(body: Body, ctx: Ctx) -> None:
+def _reasoning_keys(body: Body, ctx: Ctx) -> None:
     messages = body.get("messages")
-    if not isinstance(messages, list):
-        return
-    out: list[Any] | None = None
-    for i, msg in enumerate(messages):
-        if isinstance(msg, dict) and msg.get("role") == "assistant" and "reasoning_content" in msg:
-            new = {k: v for k, v in msg.items() if k != "reasoning_content"}
-            if new.get("reasoning") is None:
-                new["reasoning"] = msg["reasoning_content"]
-            out = out if out is not None else list(messages)
-            out[i] = new
-    if out is not None:
-        body["messages"] = out
-        ctx.repaired("reasoning_key_reasoning")
+    if isinstance(messages, list):
+        out = normalize_history(messages, ctx)  # records reasoning_key_reasoning / _normalized
+        if out is not None:
+            body["messages"] = out
 
 
 def _reasoning_replay(body: Body, ctx: Ctx) -> None:
@@ -561,7 +560,7 @@ QUIRK_TABLE: tuple[tuple[str, ProtocolName, Gate, Pass], ...] = (
     ("kimi_request",              "chat",      _on("kimi_request"),              _kimi_request),
     ("max_completion_tokens",     "chat",      _on("max_completion_tokens"),     _max_completion_tokens),
     ("kimi_tool_ids",             "chat",      _on("kimi_tool_ids"),             _kimi_tool_ids),
-    ("reasoning_key_reasoning",   "chat",      _on("reasoning_key_reasoning"),   _reasoning_key_reasoning),
+    ("reasoning_keys",            "chat",      _replays_reasoning,               _reasoning_keys),
     ("reasoning_replay",          "chat",      _on("reasoning_replay"),          _reasoning_replay),
     ("developer_to_system",       "chat",      _on("developer_to_system"),       _developer_to_system),
     ("system_at_head",            "chat",      _on("system_at_head"),            _system_at_head),

@@ -937,6 +937,35 @@ async def test_kimi_code_sanitised_ids_reach_the_upstream_native(
         assert codex_view(r)["calls"] == [("functions.Bash:1", "exec_command", '{"cmd":"ls"}')]
 
 
+@pytest.mark.parametrize(
+    "client_keys, quirks, sent",
+    [
+        ({"reasoning": "need to read"}, [], {"reasoning_content": "need to read"}),
+        ({"reasoning_details": [{"type": "summary", "summary": "need to read"}], "reasoning_content": "need to read"},
+         [], {"reasoning_content": "need to read"}),
+        ({"reasoning_content": "need to read"}, ["reasoning_key_reasoning"], {"reasoning": "need to read"}),
+    ],
+    ids=["reasoning", "kimi-code-reasoning_details", "vllm-reads-reasoning"],
+)  # fmt: skip
+async def test_reasoning_keys_from_the_client_reach_the_upstream_under_its_key(
+    client_factory: Any, mock: Any, client_keys: dict[str, Any], quirks: list[str], sent: dict[str, Any]
+) -> None:
+    """Issue 11: Kimi Code echoes the key its endpoint used; a kimi upstream gets the key its
+    profile reads, and the Chat client is answered with reasoning_content."""
+    provider = {**P_KIMI_VLLM, "quirks": {"enable": quirks}}
+    c = await client_factory(**_config([provider], [{"name": "k", "provider": "k2", "upstream_model": "kimi-k2.6"}]))
+    route = mock.route(method="POST", url=P_KIMI_VLLM["base_url"] + "/chat/completions").mock(
+        return_value=chat_answer(reasoning="next step")
+    )
+    req = kimi_request("k")
+    del req["messages"][2]["reasoning_content"]
+    req["messages"][2].update(client_keys)
+    r = await _send(c, "chat", req)
+    call = orjson.loads(route.calls.last.request.content)["messages"][2]
+    assert {k: v for k, v in call.items() if k.startswith("reasoning")} == sent
+    assert kimi_view(r)["reasoning"] == "next step"
+
+
 APPLY_PATCH_FUNCTION = {  # kosong's / Kimi Code's apply_patch: a function with one string parameter
     "name": "apply_patch",
     "description": "Apply a patch.",
