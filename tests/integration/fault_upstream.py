@@ -131,8 +131,8 @@ class FaultUpstream:
         try:
             while await self._one(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # the client left, or the test ended (stop)
         finally:
             self._tasks.discard(task)
             writer.close()
