@@ -533,6 +533,47 @@ def kimi_code_bash(model: str = "kimi-k2.6") -> list[Turn]:
     ]
 
 
+KIMI_CODE_MULTI_IDS = ["functions.Bash:0", "functions.Bash:1", "functions.Bash:2"]
+KIMI_CODE_MULTI_REASONING = ["Two files first, in parallel.", "Now join them."]
+KIMI_CODE_MULTI_FILE = "ab.txt"
+KIMI_CODE_MULTI_FINAL = "Joined a and b after three Bash calls."
+
+
+def kimi_code_multi(model: str = "kimi-k2.6") -> list[Turn]:
+    """Kimi Code 2.x, three turns: two parallel ``Bash`` calls (``functions.Bash:0`` and
+    ``:1``), then a third (``functions.Bash:2``) once both ids came back, then the final
+    text once all three did and the join ran; any miss answers reasoning only."""
+    import json
+
+    def bash(cmd: str, i: int) -> ToolCall:
+        return ToolCall("Bash", json.dumps({"command": cmd}), id=KIMI_CODE_MULTI_IDS[i])
+
+    ids = [chat_history_carries_id(i) for i in KIMI_CODE_MULTI_IDS]
+    return [
+        chat_turn(
+            model=model,
+            reasoning=KIMI_CODE_MULTI_REASONING[0],
+            tool_calls=[bash("printf a > a.txt && cat a.txt", 0), bash("printf b > b.txt && cat b.txt", 1)],
+            label="two parallel Bash calls",
+        ),
+        chat_turn(
+            model=model,
+            reasoning=KIMI_CODE_MULTI_REASONING[1],
+            tool_calls=[bash(f"cat a.txt b.txt > {KIMI_CODE_MULTI_FILE} && cat {KIMI_CODE_MULTI_FILE}", 2)],
+            label="third Bash call",
+            when=all_of(ids[0], ids[1]),
+            otherwise=reasoning_only_chat_turn(model=model),
+        ),
+        chat_turn(
+            model=model,
+            text=KIMI_CODE_MULTI_FINAL,
+            label="final",
+            when=all_of(*ids, tool_output_contains(KIMI_CODE_MULTI_IDS[2], "ab")),
+            otherwise=reasoning_only_chat_turn(model=model),
+        ),
+    ]
+
+
 SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
     "codex-chat-exec": codex_chat_exec,
     "codex-responses-exec": codex_responses_exec,
@@ -552,4 +593,5 @@ SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
     "kosong-kimi-chat": lambda: kosong_kimi("chat"),
     "kosong-kimi-responses": lambda: kosong_kimi("responses"),
     "kimi-code-bash": kimi_code_bash,
+    "kimi-code-multi": kimi_code_multi,
 }

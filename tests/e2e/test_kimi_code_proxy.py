@@ -10,6 +10,9 @@ reasoning only, as Kimi K2 does, and Kimi Code stops with an empty-response erro
 
 * ``test_kimi_code_ids_restored``: profile ``kimi`` (``kimi_tool_ids`` on): the upstream
   receives ``functions.Bash:0`` on both, plus the reasoning it sent; the final text prints.
+* ``test_kimi_code_parallel_and_multi_turn``: two parallel calls (``functions.Bash:0``,
+  ``:1``), then a third (``:2``), then the answer: all three ids and both reasonings come
+  back restored in the third request.
 * ``test_isolation``: what every run gets (no Kimi Code needed): the relayed port reaches
   a server outside, and in netns mode the namespace has only ``lo`` and an outside address
   is unreachable at once.
@@ -59,8 +62,9 @@ def _history(req: dict) -> tuple[list[dict], list[dict]]:
     return [m for m in msgs if m.get("tool_calls")], [m for m in msgs if m.get("role") == "tool"]
 
 
-def _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **proxy_kw):
-    up = upstream(sc.kimi_code_bash(model=MODEL), f"kimi-code-{provider_type}")
+def _kimi(kimi_code, upstream, proxy_for, tmp_path, provider_type, turns, **proxy_kw):
+    """Run Kimi Code once through the proxy; check what every run must show."""
+    up = upstream(turns, f"kimi-code-{provider_type}")
     px = proxy_for(up, model=MODEL, profile="kimi", protocol="chat", **proxy_kw)
     run = run_kimi_code(
         kimi_code,
@@ -77,9 +81,14 @@ def _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **proxy_kw):
     assert not run.timed_out, info
     if run.isolation == "netns":
         assert run.interfaces == ["lo"], info  # nothing but loopback inside the namespace
-    # everything Kimi Code needed came from the proxy: the upstream saw two model calls only
-    assert [(r.method, r.endpoint) for r in up.requests] == [("POST", "chat"), ("POST", "chat")], info
+    # everything Kimi Code needed came from the proxy: the upstream saw one model call per turn
+    assert [(r.method, r.endpoint) for r in up.requests] == [("POST", "chat")] * len(turns), info
     assert all(r.headers.get("authorization") == "Bearer sk-e2e-upstream" for r in up.requests), info
+    return up, run, info
+
+
+def _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **proxy_kw):
+    up, run, info = _kimi(kimi_code, upstream, proxy_for, tmp_path, provider_type, sc.kimi_code_bash(MODEL), **proxy_kw)
     # the Bash call ran in the workspace and its output went back
     assert [tc["function"]["name"] for tc in run.tool_calls] == ["Bash"], info
     assert (run.workspace / sc.KIMI_CODE_FILE).read_text() == sc.KIMI_CODE_MARKER, info
@@ -111,6 +120,22 @@ def test_kimi_code_without_repair(kimi_code, upstream, proxy_for, tmp_path, prov
     assert up.model_requests[1].matched is False, info  # Kimi's reasoning-only answer was played
     assert run.final_text is None, info
     assert run.returncode != 0 and "only thinking content" in run.stderr, info  # Kimi Code's empty-response error
+
+
+@pytest.mark.parametrize("provider_type", PROVIDER_TYPES)
+def test_kimi_code_parallel_and_multi_turn(kimi_code, upstream, proxy_for, tmp_path, provider_type):
+    up, run, info = _kimi(kimi_code, upstream, proxy_for, tmp_path, provider_type, sc.kimi_code_multi(MODEL))
+    assert [tc["function"]["name"] for tc in run.tool_calls] == ["Bash"] * 3, info
+    assert (run.workspace / sc.KIMI_CODE_MULTI_FILE).read_text() == "ab", info
+    assert [r.matched for r in up.model_requests] == [None, True, True], info
+    calls, tools = _history(up.model_requests[2].json)
+    assert [[tc["id"] for tc in m["tool_calls"]] for m in calls] == [
+        sc.KIMI_CODE_MULTI_IDS[:2],
+        sc.KIMI_CODE_MULTI_IDS[2:],
+    ], info
+    assert [m["tool_call_id"] for m in tools] == sc.KIMI_CODE_MULTI_IDS, info
+    assert [m.get("reasoning_content") for m in calls] == sc.KIMI_CODE_MULTI_REASONING, info
+    assert run.returncode == 0 and run.final_text == sc.KIMI_CODE_MULTI_FINAL, info
 
 
 PROBE = """
