@@ -11,7 +11,10 @@ Every chunk carries the same ``id`` (the ``chunk_id`` argument, else an upstream
 ``chatcmpl…`` id from ``Start`` so same-protocol ids survive, else a minted
 ``chatcmpl-<hex>``), ``object``, ``created`` and ``model`` (``ctx.public_model``, else the
 upstream's).  ``Start`` yields ``delta: {role: "assistant"}``; ``Text`` → ``content``,
-``Reasoning`` → ``reasoning_content`` (what kosong reads), ``Refusal`` → ``refusal``.
+``Reasoning`` → ``reasoning_content`` (what kosong reads, the first key Kimi Code looks
+for), and the same text also under ``reasoning`` when the profile's upstream speaks that key
+(``reasoning_key_reasoning``: a client configured for that endpoint reads it there;
+``reasoning_keys.py``), ``Refusal`` → ``refusal``.
 
 Tool calls are shaped for the strictest client, Python kosong (SPEC §6): every delta with a
 non-empty ``function.name`` starts a NEW call, argument-only deltas go to the pending call,
@@ -75,6 +78,7 @@ from .events import (
     ToolCallEnd,
     Usage,
 )
+from .reasoning_keys import upstream_key
 from .usage import normalize_responses, to_chat
 
 __all__ = ["ChatStreamEncoder", "encode_chat_completion", "finish_reason"]
@@ -161,6 +165,7 @@ class ChatStreamEncoder:
         "_emitted",
         "_dropped",
         "_usage",
+        "_also",
     )
 
     def __init__(
@@ -184,6 +189,9 @@ class ChatStreamEncoder:
         self._emitted = 0  # tool calls sent to the client
         self._dropped = 0
         self._usage: dict[str, Any] | None = None
+        # reasoning also under the upstream's own key when it is not reasoning_content
+        key = upstream_key(ctx)
+        self._also = key if key != "reasoning_content" else None
 
     # -- chunk builders -------------------------------------------------------------------
 
@@ -195,6 +203,11 @@ class ChatStreamEncoder:
             "model": self._model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
+
+    def _piece(self, key: str, text: str) -> dict[str, Any]:
+        if key == "reasoning_content" and self._also is not None:
+            return {key: text, self._also: text}
+        return {key: text}
 
     def _begin(self, ev: Start | None, out: list[dict[str, Any]]) -> None:
         self._begun = True
@@ -213,7 +226,7 @@ class ChatStreamEncoder:
         while q:
             h = q.popleft()
             if h.__class__ is tuple:
-                out.append(self._chunk({h[0]: h[1]}))
+                out.append(self._chunk(self._piece(h[0], h[1])))
         self._finished = True
         self.failed = True
         out.append({"error": _error_body(err)})
@@ -245,7 +258,7 @@ class ChatStreamEncoder:
             out = []
             if not self._begun:
                 self._begin(None, out)
-            out.append(self._chunk({key: ev.text}))
+            out.append(self._chunk(self._piece(key, ev.text)))
             return out
         out = []
         if ev.__class__ is Start:
@@ -378,7 +391,7 @@ class ChatStreamEncoder:
                     while q and q[0].__class__ is tuple and q[0][0] == key:
                         parts.append(q.popleft()[1])
                     text = "".join(parts)
-                out.append(self._chunk({key: text}))
+                out.append(self._chunk(self._piece(key, text)))
                 continue
             if not h.released:
                 if h.name is None:
@@ -454,6 +467,7 @@ def completion_from_chunks(chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
     head: dict[str, Any] | None = None
     text: list[str] = []
     reasoning: list[str] = []
+    also: list[str] = []  # the same text under `reasoning` (reasoning_key_reasoning)
     refusal: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     finish = None
@@ -471,6 +485,8 @@ def completion_from_chunks(chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 text.append(d["content"])
             if "reasoning_content" in d:
                 reasoning.append(d["reasoning_content"])
+                if "reasoning" in d:
+                    also.append(d["reasoning"])
             if "refusal" in d:
                 refusal.append(d["refusal"])
             for tc in d.get("tool_calls", ()):
@@ -496,6 +512,8 @@ def completion_from_chunks(chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
     }
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
+    if also:
+        message["reasoning"] = "".join(also)
     if calls:
         for slot in calls.values():
             slot["function"]["arguments"] = "".join(slot["function"]["arguments"])

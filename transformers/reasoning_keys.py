@@ -43,11 +43,15 @@ encrypted ``reasoning_details``)               adds its placeholder to a tool-ca
 ``openai-compatible`` with no quirks) the client's keys go upstream as sent, as any other
 Chat→Chat field.
 
-Answers: Chat clients always get ``reasoning_content`` (``chat_encode``), whatever key the
-upstream used and whichever protocol it speaks: it is the key kosong reads, the first key
-Kimi Code looks for (and so the one it then echoes), and the one DeepSeek-style SDKs read;
-the key the upstream wants back is this module's business on the next request, not the
-client's.  A Responses client gets reasoning items, never a key.
+Answers (``chat_encode``): Chat clients always get ``reasoning_content``, whatever key the
+upstream used and whichever protocol it speaks: it is the key kosong's ``kimi`` provider
+reads, the first key Kimi Code looks for (and so the one it echoes), and the one
+DeepSeek-style SDKs read.  When the profile's upstream speaks another key
+(``reasoning_key_reasoning``), the same text also goes out under that key, so a client
+configured for that endpoint (kosong ``reasoning_key="reasoning"``, Kimi Code
+``reasoning_key``) reads it where it looks; Kimi Code, reading the first key it knows,
+never doubles it.  Whatever key comes back, the next request sends the upstream's.  A
+Responses client gets reasoning items, never a key.
 """
 
 from __future__ import annotations

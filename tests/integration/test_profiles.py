@@ -964,6 +964,10 @@ async def test_reasoning_keys_from_the_client_reach_the_upstream_under_its_key(
     call = orjson.loads(route.calls.last.request.content)["messages"][2]
     assert {k: v for k, v in call.items() if k.startswith("reasoning")} == sent
     assert kimi_view(r)["reasoning"] == "next step"
+    also = "".join(
+        c["choices"][0]["delta"].get("reasoning") or "" for c in parse_sse(r.content)[:-1] if c.get("choices")
+    )
+    assert also == ("next step" if quirks else "")  # the upstream's own key too, for a client set up for it
 
 
 APPLY_PATCH_FUNCTION = {  # kosong's / Kimi Code's apply_patch: a function with one string parameter

@@ -127,3 +127,33 @@ READ = [
 @pytest.mark.parametrize("d, want", [r[1:] for r in READ], ids=[r[0] for r in READ])
 def test_reasoning_text(d, want):
     assert reasoning_text(d) == want
+
+
+# -- answering a Chat client (the encoder) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "quirks, want",
+    [
+        (("reasoning_replay",), {"reasoning_content": "think"}),
+        (("reasoning_replay", "reasoning_key_reasoning"), {"reasoning_content": "think", "reasoning": "think"}),
+        ((), {"reasoning_content": "think"}),
+    ],
+    ids=["content", "upstream-speaks-reasoning", "no-quirks"],
+)
+def test_chat_client_answered_with_reasoning_content_and_the_upstream_key(quirks, want):
+    from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
+    from transformers.events import Finish, Reasoning, Start, Text, Usage
+
+    events = [Start("chatcmpl-1", "m", 1), Reasoning("thi"), Reasoning("nk"), Text("hi"), Usage({}), Finish()]
+    enc = ChatStreamEncoder(ctx(*quirks))
+    chunks = [c for ev in events for c in enc.feed(ev)]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+    got: dict[str, str] = {}
+    for d in deltas:
+        for k in KEYS:
+            if k in d:
+                got[k] = got.get(k, "") + d[k]
+    assert got == want
+    message = encode_chat_completion(events, ctx(*quirks))["choices"][0]["message"]
+    assert {k: v for k, v in message.items() if k in KEYS} == want
