@@ -90,12 +90,15 @@ def compaction_script(kind: str, model: str) -> list[Turn]:
     ]
 
 
+@pytest.mark.parametrize("transport", ["websocket", "http"])
 @pytest.mark.parametrize("kind", ["chat", "responses"])
 @pytest.mark.parametrize("version", CODEX_VERSIONS)
-def test_compaction_builtin_provider(upstream, proxy_for, codex_run, version, kind):
+def test_compaction_builtin_provider(upstream, proxy_for, codex_run, version, kind, transport):
     model = f"e2e-cmp-{kind}"
     up = upstream(compaction_script(kind, model), f"compaction-{kind}")
-    px = proxy_for(up, model=model, profile="openai-compatible", protocol=kind)
+    # the built-in provider speaks the WebSocket first; with it turned off (426) Codex uses HTTP
+    server = None if transport == "websocket" else {"websocket": {"enabled": False}}
+    px = proxy_for(up, model=model, profile="openai-compatible", protocol=kind, server=server)
     run = codex_run(
         "do the task",
         base_url=px.base_url,
@@ -115,3 +118,9 @@ def test_compaction_builtin_provider(upstream, proxy_for, codex_run, version, ki
     # the summarisation request still had the history (the tool call and its output)
     assert CALL_ID in _text(reqs[1].json) and sc.EXEC_MARKER in _text(reqs[1].json), info
     assert reqs[2].json.get("tools"), info  # the turn after compaction has its tools again
+    seen = [
+        rec.get("transport")
+        for rec in (json.loads(line) for line in px.log(tail=200_000).splitlines() if line.startswith("{"))
+        if rec.get("event") == "request" and rec.get("stream") is not None
+    ]
+    assert len(seen) == 3 and set(seen) == {transport}, (seen, info)
