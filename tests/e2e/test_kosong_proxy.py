@@ -51,3 +51,90 @@ def test_kosong_through_proxy(upstream, proxy_for, provider_kind, upstream_proto
         ], info
         # kimi profile (reasoning_replay): the replayed tool-call message carries reasoning_content
         assert asst[0].get("reasoning_content") == sc.KOSONG_REASONING, info
+
+
+# --------------------------------------------------------------------------- issue 11
+
+
+def _kosong_two_turns(provider, tool_name: str, params: dict, prompt: str, result: str) -> dict:
+    """kosong: one turn, every tool call answered with ``result``, a second turn."""
+    import asyncio
+
+    from kosong import generate
+    from kosong.message import Message, TextPart, ThinkPart
+    from kosong.tooling import Tool
+
+    tools = [Tool(name=tool_name, description=f"{tool_name} tool", parameters=params)]
+
+    def summarize(msg) -> dict:
+        return {
+            "text": "".join(p.text for p in msg.content if isinstance(p, TextPart)),
+            "reasoning": "".join(p.think for p in msg.content if isinstance(p, ThinkPart)),
+            "tool_calls": [(tc.id, tc.function.name, tc.function.arguments) for tc in msg.tool_calls or []],
+        }
+
+    async def go() -> dict:
+        history = [Message(role="user", content=prompt)]
+        r1 = await generate(provider, "You are a test agent.", tools, history)
+        history.append(r1.message)
+        for tc in r1.message.tool_calls or []:
+            history.append(Message(role="tool", tool_call_id=tc.id, content=result))
+        r2 = await generate(provider, "You are a test agent.", tools, history)
+        return {"turn1": summarize(r1.message), "turn2": summarize(r2.message)}
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("reasoning_key", ["reasoning", "reasoning_content"])
+def test_kosong_reasoning_key_with_an_upstream_that_speaks_reasoning(upstream, proxy_for, reasoning_key):
+    """A vLLM that reads and writes ``reasoning`` (kimi profile + reasoning_key_reasoning):
+    kosong configured with either key reads the reasoning, and whichever key it echoes, the
+    upstream gets its replayed reasoning under ``reasoning`` only."""
+    from client_checks import READ_TOOL_PARAMS, TIMEOUT
+    from kosong.contrib.chat_provider.openai_legacy import OpenAILegacy
+    from scripted_upstream import chat_turn
+
+    model = "kimi-k2.6"
+    turns = [
+        chat_turn(model=model, reasoning=sc.KOSONG_REASONING, reasoning_key="reasoning",
+                  tool_calls=list(sc.KOSONG_CALLS), label="parallel Read"),
+        chat_turn(model=model, reasoning="Done.", reasoning_key="reasoning", text=sc.KOSONG_FINAL, label="final"),
+    ]  # fmt: skip
+    up = upstream(turns, f"kosong-reasoning-key-{reasoning_key}")
+    px = proxy_for(up, model=model, profile="kimi", provider_extra={"quirks": {"enable": ["reasoning_key_reasoning"]}})
+    provider = OpenAILegacy(model=model, api_key=PROXY_CLIENT_KEY, base_url=px.base_url, reasoning_key=reasoning_key,
+                            max_retries=0, timeout=TIMEOUT)  # fmt: skip
+    try:
+        got = _kosong_two_turns(provider, "Read", READ_TOOL_PARAMS, "read both files", "contents")
+    except Exception as exc:
+        pytest.fail(f"kosong failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{px.log()}")
+    info = f"{got}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    assert got["turn1"]["reasoning"] == sc.KOSONG_REASONING, info
+    assert got["turn2"]["text"] == sc.KOSONG_FINAL, info
+    (asst,) = [m for m in up.model_requests[1].json["messages"] if m.get("tool_calls")]
+    assert asst.get("reasoning") == sc.KOSONG_REASONING and "reasoning_content" not in asst, info
+
+
+def test_kosong_responses_apply_patch_function_gets_the_raw_patch_wrapped(upstream, proxy_for):
+    """R3-a′ over the Responses API: kosong's OpenAIResponses offers apply_patch as a function
+    with one string parameter; MiMo answers with the raw patch; kosong gets {"input": raw}."""
+    import json
+
+    from client_checks import TIMEOUT
+    from kosong.contrib.chat_provider.openai_responses import OpenAIResponses
+
+    model = "mimo-v2.6-flash"
+    up = upstream(sc.codex_mimo_patch(model), "kosong-responses-mimo-patch")
+    px = proxy_for(up, model=model, profile="mimo")
+    provider = OpenAIResponses(model=model, api_key=PROXY_CLIENT_KEY, base_url=px.base_url, max_retries=0,
+                               timeout=TIMEOUT)  # fmt: skip
+    params = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+    try:
+        got = _kosong_two_turns(provider, "apply_patch", params, "add the notes", f"Success. A {sc.PATCH_FILE}")
+    except Exception as exc:
+        pytest.fail(f"kosong failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{px.log()}")
+    info = f"{got}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    ((_, name, args),) = got["turn1"]["tool_calls"]
+    assert name == "apply_patch" and json.loads(args) == {"input": sc.RAW_PATCH}, info
+    assert [r.matched for r in up.model_requests] == [None, True], info
+    assert got["turn2"]["text"] == sc.FINAL_TEXT["patch"], info
