@@ -805,6 +805,22 @@ def q_system_head(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> 
         assert roles == ["system", "system", "user", "assistant", "tool", "assistant", "user", "system"]
 
 
+def _compaction_request() -> dict[str, Any]:
+    req = codex_request("m")
+    req["input"].append({"type": "compaction_trigger"})
+    return req
+
+
+def q_native_compaction(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    sent = bodies[0]
+    if on:  # an upstream that compacts itself gets the trigger and the tools as they came
+        assert sent["input"][-1] == {"type": "compaction_trigger"} and sent.get("tools")
+    else:  # the proxy asks the model for a summary: no trigger, no tools
+        assert all(i.get("type") != "compaction_trigger" for i in sent["input"]) and not sent.get("tools")
+        items = [e["item"] for e in parse_sse(r.content) if e != "[DONE]" and e["type"] == "response.output_item.done"]
+        assert [i["type"] for i in items] == ["compaction"]
+
+
 def _one(resp: Callable[[], httpx.Response]) -> Callable[[], list[httpx.Response]]:
     return lambda: [resp()]
 
@@ -844,6 +860,7 @@ QCASES: list[QCase] = [
     QCase("developer_to_system", Q_CHAT, "chat",
           _kimi_plus(messages_insert=[{"role": "developer", "content": "be careful"}]), _one(CHAT_OK), q_developer),
     QCase("system_at_head", Q_CHAT, "responses", _mid_developer, _one(CHAT_OK), q_system_head),
+    QCase("native_compaction", Q_RESP, "responses", _compaction_request, _one(responses_answer), q_native_compaction),
 ]  # fmt: skip
 
 # how the switch is thrown: (provider quirks, model quirks) for on / off
