@@ -193,8 +193,13 @@ class UnixRelay:
         self.host, self.port = host, port
         self.connections = 0
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(self.path))
-        self._sock.listen(32)
+        try:
+            self._sock.bind(str(self.path))
+            self._sock.listen(32)
+        except OSError:
+            self._sock.close()
+            shutil.rmtree(self.path.parent, ignore_errors=True)
+            raise
         self._open: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, name="kimi-unix-relay", daemon=True)
         self._thread.start()
