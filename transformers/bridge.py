@@ -21,6 +21,7 @@ call                   returns
 ``fail(code, msg)``    the protocol's failure terminal (transport faults: idle timeout…)
 ``heartbeat()``        what to send during a long upstream silence ('' when nothing)
 ``replay(obj)``        a whole answer object to a stream request, as the complete stream
+``empty()``            a complete response that produces nothing (a WebSocket warm-up)
 ``complete(body)``     non-streaming: ``(200, bytes)`` of the client's answer object, or
                        raises ``AnswerError`` (the app picks the HTTP error)
 ``response_object()``  a Responses client's whole response object, once answered (stored)
@@ -68,7 +69,7 @@ from transformers.responses_encode import ResponsesStreamEncoder, encode_respons
 from transformers.tool_stage import ToolStage, needed
 from transformers.vocab import ProtocolName
 
-__all__ = ["DIRECTIONS", "AnswerError", "Bridge", "Direction", "open_bridge", "SSEFraming"]
+__all__ = ["DIRECTIONS", "AnswerError", "Bridge", "Direction", "open_bridge", "SSEFraming", "WSFraming"]
 
 # fields of a Responses request echoed on the response object (the SDK's Response type)
 ECHO = (
@@ -158,6 +159,23 @@ class SSEFraming:
         return sse.encode_comment()
 
 
+class WSFraming:
+    """Responses events for a WebSocket: one JSON object per line (orjson never writes a raw
+    newline), each line one text frame (the app splits them); no end marker, no comments
+    (a socket has its own ping/pong, and the Responses heartbeat is a real event)."""
+
+    __slots__ = ()
+
+    def frame(self, obj: dict[str, Any]) -> bytes:
+        return orjson.dumps(obj) + b"\n"
+
+    def done(self) -> bytes:
+        return b""
+
+    def comment(self) -> bytes:
+        return b""
+
+
 @dataclass(frozen=True, slots=True)
 class Direction:
     client: ProtocolName
@@ -182,9 +200,11 @@ def open_bridge(
     *,
     incomplete_as_completed: bool = False,
     mask: SecretMask = NO_SECRETS,
+    websocket: bool = False,
     answered: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Bridge]:
-    """Translate a checked client body for the upstream; the Bridge that answers it."""
+    """Translate a checked client body for the upstream; the Bridge that answers it
+    (``websocket``: its events framed for a Responses WebSocket, see ``WSFraming``)."""
     d = DIRECTIONS[(client, upstream)]
     # remote compaction (transformers/compaction.py): sealed items expanded, a trigger
     # turned into the summarisation request when the upstream does not compact natively
@@ -200,9 +220,12 @@ def open_bridge(
             echo.update(answered)
     opts = body.get("stream_options")
     include_usage = bool(opts.get("include_usage")) if client == "chat" and isinstance(opts, dict) else client != "chat"
-    return out, Bridge(
+    bridge = Bridge(
         d, ctx, include_usage=include_usage, incomplete_as_completed=incomplete_as_completed, echo=echo, mask=mask
     )
+    if websocket:
+        bridge.framing = WSFraming()
+    return out, bridge
 
 
 class Bridge:
@@ -261,7 +284,7 @@ class Bridge:
                 ctx, incomplete_as_completed=incomplete_as_completed, request_echo=self._echo
             )
         self.parser = sse.SSEParser()
-        self.framing = SSEFraming(direction.client)
+        self.framing: SSEFraming | WSFraming = SSEFraming(direction.client)
         self.terminal = ""
         self.finished = False  # the decoder has ended: nothing more to read upstream
         self.broken = False  # the guard fired: nothing more goes out
@@ -350,6 +373,14 @@ class Bridge:
         except Exception as e:
             self._crash(out, e)
         return b"".join(out) + self.end()
+
+    def empty(self) -> bytes:
+        """A complete response that produces nothing, without asking the upstream (a
+        Responses WebSocket warm-up, ``generate: false``)."""
+        out: list[bytes] = []
+        self.finished = True
+        self._encode([Finish("completed")], out)
+        return b"".join(out)
 
     def response_object(self) -> dict[str, Any] | None:
         """A Responses client's response object as it received it, once the answer is whole
