@@ -12,141 +12,101 @@ proxy that drops, reorders or re-serialises anything shows up as an exact-value 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
+import sdk_checks
 from scenarios import SDK_TOOLS_CHAT, SDK_TOOLS_RESPONSES
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 
 
-def sdk_client(base_url: str, api_key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=TIMEOUT, max_retries=0)
+# --------------------------------------------------------------------------- openai SDK
+
+SDK_PROMPT = "read a.py and b.py"
+OPENAI3_LOCK = Path(__file__).resolve().parent / "requirements-openai3.lock"
+INSTALL_TIMEOUT = 300  # seconds for pip to install the locked SDK
+RUN_TIMEOUT = 90  # seconds for one driver run in the other interpreter
 
 
-# --------------------------------------------------------------------------- openai SDK, Chat
+def _tuples(got: dict[str, Any]) -> dict[str, Any]:
+    if "tool_calls" in got:
+        got["tool_calls"] = [tuple(c) for c in got["tool_calls"]]
+    return got
 
 
-def sdk_chat(base_url: str, api_key: str, model: str, *, stream: bool) -> dict[str, Any]:
-    client = sdk_client(base_url, api_key)
-    kw = dict(model=model, messages=[{"role": "user", "content": "read a.py and b.py"}], tools=SDK_TOOLS_CHAT)
-    if not stream:
-        r = client.chat.completions.create(**kw)
-        msg = r.choices[0].message
-        extra = msg.model_extra or {}
-        return {
-            "text": msg.content or "",
-            "reasoning": extra.get("reasoning_content") or extra.get("reasoning") or "",
-            "tool_calls": [(tc.id, tc.function.name, tc.function.arguments) for tc in msg.tool_calls or []],
-            "finish": r.choices[0].finish_reason,
-            "usage": r.usage.model_dump() if r.usage else None,
-            "events": [],
-        }
-    text, reasoning, finish, usage = [], [], None, None
-    calls: dict[int, dict] = {}
-    order: list[int] = []
-    events = []
-    with client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw) as s:
-        for chunk in s:
-            events.append(chunk.model_dump())
-            if chunk.usage:
-                usage = chunk.usage.model_dump()
-            for ch in chunk.choices:
-                d = ch.delta
-                extra = d.model_extra or {}
-                if d.content:
-                    text.append(d.content)
-                rc = extra.get("reasoning_content") or extra.get("reasoning")
-                if rc:
-                    reasoning.append(rc)
-                for tc in d.tool_calls or []:
-                    slot = calls.get(tc.index)
-                    if slot is None:
-                        slot = calls[tc.index] = {"id": None, "name": "", "arguments": ""}
-                        order.append(tc.index)
-                    if tc.id:
-                        assert slot["id"] in (None, tc.id), f"tool call {tc.index} id changed {slot['id']} -> {tc.id}"
-                        slot["id"] = tc.id
-                    if tc.function and tc.function.name:
-                        assert not slot["name"], (
-                            f"tool call {tc.index}: name repeated ({slot['name']!r}, {tc.function.name!r})"
-                        )
-                        slot["name"] = tc.function.name
-                    if tc.function and tc.function.arguments:
-                        slot["arguments"] += tc.function.arguments
-                if ch.finish_reason:
-                    finish = ch.finish_reason
-    return {
-        "text": "".join(text),
-        "reasoning": "".join(reasoning),
-        "tool_calls": [(calls[i]["id"], calls[i]["name"], calls[i]["arguments"]) for i in order],
-        "finish": finish,
-        "usage": usage,
-        "events": events,
-    }
+def sdk_chat(base_url: str, api_key: str, model: str, *, stream: bool, python: Path | None = None) -> dict[str, Any]:
+    """The Chat driver of ``sdk_checks`` (strict validation), in process or under ``python``."""
+    kw = dict(base_url=base_url, api_key=api_key, model=model, stream=stream, tools=SDK_TOOLS_CHAT, prompt=SDK_PROMPT)
+    if python is None:
+        return _tuples(sdk_checks.chat(**kw))
+    return _tuples(run_sdk_checks(python, "chat", **kw))
 
 
-# --------------------------------------------------------------------------- openai SDK, Responses
+def sdk_responses(
+    base_url: str, api_key: str, model: str, *, stream: bool, python: Path | None = None
+) -> dict[str, Any]:
+    """The Responses driver of ``sdk_checks`` (strict validation), in process or under ``python``."""
+    kw = dict(
+        base_url=base_url, api_key=api_key, model=model, stream=stream, tools=SDK_TOOLS_RESPONSES, prompt=SDK_PROMPT
+    )
+    if python is None:
+        return _tuples(sdk_checks.responses(**kw))
+    return _tuples(run_sdk_checks(python, "responses", **kw))
 
 
-def _resp_output(resp) -> tuple[str, str, list]:
-    text, reasoning, calls = [], [], []
-    for item in resp.output:
-        if item.type == "message":
-            for part in item.content:
-                if part.type == "output_text":
-                    text.append(part.text)
-        elif item.type == "reasoning":
-            for s in item.summary or []:
-                reasoning.append(s.text)
-            for c in getattr(item, "content", None) or []:
-                reasoning.append(getattr(c, "text", ""))
-        elif item.type == "function_call":
-            calls.append((item.call_id, item.name, item.arguments))
-    return "".join(text), "".join(reasoning), calls
+def run_sdk_checks(python: Path, api: str, **kw: Any) -> dict[str, Any]:
+    """Run ``sdk_checks.py`` under another interpreter; its exception is raised here."""
+    req = json.dumps({"api": api, **kw})
+    res = subprocess.run(
+        [str(python), str(Path(sdk_checks.__file__))],
+        input=req,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    try:
+        out = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"sdk_checks under {python} exited {res.returncode}:\n{res.stderr[-3000:]}") from None
+    if "exception" in out:
+        raise RuntimeError(f"openai SDK under {python}: {out['exception']}")
+    return out
 
 
-def sdk_responses(base_url: str, api_key: str, model: str, *, stream: bool) -> dict[str, Any]:
-    client = sdk_client(base_url, api_key)
-    kw = dict(model=model, input="read a.py and b.py", tools=SDK_TOOLS_RESPONSES)
-    if not stream:
-        r = client.responses.create(**kw)
-        text, reasoning, calls = _resp_output(r)
-        return {
-            "text": text,
-            "reasoning": reasoning,
-            "tool_calls": calls,
-            "finish": r.status,
-            "usage": r.usage.model_dump() if r.usage else None,
-            "events": [],
-        }
-    events = []
-    delta_text, delta_reasoning = [], []
-    args_delta: dict[str, str] = {}
-    with client.responses.stream(**kw) as s:
-        for ev in s:
-            events.append(ev.type)
-            if ev.type == "response.output_text.delta":
-                delta_text.append(ev.delta)
-            elif ev.type in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                delta_reasoning.append(ev.delta)
-            elif ev.type == "response.function_call_arguments.delta":
-                args_delta[ev.item_id] = args_delta.get(ev.item_id, "") + ev.delta
-        final = s.get_final_response()
-    text, reasoning, calls = _resp_output(final)
-    return {
-        "text": text,
-        "reasoning": reasoning,
-        "tool_calls": calls,
-        "finish": final.status,
-        "usage": final.usage.model_dump() if final.usage else None,
-        "events": events,
-        "delta_text": "".join(delta_text),
-        "delta_reasoning": "".join(delta_reasoning),
-        "args_delta": args_delta,
-        "output_ids": [getattr(it, "id", None) for it in final.output],
-    }
+class SdkUnavailable(RuntimeError):
+    pass
+
+
+def ensure_openai3(repo: Path) -> Path:
+    """The python of ``<repo>/.e2e/openai3``: a venv with ``requirements-openai3.lock`` installed
+    (hash-checked), made once per lock file and reused while the lock is unchanged."""
+    digest = hashlib.sha256(OPENAI3_LOCK.read_bytes()).hexdigest()
+    home = repo / ".e2e" / "openai3"
+    python = home / "bin" / "python"
+    stamp = home / ".lock-sha256"
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == digest:
+        return python
+    shutil.rmtree(home, ignore_errors=True)  # a stale or half-made one: start over
+    steps = [
+        [sys.executable, "-m", "venv", str(home)],
+        [str(python), "-m", "pip", "install", "-q", "--require-hashes", "--no-deps", "-r", str(OPENAI3_LOCK)],
+    ]
+    for cmd in steps:
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise SdkUnavailable(f"{' '.join(cmd)} did not finish within {INSTALL_TIMEOUT}s") from None
+        if res.returncode != 0:
+            raise SdkUnavailable(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    stamp.write_text(digest + "\n")  # written last: its absence means "not finished"
+    return python
 
 
 # --------------------------------------------------------------------------- kosong

@@ -858,11 +858,10 @@ def responses_events(
                 "item_id": item_id,
                 "output_index": idx,
                 "arguments": tc.arguments,
+                "name": tc.name,  # OpenAI sends it; the openai SDK's type requires it
             }
-            if late_identity:
-                done["name"] = tc.name
-                if tc.namespace:
-                    done["namespace"] = tc.namespace
+            if late_identity and tc.namespace:
+                done["namespace"] = tc.namespace
             frames.append(ev(done))
             item = {**full, "status": "completed", "arguments": tc.arguments}
         frames.append(ev({"type": "response.output_item.done", "output_index": idx, "item": done_item(item, idx)}))

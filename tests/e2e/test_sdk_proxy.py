@@ -1,9 +1,14 @@
-"""openai SDK 2.14 -> Switchboard -> scripted upstream, both client APIs x both upstream
-protocols x stream/non-stream.  Every event must parse with the SDK's own models and the
-accumulated text, reasoning and the 2 parallel tool calls must equal the script.
+"""openai SDK -> Switchboard -> scripted upstream: both SDK majors (the pinned 2.14 in
+process, the newest 3.x from ``.e2e/openai3`` in a subprocess) x both client APIs x both
+upstream protocols x stream/non-stream.  Every chunk, event and object must pass the SDK's
+own validation and a strict re-validation with its types (``sdk_checks``), and the
+accumulated text, reasoning and the 2 parallel tool calls must equal the script.  The usage
+cases send cache figures upstream and expect them, in each SDK's usage type, at the client.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import scenarios as sc
@@ -34,14 +39,27 @@ CASES = [
 ]
 
 
+SDKS = ["sdk2", "sdk3"]
+
+
+@pytest.fixture(params=SDKS)
+def sdk_python(request) -> Path | None:
+    """None: the suite's own interpreter (openai 2.14); else the python of the 3.x venv."""
+    return None if request.param == "sdk2" else request.getfixturevalue("openai3")
+
+
+def _drive(client_api: str, px, python: Path | None, stream: bool) -> dict:
+    drive = sdk_chat if client_api == "chat" else sdk_responses
+    return drive(px.base_url, PROXY_CLIENT_KEY, MODEL, stream=stream, python=python)
+
+
 @pytest.mark.parametrize("client_api,upstream_kind,stream", CASES)
-def test_sdk_through_proxy(upstream, proxy_for, client_api, upstream_kind, stream):
+def test_sdk_through_proxy(upstream, proxy_for, sdk_python, client_api, upstream_kind, stream):
     upstream_protocol, profile, quirks = UPSTREAMS[upstream_kind]
     up = upstream(sc.sdk_parallel(upstream_protocol, model=MODEL, **quirks), f"sdk-{upstream_kind}")
     px = proxy_for(up, model=MODEL, profile=profile, protocol=upstream_protocol)
-    drive = sdk_chat if client_api == "chat" else sdk_responses
     try:
-        got = drive(px.base_url, PROXY_CLIENT_KEY, MODEL, stream=stream)
+        got = _drive(client_api, px, sdk_python, stream)
     except Exception as exc:  # show the proxy side of the story
         pytest.fail(f"{client_api} client failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{px.log()}")
     info = f"{got}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
@@ -64,3 +82,66 @@ def test_sdk_through_proxy(upstream, proxy_for, client_api, upstream_kind, strea
             assert all(got["output_ids"]), info  # every output item has an id
             assert got["events"][0] == "response.created" and got["events"][-1] == "response.completed", info
     assert got["usage"], info
+    assert got["sdk"].startswith("2." if sdk_python is None else "3."), info
+    # every chunk/event (stream) or the object (non-stream) and the final response, strictly
+    assert got["validated"] >= (len(got["events"]) if stream else 1), info
+
+
+# cache figures as each upstream protocol reports them → what each client API shows
+CACHE_USAGE = {
+    "chat": {
+        "prompt_tokens": 40,
+        "completion_tokens": 7,
+        "total_tokens": 47,
+        "prompt_tokens_details": {"cached_tokens": 16, "cache_write_tokens": 20},
+        "completion_tokens_details": {"reasoning_tokens": 3},
+    },
+    "chat-anthropic-style": {
+        "prompt_tokens": 40,
+        "completion_tokens": 7,
+        "total_tokens": 47,
+        "cache_read_input_tokens": 16,
+        "cache_creation_input_tokens": 20,
+        "completion_tokens_details": {"reasoning_tokens": 3},
+    },
+    "responses": {
+        "input_tokens": 40,
+        "input_tokens_details": {"cached_tokens": 16, "cache_write_tokens": 20},
+        "output_tokens": 7,
+        "output_tokens_details": {"reasoning_tokens": 3},
+        "total_tokens": 47,
+    },
+}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
+@pytest.mark.parametrize("client_api", ["chat", "responses"])
+@pytest.mark.parametrize("usage_kind", sorted(CACHE_USAGE))
+def test_sdk_usage_cache_figures(upstream, proxy_for, sdk_python, usage_kind, client_api, stream):
+    upstream_protocol = usage_kind.split("-")[0]
+    turns = sc.sdk_parallel(upstream_protocol, model=MODEL, usage=CACHE_USAGE[usage_kind])
+    up = upstream(turns, f"sdk-usage-{usage_kind}")
+    px = proxy_for(up, model=MODEL, protocol=upstream_protocol)
+    try:
+        got = _drive(client_api, px, sdk_python, stream)
+    except Exception as exc:
+        pytest.fail(f"{client_api} client failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{px.log()}")
+    u, info = got["usage"], f"{got['usage']}\n--- proxy log ---\n{px.log()}"
+    if client_api == "chat":
+        assert (u["prompt_tokens"], u["completion_tokens"], u["total_tokens"]) == (40, 7, 47), info
+        assert u["prompt_tokens_details"]["cached_tokens"] == 16, info
+        assert u["prompt_tokens_details"]["cache_write_tokens"] == 20, info
+        assert u["completion_tokens_details"]["reasoning_tokens"] == 3, info
+    else:
+        assert u == {
+            "input_tokens": 40,
+            "input_tokens_details": {"cached_tokens": 16, "cache_write_tokens": 20, **_ttl(got)},
+            "output_tokens": 7,
+            "output_tokens_details": {"reasoning_tokens": 3},
+            "total_tokens": 47,
+        }, info
+
+
+def _ttl(got: dict) -> dict:
+    """3.x's InputTokensDetails has an optional ``cache_write_tokens_details`` (dumped as None)."""
+    return {"cache_write_tokens_details": None} if got["sdk"].startswith("3.") else {}
