@@ -29,6 +29,7 @@ mode                answer
 ``nodone``          stream: the valid stream without ``data: [DONE]`` (Chat) / without
                     its terminal event (Responses); JSON: the valid answer
 ``drip``            the valid answer written one byte at a time
+``slow<n>``         stream: the valid stream, its events spread over ``n`` seconds
 ==================  =======================================================================
 
 The valid answer is the two-call turn of ``tests/integration/conftest.py``: text
@@ -159,6 +160,14 @@ class FaultUpstream:
         """Answer one request; whether the connection stays open for another."""
         ctype, body = valid(protocol, stream, done=mode != "nodone")
         err = b'{"error":{"message":"upstream exploded","type":"server_error","code":"server_error"}}'
+        if mode.startswith("slow") and stream:  # the valid stream spread over <n> seconds
+            events = [e + b"\n\n" for e in body.split(b"\n\n") if e]
+            w.write(head(200, ctype, len(body)))
+            for e in events:
+                await asyncio.sleep(float(mode[4:]) / len(events))
+                w.write(e)
+                await w.drain()
+            return True
         if mode in ("ok", "junk", "nodone", "drip"):
             if mode == "junk" and stream:
                 parts = body.split(b"\n\n")
