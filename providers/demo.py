@@ -7,11 +7,20 @@ bytes, parser, decoders, encoders).  Behaviour, by the last message of the reque
 last message / request                          answer
 ============================================  ===========================================
 a ``tool`` message                              text: "The tool returned: …"
-tools offered and (``tool_choice`` is           one tool call to the named (or first) tool,
-``required``/named, or the user asks for a      arguments built from the schema's required
-tool: "tool", "call", "run", "use")             properties, id ``functions.<name>:<n>``
+function tools offered and ``tool_choice``      one tool call, id ``functions.<name>:<n>``:
+not ``none``                                    the forced tool (a named ``tool_choice``,
+                                                within ``allowed_tools`` when given), else the
+                                                tool the prompt names (the longest name found
+                                                in the last user text), else the first;
+                                                arguments satisfy its JSON Schema
+                                                (``demo_args``: required fields, enums,
+                                                nested objects/arrays, formats, bounds)
 anything else                                   text: "Hello from Switchboard's demo …"
 ============================================  ===========================================
+
+So a client that offers tools gets the agent loop a model gives it: a call, the client runs
+the tool, the result comes back, the demo answers in text.  The demo speaks Chat Completions
+only; Responses clients reach it through the proxy's Responses→Chat translation.
 
 With ``reasoning_effort`` (other than ``none``) or ``thinking: {type: enabled}`` in the
 request a short ``reasoning_content`` comes first.  Streams word by word (a 5 ms pause
@@ -23,6 +32,7 @@ answer words (1 for a tool call) + reasoning words, ``reasoning_tokens`` = reaso
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -31,8 +41,9 @@ from typing import Any
 import httpx
 import orjson
 
+from .demo_args import arguments
+
 WORD_DELAY = 0.005
-_ASK_TOOL = ("tool", "call", "run ", "use ", "execute", "list files")
 
 
 def _text_of(content: Any) -> str:
@@ -47,30 +58,8 @@ def _obj(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-_VALUES = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
-
-
-def _value_for(schema: Any) -> Any:
-    schema = _obj(schema)
-    t = schema.get("type")
-    if isinstance(t, list):
-        t = next((x for x in t if x != "null"), "string")
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum:
-        return enum[0]
-    if not isinstance(t, str):
-        return "demo"
-    return _VALUES.get(t, "echo hello from switchboard" if t == "string" else "demo")
-
-
 def _arguments(tool: dict[str, Any]) -> str:
-    params = _obj(_obj(tool.get("function")).get("parameters"))
-    props = _obj(params.get("properties"))
-    required = params.get("required")
-    if not isinstance(required, list) or not required:
-        required = list(props)[:1]
-    args = {k: _value_for(props[k]) for k in required if isinstance(k, str) and k in props}
-    return orjson.dumps(args).decode()
+    return orjson.dumps(arguments(_obj(tool.get("function")).get("parameters"))).decode()
 
 
 def _tool_name(tool: dict[str, Any]) -> str | None:
@@ -95,9 +84,9 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
         return {"reasoning": reasoning, "text": f"The tool returned: {out}"}
     user = _text_of(last.get("content"))
     choice = body.get("tool_choice")
-    named = _obj(choice.get("function")).get("name") if isinstance(choice, dict) else None
-    if tools and choice != "none" and (named or choice == "required" or any(w in user.lower() for w in _ASK_TOOL)):
-        tool = next((t for t in tools if _tool_name(t) == named), tools[0])
+    prompt = next((_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    tool = _pick_tool(tools, choice, prompt) if tools and choice != "none" else None
+    if tool is not None:
         name = _tool_name(tool)
         n = sum(len(_list(m.get("tool_calls"))) for m in messages if m.get("role") == "assistant")
         return {
@@ -107,6 +96,34 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     said = " ".join(user.split())[:80]
     text = "Hello from Switchboard's demo provider." + (f" You said: {said}" if said else "")
     return {"reasoning": reasoning, "text": text}
+
+
+def _choice_names(choice: Any) -> tuple[str | None, set[str] | None]:
+    """(the forced tool's name, the allowed names) a Chat or Responses ``tool_choice`` sets."""
+    if not isinstance(choice, dict):
+        return None, None
+    if choice.get("type") == "allowed_tools":
+        spec = _obj(choice.get("allowed_tools")) or choice
+        names = {_tool_name(t) or _obj(t).get("name") for t in _list(spec.get("tools")) if isinstance(t, dict)}
+        return None, {n for n in names if isinstance(n, str)}
+    named = _obj(choice.get("function")).get("name") or choice.get("name")
+    return (named if isinstance(named, str) and named else None), None
+
+
+def _pick_tool(tools: list[dict[str, Any]], choice: Any, user: str) -> dict[str, Any] | None:
+    named, allowed = _choice_names(choice)
+    if allowed is not None:
+        tools = [t for t in tools if _tool_name(t) in allowed] or tools
+    forced = next((t for t in tools if _tool_name(t) == named), None)
+    if forced is not None:
+        return forced
+    text = user.lower()
+    mentioned = [
+        t
+        for t in tools
+        if re.search(r"(?<![\w.-])" + re.escape((_tool_name(t) or "").lower()) + r"(?![\w-])", text) is not None
+    ]
+    return max(mentioned, key=lambda t: len(_tool_name(t) or "")) if mentioned else tools[0]
 
 
 def _list(v: Any) -> list[Any]:

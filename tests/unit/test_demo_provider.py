@@ -50,7 +50,7 @@ def test_reasoning_when_asked(extra, reasons):
                 "tool_call": {
                     "id": "functions.get_weather:0",
                     "name": "get_weather",
-                    "arguments": '{"location":"echo hello from switchboard"}',
+                    "arguments": '{"location":"Paris"}',
                 }
             },
             id="required-tool",
@@ -167,3 +167,244 @@ async def test_transport_refuses_a_body_that_is_not_an_object(raw):
         httpx.Request("POST", "http://demo/v1/chat/completions", content=raw)
     )
     assert r.status_code == 400
+
+
+# ----------------------------------------------------------------------- tool calls like a model's
+
+SCHEMAS = {
+    "flat-required": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+        "required": ["path"],
+    },
+    "nothing-required": {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}},
+    "no-properties": {"type": "object", "properties": {}},
+    "enum-and-types": {
+        "type": "object",
+        "properties": {
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 3, "maximum": 7},
+            "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "step": {"type": "integer", "multipleOf": 5, "minimum": 6},
+            "verbose": {"type": "boolean"},
+            "maybe": {"type": ["string", "null"]},
+            "nothing": {"type": "null"},
+            "fixed": {"const": "v1"},
+        },
+        "required": ["unit", "days", "ratio", "step", "verbose", "maybe", "nothing", "fixed"],
+        "additionalProperties": False,
+    },
+    "formats": {
+        "type": "object",
+        "properties": {
+            "when": {"type": "string", "format": "date-time"},
+            "day": {"type": "string", "format": "date"},
+            "email": {"type": "string", "format": "email"},
+            "site": {"type": "string", "format": "uri"},
+            "id": {"type": "string", "format": "uuid"},
+            "code": {"type": "string", "minLength": 12, "maxLength": 12},
+            "short": {"type": "string", "maxLength": 2},
+        },
+        "required": ["when", "day", "email", "site", "id", "code", "short"],
+    },
+    "nested": {
+        "type": "object",
+        "properties": {
+            "edits": {
+                "type": "array",
+                "minItems": 2,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "file": {"type": "string"},
+                        "range": {
+                            "type": "object",
+                            "properties": {"start": {"type": "integer"}, "end": {"type": "integer"}},
+                            "required": ["start", "end"],
+                        },
+                        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "minItems": 2},
+                    },
+                    "required": ["file", "range", "tags"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["edits"],
+    },
+    "refs-and-unions": {
+        "type": "object",
+        "$defs": {
+            "target": {"type": "object", "properties": {"host": {"type": "string"}}, "required": ["host"]},
+            "node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}, "required": ["next"]},
+        },
+        "properties": {
+            "target": {"$ref": "#/$defs/target"},
+            "mode": {"anyOf": [{"type": "null"}, {"type": "string", "enum": ["fast", "safe"]}]},
+            "either": {"oneOf": [{"type": "integer", "minimum": 10}, {"type": "string"}]},
+            "both": {
+                "allOf": [
+                    {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                    {"properties": {"b": {"type": "integer"}}, "required": ["b"]},
+                ]
+            },
+        },
+        "required": ["target", "mode", "either", "both"],
+    },
+    "codex-shell": {
+        "type": "object",
+        "properties": {
+            "command": {"type": "array", "items": {"type": "string"}},
+            "workdir": {"type": "string"},
+            "timeout_ms": {"type": "number"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+    "codex-exec-command": {
+        "type": "object",
+        "properties": {"cmd": {"type": "string"}, "yield_time_ms": {"type": "number"}},
+        "required": ["cmd"],
+    },
+    "prefix-items": {
+        "type": "object",
+        "properties": {"pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]}},
+        "required": ["pair"],
+    },
+    "min-properties": {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string"}},
+        "minProperties": 2,
+    },
+}
+
+
+def _tool(name: str, params: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": params}}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_tool_call_arguments_satisfy_the_schema(name):
+    jsonschema = pytest.importorskip("jsonschema")  # in requirements-test.lock (llm-comply needs it)
+    schema = SCHEMAS[name]
+    p = demo.plan({"messages": USER, "tools": [_tool(name, schema)]})
+    args = orjson.loads(p["tool_call"]["arguments"])
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(args)
+    assert isinstance(args, dict)
+
+
+@pytest.mark.parametrize(
+    "name,expect",
+    [
+        ("flat-required", {"path": "README.md"}),
+        ("nothing-required", {"q": "switchboard"}),  # a call is never empty when the tool takes something
+        ("no-properties", {}),
+        ("codex-shell", {"command": ["echo", "hello from switchboard"]}),
+        ("codex-exec-command", {"cmd": "echo hello from switchboard"}),
+    ],
+)
+def test_tool_call_arguments_are_plausible(name, expect):
+    p = demo.plan({"messages": USER, "tools": [_tool(name, SCHEMAS[name])]})
+    assert orjson.loads(p["tool_call"]["arguments"]) == expect
+
+
+def test_recursive_ref_terminates():
+    """A schema no finite value satisfies (a required self-reference) still gets an answer."""
+    node = {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}, "required": ["next"]}
+    schema = {"type": "object", "$defs": {"node": node}, "properties": {"head": {"$ref": "#/$defs/node"}}}
+    args = orjson.loads(demo.plan({"messages": USER, "tools": [_tool("walk", schema)]})["tool_call"]["arguments"])
+    depth = 0
+    v = args["head"]
+    while isinstance(v, dict):
+        v, depth = v["next"], depth + 1
+    assert 1 < depth <= 8 and v == "demo"
+
+
+READ = _tool("read_file", SCHEMAS["flat-required"])
+SHELL = _tool("shell", SCHEMAS["codex-shell"])
+SEARCH = _tool("search", SCHEMAS["nothing-required"])
+SEARCH_DOCS = _tool("search_docs", SCHEMAS["nothing-required"])
+
+
+def _said(text: str) -> list[dict]:
+    return [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
+
+
+@pytest.mark.parametrize(
+    "messages,tools,choice,called",
+    [
+        pytest.param(_said("hi"), [READ, SHELL], None, "read_file", id="auto-first-tool"),
+        pytest.param(_said("hi"), [READ, SHELL], "auto", "read_file", id="auto-string"),
+        pytest.param(_said("please run shell for me"), [READ, SHELL], None, "shell", id="prompt-names-it"),
+        pytest.param(_said("use search_docs now"), [SEARCH, SEARCH_DOCS], None, "search_docs", id="longest-name-wins"),
+        pytest.param(_said("shellfish"), [READ, SHELL], None, "read_file", id="name-inside-a-word-is-not-named"),
+        pytest.param(_said("run shell"), [READ, SHELL], "required", "shell", id="required"),
+        pytest.param(
+            _said("run shell"),
+            [READ, SHELL],
+            {"type": "function", "function": {"name": "read_file"}},
+            "read_file",
+            id="forced-beats-the-prompt",
+        ),
+        pytest.param(
+            _said("hi"), [READ, SHELL], {"type": "function", "name": "shell"}, "shell", id="forced-responses-shape"
+        ),
+        pytest.param(
+            _said("hi"),
+            [READ, SHELL, SEARCH],
+            {
+                "type": "allowed_tools",
+                "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "search"}}]},
+            },
+            "search",
+            id="allowed-tools",
+        ),
+        pytest.param(_said("run shell"), [READ, SHELL], "none", None, id="choice-none-answers-text"),
+        pytest.param(
+            [
+                *_said("run shell"),
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            ],
+            [READ, SHELL],
+            None,
+            None,
+            id="after-a-tool-result-text",
+        ),
+        pytest.param(
+            _said("hi"), [{"type": "custom", "custom": {"name": "apply_patch"}}], None, None, id="no-function-tools"
+        ),
+    ],
+)
+def test_which_tool_is_called(messages, tools, choice, called):
+    body = {"messages": messages, "tools": tools}
+    if choice is not None:
+        body["tool_choice"] = choice
+    p = demo.plan(body)
+    if called is None:
+        assert "tool_call" not in p and p["text"]
+    else:
+        assert p["tool_call"]["name"] == called
+        assert p["tool_call"]["id"] == f"functions.{called}:0"
+
+
+def test_second_call_numbers_its_id():
+    history = [
+        *_said("hi"),
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "functions.read_file:0",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "functions.read_file:0", "content": "text"},
+        {"role": "assistant", "content": "The tool returned: text"},
+        {"role": "user", "content": "again"},
+    ]
+    assert demo.plan({"messages": history, "tools": [READ]})["tool_call"]["id"] == "functions.read_file:1"
