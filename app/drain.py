@@ -15,7 +15,9 @@ time from SIGTERM      what happens                                             
                        the listener stays open, new requests are still served
 ``announce_seconds``   uvicorn's own shutdown begins (the handler it installed is     ``drain_listener_closed``
                        called): the listener closes, idle keep-alive connections
-                       close, open requests go on
+                       close, open requests go on; while a WebSocket still holds a
+                       turn (uvicorn would close it with 1012 mid-turn) this waits,
+                       up to ``timeout_seconds`` (then that turn is ended first)
 ``timeout_seconds``    every answer still open is ended the protocol's way:           ``drain_deadline``
                        a stream with ``response.failed`` / a Chat error chunk,
                        code ``server_shutting_down``; an answer not started yet
@@ -54,6 +56,7 @@ from providers.config import DrainCfg
 SHUTDOWN_CODE = "server_shutting_down"
 SHUTDOWN_MESSAGE = "the server is shutting down; retry the request"
 _FORCE_GRACE = 0.2  # seconds between ending the open answers and os._exit on a second signal
+_SOCKET_FLUSH = 0.2  # seconds for sockets ended at the deadline to send their last frames
 
 
 class Stoppable(Protocol):
@@ -68,6 +71,7 @@ class Drain:
         self.draining = False
         self.event = asyncio.Event()
         self.open: set[Stoppable] = set()
+        self.settled = asyncio.Event()  # set when a socket's turn ends (released)
         self.started_at = 0.0
         self._task: asyncio.Task[None] | None = None
 
@@ -83,6 +87,15 @@ class Drain:
         for s in list(self.open):
             s.stop(code)
         return n
+
+    def released(self) -> None:
+        """A WebSocket's turn ended (app.ws): the drain looks again whether the listener may close."""
+        self.settled.set()
+
+    def _holding(self) -> bool:
+        """A registered answer that the listener's close would cut (``holds_listener``: a
+        WebSocket with a turn in flight, app.ws)."""
+        return any(getattr(s, "holds_listener", False) for s in self.open)
 
     def begin(self) -> bool:
         """Mark the drain as started (False when it already was)."""
@@ -103,9 +116,22 @@ class Drain:
             timeout_seconds=cfg.timeout_seconds,
         )
         await asyncio.sleep(cfg.announce_seconds)
+        deadline = self.started_at + cfg.timeout_seconds
+        # uvicorn's shutdown closes every WebSocket at once (1012), a turn in flight
+        # included: the listener stays open while a socket still holds one, up to the deadline
+        while self._holding():
+            self.settled.clear()
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self.settled.wait()
+            except TimeoutError:
+                break
+        if self._holding():
+            log.warning("drain_deadline", ended=self.stop_all())
+            await asyncio.sleep(_SOCKET_FLUSH)  # the sockets send their terminal and close
         log.info("drain_listener_closed", open=len(self.open))
         close_listener()
-        await asyncio.sleep(max(0.0, cfg.timeout_seconds - cfg.announce_seconds))
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
         if self.open:
             log.warning("drain_deadline", ended=self.stop_all())
 

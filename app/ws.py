@@ -145,6 +145,7 @@ class _Connection:
         "opened",
         "turns",
         "closed_by",
+        "holds_listener",
         "_status",
         "_start_headers",
         "_error",
@@ -167,6 +168,7 @@ class _Connection:
         self.opened = time.monotonic()
         self.turns = 0
         self.closed_by = "client"
+        self.holds_listener = False  # a turn is in flight (app.drain keeps the listener open)
         self._status = 200
         self._start_headers: list[tuple[bytes, bytes]] = []
         self._error: list[bytes] = []
@@ -340,11 +342,15 @@ class _Connection:
             return
         self._status = 200
         self._error.clear()
+        self.holds_listener = True
         try:
             await ProxyResponse(p)({"type": "http"}, self._turn_receive, self._turn_send)
         except _Gone:
             self.session.failed()
             raise
+        finally:
+            self.holds_listener = False
+            self.svc.drain.released()
         if p.bridge.terminal == "completed":
             resp = p.bridge.encoder.response
             self.session.completed(resp["id"], resp.get("output") or [])

@@ -143,3 +143,49 @@ async def test_second_signal_exits_at_once(proxy: Proxy) -> None:
     await asyncio.wait_for(task, 5)
     assert terminal(long["events"]) == "server_shutting_down"  # ended the protocol's way, even then
     assert "drain_forced" in proxy.log(200_000)
+
+
+async def ws_turn(url: str, model: str, got: dict[str, Any]) -> None:
+    """One Responses turn over the WebSocket; the events, and how the socket closed."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    events: list[dict[str, Any]] = []
+    got["events"] = events
+    async with connect(url.replace("http://", "ws://") + "/v1/responses", additional_headers=AUTH) as ws:
+        frame = {"type": "response.create", "model": model, "input": "hi", "stream": True, "store": False}
+        await ws.send(json.dumps(frame))
+        try:
+            while True:
+                ev = json.loads(await ws.recv())
+                events.append(ev)
+                if len(events) == 1:
+                    got["started"].set()
+                if ev["type"] in ("response.completed", "response.failed"):
+                    got["end"] = time.monotonic()
+                    await ws.recv()  # the socket is closed after the turn: raises
+        except ConnectionClosed as e:
+            got["close"] = e.rcvd.code if e.rcvd is not None else None
+
+
+async def test_sigterm_lets_websocket_turns_finish_past_the_announce_window(proxy: Proxy) -> None:
+    """uvicorn's own shutdown closes every socket at once (1012); the drain keeps the listener
+    open while a socket has a turn in flight, so a turn that ends before the deadline ends
+    whole and one still open at the deadline ends with server_shutting_down."""
+    assert proxy.proc is not None
+    short: dict[str, Any] = {"started": asyncio.Event()}
+    long: dict[str, Any] = {"started": asyncio.Event()}
+    tasks = [asyncio.ensure_future(ws_turn(proxy.url, "m-fault-slow30", long))]
+    await asyncio.wait_for(long["started"].wait(), 10)
+    tasks.append(asyncio.ensure_future(ws_turn(proxy.url, "m-fault-slow2", short)))
+    await asyncio.wait_for(short["started"].wait(), 10)
+    t0 = time.monotonic()
+    os.kill(proxy.proc.pid, signal.SIGTERM)
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert short["events"][-1]["type"] == "response.completed"  # past the announce window, whole
+    assert short["end"] - t0 > ANNOUNCE
+    assert long["events"][-1]["type"] == "response.failed"
+    assert long["events"][-1]["response"]["error"]["code"] == "server_shutting_down"
+    assert TIMEOUT - 0.2 <= long["end"] - t0 <= TIMEOUT + 1.0
+    assert short["close"] == long["close"] == 1012
+    wait_exit(proxy.proc, 5)
