@@ -365,7 +365,9 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
     async def responses_ws_fallback(request: Request) -> Response:
         # a GET without the WebSocket upgrade (the upgrade itself is app.ws)
         return _error_json(
-            426, "GET /v1/responses is the WebSocket transport: send the upgrade, or POST /v1/responses", "upgrade_required"
+            426,
+            "GET /v1/responses is the WebSocket transport: send the upgrade, or POST /v1/responses",
+            "upgrade_required",
         )
 
     @app.get("/v1/models")

@@ -63,10 +63,11 @@ LABELS: dict[str, frozenset[str]] = {
     "code": frozenset(),
     # response store operations (app/store.py); too_large: a record over store.max_record_bytes
     "op": frozenset({"put", "get", "chain", "delete", "ping", "too_large"}),
-    "event": frozenset({
-        "accepted", "refused_auth", "refused_capacity", "refused_disabled",
-        "closed_client", "closed_idle", "closed_lifetime", "closed_shutdown",
-    }),  # fmt: skip
+    # Responses WebSocket connections (app/ws.py)
+    "event": frozenset(
+        {"accepted", "refused_auth", "refused_capacity", "refused_disabled"}
+        | {"closed_client", "closed_idle", "closed_lifetime", "closed_shutdown"}
+    ),
     # proxy envelopes (transformers/envelope.py): what was sealed, why it did not open
     "kind": frozenset({"reasoning", "compaction"}),
     "reason": frozenset({"bad_mac", "malformed", "unknown_version", "no_key", "foreign"}),
