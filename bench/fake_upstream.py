@@ -15,7 +15,13 @@ endpoint, so that "direct" and "through the proxy" see the same bytes:
 
 * ``n<N>`` in the model name: N text chunks (default 20);
 * ``d<MS>`` in the model name: a delay of MS milliseconds per chunk (default 0);
-  e.g. ``bench-chat-n200-d5``.
+  e.g. ``bench-chat-n200-d5``;
+* ``pt`` in the model name (paced streams): the tail is paced too, as 5 steps on the same
+  timeline for both protocols (the call's start — Responses: with the text's end —, its 3
+  argument deltas, then finish/usage/``[DONE]`` or the done events and completed), so the
+  stream takes (N + 6) × MS instead of (N + 1) × MS;
+* ``rel`` in the model name (paced streams): a relative schedule (sleep ``MS`` after each
+  write, so the writer's own lateness adds up) instead of the absolute one below.
 
 A stream is a list of *steps* laid on one timeline that is the same for both protocols:
 
@@ -64,6 +70,7 @@ __all__ = [
     "chunk_text",
     "expected_text",
     "parse_model",
+    "parse_pacing",
     "chat_steps",
     "responses_steps",
     "chat_json",
@@ -105,6 +112,8 @@ DEFAULT_CHUNKS = 20
 
 _N = re.compile(r"(?:^|[-_/:.])n(\d+)")
 _D = re.compile(r"(?:^|[-_/:.])d(\d+(?:\.\d+)?)")
+_PT = re.compile(r"(?:^|[-_/:.])pt(?:$|[-_/:.])")
+_REL = re.compile(r"(?:^|[-_/:.])rel(?:$|[-_/:.])")
 
 
 def parse_model(model: str) -> tuple[int, float]:
@@ -114,6 +123,11 @@ def parse_model(model: str) -> tuple[int, float]:
     m = _D.search(model)
     d = float(m.group(1)) / 1000.0 if m else 0.0
     return n, d
+
+
+def parse_pacing(model: str) -> tuple[bool, bool]:
+    """``(paced_tail, relative)`` from a model name: ``pt`` and ``rel`` (module docstring)."""
+    return bool(_PT.search(model)), bool(_REL.search(model))
 
 
 def chunk_text(i: int) -> str:
@@ -417,12 +431,13 @@ def _json_response(status: int, body: bytes, reason: str = "OK") -> bytes:
 class _Answer:
     """Prebuilt bytes for one (endpoint, model, stream)."""
 
-    __slots__ = ("whole", "steps", "delay")
+    __slots__ = ("whole", "steps", "delay", "relative")
 
-    def __init__(self, whole: bytes, steps: list[bytes] | None, delay: float) -> None:
+    def __init__(self, whole: bytes, steps: list[bytes] | None, delay: float, relative: bool = False) -> None:
         self.whole = whole  # the full HTTP response (used when delay == 0)
         self.steps = steps  # [head+chunk0, chunk1, …, last chunk + terminator] if streaming
         self.delay = delay
+        self.relative = relative  # sleep `delay` after each write (else an absolute schedule)
 
 
 _CACHE: dict[tuple[str, str, bool], _Answer] = {}
@@ -432,12 +447,28 @@ def _build(kind: str, model: str, stream: bool) -> _Answer:
     n, delay = parse_model(model)
     if stream:
         raw = chat_steps(model, n) if kind == "chat" else responses_steps(model, n)
+        paced_tail, relative = parse_pacing(model)
+        if paced_tail:
+            raw = raw[:-1] + _tail_steps(raw[-1], kind)
         steps = [_chunked(s) for s in raw]
         steps[0] = _STREAM_HEAD + steps[0]
         steps[-1] = steps[-1] + _CHUNK_END
-        return _Answer(b"".join(steps), steps, delay)
+        return _Answer(b"".join(steps), steps, delay, relative)
     obj = chat_json(model, n) if kind == "chat" else responses_json(model, n)
     return _Answer(_json_response(200, orjson.dumps(obj)), None, delay)
+
+
+# events of the tail per paced step (module docstring, ``pt``)
+_TAIL_GROUPS = {"chat": (1, 1, 1, 1, 3), "responses": (4, 1, 1, 1, 3)}
+
+
+def _tail_steps(tail: bytes, kind: str) -> list[bytes]:
+    events = [e + b"\n\n" for e in tail.split(b"\n\n") if e]
+    out, i = [], 0
+    for k in _TAIL_GROUPS[kind]:
+        out.append(b"".join(events[i : i + k]))
+        i += k
+    return out
 
 
 def answer_for(kind: str, model: str, stream: bool) -> _Answer:
@@ -555,7 +586,9 @@ class FakeUpstream(asyncio.Protocol):
                     self.transport.write(a.whole)
             else:
                 for i, step in enumerate(a.steps):
-                    if i:
+                    if i and a.relative:
+                        await asyncio.sleep(a.delay)
+                    elif i:
                         wait = t0 + i * a.delay - loop.time()
                         if wait > 0:
                             await asyncio.sleep(wait)

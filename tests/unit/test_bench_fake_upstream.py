@@ -203,3 +203,32 @@ async def test_concurrent_paced_streams(fake):
 def test_serve_refuses_non_loopback():
     with pytest.raises(ValueError):
         asyncio.run(serve("0.0.0.0", 0))
+
+
+@pytest.mark.parametrize("kind", ["chat", "responses"])
+def test_paced_tail_same_bytes_more_steps(kind):
+    """``pt``: the tail's events go out as 5 steps (same timeline for both protocols), the
+    bytes of the whole stream unchanged; ``rel`` only changes the schedule."""
+    from bench.fake_upstream import answer_for, parse_pacing
+
+    assert parse_pacing("bench-chat-n200-d5-pt") == (True, False)
+    assert parse_pacing("bench-chat-n200-d5-pt-rel") == (True, True)
+    assert parse_pacing("bench-chat-n200-d5") == (False, False)
+    up = "chat" if kind == "chat" else "resp"
+    plain = answer_for(kind, f"bench-{up}-n7-d5", True)
+    paced = answer_for(kind, f"bench-{up}-n7-d5-pt", True)
+    assert len(plain.steps) == 7 + 2 and len(paced.steps) == 7 + 6
+
+    def payload(step: bytes) -> bytes:  # one HTTP chunk's data (head and terminator aside)
+        step = step.split(b"\r\n\r\n", 1)[1] if step.startswith(b"HTTP/") else step
+        step = step.removesuffix(b"0\r\n\r\n")
+        size, _, rest = step.partition(b"\r\n")
+        assert len(rest) == int(size, 16) + 2
+        return rest[:-2]
+
+    def same(b: bytes) -> bytes:  # the model name is in the bytes
+        return b.replace(b"-n7-d5-pt", b"-n7-d5")
+
+    assert [same(payload(s)) for s in paced.steps[:8]] == [payload(s) for s in plain.steps[:8]]
+    assert same(b"".join(payload(s) for s in paced.steps[8:])) == payload(plain.steps[-1])
+    assert paced.steps[-1].endswith(b"0\r\n\r\n")
