@@ -61,14 +61,6 @@ def test_ws_turn(upstream, proxy_for, codex_run, version, mode, kind):
     assert [r.turn for r in up.model_requests] == [0, 1] and up.model_requests[1].matched is True, info
     assert run.final_message == sc.FINAL_TEXT["exec"], info
     assert (run.workspace / sc.EXEC_FILE).read_text() == sc.EXEC_MARKER, info
-    events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-    refused = [e for e in events if e.get("event") == "websocket_frame_refused"]
-    assert [e["code"] for e in refused] == ["previous_response_not_found"], info
-    # Codex recovered on its own, re-sending the whole history (turn 1 matched above): both
-    # 0.169.0 and 0.171.0 switch the session to HTTP after this error (measured), so a
-    # transcript cap that is too small costs the socket for the rest of the session
-    answered = [e["transport"] for e in events if e.get("event") == "request" and e.get("terminal") == "completed"]
-    assert answered == ["http", "http"], info
     seen = transports(log)
     # both model requests of the turn came over the socket; nothing fell back to HTTP
     assert seen.count("websocket") >= 2 and "http" not in seen, (seen, info)
