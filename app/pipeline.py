@@ -41,6 +41,7 @@ from starlette.responses import Response
 
 from app.drain import SHUTDOWN_MESSAGE
 from app.failover import STREAM_FAULTS, Failover
+from app.h11_chunks import install as _coalesce_upstream_chunks
 from app.logs import log
 from app.metrics import Metrics
 from providers.errors import error_in_ok_body, failed_answer_error, upstream_error
@@ -53,6 +54,8 @@ from transformers.masking import NO_SECRETS, SecretMask
 from transformers.request_check import check_body
 
 __all__ = ["Prepared", "ProxyResponse", "check_body", "new_request_id", "prepare"]
+
+_coalesce_upstream_chunks()  # upstream chunks already read arrive as one piece (app/h11_chunks.py)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,106 @@
+"""app/h11_chunks.py: chunks already buffered come out as one Data event, in order,
+with nothing waited for and every error and end kept."""
+
+from __future__ import annotations
+
+import h11
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.h11_chunks import CoalescingChunkedReader, install
+
+HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunked(parts: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def client() -> h11.Connection:
+    install()
+    c = h11.Connection(h11.CLIENT)
+    c.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
+    c.send(h11.EndOfMessage())
+    return c
+
+
+def events(c: h11.Connection) -> list:
+    out = []
+    while True:
+        ev = c.next_event()
+        if ev is h11.NEED_DATA or ev is h11.PAUSED:
+            return out
+        out.append(ev)
+        if isinstance(ev, h11.EndOfMessage):
+            return out
+
+
+def test_installed_for_new_connections():
+    c = client()
+    c.receive_data(HEAD)
+    assert isinstance(c.next_event(), h11.Response)
+    assert isinstance(c._reader, CoalescingChunkedReader)
+
+
+def test_buffered_chunks_one_data_then_end():
+    c = client()
+    c.receive_data(HEAD + chunked([b"data: a\n\n", b"data: b\n\n", b"data: c\n\n"]))
+    evs = events(c)
+    assert isinstance(evs[0], h11.Response)
+    assert [type(e) for e in evs[1:]] == [h11.Data, h11.EndOfMessage]
+    assert evs[1].data == b"data: a\n\ndata: b\n\ndata: c\n\n"
+    assert evs[1].chunk_start and evs[1].chunk_end
+
+
+def test_nothing_waited_for():
+    """A chunk cut by the read: what is complete comes now, the rest when it arrives."""
+    c = client()
+    body = chunked([b"one", b"two", b"three"])
+    cut = body.index(b"three") + 2
+    c.receive_data(HEAD + body[:cut])
+    evs = events(c)
+    assert b"".join(bytes(e.data) for e in evs if isinstance(e, h11.Data)) == b"onetwoth"
+    assert evs[-1].chunk_end is False
+    c.receive_data(body[cut:])
+    evs = events(c)
+    assert [type(e) for e in evs] == [h11.Data, h11.EndOfMessage]
+    assert evs[0].data == b"ree" and evs[0].chunk_start is False
+
+
+def test_malformed_chunk_after_good_ones():
+    """The good chunks first, then the same protocol error the original reader raises."""
+    c = client()
+    c.receive_data(HEAD + b"3\r\nabc\r\n3\r\ndef\r\nzz\r\n")
+    assert isinstance(c.next_event(), h11.Response)
+    ev = c.next_event()
+    assert isinstance(ev, h11.Data) and ev.data == b"abcdef"
+    with pytest.raises(h11.RemoteProtocolError):
+        c.next_event()
+
+
+def test_truncated_body_fails_as_before():
+    c = client()
+    c.receive_data(HEAD + b"3\r\nabc\r\n")
+    c.receive_data(b"")  # the peer closed
+    assert isinstance(c.next_event(), h11.Response)
+    assert c.next_event().data == b"abc"
+    with pytest.raises(h11.RemoteProtocolError):
+        c.next_event()
+
+
+@given(st.lists(st.binary(min_size=1, max_size=40), max_size=12), st.lists(st.integers(1, 60), max_size=30))
+def test_same_bytes_at_every_split(parts, cuts):
+    body = HEAD + chunked(parts)
+    c = client()
+    got, pos, ended = [], 0, False
+    for n in [*cuts, len(body)]:
+        c.receive_data(body[pos : pos + n])
+        pos += n
+        for ev in events(c):
+            if isinstance(ev, h11.Data):
+                got.append(bytes(ev.data))
+            ended = ended or isinstance(ev, h11.EndOfMessage)
+        if pos >= len(body):
+            break
+    assert b"".join(got) == b"".join(parts) and ended
