@@ -9,21 +9,25 @@ h11, httpcore's ``_receive_event``, four async generators (httpcore's connection
 streams, httpx's response stream and ``aiter_raw``) and the pipeline's loop: ~12 µs per
 event, twice what the Bridge spends on it.
 
-``CoalescingChunkedReader`` is h11's reader with the chunks *already in h11's buffer*
-joined: it calls the original reader until that needs more bytes, and answers the data it
-got as one ``Data`` event (``chunk_start`` of the first, ``chunk_end`` of the last).  It
-never waits for bytes that have not arrived, so an event is not delayed: a token-rate
-stream (one chunk per read) goes through exactly as before.  What would have come after
-the joined data keeps its order:
+``CoalescingChunkedReader`` replaces h11's reader: it parses every chunk *already in h11's
+buffer* in one pass (the same grammar and errors as h11's: ``chunk_header_re``, the CRLF
+after each chunk, the trailer) and answers their data as one ``Data`` event; the bytes it
+consumed leave the buffer once per call (h11's reader cut the buffer's bytearray once per
+chunk, moving the rest of a 64 KiB read each time).  It never waits for bytes that have not
+arrived, so an event is not delayed: a token-rate stream (one chunk per read) goes through
+as before.  What comes after the joined data keeps its order:
 
 ==================================  ===================================================
-the original reader answered        this reader
+in the buffer                       this reader answers
 ==================================  ===================================================
-``Data``, then more ``Data``        joins them
-``Data``…, then ``None``            the joined ``Data`` now
-``Data``…, then ``EndOfMessage``    the joined ``Data`` now, ``EndOfMessage`` next call
-``Data``…, then raised              the joined ``Data`` now, the same error next call
-anything first                      as it came
+whole chunks, part of one           one ``Data`` with all their data (a cut chunk's
+                                    part included), now
+no chunk data                       ``None`` (h11: need data)
+chunks, then the last chunk         the ``Data`` now, ``EndOfMessage`` once the trailer
+                                    is complete
+chunks, then a malformed header     the ``Data`` now, ``LocalProtocolError`` next call
+or chunk end                        (h11 reports it as ``RemoteProtocolError``)
+the peer closed mid-body            ``RemoteProtocolError`` (incomplete chunked read)
 ==================================  ===================================================
 
 ``install()`` puts it in h11's reader table (``READERS[SEND_BODY]["chunked"]``, read by
@@ -35,53 +39,109 @@ from __future__ import annotations
 
 from typing import Any
 
-from h11 import Data, EndOfMessage
-from h11._readers import READERS, ChunkedReader
+from h11 import Data, EndOfMessage, LocalProtocolError, RemoteProtocolError
+from h11._readers import READERS, _decode_header_lines, chunk_header_re
 from h11._state import SEND_BODY
 
 __all__ = ["CoalescingChunkedReader", "install"]
 
+_CRLF = b"\r\n"
+
 
 class CoalescingChunkedReader:
-    __slots__ = ("_inner", "_next")
+    __slots__ = ("_left", "_crlf", "_trailer", "_next")
 
     def __init__(self) -> None:
-        self._inner = ChunkedReader()
-        self._next: Any = None  # what comes after the joined data: EndOfMessage or an error
+        self._left = 0  # bytes of the current chunk still to come
+        self._crlf = False  # the current chunk's data is complete: its CRLF comes next
+        self._trailer = False  # the last chunk came: the trailer (and blank line) next
+        self._next: Any = None  # an error found after data already answered
 
     def __call__(self, buf: Any) -> Data | EndOfMessage | None:
         held = self._next
         if held is not None:
             self._next = None
-            if isinstance(held, BaseException):
-                raise held
-            return held
-        first = self._inner(buf)
-        if first.__class__ is not Data:
-            return first
-        parts: list[Any] | None = None
-        last = first
-        while True:
-            try:
-                ev = self._inner(buf)
-            except Exception as e:  # malformed input after good chunks: those first
-                self._next = e
-                break
-            if ev is None:
-                break
-            if ev.__class__ is not Data:
-                self._next = ev
-                break
-            if parts is None:
-                parts = [first.data]
-            parts.append(ev.data)
-            last = ev
-        if parts is None:
-            return first
-        return Data(data=b"".join(parts), chunk_start=first.chunk_start, chunk_end=last.chunk_end)
+            raise held
+        if self._trailer:
+            return self._end(buf)
+        data: bytearray = buf._data
+        n = len(data)
+        pos = 0
+        left = self._left
+        crlf = self._crlf
+        first_starts = left == 0
+        spans: list[tuple[int, int]] = []
+        err: LocalProtocolError | None = None
+        last = False
+        try:
+            while pos < n:
+                if left:
+                    take = left if left < n - pos else n - pos
+                    spans.append((pos, pos + take))
+                    pos += take
+                    left -= take
+                    if left:
+                        break
+                    crlf = True
+                elif crlf:
+                    if n - pos < 2:
+                        if data[pos:n] != _CRLF[: n - pos]:
+                            raise LocalProtocolError(f"malformed chunk footer: {bytes(data[pos:n])!r}")
+                        break
+                    if data[pos : pos + 2] != _CRLF:
+                        raise LocalProtocolError(f"malformed chunk footer: {bytes(data[pos : pos + 2])!r}")
+                    pos += 2
+                    crlf = False
+                else:
+                    i = data.find(_CRLF, pos)
+                    if i < 0:
+                        break
+                    line = bytes(data[pos : i + 2])
+                    m = chunk_header_re.fullmatch(line)
+                    if m is None:
+                        raise LocalProtocolError(f"illegal chunk header: {line!r}")
+                    pos = i + 2
+                    left = int(m["chunk_size"], 16)
+                    if left == 0:
+                        last = True
+                        break
+        except LocalProtocolError as e:
+            err = e
+        self._left = left
+        self._crlf = crlf
+        out = None
+        if spans:
+            if len(spans) == 1:
+                a, b = spans[0]
+                out = bytes(data[a:b])
+            else:
+                with memoryview(data) as mv:
+                    out = b"".join([mv[a:b] for a, b in spans])
+        if pos:
+            del data[:pos]
+            buf._next_line_search = 0
+            buf._multiple_lines_search = 0
+        if last:
+            self._trailer = True
+        if out is not None:
+            if err is not None:
+                self._next = err
+            return Data(data=out, chunk_start=first_starts, chunk_end=left == 0)
+        if err is not None:
+            raise err
+        return self._end(buf) if last else None
+
+    @staticmethod
+    def _end(buf: Any) -> EndOfMessage | None:
+        lines = buf.maybe_extract_lines()
+        if lines is None:
+            return None
+        return EndOfMessage(headers=list(_decode_header_lines(lines)))
 
     def read_eof(self) -> Any:
-        return self._inner.read_eof()
+        raise RemoteProtocolError(
+            "peer closed connection without sending complete message body (incomplete chunked read)"
+        )
 
 
 def install() -> None:

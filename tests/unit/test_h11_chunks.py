@@ -104,3 +104,53 @@ def test_same_bytes_at_every_split(parts, cuts):
         if pos >= len(body):
             break
     assert b"".join(got) == b"".join(parts) and ended
+
+
+def _run(reader_cls, wire: bytes, cuts: list[int]) -> tuple[bytes, bool, str]:
+    """(data, ended, error class) reading ``wire`` (a chunked body) cut at ``cuts``."""
+    from h11._readers import READERS
+    from h11._state import SEND_BODY
+
+    saved = READERS[SEND_BODY]["chunked"]
+    READERS[SEND_BODY]["chunked"] = reader_cls
+    try:
+        c = h11.Connection(h11.CLIENT)
+        c.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
+        c.send(h11.EndOfMessage())
+        body = HEAD + wire
+        got, pos, ended = [], 0, False
+        try:
+            for n in [*cuts, len(body)]:
+                c.receive_data(body[pos : pos + n])
+                pos += n
+                for ev in events(c):
+                    if isinstance(ev, h11.Data):
+                        got.append(bytes(ev.data))
+                    ended = ended or isinstance(ev, h11.EndOfMessage)
+                if pos >= len(body):
+                    break
+            if not ended:
+                c.receive_data(b"")  # the peer closed
+                events(c)
+        except h11.RemoteProtocolError as e:
+            return b"".join(got), ended, type(e).__name__
+        return b"".join(got), ended, ""
+    finally:
+        READERS[SEND_BODY]["chunked"] = saved
+
+
+_piece = st.one_of(
+    st.binary(min_size=1, max_size=30).map(lambda b: b"%x\r\n%b\r\n" % (len(b), b)),
+    st.binary(min_size=1, max_size=10).map(lambda b: b"%X;ext=1 \r\n%b\r\n" % (len(b), b)),
+    st.sampled_from([b"zz\r\n", b"3\r\nabcXY", b"\r\n", b"0\r\nx-trailer: 1\r\n\r\n", b"1;\r\n"]),
+)
+
+
+@given(st.lists(_piece, max_size=10), st.booleans(), st.lists(st.integers(1, 50), max_size=20))
+def test_same_as_h11s_reader(pieces, terminate, cuts):
+    """Against h11's own ChunkedReader on valid and broken bodies, at any split: the same
+    data, the same end, the same error (good data before an error is delivered first)."""
+    from h11._readers import ChunkedReader
+
+    wire = b"".join(pieces) + (b"0\r\n\r\n" if terminate else b"")
+    assert _run(CoalescingChunkedReader, wire, cuts) == _run(ChunkedReader, wire, cuts)
