@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from app.pipeline import ProxyResponse, new_request_id, prepare
+from app.pipeline import ProxyResponse, new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
 
 PATH = "/v1/responses/compact"
@@ -143,30 +143,18 @@ class CompactSend:
 
 def compact_handler(svc: Any) -> Any:
     """The raw ASGI handler of ``POST /v1/responses/compact`` for the app's ``Service``."""
-    server = svc.config.server
 
     async def handler(scope: Any, receive: Any, send: Any) -> None:
         started = time.perf_counter()
         rid = new_request_id()
         scope.setdefault("state", {})["request_id"] = rid
-        h = {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(scope["headers"])}
+        h = scope_headers(scope)
         try:
             svc.authorize(h)
             raw = await svc.read_body(receive, h.get("content-length"))
             sent, users = compact_body(raw)
-            p = prepare(
-                svc.router,
-                orjson.dumps(sent),
-                "responses",
-                rid,
-                envelope_key=svc.envelope_key,
-                incomplete_as_completed=False,
-                keepalive=server.keepalive_seconds,
-                started=started,
-                client_headers=h,
-                secrets=svc.secrets,
-                counters=svc.counters,
-            )
+            # a compaction is never "incomplete as completed": its one item must be whole
+            p = svc.prepare(orjson.dumps(sent), "responses", rid, h, started, incomplete_as_completed=False)
         except (ProxyError, RequestError) as e:
             status = e.status
             err = (

@@ -40,7 +40,7 @@ from app.drain import Drain
 from app.failover import Resilience
 from app.guard import Guard
 from app.logs import log
-from app.pipeline import ProxyResponse, check_body, new_request_id, prepare
+from app.pipeline import Prepared, ProxyResponse, check_body, new_request_id, prepare, scope_headers
 from app.store import Store, open_store
 from app.stored import Turn
 from app.ws import serve_socket
@@ -144,16 +144,6 @@ class _RawEndpoint:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.fn(scope, receive, send)
-
-
-def _headers(scope: Any) -> dict[str, str]:
-    """Request headers as a dict, first occurrence wins (as Starlette's ``Headers.get``)."""
-    h: dict[str, str] = {}
-    for k, v in scope["headers"]:
-        key = k.decode("latin-1")
-        if key not in h:
-            h[key] = v.decode("latin-1")
-    return h
 
 
 def _warn_secret(server: Any) -> None:
@@ -261,10 +251,46 @@ class Service:
                 raise ClientDisconnect()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def prepare(
+        self,
+        raw: bytes,
+        client: str,
+        rid: str,
+        headers: dict[str, str],
+        started: float,
+        *,
+        body: dict[str, Any] | None = None,
+        answered: dict[str, Any] | None = None,
+        websocket: bool = False,
+        incomplete_as_completed: bool | None = None,
+    ) -> Prepared:
+        """``app.pipeline.prepare`` with what this app holds (router, secrets, counters,
+        fallbacks and breakers, the drain): one request of any route or transport."""
+        server = self.config.server
+        return prepare(
+            self.router,
+            raw,
+            client,
+            rid,
+            envelope_key=self.envelope_key,
+            incomplete_as_completed=(
+                server.incomplete_as_completed if incomplete_as_completed is None else incomplete_as_completed
+            ),
+            keepalive=server.keepalive_seconds,
+            started=started,
+            client_headers=headers,
+            secrets=self.secrets,
+            counters=self.counters,
+            body=body,
+            answered=answered,
+            websocket=websocket,
+            resilience=self.resilience,
+            drainer=self.drain,
+        )
+
     def proxy_handler(self, client: str, outer: bool) -> ASGIHandler:
         """The raw ASGI handler of one proxy route; ``outer``: called by the fast path, so it
         also does what FastAPI's ServerErrorMiddleware + ``on_unexpected`` would."""
-        server = self.config.server
         responses = client == "responses"
         counters = self.counters
 
@@ -277,7 +303,7 @@ class Service:
             turn: Turn | None = None
             try:
                 try:
-                    h = _headers(scope)
+                    h = scope_headers(scope)
                     owner = self.authorize(h)
                     raw = await self.read_body(receive, h.get("content-length"))
                     body = None
@@ -286,22 +312,8 @@ class Service:
                         # stateless (store:false, no previous_response_id, as Codex): no store I/O
                         if body.get("store") is not False or body.get("previous_response_id"):
                             turn = await stored.begin(self.store, self.router, body, owner)
-                    p = prepare(
-                        self.router,
-                        raw,
-                        client,
-                        rid,
-                        envelope_key=self.envelope_key,
-                        incomplete_as_completed=server.incomplete_as_completed,
-                        keepalive=server.keepalive_seconds,
-                        started=started,
-                        client_headers=h,
-                        secrets=self.secrets,
-                        counters=counters,
-                        body=body,
-                        answered=turn.answered if turn is not None else None,
-                        resilience=self.resilience,
-                        drainer=self.drain,
+                    p = self.prepare(
+                        raw, client, rid, h, started, body=body, answered=turn.answered if turn is not None else None
                     )
                 except (ProxyError, RequestError) as e:
                     _log_rejected(counters, scope["path"], e.status, e.code, rid)

@@ -219,6 +219,16 @@ def header_list(values: list[str]) -> str:
     return out if len(out) <= _HEADER_MAX else out[: _HEADER_MAX - 3] + "..."
 
 
+def scope_headers(scope: Any) -> dict[str, str]:
+    """An ASGI request's headers as a dict, first occurrence wins (as Starlette's ``Headers.get``)."""
+    h: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        key = k.decode("latin-1")
+        if key not in h:
+            h[key] = v.decode("latin-1")
+    return h
+
+
 def new_request_id() -> str:
     # 128 random bits as 32 hex digits, as uuid4().hex was (without building a UUID object)
     return "req_" + os.urandom(16).hex()

@@ -39,7 +39,7 @@ import orjson
 
 from app import stored
 from app.logs import log
-from app.pipeline import ProxyResponse, new_request_id, prepare
+from app.pipeline import ProxyResponse, new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
 from transformers.ws_session import Ignore, Reply, Turn, Warmup, WSSession, error_frame
 
@@ -53,8 +53,6 @@ _LIMIT_MESSAGE = (
 
 async def serve_socket(svc: Service, scope: Any, receive: Any, send: Any) -> None:
     """One WebSocket connection on ``/v1/responses``, from the upgrade to the close."""
-    from app.main import _headers
-
     cfg = svc.config.server.websocket
     cid = new_request_id()
     msg = await receive()
@@ -66,7 +64,7 @@ async def serve_socket(svc: Service, scope: Any, receive: Any, send: Any) -> Non
         )
         svc.counters.inc("switchboard_websocket_connections_total", event="refused_disabled")
         return
-    h = _headers(scope)
+    h = scope_headers(scope)
     try:
         owner = svc.authorize(h)
     except ProxyError as e:
@@ -279,24 +277,9 @@ class _Connection:
     # -- one request --------------------------------------------------------------------------
 
     def _prepare(self, body: dict[str, Any], rid: str, answered: dict[str, Any] | None = None) -> Any:
-        svc = self.svc
-        server = svc.config.server
-        return prepare(
-            svc.router,
-            orjson.dumps(body),
-            "responses",
-            rid,
-            envelope_key=svc.envelope_key,
-            incomplete_as_completed=server.incomplete_as_completed,
-            keepalive=server.keepalive_seconds,
-            started=time.perf_counter(),
-            client_headers=self.headers,
-            secrets=svc.secrets,
-            counters=svc.counters,
-            websocket=True,
-            answered=answered,
-            resilience=svc.resilience,
-            drainer=svc.drain,
+        raw = orjson.dumps(body)
+        return self.svc.prepare(
+            raw, "responses", rid, self.headers, time.perf_counter(), answered=answered, websocket=True
         )
 
     async def _refused(self, e: ProxyError | RequestError, rid: str) -> None:
