@@ -61,6 +61,7 @@ from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish
 from transformers.masking import NO_SECRETS, SecretMask
+from transformers.passthrough import ChatPassthrough
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
@@ -252,6 +253,7 @@ class Bridge:
         "_done_sent",
         "_closed",
         "_chat",
+        "passthrough",
     )
 
     def __init__(
@@ -292,6 +294,9 @@ class Bridge:
         self.error_code = ""
         self._done_sent = False
         self._closed = False  # the client's terminal went out
+        # Chat → Chat text chunks the full path would write unchanged go out as they came
+        # (transformers/passthrough.py); None: every event takes the full path
+        self.passthrough = ChatPassthrough() if direction.client == direction.upstream == "chat" else None
 
     @property
     def repairs(self) -> list[str]:
@@ -447,6 +452,10 @@ class Bridge:
         return [frame(o) for o in objs]
 
     def _event(self, data: str, decoder: Any, out: list[bytes]) -> None:
+        pt = self.passthrough
+        if pt is not None and self._passes(data, pt, decoder):
+            out.append(b"data: " + data.encode() + b"\n\n")
+            return
         if data == "[DONE]":
             self._end_decoder(out)
             return
@@ -461,6 +470,23 @@ class Bridge:
             self.ctx.repaired("sse_junk_line_skipped")
             return
         self._encode(decoder.feed(obj), out)
+
+    def _passes(self, data: str, pt: ChatPassthrough, decoder: Any) -> bool:
+        """Is ``data`` a text chunk the full path would write as it is (passthrough.py's table)?"""
+        enc = self.encoder
+        if not pt.armed:
+            if not enc.plain_text:
+                return False
+            pt.arm(*enc.text_template())
+        return (
+            pt.text(data)
+            and decoder.plain_text
+            and enc.plain_text
+            and (self.stage is None or self.stage.plain_text)
+            and not self._closed
+            and not self.broken
+            and self.framing.__class__ is SSEFraming
+        )
 
     def _encode(self, events: list[Event], out: list[bytes]) -> None:
         if self.stage is not None:

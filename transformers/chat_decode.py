@@ -297,6 +297,12 @@ class ChatStreamDecoder:
             out.append(Finish(status="failed", error=stream_error("upstream_bad_event", str(e))))
         return out
 
+    @property
+    def plain_text(self) -> bool:
+        """A chunk whose delta is only a non-empty ``content`` would now become one ``Text``
+        and change nothing here (transformers/passthrough.py)."""
+        return self._started and not self._done and self._tstate == _TEXT and not self._held
+
     def end(self) -> list[Event]:
         if self._done:
             return []

@@ -65,6 +65,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, cast
 
+import orjson
+
 from .context import Ctx, flatten_name
 from .errors import stream_error
 from .events import (
@@ -293,6 +295,19 @@ class ChatStreamEncoder:
                 }
             }
         ]
+
+    @property
+    def plain_text(self) -> bool:
+        """A ``Text`` now would go out at once as one chunk, changing nothing here
+        (transformers/passthrough.py)."""
+        return self._begun and not self._finished and not self._queue
+
+    def text_template(self) -> tuple[str, str]:
+        """(prefix, suffix): ``prefix + json_string(text) + suffix`` is the chunk ``feed(Text(text))``
+        writes once begun (transformers/passthrough.py)."""
+        whole = orjson.dumps(self._chunk({"content": "\x00"})).decode()
+        prefix, _, suffix = whole.partition('"\\u0000"')
+        return prefix, suffix
 
     def end(self) -> list[dict[str, Any]]:
         if self._finished:

@@ -263,6 +263,11 @@ class ToolStage:
         self._held.append(ev)
         return []
 
+    @property
+    def plain_text(self) -> bool:
+        """A ``Text`` now is handed on as it is, changing nothing here (transformers/passthrough.py)."""
+        return self._held is None and not self._done
+
     def end(self) -> list[Event]:
         """Stream over without a ``Finish`` (decoders always send one): release what is held."""
         if self._done:
