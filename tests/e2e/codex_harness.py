@@ -45,12 +45,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from procs import run_group
 
 CODEX_VERSION = "0.169.0"  # the default version (the tool-list fixtures were captured with it)
 CODEX_LATEST = "0.171.0"  # the newest release the suite is checked against
@@ -332,38 +332,9 @@ def run_codex(
     )
     for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         env.pop(k, None)
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        cwd=str(workspace),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # own process group: killable by its PID alone
-    )
-    timed_out = False
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
-    finally:
-        if proc.poll() is None:  # pragma: no cover
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    # reap any helper left in the group (exec'd tool processes)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    run = CodexRun(argv, proc.returncode, out, err, time.monotonic() - t0, timed_out, workspace, home)
-    for line in out.splitlines():
+    done = run_group(argv, cwd=workspace, env=env, timeout=timeout)
+    run = CodexRun(argv, done.returncode, done.stdout, done.stderr, done.seconds, done.timed_out, workspace, home)
+    for line in done.stdout.splitlines():
         line = line.strip()
         if not line:
             continue

@@ -52,18 +52,18 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from procs import run_group
 
 KIMI_CODE_VERSION = "2.1.0"
 KIMI_CODE_PACKAGE = "@moonshot-ai/kimi-code"
@@ -410,35 +410,9 @@ def run_isolated(
         argv += ["--port", str(port), "--unix", str(relay.path), "--report", str(report), "--", *command]
     else:
         argv = list(command)
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        cwd=str(cwd),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # own process group: killable by its PID alone
-    )
-    timed_out = False
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
+        done = run_group(argv, cwd=cwd, env=env, timeout=timeout)
     finally:
-        if proc.poll() is None:  # pragma: no cover
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        try:  # reap whatever is left in the group (the Bash tool's children)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         if relay is not None:
             relay.close()
     interfaces = None
@@ -448,7 +422,7 @@ def run_isolated(
         except (OSError, ValueError, KeyError):
             pass
     shutil.rmtree(report_dir, ignore_errors=True)
-    return Isolated(argv, proc.returncode, out, err, time.monotonic() - t0, timed_out, mode, interfaces)
+    return Isolated(argv, done.returncode, done.stdout, done.stderr, done.seconds, done.timed_out, mode, interfaces)
 
 
 def run_kimi_code(

@@ -1,0 +1,55 @@
+"""Running a real client in the e2e tests: its own process group, bounded in time, and
+nothing of it left behind (the tools it ran included), stopped by that group's PID only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool
+
+
+def run_group(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> Finished:
+    """Run ``argv`` with stdin closed in a new process group; on timeout the group is
+    killed; afterwards whatever is left in the group (a tool's children) is reaped."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        cwd=str(cwd),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # own process group: killable by its PID alone
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+    finally:
+        if proc.poll() is None:  # pragma: no cover
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        try:  # reap whatever is left in the group (exec'd tool processes)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return Finished(proc.returncode, out, err, time.monotonic() - t0, timed_out)
