@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 from bench.run import HOST, ROOT, free_port, start_fake, start_proxy
+from bench.ws_turns import fake_chat_config
 
 MODEL = "bench-chat-n20"
 
@@ -144,23 +145,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 store: dict[str, Any] = {"backend": backend, "path": str(work / "store.db")}
                 if backend == "redis":
                     store["url"] = f"redis://{HOST}:{rport}/0"
-                cfg.write_text(
-                    json.dumps(
-                        {
-                            "server": {"keepalive_seconds": 0},
-                            "store": store,
-                            "providers": [
-                                {
-                                    "name": "fake-chat",
-                                    "profile": "openai-compatible",
-                                    "protocol": "chat",
-                                    "base_url": f"http://{HOST}:{fport}/v1",
-                                }
-                            ],
-                            "models": [{"name": MODEL, "provider": "fake-chat"}],
-                        }
-                    )
-                )
+                cfg.write_text(json.dumps(fake_chat_config(fport, MODEL, store=store)))
                 proxy, port, _ = await start_proxy([str(ROOT / ".venv/bin/switchboard")], cfg, work, None)
                 try:
                     got = await measure(port, args)

@@ -133,6 +133,24 @@ async def ws_conversation(port: int, turns: int, kb: int) -> list[Turn]:
     return out
 
 
+def fake_chat_config(fake_port: int, model: str, **extra: Any) -> dict[str, Any]:
+    """A proxy config with one model on the fake Chat upstream (no heartbeats; ``extra``
+    adds top-level sections, e.g. ``store``)."""
+    return {
+        "server": {"keepalive_seconds": 0},
+        **extra,
+        "providers": [
+            {
+                "name": "fake-chat",
+                "profile": "openai-compatible",
+                "protocol": "chat",
+                "base_url": f"http://{HOST}:{fake_port}/v1",
+            }
+        ],
+        "models": [{"name": model, "provider": "fake-chat"}],
+    }
+
+
 def med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
 
@@ -142,22 +160,7 @@ async def main_async(args: argparse.Namespace) -> None:
         work = Path(tmp)
         fake, fport = await start_fake(work, None)
         cfg = work / "config.yaml"
-        cfg.write_text(
-            json.dumps(
-                {
-                    "server": {"keepalive_seconds": 0},
-                    "providers": [
-                        {
-                            "name": "fake-chat",
-                            "profile": "openai-compatible",
-                            "protocol": "chat",
-                            "base_url": f"http://{HOST}:{fport}/v1",
-                        }
-                    ],
-                    "models": [{"name": MODEL, "provider": "fake-chat"}],
-                }
-            )
-        )
+        cfg.write_text(json.dumps(fake_chat_config(fport, MODEL)))
         proxy, port, _ = await start_proxy([str(ROOT / ".venv/bin/switchboard")], cfg, work, None)
         try:
             runs: dict[str, list[list[Turn]]] = {"http": [], "websocket": []}
