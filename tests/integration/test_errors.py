@@ -165,8 +165,11 @@ async def test_upstream_unreachable_502(client: httpx.AsyncClient, mock: Any) ->
     assert err(r)["code"] == "upstream_unreachable"
 
 
-async def test_upstream_first_byte_timeout_504(client: httpx.AsyncClient, mock: Any) -> None:
+async def test_upstream_first_byte_timeout_504(client_factory: Any, mock: Any) -> None:
     import asyncio
+
+    # one attempt: the retries of a timeout are test_failover's (each would wait first_byte again)
+    client = await client_factory(server={"retries": {"max_attempts": 1}})
 
     async def slow(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(5)
