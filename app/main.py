@@ -40,6 +40,7 @@ from app.drain import Drain
 from app.failover import Resilience
 from app.guard import Guard
 from app.logs import log
+from app.netio import LoopBackend
 from app.pipeline import Prepared, ProxyResponse, check_body, new_request_id, prepare, scope_headers
 from app.store import Store, open_store
 from app.stored import Turn
@@ -164,7 +165,7 @@ class Service:
 
     def __init__(self, config: Config, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
-        self.router = Router.build(config, transport=transport)
+        self.router = Router.build(config, transport=transport, network_backend=LoopBackend())
         self.digests = _key_digests(config.auth.named())
         self.secrets = config.secrets()
         pairs = [(t.provider, t.upstream_model or m.name) for m in config.models for t in m.target_list()]

@@ -33,11 +33,16 @@ _LIMITS = httpx.Limits(max_connections=2048 // _POOL_SHARDS, max_keepalive_conne
 class _ShardedTransport(httpx.AsyncBaseTransport):
     """Round-robin over independent connection pools (see _POOL_SHARDS)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, network_backend: Any = None) -> None:
         # each what AsyncClient(limits=..., trust_env=False) would build, sharing one TLS
         # context (building one loads the CA bundle: ~50 ms each)
         tls = httpx.create_ssl_context(trust_env=False)
         self.shards = [httpx.AsyncHTTPTransport(verify=tls, limits=_LIMITS, trust_env=False) for _ in range(n)]
+        if network_backend is not None:
+            # httpcore's network layer (an httpcore.AsyncNetworkBackend: the app gives its own,
+            # app/netio.py); httpx's transport has no argument for it, its pool has the slot
+            for shard in self.shards:
+                shard._pool._network_backend = network_backend
         self._next = itertools.cycle(self.shards).__next__
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -110,9 +115,11 @@ class Router:
     clients: list[httpx.AsyncClient] = field(default_factory=list)
 
     @classmethod
-    def build(cls, config: Config, *, transport: httpx.AsyncBaseTransport | None = None) -> Router:
+    def build(
+        cls, config: Config, *, transport: httpx.AsyncBaseTransport | None = None, network_backend: Any = None
+    ) -> Router:
         r = cls(config)
-        shared_transport = transport or _ShardedTransport(_POOL_SHARDS)
+        shared_transport = transport or _ShardedTransport(_POOL_SHARDS, network_backend)
         shared = httpx.AsyncClient(transport=shared_transport, follow_redirects=False, trust_env=False)
         demo_transport = DemoTransport()
         demo = httpx.AsyncClient(transport=demo_transport, trust_env=False)

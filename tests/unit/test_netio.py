@@ -1,0 +1,189 @@
+"""app/netio.py: httpx over the loop's own transports — plain and TLS, big bodies both
+ways (flow control), and every failure as the httpx error the anyio backend gave."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ssl
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from app.netio import LoopBackend, LoopStream
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def transport(**kw) -> httpx.AsyncHTTPTransport:
+    t = httpx.AsyncHTTPTransport(trust_env=False, **kw)
+    t._pool._network_backend = LoopBackend()
+    return t
+
+
+async def serve(handler: Handler, tls: ssl.SSLContext | None = None) -> tuple[asyncio.Server, int]:
+    srv = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=tls)
+    return srv, srv.sockets[0].getsockname()[1]
+
+
+async def read_request(r: asyncio.StreamReader) -> bytes:
+    head = await r.readuntil(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return await r.readexactly(int(line.split(b":")[1]))
+    return b""
+
+
+def answer(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+
+
+async def echo_size(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    while True:
+        try:
+            body = await read_request(r)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            break
+        w.write(answer(str(len(body)).encode()))
+        await w.drain()
+    w.close()
+
+
+async def test_plain_requests_keep_their_connection():
+    srv, port = await serve(echo_size)
+    t = transport()
+    async with httpx.AsyncClient(transport=t) as c:
+        for n in (0, 10, 3 * 1024 * 1024):  # the big body waits on the transport's flow control
+            r = await c.post(f"http://127.0.0.1:{port}/", content=b"x" * n)
+            assert r.status_code == 200 and r.text == str(n)
+        assert len(t._pool.connections) == 1
+        assert isinstance(t._pool.connections[0]._connection._network_stream, LoopStream)
+    srv.close()
+
+
+async def test_big_answer_comes_whole():
+    body = bytes(range(256)) * 8192  # 2 MiB: reading pauses past the high-water mark
+    srv, port = await serve(lambda r, w: _one(r, w, answer(body)))
+    async with httpx.AsyncClient(transport=transport()) as c, c.stream("GET", f"http://127.0.0.1:{port}/") as r:
+        got = b""
+        async for chunk in r.aiter_raw():
+            assert len(chunk) <= 65536
+            got += chunk
+            await asyncio.sleep(0)
+    assert got == body
+    srv.close()
+
+
+async def _one(r: asyncio.StreamReader, w: asyncio.StreamWriter, data: bytes, close: bool = False) -> None:
+    await read_request(r)
+    w.write(data)
+    await w.drain()
+    if close:
+        w.close()
+    else:
+        await asyncio.sleep(5)
+
+
+async def test_idle_connection_closed_by_server_is_not_reused():
+    async def once(r, w):
+        await read_request(r)
+        w.write(answer(b"ok"))
+        await w.drain()
+        w.close()  # keep-alive announced, then closed: the idle connection is readable (EOF)
+
+    srv, port = await serve(once)
+    t = transport()
+    async with httpx.AsyncClient(transport=t) as c:
+        for _ in range(3):
+            assert (await c.get(f"http://127.0.0.1:{port}/")).text == "ok"
+            await asyncio.sleep(0.05)
+    srv.close()
+
+
+async def test_read_timeout():
+    srv, port = await serve(lambda r, w: _one(r, w, b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nab"))
+    async with httpx.AsyncClient(transport=transport(), timeout=httpx.Timeout(1.0, read=0.2)) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            await c.get(f"http://127.0.0.1:{port}/")
+    srv.close()
+
+
+async def test_peer_closes_mid_body():
+    srv, port = await serve(lambda r, w: _one(r, w, b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nab", close=True))
+    async with httpx.AsyncClient(transport=transport()) as c:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await c.get(f"http://127.0.0.1:{port}/")
+    srv.close()
+
+
+async def test_connect_refused():
+    srv, port = await serve(echo_size)
+    srv.close()
+    await srv.wait_closed()
+    async with httpx.AsyncClient(transport=transport()) as c:
+        with pytest.raises(httpx.ConnectError):
+            await c.get(f"http://127.0.0.1:{port}/")
+
+
+async def test_write_timeout_when_the_peer_never_reads():
+    async def deaf(r, w):
+        await asyncio.sleep(5)
+
+    srv, port = await serve(deaf)
+    async with httpx.AsyncClient(transport=transport(), timeout=httpx.Timeout(2.0, write=0.3)) as c:
+        with pytest.raises(httpx.WriteTimeout):
+            await c.post(f"http://127.0.0.1:{port}/", content=b"x" * (64 * 1024 * 1024))
+    srv.close()
+
+
+def _tls_pair(tmp_path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "c.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "k.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
+    client = ssl.create_default_context(cafile=str(tmp_path / "c.pem"))
+    return server, client
+
+
+async def test_tls(tmp_path):
+    server_ctx, client_ctx = _tls_pair(tmp_path)
+    srv, port = await serve(echo_size, tls=server_ctx)
+    t = transport(verify=client_ctx)
+    async with httpx.AsyncClient(transport=t) as c:
+        for n in (5, 2 * 1024 * 1024):
+            r = await c.post(f"https://localhost:{port}/", content=b"y" * n)
+            assert r.text == str(n)
+        stream = t._pool.connections[0]._connection._network_stream
+        assert stream.get_extra_info("ssl_object") is not None
+    srv.close()
+
+
+async def test_tls_with_an_untrusted_certificate_fails_to_connect(tmp_path):
+    server_ctx, _ = _tls_pair(tmp_path)
+    srv, port = await serve(echo_size, tls=server_ctx)
+    async with httpx.AsyncClient(transport=transport(verify=ssl.create_default_context())) as c:
+        with pytest.raises(httpx.ConnectError):
+            await c.get(f"https://localhost:{port}/")
+    srv.close()
