@@ -96,6 +96,13 @@ class SSEParser:
                     self._held = 0
                 self._event = None
                 continue
+            if line[:5] == b"data:":  # the common line, without the general split
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                data.append(value)
+                self._held += len(value)
+                if self._held > self.max_bytes:
+                    raise SSEOverflow(f"an upstream event is longer than {self.max_bytes} bytes")
+                continue
             if line[0] == 0x3A:  # ':' comment / keep-alive
                 continue
             name, sep, value = line.partition(b":")
