@@ -140,3 +140,20 @@ def test_error_frame_shape() -> None:
         "error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow", "param": None},
         "headers": {"retry-after": "3"},
     }
+
+
+def test_ws_framing_is_one_event_per_line_and_empty_is_a_whole_response() -> None:
+    from transformers.bridge import WSFraming, open_bridge
+    from transformers.context import Ctx
+
+    f = WSFraming()
+    assert f.frame({"type": "x", "text": "a\nb"}) == b'{"type":"x","text":"a\\nb"}\n'  # JSON escapes newlines
+    assert f.done() == b"" and f.comment() == b""
+    ctx = Ctx(quirks=frozenset(), upstream_model="m", public_model="m", max_output_tokens=None, envelope_key=b"")
+    _, bridge = open_bridge({"model": "m", "input": [U1], "stream": True}, "responses", "chat", ctx, websocket=True)
+    lines = bridge.empty().splitlines()
+    events = [orjson.loads(line) for line in lines]
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.completed"]
+    assert [e["sequence_number"] for e in events] == [0, 1, 2]
+    assert events[-1]["response"]["output"] == [] and bridge.terminal == "completed" and bridge.finished
+    assert bridge.heartbeat() == b""  # nothing after the terminal
