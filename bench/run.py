@@ -336,7 +336,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pinned(cmd: list[str], core: int | None) -> list[str]:
+def pinned(cmd: list[str], core: int | str | None) -> list[str]:
+    """``cmd`` under ``taskset -c core`` (a core, or a list such as "0,1"); the runner pins
+    itself to the load generator's core, so a child started without this inherits that core."""
     if core is None or not shutil.which("taskset"):
         return cmd
     return ["taskset", "-c", str(core), *cmd]
@@ -445,7 +447,12 @@ async def start_fake(workdir: Path, core: int | None) -> tuple[Child, int]:
 
 
 async def start_proxy(
-    cmd_base: list[str], config: Path, workdir: Path, core: int | None, timeout: float = 30.0, workers: int = 0
+    cmd_base: list[str],
+    config: Path,
+    workdir: Path,
+    core: int | str | None,
+    timeout: float = 30.0,
+    workers: int = 0,
 ) -> tuple[Child, int, float]:
     port = free_port()
     extra = ["--workers", str(workers)] if workers else []
@@ -1042,7 +1049,8 @@ async def main_async(args: argparse.Namespace) -> int:
                         c.stop()
                         children.remove(c)
                     wk.clear()
-                    wchild, wport, _ = await start_proxy(cmd_base, cfg_path, workdir, None, workers=s.workers)
+                    every = ",".join(str(c) for c in cores)  # not the runner's own core only
+                    wchild, wport, _ = await start_proxy(cmd_base, cfg_path, workdir, every, workers=s.workers)
                     children.append(wchild)
                     wk[s.workers] = (wchild, wport)
                     await asyncio.sleep(0.3 * s.workers)  # every worker listening
