@@ -29,8 +29,8 @@ field (Responses shape)      read from a Chat upstream            read from a Re
 ``cache_write_tokens`` and ``completion_tokens_details`` with ``reasoning_tokens``, always.
 
 Upstream usage is untrusted: a ``usage`` or ``*_tokens_details`` that is not an object
-counts as absent, a count that is not an integer counts as 0 (an integral float such as
-``12.0`` is taken as the integer it is).  Either records ``usage_malformed_field_dropped``
+counts as absent, a count that is not an integer in [0, 2**63) counts as 0 (an integral
+float such as ``12.0`` is taken as the integer it is).  Either records ``usage_malformed_field_dropped``
 on the ``ctx`` given, once per object; ``null`` is simply absent.
 """
 
@@ -39,6 +39,9 @@ from __future__ import annotations
 from typing import Any
 
 _EMPTY: dict[str, Any] = {}
+# a count outside [0, 2**63) is not a token count (and a JSON writer refuses integers past
+# 64 bits): it counts as malformed
+_MAX_COUNT = 2**63 - 1
 
 
 class _Reader:
@@ -58,11 +61,11 @@ class _Reader:
 
     def count(self, v: Any) -> int | None:
         """The count ``v`` stands for; None when absent or unusable."""
-        if v.__class__ is int:
+        if v.__class__ is int and 0 <= v <= _MAX_COUNT:
             return v
         if v is None:
             return None
-        if v.__class__ is float and v.is_integer():
+        if v.__class__ is float and v.is_integer() and 0 <= v <= _MAX_COUNT:
             return int(v)
         self.bad = True
         return None

@@ -3,8 +3,11 @@ when it reports one and 0 when it does not, in both directions (the table in its
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from transformers.context import Ctx
 from transformers.usage import from_chat, normalize_responses, to_chat
 
 
@@ -127,3 +130,11 @@ def test_chat_round_trip_keeps_cache_figures(name, chat, want):
         "cached_tokens": want["input_tokens_details"]["cached_tokens"],
         "cache_write_tokens": want["input_tokens_details"]["cache_write_tokens"],
     }
+
+
+@pytest.mark.parametrize("bad", [-1, 2**63, 1.8446744073709552e19, -3.0])
+def test_counts_outside_the_64_bit_range_or_negative_are_malformed(bad: Any) -> None:
+    ctx = Ctx(quirks=frozenset(), upstream_model="m", public_model="m", max_output_tokens=None, envelope_key=b"")
+    u = from_chat({"prompt_tokens": bad, "completion_tokens": 2}, ctx)
+    assert u["input_tokens"] == 0 and u["total_tokens"] == 2
+    assert "usage_malformed_field_dropped" in ctx.repairs
