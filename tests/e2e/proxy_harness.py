@@ -53,6 +53,10 @@ def proxy_available() -> str | None:
 
 class Proxy:
     def __init__(self, config: dict, workdir: Path, startup_timeout: float = 30.0):
+        # a test's proxy has no load balancer to warn: stop() need not wait for the drain's
+        # announce window (3 s by default); a test of the drain sets its own
+        server = config.setdefault("server", {})
+        server.setdefault("drain", {"announce_seconds": 0})
         self.config = config
         self.workdir = workdir
         self.port = free_port()
