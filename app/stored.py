@@ -42,6 +42,7 @@ import asyncio
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -306,7 +307,7 @@ async def _forward_delete(router: Router, rec: Record) -> None:
     prov = next((r.provider for r in router.routes.values() if r.provider.name == rec.provider), None)
     if prov is None:
         return
-    url = prov.url("responses").rstrip("/") + "/" + rec.id
+    url = prov.url("responses").rstrip("/") + "/" + quote(rec.id, safe="")  # an id is one path segment
     try:
         resp = await prov.client.delete(url, headers=prov.headers, params=prov.cfg.query or None, timeout=prov.timeout)
         status = resp.status_code
