@@ -60,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
         ws_max_size=cfg.server.max_body_bytes,
         ws_ping_interval=cfg.server.websocket.ping_interval_seconds or None,
         ws_ping_timeout=cfg.server.websocket.ping_interval_seconds or None,
-        ws_per_message_deflate=True,
+        ws_per_message_deflate=cfg.server.websocket.per_message_deflate,
         server_header=False,
         date_header=False,
     )

@@ -34,6 +34,7 @@ from websockets.asyncio.client import connect
 from bench.run import HOST, ROOT, start_fake, start_proxy
 
 MODEL = "bench-chat-n20"
+COMPRESSION: str | None = "deflate"  # what Codex offers (permessage-deflate); --no-compression: None
 TOOLS = json.loads((ROOT / "tests/fixtures/codex_tools_0.169.json").read_text())
 INSTRUCTIONS = "You are a coding agent. " * 400  # ~10 KB, the size of Codex's base prompt
 
@@ -102,7 +103,7 @@ async def http_conversation(port: int, turns: int, kb: int) -> list[Turn]:
 
 async def ws_conversation(port: int, turns: int, kb: int) -> list[Turn]:
     out: list[Turn] = []
-    async with connect(f"ws://{HOST}:{port}/v1/responses", max_size=None) as ws:
+    async with connect(f"ws://{HOST}:{port}/v1/responses", max_size=None, compression=COMPRESSION) as ws:
         warm = orjson.dumps({"type": "response.create", **base_body(first_input()), "generate": False}).decode()
         await ws.send(warm)
         prev = ""
@@ -188,7 +189,12 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--output-kb", type=int, default=8)
-    asyncio.run(main_async(ap.parse_args()))
+    ap.add_argument("--no-compression", action="store_true", help="the socket without permessage-deflate")
+    args = ap.parse_args()
+    if args.no_compression:
+        global COMPRESSION
+        COMPRESSION = None
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":

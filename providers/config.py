@@ -54,6 +54,10 @@ class WebSocketCfg(_Strict):
     max_lifetime_seconds: float = Field(default=3600.0, gt=0)
     # WebSocket pings (dead peers are found and closed); 0 = never
     ping_interval_seconds: float = Field(default=20.0, ge=0)
+    # permessage-deflate when the client offers it (Codex does): the instructions and tools a
+    # client repeats in every frame cost almost nothing on the wire (one compression context
+    # per socket), for some CPU per frame (bench/ws_turns.py measures both)
+    per_message_deflate: bool = True
 
 
 class RetryCfg(_Strict):
