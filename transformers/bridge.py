@@ -59,7 +59,7 @@ from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
 from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
-from transformers.events import Event, Finish
+from transformers.events import Event, Finish, Text
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.passthrough import ChatPassthrough
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
@@ -153,6 +153,10 @@ class SSEFraming:
             return b"data: " + orjson.dumps(obj) + b"\n\n"
         return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
 
+    def text_delta(self, data: bytes) -> bytes:
+        """A Responses ``output_text.delta`` already serialized (``ResponsesStreamEncoder.text_delta``)."""
+        return b"event: response.output_text.delta\ndata: " + data + b"\n\n"
+
     def done(self) -> bytes:
         return sse.DONE if self.chat else b""
 
@@ -169,6 +173,9 @@ class WSFraming:
 
     def frame(self, obj: dict[str, Any]) -> bytes:
         return orjson.dumps(obj) + b"\n"
+
+    def text_delta(self, data: bytes) -> bytes:
+        return data + b"\n"
 
     def done(self) -> bytes:
         return b""
@@ -500,6 +507,12 @@ class Bridge:
         chat = self._chat
         frame = self.framing.frame
         for ev in events:
+            if not chat and type(ev) is Text:
+                # the commonest event, already serialized by the encoder when it is one plain delta
+                data = enc.text_delta(ev.text)
+                if data is not None:
+                    out.append(self.framing.text_delta(data))
+                    continue
             fin = type(ev) is Finish
             if fin and not self._closed:
                 self.terminal = ev.status  # type: ignore[union-attr]

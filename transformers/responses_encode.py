@@ -72,6 +72,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import orjson
+
 from . import envelope
 from .context import Ctx
 from .errors import stream_error
@@ -316,6 +318,8 @@ class ResponsesStreamEncoder:
         "_usage",
         "_final",
         "_dispatch",
+        "_delta_key",
+        "_delta_head",
     )
 
     def __init__(
@@ -343,6 +347,8 @@ class ResponsesStreamEncoder:
         self._pending: list[_Call] = []  # unreleased calls, ascending index
         self._usage: dict[str, Any] | None = None
         self._final: dict[str, Any] | None = None
+        self._delta_key: tuple[str, int, int] | None = None  # (item id, output_index, content_index)
+        self._delta_head = b""  # the delta event's JSON up to its text, for _delta_key
         # each event class → its handler, which takes that class (hence Any for the event)
         self._dispatch: dict[type[Event], Callable[[list[dict], Any], None]] = {
             Text: self._on_text,
@@ -370,6 +376,26 @@ class ResponsesStreamEncoder:
             self._start(out, None)
         self._dispatch[type(ev)](out, ev)
         return out
+
+    def text_delta(self, text: str) -> bytes | None:
+        """``feed(Text(text))`` already serialized, when it is one ``output_text.delta`` into
+        the open output_text part: the same state change (text kept, sequence number taken)
+        and the very bytes ``orjson.dumps`` writes for that event's dict.  ``None`` (nothing
+        changed) in every other state: the caller takes ``feed``."""
+        m = self._msg
+        if m is None or m.kind != "text" or not text or self.done:
+            return None
+        ci = len(m.parts)
+        key = (m.id, m.oi, ci)
+        if self._delta_key != key:
+            self._delta_key = key
+            # the dict _on_text builds, up to its text: same keys, same order
+            head = {"type": "response.output_text.delta", "item_id": m.id, "output_index": m.oi, "content_index": ci}
+            self._delta_head = orjson.dumps(head)[:-1] + b',"delta":'
+        m.text.append(text)
+        seq = self._seq
+        self._seq = seq + 1
+        return b"".join((self._delta_head, orjson.dumps(text), b',"logprobs":[],"sequence_number":', b"%d}" % seq))
 
     def end(self) -> list[dict]:
         if self.done:

@@ -1,0 +1,189 @@
+"""ResponsesStreamEncoder.text_delta: a text delta serialized by the encoder itself gives the
+very bytes (and the same later events) that ``feed`` + ``orjson.dumps`` give, whatever came
+before it; and the Bridge's Responses streams (SSE and WebSocket framing) are the same with
+it as without it."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from unittest import mock
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformers import responses_encode
+from transformers.bridge import WSFraming, open_bridge
+from transformers.context import Ctx
+from transformers.events import (
+    Finish,
+    Reasoning,
+    ReasoningEnd,
+    Refusal,
+    Start,
+    Text,
+    ToolCall,
+    ToolCallEnd,
+    Usage,
+)
+from transformers.responses_encode import ResponsesStreamEncoder
+
+_text = st.one_of(
+    st.sampled_from(["hi", " the", "", "a\nb", 'say "x"', "back\\slash", "\x00", "\u2028", "é東京", "🧑‍💻"]),
+    st.text(max_size=8),
+)
+_event = st.one_of(
+    st.builds(Text, _text),
+    st.builds(Text, _text),
+    st.builds(Text, _text),
+    st.builds(Refusal, _text),
+    st.builds(Reasoning, _text, kind=st.sampled_from(["summary", "raw"]), summary_index=st.integers(0, 1)),
+    st.builds(ReasoningEnd),
+    st.builds(ToolCall, st.integers(0, 1), arguments=st.sampled_from(["", '{"a"', ":1}"]), name=st.just("f")),
+    st.builds(ToolCallEnd, st.integers(0, 1)),
+    st.just(Usage({"input_tokens": 3, "output_tokens": 5, "total_tokens": 8})),
+)
+_finish = st.one_of(st.none(), st.sampled_from([Finish("completed"), Finish("incomplete", reason="max_output_tokens")]))
+
+
+def _deterministic():
+    """Minted ids and clocks from counters, so two runs of one stream can be compared."""
+    n = itertools.count()
+    return (
+        mock.patch.object(responses_encode, "_hex", lambda: f"{next(n):032x}"),
+        mock.patch.object(responses_encode, "_now", lambda: 1700000000),
+    )
+
+
+def _encode(events: list, fast: bool) -> list[bytes]:
+    a, b = _deterministic()
+    with a, b:
+        enc = ResponsesStreamEncoder(Ctx(public_model="pub"), response_id="resp_1", created_at=7)
+        out: list[bytes] = []
+        for ev in events:
+            if fast and type(ev) is Text:
+                data = enc.text_delta(ev.text)
+                if data is not None:
+                    out.append(data)
+                    continue
+            out.extend(orjson.dumps(o) for o in enc.feed(ev))
+        out.extend(orjson.dumps(o) for o in enc.end())
+        return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_event, max_size=25), _finish)
+def test_same_bytes_as_feed(events, finish):
+    events = [Start(), *events] + ([finish] if finish else [])
+    assert _encode(events, fast=True) == _encode(events, fast=False)
+
+
+def test_taken_only_inside_an_open_output_text_part():
+    enc = ResponsesStreamEncoder(Ctx(public_model="pub"), response_id="resp_1", created_at=7)
+    assert enc.text_delta("x") is None  # nothing started
+    enc.feed(Start())
+    assert enc.text_delta("x") is None  # no message open
+    enc.feed(Text("a"))
+    data = enc.text_delta('b"\n')
+    assert data is not None
+    ev = orjson.loads(data)
+    assert ev["type"] == "response.output_text.delta" and ev["delta"] == 'b"\n' and ev["sequence_number"] == 5
+    assert enc.text_delta("") is None  # an empty text makes no event
+    enc.feed(Refusal("no"))
+    assert enc.text_delta("x") is None  # the open part is a refusal
+    enc.feed(Finish("completed"))
+    assert enc.text_delta("x") is None  # done
+    assert enc.end() == []
+
+
+_MINTED = re.compile(rb"(msg|rs|fc|call|resp)_[0-9a-f]{16,}|\"(created_at|completed_at)\":\d{6,}")
+
+
+def _chat_chunk(delta: dict, finish=None) -> bytes:
+    c = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
+    c["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+    return b"data: " + orjson.dumps(c) + b"\n\n"
+
+
+def _resp_event(ev: dict) -> bytes:
+    return b"event: " + ev["type"].encode() + b"\ndata: " + orjson.dumps(ev) + b"\n\n"
+
+
+def _chat_upstream(texts: list[str]) -> bytes:
+    out = [_chat_chunk({"role": "assistant", "content": ""})]
+    out += [_chat_chunk({"content": t}) for t in texts]
+    out.append(_chat_chunk({"reasoning_content": "hm"}))
+    out += [_chat_chunk({"content": t}) for t in texts]
+    out.append(_chat_chunk({}, finish="stop"))
+    return b"".join(out) + b"data: [DONE]\n\n"
+
+
+def _responses_upstream(texts: list[str]) -> bytes:
+    resp = {"id": "resp_up", "object": "response", "created_at": 7, "model": "m", "status": "in_progress", "output": []}
+    out = [_resp_event({"type": "response.created", "response": resp})]
+    for i, t in enumerate(texts):
+        out.append(
+            _resp_event(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "msg_up",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": t,
+                }
+            )
+        )
+        if i == 1:
+            out.append(
+                _resp_event({"type": "response.refusal.delta", "item_id": "msg_up", "output_index": 0, "delta": "no"})
+            )
+    done = dict(resp, status="completed")
+    out.append(_resp_event({"type": "response.completed", "response": done}))
+    return b"".join(out)
+
+
+def _bridge(upstream: str, wire: bytes, cuts: list[int], fast: bool, ws: bool) -> bytes:
+    body = {"model": "pub", "stream": True, "input": "hi"}
+    _, b = open_bridge(body, "responses", upstream, Ctx(upstream_model="m", public_model="pub"))
+    if ws:
+        b.framing = WSFraming()
+    patch = mock.patch.object(ResponsesStreamEncoder, "text_delta", lambda self, text: None)
+    with patch if not fast else mock.MagicMock():
+        out, pos = [], 0
+        for n in [*cuts, len(wire)]:
+            out.append(b.receive_data(wire[pos : pos + n]))
+            pos += n
+            if pos >= len(wire):
+                break
+        out.append(b.end())
+    return _MINTED.sub(b"<minted>", b"".join(out))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(["chat", "responses"]),
+    st.lists(_text, max_size=6),
+    st.lists(st.integers(1, 90), max_size=10),
+    st.booleans(),
+)
+def test_bridge_same_bytes_with_and_without(upstream, texts, cuts, ws):
+    wire = _chat_upstream(texts) if upstream == "chat" else _responses_upstream(texts)
+    fast = _bridge(upstream, wire, cuts, True, ws)
+    assert fast == _bridge(upstream, wire, cuts, False, ws)
+
+
+def test_bridge_takes_it_for_plain_deltas():
+    calls = []
+    real = ResponsesStreamEncoder.text_delta
+
+    def spy(self, text):
+        r = real(self, text)
+        calls.append(r is not None)
+        return r
+
+    with mock.patch.object(ResponsesStreamEncoder, "text_delta", spy):
+        _bridge("responses", _responses_upstream(["a", "b", "c"]), [], True, False)
+    # the first opens the message and its part (full path), the second is the template; the
+    # refusal between "b" and "c" closes the text part, so "c" opens a new one (full path)
+    assert calls == [False, True, False]
