@@ -45,6 +45,11 @@ Items and their output slots:
   half way, it returns ``error`` + ``response.failed`` built from the response id, model
   and sequence number alone (``response.created`` first if nothing was sent yet), whatever
   state the encoder was left in; it cannot raise.
+* ``text_delta(text)`` is ``feed(Text(text))`` already serialized, for the commonest event:
+  when the open part is output_text, the delta's JSON is a template fixed per part (item
+  id, ``output_index``, ``content_index``) with the text and ``sequence_number`` put in,
+  the very bytes ``orjson.dumps`` writes for the dict; in any other state it returns
+  ``None`` and the caller takes ``feed``.
 
 Reasoning replay: the reasoning item's ``encrypted_content`` is the upstream's blob when
 one came with ``ReasoningEnd``, else — when ``ctx.envelope_key`` is set — the full
