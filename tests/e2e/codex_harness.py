@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from procs import run_group
+from procs import describe_run, run_group, toml_str
 
 CODEX_VERSION = "0.169.0"  # the default version (the tool-list fixtures were captured with it)
 CODEX_LATEST = "0.171.0"  # the newest release the suite is checked against
@@ -204,17 +204,8 @@ class CodexRun:
         return any(e.get("type") == "turn.completed" for e in self.events)
 
     def describe(self) -> str:
-        return (
-            f"codex rc={self.returncode} timed_out={self.timed_out} {self.duration:.1f}s\n"
-            f"--- events ---\n"
-            + "\n".join(json.dumps(e, ensure_ascii=False)[:600] for e in self.events)
-            + ("\n--- non-json stdout ---\n" + "\n".join(self.non_json[-20:]) if self.non_json else "")
-            + f"\n--- stderr (tail) ---\n{self.stderr[-4000:]}"
-        )
-
-
-def _toml_str(s: str) -> str:
-    return json.dumps(s)  # a JSON string is a valid TOML basic string
+        head = f"codex rc={self.returncode} timed_out={self.timed_out} {self.duration:.1f}s\n--- events ---\n"
+        return describe_run(head, self.events, self.non_json, self.stderr, 4000)
 
 
 def write_codex_home(
@@ -234,24 +225,24 @@ def write_codex_home(
         raise ValueError(f"provider must be one of {PROVIDERS}, not {provider!r}")
     home.mkdir(parents=True, exist_ok=True)
     lines = [
-        f"model = {_toml_str(model)}",
+        f"model = {toml_str(model)}",
         'model_provider = "switchboard"' if provider == "custom" else 'model_provider = "openai"',
         'approval_policy = "never"',
         'sandbox_mode = "danger-full-access"',
     ]
     if provider == "openai":
-        lines.append(f"openai_base_url = {_toml_str(base_url)}")
+        lines.append(f"openai_base_url = {toml_str(base_url)}")
     if catalog is not None:
         cat_path = home / "models.json"
         cat_path.write_text(json.dumps(catalog, ensure_ascii=False), encoding="utf-8")
-        lines.append(f"model_catalog_json = {_toml_str(str(cat_path))}")
+        lines.append(f"model_catalog_json = {toml_str(str(cat_path))}")
     lines += [extra_toml, ""]  # top-level keys first, then any [tables] it opens
     if provider == "custom":
         lines += [
             "[model_providers.switchboard]",
             'name = "Switchboard e2e"',
-            f"base_url = {_toml_str(base_url)}",
-            f"env_key = {_toml_str(env_key)}",
+            f"base_url = {toml_str(base_url)}",
+            f"env_key = {toml_str(env_key)}",
             'wire_api = "responses"',
             f"request_max_retries = {int(retries)}",
             f"stream_max_retries = {int(retries)}",

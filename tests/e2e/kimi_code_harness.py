@@ -63,7 +63,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from procs import run_group
+from procs import describe_run, run_group, toml_str
 
 KIMI_CODE_VERSION = "2.1.0"
 KIMI_CODE_PACKAGE = "@moonshot-ai/kimi-code"
@@ -332,17 +332,11 @@ class KimiRun:
         return texts[-1] if texts else None
 
     def describe(self) -> str:
-        return (
+        head = (
             f"kimi-code rc={self.returncode} timed_out={self.timed_out} {self.duration:.1f}s "
             f"isolation={self.isolation} interfaces={self.interfaces}\n--- stream-json ---\n"
-            + "\n".join(json.dumps(e, ensure_ascii=False)[:600] for e in self.events)
-            + ("\n--- non-json stdout ---\n" + "\n".join(self.non_json[-20:]) if self.non_json else "")
-            + f"\n--- stderr (tail) ---\n{self.stderr[-3000:]}"
         )
-
-
-def _toml_str(s: str) -> str:
-    return json.dumps(s)  # a JSON string is a valid TOML basic string
+        return describe_run(head, self.events, self.non_json, self.stderr, 3000)
 
 
 def write_home(
@@ -358,16 +352,16 @@ def write_home(
         raise ValueError(f"provider_type must be one of {PROVIDER_TYPES}, not {provider_type!r}")
     home.mkdir(parents=True, exist_ok=True)
     lines = [
-        f"default_model = {_toml_str(MODEL_ALIAS)}",
+        f"default_model = {toml_str(MODEL_ALIAS)}",
         "",
         f"[providers.{MODEL_ALIAS}]",
-        f"type = {_toml_str(provider_type)}",
-        f"base_url = {_toml_str(base_url)}",
-        f"api_key_env = {_toml_str(env_key)}",
+        f"type = {toml_str(provider_type)}",
+        f"base_url = {toml_str(base_url)}",
+        f"api_key_env = {toml_str(env_key)}",
         "",
         f"[models.{MODEL_ALIAS}]",
-        f"provider = {_toml_str(MODEL_ALIAS)}",
-        f"model = {_toml_str(model)}",
+        f"provider = {toml_str(MODEL_ALIAS)}",
+        f"model = {toml_str(model)}",
         f"max_context_size = {int(max_context_size)}",
         'capabilities = ["thinking"]',
         "",

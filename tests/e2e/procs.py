@@ -3,6 +3,7 @@ nothing of it left behind (the tools it ran included), stopped by that group's P
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -53,3 +54,17 @@ def run_group(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float
         except (ProcessLookupError, PermissionError):
             pass
     return Finished(proc.returncode, out, err, time.monotonic() - t0, timed_out)
+
+
+def toml_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string is a valid TOML basic string
+
+
+def describe_run(head: str, events: list[dict], non_json: list[str], stderr: str, stderr_tail: int) -> str:
+    """A client run for a failing assertion: its JSON events, other stdout, stderr's tail."""
+    return (
+        head
+        + "\n".join(json.dumps(e, ensure_ascii=False)[:600] for e in events)
+        + ("\n--- non-json stdout ---\n" + "\n".join(non_json[-20:]) if non_json else "")
+        + f"\n--- stderr (tail) ---\n{stderr[-stderr_tail:]}"
+    )
