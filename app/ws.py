@@ -105,6 +105,7 @@ async def serve_socket(svc: Service, scope: Any, receive: Any, send: Any) -> Non
 
 async def _deny(send: Any, status: int, message: str, code: str | None, rid: str) -> None:
     """Refuse the upgrade with an HTTP answer (the denial-response extension)."""
+    log.info("websocket_refused", connection_id=rid, status=status, code=code)
     body = ProxyError(status, message, code=code).body(rid)
     await send(
         {
