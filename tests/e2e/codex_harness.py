@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from procs import describe_run, run_group, toml_str
+from procs import describe_run, json_lines, run_group, toml_str
 
 CODEX_VERSION = "0.169.0"  # the default version (the tool-list fixtures were captured with it)
 CODEX_LATEST = "0.171.0"  # the newest release the suite is checked against
@@ -325,12 +325,5 @@ def run_codex(
         env.pop(k, None)
     done = run_group(argv, cwd=workspace, env=env, timeout=timeout)
     run = CodexRun(argv, done.returncode, done.stdout, done.stderr, done.seconds, done.timed_out, workspace, home)
-    for line in done.stdout.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            run.events.append(json.loads(line))
-        except ValueError:
-            run.non_json.append(line)
+    run.events, run.non_json = json_lines(done.stdout)
     return run

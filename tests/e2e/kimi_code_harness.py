@@ -63,7 +63,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from procs import describe_run, run_group, toml_str
+from procs import describe_run, json_lines, run_group, toml_str
 
 KIMI_CODE_VERSION = "2.1.0"
 KIMI_CODE_PACKAGE = "@moonshot-ai/kimi-code"
@@ -457,16 +457,7 @@ def run_kimi_code(
     r = run_isolated(kimi, port=url.port, cwd=workspace, env=env, timeout=timeout, isolate=isolate)
     run = KimiRun(r.argv, r.returncode, r.stdout, r.stderr, r.duration, r.timed_out, workspace, home, r.mode)
     run.interfaces = r.interfaces
-    for line in r.stdout.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            run.non_json.append(line)
-            continue
-        (run.events if isinstance(ev, dict) else run.non_json).append(ev)
+    run.events, run.non_json = json_lines(r.stdout)
     return run
 
 

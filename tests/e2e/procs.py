@@ -68,3 +68,22 @@ def describe_run(head: str, events: list[dict], non_json: list[str], stderr: str
         + ("\n--- non-json stdout ---\n" + "\n".join(non_json[-20:]) if non_json else "")
         + f"\n--- stderr (tail) ---\n{stderr[-stderr_tail:]}"
     )
+
+
+def json_lines(stdout: str) -> tuple[list[dict], list[str]]:
+    """A client's ``--json``/``stream-json`` output: its JSON objects, and the other lines."""
+    events: list[dict] = []
+    other: list[str] = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            ev = None
+        if isinstance(ev, dict):
+            events.append(ev)
+        else:
+            other.append(line)
+    return events, other
