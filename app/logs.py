@@ -33,20 +33,29 @@ def set_mask(mask: SecretMask) -> None:
     _MASK = mask
 
 
-def _redact_value(v: Any) -> Any:
-    if isinstance(v, str):
-        if "earer" in v:
-            v = _BEARER.sub(r"\1[redacted]", v)
-        return _MASK(v)
-    return v
+_NOT_SECRET = frozenset(("tokens", "input_tokens", "output_tokens"))
+# a field name's verdict, decided once: log calls use a small fixed set of names
+_SECRET_NAME: dict[str, bool] = {}
+
+
+def _secret_name(k: str) -> bool:
+    hit = _SECRET_NAME.get(k)
+    if hit is None:
+        hit = k not in _NOT_SECRET and _SECRET_KEYS.search(k) is not None
+        if len(_SECRET_NAME) < 4096:  # bounded, whatever names a caller makes up
+            _SECRET_NAME[k] = hit
+    return hit
 
 
 def redact(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
-    for k in list(event):
-        if _SECRET_KEYS.search(k) and k not in ("tokens", "input_tokens", "output_tokens"):
+    mask = _MASK if _MASK else None
+    for k, v in event.items():  # values replaced in place: the keys do not change
+        if _secret_name(k):
             event[k] = "[redacted]"
-        else:
-            event[k] = _redact_value(event[k])
+        elif isinstance(v, str):
+            if "earer" in v:
+                v = _BEARER.sub(r"\1[redacted]", v)
+            event[k] = mask(v) if mask is not None else v
     return event
 
 
