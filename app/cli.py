@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+from typing import Any
 
 
 def _check(path: str) -> int:
@@ -39,12 +40,8 @@ def _serve(args: argparse.Namespace) -> int:
     workers = args.workers or cfg.server.workers
     os.environ["SWITCHBOARD_CONFIG"] = os.path.abspath(args.config)
     os.environ["SWITCHBOARD_LOG_LEVEL"] = args.log_level
-    uvicorn.run(
-        "app.asgi:app",
+    options: dict[str, Any] = dict(
         factory=False,
-        host=host,
-        port=port,
-        workers=workers,
         loop="uvloop",
         http="httptools",
         lifespan="on",
@@ -64,6 +61,22 @@ def _serve(args: argparse.Namespace) -> int:
         server_header=False,
         date_header=False,
     )
+    if args.reuse_port:  # one worker of app.workers.Supervisor: its own socket on the shared port
+        from app import workers as supervision
+
+        supervision.die_with_parent()
+        sock = supervision.reuseport_socket(host, port, listen=True)
+        uvicorn.Server(uvicorn.Config("app.asgi:app", **options)).run(sockets=[sock])
+        return 0
+    if workers > 1:
+        from app import workers as supervision
+
+        if supervision.available():
+            # -P: the worker imports the installed app, whatever the current directory holds
+            argv = [sys.executable, "-P", "-m", "app.cli", "serve", "--config", os.path.abspath(args.config)]
+            argv += ["--workers", "1", "--log-level", args.log_level]
+            return supervision.Supervisor(argv, workers, host, port).run()
+    uvicorn.run("app.asgi:app", host=host, port=port, workers=workers, **options)
     return 0
 
 
@@ -75,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--workers", type=int, default=None)
+    s.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="bind with SO_REUSEPORT and serve in this one process (how --workers N starts each worker)",
+    )
     s.add_argument("--log-level", default=os.environ.get("SWITCHBOARD_LOG_LEVEL", "info"))
     c = sub.add_parser("check-config", help="validate a config file and exit")
     c.add_argument("file")

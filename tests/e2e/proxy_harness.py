@@ -52,7 +52,7 @@ def proxy_available() -> str | None:
 
 
 class Proxy:
-    def __init__(self, config: dict, workdir: Path, startup_timeout: float = 30.0):
+    def __init__(self, config: dict, workdir: Path, startup_timeout: float = 30.0, args: tuple[str, ...] = ()):
         # a test's proxy has no load balancer to warn: stop() need not wait for the drain's
         # announce window (3 s by default); a test of the drain sets its own
         server = config.setdefault("server", {})
@@ -65,6 +65,7 @@ class Proxy:
         self.proc: subprocess.Popen | None = None
         self.startup_timeout = startup_timeout
         self.probe = f"e2e-probe-{uuid.uuid4().hex[:12]}"
+        self.args = list(args)  # more `switchboard serve` options (--workers N)
 
     @property
     def url(self) -> str:
@@ -118,6 +119,7 @@ class Proxy:
             "127.0.0.1",
             "--port",
             str(self.port),
+            *self.args,
         ]
         logf = open(self.log_path, "wb")
         self.proc = subprocess.Popen(

@@ -50,15 +50,17 @@ def upstream() -> Iterator[FaultUpstream]:
     t.join(5)
 
 
-@pytest.fixture
-def proxy(upstream: FaultUpstream, tmp_path: Path) -> Iterator[Proxy]:
+@pytest.fixture(params=[1, 2], ids=["one-process", "workers-2"])
+def proxy(upstream: FaultUpstream, tmp_path: Path, request: Any) -> Iterator[Proxy]:
+    """One process, and ``--workers 2`` (app.workers): the supervisor passes each signal on
+    to its workers, so the drain and the second signal behave the same."""
     config: dict[str, Any] = {
         "server": {"drain": {"announce_seconds": ANNOUNCE, "timeout_seconds": TIMEOUT}, "keepalive_seconds": 0},
         "auth": {"keys": [KEY]},
         "providers": [{"name": "up", "protocol": "chat", "base_url": upstream.url("bad"), "api_key": "sk-up"}],
         "models": [{"name": "m-fault-*", "provider": "up"}],
     }
-    p = Proxy(config, tmp_path).start()
+    p = Proxy(config, tmp_path, args=("--workers", str(request.param))).start()
     yield p
     p.stop()
 

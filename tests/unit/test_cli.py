@@ -60,6 +60,28 @@ def test_load_config_errors_name_the_file(tmp_path: Path, content: str | None, m
     assert str(f) in str(e.value)
 
 
+def test_serve_with_workers_starts_the_reuseport_supervisor(monkeypatch: Any) -> None:
+    """--workers N (N > 1): app.workers.Supervisor runs N copies of this command with
+    --reuse-port on the address; uvicorn's own supervisor is not used."""
+    import uvicorn
+
+    from app import workers
+
+    got: dict[str, Any] = {}
+
+    def run(self: workers.Supervisor) -> int:
+        got.update(argv=self.argv, n=self.n, host=self.host, port=self.port)
+        return 7
+
+    monkeypatch.setattr(workers.Supervisor, "run", run)
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: pytest.fail("uvicorn's supervisor was used"))
+    args = ["serve", "--config", str(EXAMPLE), "--port", "8123", "--workers", "3", "--log-level", "warning"]
+    assert cli.main(args) == 7
+    assert got["n"] == 3 and got["host"] == "127.0.0.1" and got["port"] == 8123
+    assert got["argv"][:4] == [sys.executable, "-P", "-m", "app.cli"]
+    assert got["argv"][4:] == ["serve", "--config", str(EXAMPLE), "--workers", "1", "--log-level", "warning"]
+
+
 def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
     import uvicorn
 
@@ -67,8 +89,8 @@ def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: got.update(app=app, **kw))
     monkeypatch.delenv("SWITCHBOARD_CONFIG", raising=False)
     monkeypatch.delenv("SWITCHBOARD_LOG_LEVEL", raising=False)
-    assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "2", "--log-level", "warning"]) == 0
-    assert got["app"] == "app.asgi:app" and got["port"] == 0 and got["workers"] == 2 and got["host"] == "127.0.0.1"
+    assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "1", "--log-level", "warning"]) == 0
+    assert got["app"] == "app.asgi:app" and got["port"] == 0 and got["workers"] == 1 and got["host"] == "127.0.0.1"
     assert got["loop"] == "uvloop" and got["http"] == "httptools" and got["access_log"] is False
     # the Responses WebSocket: sans-io websockets, frames up to a body's size, pings, deflate
     assert got["ws"] == "websockets-sansio" and got["ws_max_size"] == 32 * 1024 * 1024

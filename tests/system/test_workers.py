@@ -1,0 +1,163 @@
+"""``switchboard serve --workers 2`` on real processes (app.workers).
+
+Each worker listens on its own ``SO_REUSEPORT`` socket: connections opened together are
+spread over both workers by the kernel (uvicorn's shared socket left most of them to one);
+a worker that dies is started again and the port keeps answering meanwhile; a busy port
+fails the start with one message.  The drain with workers is covered by
+``tests/system/test_drain.py`` (parametrized over one process and two workers).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+E2E = Path(__file__).resolve().parent.parent / "e2e"
+if str(E2E) not in sys.path:
+    sys.path.insert(0, str(E2E))
+from proxy_harness import Proxy, proxy_python  # noqa: E402
+
+KEY = "sk-workers-client"
+CONFIG = {
+    "auth": {"keys": [KEY]},
+    "providers": [{"name": "demo", "profile": "demo"}],
+    "models": [{"name": "demo", "provider": "demo"}],
+    "store": {"enabled": False},
+}
+CONNECTIONS = 24
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[Proxy]:
+    p = Proxy(dict(CONFIG), tmp_path, args=("--workers", "2")).start()
+    yield p
+    p.stop()
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry))
+    return sorted(out)
+
+
+def workers_of(p: Proxy, n: int = 2, wait: float = 15.0) -> list[int]:
+    """The supervisor's ``n`` live workers, once each has its own socket listening."""
+    assert p.proc is not None
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        kids = children(p.proc.pid)
+        if len(kids) == n and all(listening(k, p.port) for k in kids):
+            return kids
+        time.sleep(0.1)
+    pytest.fail(f"expected {n} listening workers, found {children(p.proc.pid)}\n{p.log()}")
+
+
+def socket_inodes(pid: int) -> set[int]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(int(target[8:-1]))
+    return out
+
+
+def tcp_table() -> list[tuple[int, int, int, int]]:
+    """/proc/net/tcp rows: (local port, remote port, state, inode)."""
+    rows = []
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            rows.append(
+                (int(cols[1].split(":")[1], 16), int(cols[2].split(":")[1], 16), int(cols[3], 16), int(cols[9]))
+            )
+    return rows
+
+
+def listening(pid: int, port: int) -> bool:
+    mine = socket_inodes(pid)
+    return any(lp == port and state == 0x0A and inode in mine for lp, _, state, inode in tcp_table())
+
+
+def healthz(sock: socket.socket) -> None:
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got or not got.endswith(b"}"):
+        chunk = sock.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 200"), got
+
+
+def test_connections_spread_over_both_workers(proxy: Proxy) -> None:
+    """24 keep-alive connections opened together: each worker holds some of them (all on one
+    worker by chance: 2 × 2^-24), and every one of them answers."""
+    pids = workers_of(proxy)
+    conns = [socket.create_connection(("127.0.0.1", proxy.port), timeout=5) for _ in range(CONNECTIONS)]
+    try:
+        for c in conns:
+            healthz(c)
+        ports = {c.getsockname()[1] for c in conns}
+        table = tcp_table()
+        held = {}
+        for pid in pids:
+            mine = socket_inodes(pid)
+            held[pid] = sum(1 for lp, rp, _, inode in table if lp == proxy.port and rp in ports and inode in mine)
+        assert sum(held.values()) == CONNECTIONS, held
+        assert all(n > 0 for n in held.values()), held
+        for c in conns:  # still alive, on whichever worker took it
+            healthz(c)
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_a_dead_worker_is_replaced_and_the_port_keeps_answering(proxy: Proxy) -> None:
+    first, second = workers_of(proxy)
+    os.kill(first, signal.SIGKILL)
+    body = {"model": "demo", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(timeout=5) as c:
+        for _ in range(20):  # new connections: the dead worker's socket is gone, the other answers
+            hdrs = {"connection": "close", "authorization": f"Bearer {KEY}"}
+            r = c.post(f"{proxy.url}/v1/chat/completions", json=body, headers=hdrs)
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+    now = workers_of(proxy)
+    assert second in now and first not in now
+    assert "worker_exited" in proxy.log(200_000) and "worker_restarted" in proxy.log(200_000)
+
+
+def test_a_taken_port_fails_the_start_with_one_message(tmp_path: Path) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text("providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n")
+        port = str(busy.getsockname()[1])
+        argv = [str(proxy_python()), "-m", "app.cli", "serve", "--config", str(cfg), "--port", port, "--workers", "2"]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert r.returncode == 1, r
+        assert f"cannot bind 127.0.0.1:{port}" in r.stderr, r.stderr
+    finally:
+        busy.close()
