@@ -123,11 +123,14 @@ class Supervisor:
             sig = self.signals.pop(0)
             if not self.stopping:
                 log.info("workers_stopping", signal=signal.Signals(sig).name, workers=self.n)
-            self.stopping = True
-            for p in self.procs:
-                if p is not None and p.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):  # exited since poll()
-                        p.send_signal(sig)
+            self._signal_all(sig)
+
+    def _signal_all(self, sig: int) -> None:
+        self.stopping = True
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):  # exited since poll()
+                    p.send_signal(sig)
 
     def run(self) -> int:
         try:
@@ -176,8 +179,7 @@ class Supervisor:
                 if self.crashes >= _CRASH_LIMIT:
                     log.error("workers_failing", crashes=self.crashes, message="workers keep exiting; stopping")
                     self.failed = True
-                    self.signals.append(signal.SIGTERM)
-                    codes[i] = code
+                    self._signal_all(signal.SIGTERM)
                     continue
                 restart_at[i] = now + _RESTART_DELAY
             if self.stopping and all(p is None or p.poll() is not None for p in self.procs):
