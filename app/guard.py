@@ -32,6 +32,7 @@ only matters for an open proxy; with client keys configured, a rebinding page ha
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable
@@ -53,6 +54,7 @@ def _host_name(host: str) -> str:
     return name if sep and port.isdigit() and ":" not in name else host
 
 
+@functools.lru_cache(maxsize=256)  # a client sends the same Host on every request
 def _loopback(name: str) -> bool:
     if name == "localhost" or name.endswith(".localhost"):
         return True

@@ -74,6 +74,8 @@ LABELS: dict[str, frozenset[str]] = {
 }
 
 
+_KEY_MEMO = 4096  # label sets whose series key is remembered (Metrics._keys)
+
 Series = dict[tuple[tuple[str, str], ...], float]
 
 
@@ -81,7 +83,7 @@ class Metrics:
     """The counters of one app instance (``create_app`` makes one: two apps in one process,
     as in the tests, never see each other's counts)."""
 
-    __slots__ = ("counters", "labels", "gauges")
+    __slots__ = ("counters", "labels", "gauges", "_keys")
 
     def __init__(self, providers: Iterable[str] = (), codes: Iterable[str] = (), models: Iterable[str] = ()) -> None:
         self.counters: dict[str, Series] = defaultdict(lambda: defaultdict(float))
@@ -94,6 +96,10 @@ class Metrics:
             "code": LABELS["code"] | frozenset(codes),
             "model": LABELS["model"] | frozenset(models),
         }
+        # the series key of each label set already seen, as the call site passed it (a call
+        # site passes its labels in one order): one lookup instead of a sort and a set test
+        # per label on every request; bounded, as the series are
+        self._keys: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
 
     def _clean(self, labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
         sets = self.labels
@@ -105,7 +111,12 @@ class Metrics:
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         series = self.counters[name]
-        key = self._clean(labels)
+        given = tuple(labels.items())
+        key = self._keys.get(given)
+        if key is None:
+            key = self._clean(labels)
+            if len(self._keys) < _KEY_MEMO:
+                self._keys[given] = key
         if key not in series and len(series) >= MAX_SERIES:
             key = tuple((k, OTHER) for k, _ in key)
         series[key] += value

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import structlog
 
 from app import cli
 from app.config import ConfigError, load_config
+from app.workers import SUPERVISOR_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config.example.yaml"
@@ -107,3 +109,25 @@ def test_serve_with_a_broken_config_exits_2(tmp_path: Path, capsys: Any) -> None
     bad.write_text("providers: []\n")
     assert cli.main(["serve", "--config", str(bad)]) == 2
     assert "invalid configuration" in capsys.readouterr().err
+
+
+def test_serve_reuse_port_serves_on_its_own_reuseport_socket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import uvicorn
+
+    got: dict[str, Any] = {}
+
+    def run(self: uvicorn.Server, sockets: list[socket.socket]) -> None:
+        s = sockets[0]
+        got.update(
+            app=self.config.app, reuse=s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT), port=s.getsockname()
+        )
+        got["listening"] = s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        s.close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.delenv(SUPERVISOR_ENV, raising=False)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n")
+    assert cli.main(["serve", "--config", str(cfg), "--port", "0", "--reuse-port", "--log-level", "warning"]) == 0
+    assert got["app"] == "app.asgi:app" and got["reuse"] == 1 and got["listening"] == 1
+    assert got["port"][0] == "127.0.0.1"

@@ -8,6 +8,7 @@ import datetime
 import ssl
 from collections.abc import Awaitable, Callable
 
+import httpcore
 import httpx
 import pytest
 from cryptography import x509
@@ -186,4 +187,68 @@ async def test_tls_with_an_untrusted_certificate_fails_to_connect(tmp_path):
     async with httpx.AsyncClient(transport=transport(verify=ssl.create_default_context())) as c:
         with pytest.raises(httpx.ConnectError):
             await c.get(f"https://localhost:{port}/")
+    srv.close()
+
+
+class _Recorder(asyncio.Protocol):
+    """A server that notes each piece of bytes as the socket delivered it."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.pieces.append(data)
+
+
+async def _recorded_stream() -> tuple[asyncio.Server, _Recorder, LoopStream]:
+    rec = _Recorder()
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(lambda: rec, "127.0.0.1", 0)
+    stream = await LoopBackend().connect_tcp("127.0.0.1", srv.sockets[0].getsockname()[1], timeout=5)
+    return srv, rec, stream  # type: ignore[return-value]
+
+
+async def test_writes_are_held_until_the_next_read_and_go_out_as_one():
+    srv, rec, stream = await _recorded_stream()
+    await stream.write(b"POST / HTTP/1.1\r\ncontent-length: 4\r\n\r\n")
+    await stream.write(b"body")
+    await asyncio.sleep(0.05)
+    assert rec.pieces == []  # nothing sent yet: the head waits for its body
+    assert rec.transport is not None
+    rec.transport.write(b"answer")
+    assert await stream.read(1024, timeout=5) == b"answer"  # the read sent them first
+    await asyncio.sleep(0.05)
+    assert rec.pieces == [b"POST / HTTP/1.1\r\ncontent-length: 4\r\n\r\nbody"]
+    await stream.aclose()
+    srv.close()
+
+
+async def test_a_write_past_the_cork_size_goes_out_at_once():
+    srv, rec, stream = await _recorded_stream()
+    big = b"x" * (64 * 1024)
+    await stream.write(big)
+    for _ in range(100):
+        if sum(map(len, rec.pieces)) == len(big):
+            break
+        await asyncio.sleep(0.01)
+    assert b"".join(rec.pieces) == big
+    await stream.aclose()
+    srv.close()
+
+
+async def test_held_bytes_on_a_lost_connection_fail_the_read():
+    srv, rec, stream = await _recorded_stream()
+    await stream.write(b"GET / HTTP/1.1\r\n\r\n")
+    assert rec.transport is not None
+    rec.transport.abort()  # the peer resets before the request went out
+    for _ in range(100):
+        if stream._lost:
+            break
+        await asyncio.sleep(0.01)
+    with pytest.raises(httpcore.ReadError, match="closed"):
+        await stream.read(1024, timeout=1)
     srv.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app import cli, workers
+from app import workers
 from app.workers import Supervisor
 
 # a worker: notes its arguments and each signal in DIR/<pid>, exits 0 on SIGTERM/SIGINT
@@ -180,25 +180,3 @@ def test_die_with_parent(monkeypatch: pytest.MonkeyPatch) -> None:
     if os.getppid() != 1:
         with pytest.raises(SystemExit):
             workers.die_with_parent()  # the supervisor is gone already: the worker exits
-
-
-def test_serve_reuse_port_serves_on_its_own_reuseport_socket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import uvicorn
-
-    got: dict[str, Any] = {}
-
-    def run(self: uvicorn.Server, sockets: list[socket.socket]) -> None:
-        s = sockets[0]
-        got.update(
-            app=self.config.app, reuse=s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT), port=s.getsockname()
-        )
-        got["listening"] = s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-        s.close()
-
-    monkeypatch.setattr(uvicorn.Server, "run", run)
-    monkeypatch.delenv(workers.SUPERVISOR_ENV, raising=False)
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n")
-    assert cli.main(["serve", "--config", str(cfg), "--port", "0", "--reuse-port", "--log-level", "warning"]) == 0
-    assert got["app"] == "app.asgi:app" and got["reuse"] == 1 and got["listening"] == 1
-    assert got["port"][0] == "127.0.0.1"
