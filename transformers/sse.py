@@ -16,6 +16,12 @@ its last ``data:`` line).  The parser follows the WHATWG rules that matter on th
 * several ``data:`` lines join with ``\\n``; one space after the colon is dropped;
 * an event is dispatched at a blank line, only if it had data.
 
+The bytes are cut at blank lines first: an unfinished event waits in the buffer whole, and
+each finished one is either one of the two shapes upstreams send (one ``data: `` line, as
+Chat; an ``event: `` line then one ``data: `` line, as Responses), read with two slices, or
+anything else, read line by line with the rules above (the tests check both against a
+line-by-line reference at every split).
+
 A peer that never ends a line or an event cannot make the parser hold more than
 ``MAX_EVENT_BYTES``: past it ``feed`` raises ``SSEOverflow`` (the caller fails the stream).
 
@@ -43,6 +49,7 @@ class SSEEvent(NamedTuple):
 
 
 DONE = b"data: [DONE]\n\n"
+_new = tuple.__new__  # SSEEvent without the Python-level __new__ of a NamedTuple
 
 
 class SSEParser:
@@ -57,22 +64,37 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buf = self._buf + chunk if self._buf else chunk
+        held = b""
         if b"\r" in buf:
-            held = b""
             if buf.endswith(b"\r"):
                 # might be the first half of a CRLF: decide when the next byte comes
                 buf, held = buf[:-1], b"\r"
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            lines = buf.split(b"\n")
-            self._buf = lines.pop() + held
-        else:
-            lines = buf.split(b"\n")
-            self._buf = lines.pop()
+        # whole events end at a blank line; the unfinished one waits for its end, whole
+        blocks = buf.split(b"\n\n")
+        self._buf = blocks.pop() + held
         if len(self._buf) > self.max_bytes:
-            raise SSEOverflow(f"an upstream line is longer than {self.max_bytes} bytes")
-        if not lines:
+            raise SSEOverflow(f"an upstream event is longer than {self.max_bytes} bytes")
+        if not blocks:
             return []
-        return self._lines(lines)
+        out: list[SSEEvent] = []
+        for block in blocks:
+            # the two shapes upstreams send, without the line-by-line rules: one ``data:``
+            # line (Chat), or an ``event:`` line and one ``data:`` line (Responses)
+            if block[:6] == b"data: ":
+                if b"\n" not in block:
+                    out.append(_new(SSEEvent, (None, block[6:].decode("utf-8", "replace"))))
+                    continue
+            elif block[:7] == b"event: ":
+                nl = block.find(b"\n")
+                if nl > 0 and block[nl + 1 : nl + 7] == b"data: " and block.find(b"\n", nl + 1) < 0:
+                    name = block[7:nl].decode("utf-8", "replace")
+                    out.append(_new(SSEEvent, (name, block[nl + 7 :].decode("utf-8", "replace"))))
+                    continue
+            lines = block.split(b"\n")
+            lines.append(b"")
+            out += self._lines(lines)
+        return out
 
     def end(self) -> list[SSEEvent]:
         """Flush at end of stream: a last event without its blank line still counts."""

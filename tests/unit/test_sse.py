@@ -79,3 +79,58 @@ def test_overflow_bounds_a_line_and_an_event() -> None:
     p = SSEParser(max_bytes=1024)
     for _ in range(50):  # complete events release what they held
         assert len(p.feed(b"data: " + b"x" * 600 + b"\n\n")) == 1
+
+
+def reference(wire: bytes) -> list[SSEEvent]:
+    """The WHATWG rules, line by line, on the whole stream at once (what the parser's fast
+    shapes must agree with)."""
+    text = wire.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    lines = text.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the stream ended with a line break
+    lines.append(b"")  # end(): what is left counts as a finished event
+    out: list[SSEEvent] = []
+    event, data = None, []
+    for line in lines:
+        if not line:
+            if data:
+                out.append(SSEEvent(event, b"\n".join(data).decode("utf-8", "replace")))
+            event, data = None, []
+            continue
+        if line.startswith(b":"):
+            continue
+        name, sep, value = line.partition(b":")
+        if sep and value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            data.append(value)
+        elif name == b"event":
+            event = value.decode("utf-8", "replace")
+    return out
+
+
+_values = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
+_lines = st.one_of(
+    _values.map(lambda v: b"data: " + v.encode()),
+    _values.map(lambda v: b"data:" + v.encode()),
+    _values.map(lambda v: b"event: " + v.encode()),
+    _values.map(lambda v: b"event:" + v.encode()),
+    _values.map(lambda v: b": " + v.encode()),
+    st.sampled_from([b"", b"", b"", b"id: 3", b"retry: 10", b"data", b"event", b"junk line"]),
+)
+
+
+@given(st.lists(_lines, max_size=24), st.data(), st.sampled_from([b"\n", b"\r\n", b"\r"]))
+def test_any_mix_of_lines_at_any_split_parses_as_the_rules_say(
+    lines: list[bytes], data: st.DataObject, eol: bytes
+) -> None:
+    wire = b"".join(line + eol for line in lines)
+    if data.draw(st.booleans()) and wire:
+        wire = wire[: -len(eol)]  # a stream that stops without its last line break
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=10)))
+    chunks, prev = [], 0
+    for c in cuts:
+        chunks.append(wire[prev:c])
+        prev = c
+    chunks.append(wire[prev:])
+    assert parse_all(chunks) == reference(wire)
