@@ -12,7 +12,8 @@ event, twice what the Bridge spends on it.
 ``CoalescingChunkedReader`` replaces h11's reader: it parses every chunk *already in h11's
 buffer* in one pass (the same grammar and errors as h11's: ``chunk_header_re``, the CRLF
 after each chunk, the trailer) and answers their data as one ``Data`` event; the bytes it
-consumed leave the buffer once per call (h11's reader cut the buffer's bytearray once per
+consumed leave the buffer once per call; a chunk size of hex digits alone, what upstreams
+send, is read without the regex, anything else goes through h11's ``chunk_header_re`` (h11's reader cut the buffer's bytearray once per
 chunk, moving the rest of a 64 KiB read each time).  It never waits for bytes that have not
 arrived, so an event is not delayed: a token-rate stream (one chunk per read) goes through
 as before.  What comes after the joined data keeps its order:
@@ -46,6 +47,8 @@ from h11._state import SEND_BODY
 __all__ = ["CoalescingChunkedReader", "install"]
 
 _CRLF = b"\r\n"
+_HEX = b"0123456789abcdefABCDEF"
+_PLAIN_SIZE_MAX = 16  # hex digits h11's chunk_size accepts (``[0-9A-Fa-f]{1,20}``: kept below)
 
 
 class CoalescingChunkedReader:
@@ -96,12 +99,16 @@ class CoalescingChunkedReader:
                     i = data.find(_CRLF, pos)
                     if i < 0:
                         break
-                    line = bytes(data[pos : i + 2])
-                    m = chunk_header_re.fullmatch(line)
-                    if m is None:
-                        raise LocalProtocolError(f"illegal chunk header: {line!r}")
+                    size = data[pos:i]
+                    if 0 < i - pos <= _PLAIN_SIZE_MAX and not size.translate(None, _HEX):
+                        left = int(size, 16)  # hex digits only, what upstreams send: no regex
+                    else:  # extensions, whitespace, junk: h11's own grammar decides
+                        line = bytes(data[pos : i + 2])
+                        m = chunk_header_re.fullmatch(line)
+                        if m is None:
+                            raise LocalProtocolError(f"illegal chunk header: {line!r}")
+                        left = int(m["chunk_size"], 16)
                     pos = i + 2
-                    left = int(m["chunk_size"], 16)
                     if left == 0:
                         last = True
                         break

@@ -142,6 +142,11 @@ def _run(reader_cls, wire: bytes, cuts: list[int]) -> tuple[bytes, bool, str]:
 _piece = st.one_of(
     st.binary(min_size=1, max_size=30).map(lambda b: b"%x\r\n%b\r\n" % (len(b), b)),
     st.binary(min_size=1, max_size=10).map(lambda b: b"%X;ext=1 \r\n%b\r\n" % (len(b), b)),
+    # sizes the digits-only fast path reads (upper case, leading zeros) and the ones it leaves
+    # to h11's grammar (17-20 digits, 21 digits, a sign, a space, an underscore)
+    st.binary(min_size=10, max_size=20).map(lambda b: b"%04X\r\n%b\r\n" % (len(b), b)),
+    st.sampled_from([b"00000000000000000001\r\nx\r\n", b"000000000000000000001\r\nx\r\n"]),
+    st.sampled_from([b"+1\r\nx\r\n", b" 1\r\nx\r\n", b"0_1\r\nx\r\n", b"1 \r\nx\r\n"]),
     st.sampled_from([b"zz\r\n", b"3\r\nabcXY", b"\r\n", b"0\r\nx-trailer: 1\r\n\r\n", b"1;\r\n"]),
 )
 
