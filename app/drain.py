@@ -36,8 +36,8 @@ Anything that holds a client connection open registers itself (``register``) wit
 ``stop(code)`` method and unregisters when its answer is complete: the HTTP pump
 (``app.pipeline.ProxyResponse``) does; the WebSocket transport can do the same with its
 sockets, and wait on ``event`` (set when the drain starts) to refuse new work.
-With ``--workers N`` uvicorn's supervisor passes SIGTERM to every worker, and each drains
-on its own.
+With ``--workers N`` the supervisor (``app.workers``) passes every signal on to every
+worker, and each drains on its own.
 """
 
 from __future__ import annotations

@@ -1,0 +1,186 @@
+"""Instructions per request through the proxy, counted by callgrind: a figure that does not
+move with what else the machine is doing (CPU time on a shared 2-core machine moved by 2×
+between runs of the same build on one day).
+
+    python -m bench.instructions [--proxy-cmd CMD] [--requests N] [--only REGEX]
+
+For each case: the fake upstream (``bench/fake_upstream.py``, natively), then
+``switchboard serve`` under ``valgrind --tool=callgrind``, 100 warm-up requests on one
+keep-alive connection, the counters zeroed (``callgrind_control -z``), N requests, a dump
+(``callgrind_control -d``); the dump's total divided by N.  Everything the proxy process
+does for those requests is counted (the event loop, uvicorn, the app, httpx, the kernel
+calls' user-side work), nothing else.  Per event = the difference between the 200- and
+20-chunk streams over 180.  A/B two builds with ``--proxy-cmd``; valgrind makes each case
+take about a minute.  Listens and connects on 127.0.0.1 only; every child is stopped by its
+pid, also on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+
+# name → (path, body)
+CASES: dict[str, tuple[str, bytes]] = {
+    "ns-chat": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n20-d0","stream":false,"messages":[{"role":"user","content":"hi"}]}',
+    ),
+    "st-chat-n20": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n20-d0","stream":true,"messages":[{"role":"user","content":"hi"}]}',
+    ),
+    "st-chat-n200": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n200-d0","stream":true,"messages":[{"role":"user","content":"hi"}]}',
+    ),
+    "st-resp-n20": ("/v1/responses", b'{"model":"bench-resp-n20-d0","stream":true,"store":false,"input":"hi"}'),
+    "st-resp-n200": ("/v1/responses", b'{"model":"bench-resp-n200-d0","stream":true,"store":false,"input":"hi"}'),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _request(path: str, body: bytes) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\n"
+    return head.encode() + b"content-length: %d\r\n\r\n" % len(body) + body
+
+
+def send(port: int, n: int, path: str, body: bytes) -> None:
+    """``n`` requests on one keep-alive connection, each read to its end (200 required)."""
+    req = _request(path, body)
+    with socket.create_connection((HOST, port), timeout=60) as s:
+        for _ in range(n):
+            s.sendall(req)
+            buf = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise RuntimeError("the proxy closed the connection")
+                buf += chunk
+                head, sep, rest = buf.partition(b"\r\n\r\n")
+                if not sep:
+                    continue
+                if not head.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"the proxy answered {head[:200]!r}")
+                m = re.search(rb"content-length: (\d+)", head, re.I)
+                if (m and len(rest) >= int(m.group(1))) or (not m and rest.endswith(b"0\r\n\r\n")):
+                    break
+
+
+def total_instructions(dump: Path) -> int:
+    """The ``summary:`` (or ``totals:``) line of a callgrind dump: instructions counted."""
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dump}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def measure(cmd: list[str], case: str, n: int, work: Path) -> int:
+    path, body = CASES[case]
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "bench.fake_upstream", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE
+    )
+    proxy = None
+    try:
+        assert fake.stdout is not None
+        m = re.match(rb"READY (\d+)", fake.stdout.readline())
+        if not m:
+            raise RuntimeError("the fake upstream did not start")
+        base = f"http://{HOST}:{int(m.group(1))}/v1"
+        port = _free_port()
+        cfg = {
+            "server": {"host": HOST, "port": port, "drain": {"announce_seconds": 0}},
+            "store": {"enabled": False},
+            "providers": [
+                {"name": "fake-chat", "profile": "openai-compatible", "protocol": "chat", "base_url": base},
+                {"name": "fake-resp", "profile": "openai-compatible", "protocol": "responses", "base_url": base},
+            ],
+            "models": [
+                {"name": "bench-chat-*", "provider": "fake-chat"},
+                {"name": "bench-resp-*", "provider": "fake-resp"},
+            ],
+        }
+        (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+        out = work / f"callgrind-{case}.out"
+        argv = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out}.%p"]
+        argv += [*cmd, "serve", "--config", str(work / "config.yaml"), "--log-level", "warning"]
+        with open(work / f"proxy-{case}.log", "wb") as log:
+            proxy = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                socket.create_connection((HOST, port), timeout=1).close()
+                break
+            except OSError:
+                if proxy.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the proxy did not start: see {work}/proxy-{case}.log") from None
+                time.sleep(0.5)
+        send(port, 100, path, body)
+        subprocess.run(["callgrind_control", "-z", str(proxy.pid)], check=True, capture_output=True)
+        send(port, n, path, body)
+        subprocess.run(["callgrind_control", "-d", str(proxy.pid)], check=True, capture_output=True)
+        return total_instructions(Path(f"{out}.{proxy.pid}.1")) // n
+    finally:
+        if proxy is not None:
+            _stop(proxy)
+        _stop(fake)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--proxy-cmd", default=str(ROOT / ".venv" / "bin" / "switchboard"))
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--only", help="cases whose name matches this regex")
+    args = ap.parse_args(argv)
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            print(f"{tool} is not installed (Debian: valgrind)", file=sys.stderr)
+            return 2
+    cases = [c for c in CASES if not args.only or re.search(args.only, c)]
+    work = Path(tempfile.mkdtemp(prefix="switchboard-instr-"))
+    got: dict[str, int] = {}
+    print(f"proxy: {args.proxy_cmd}; {args.requests} requests per case; work dir {work}")
+    print("| case | instructions per request |\n|---|---|")
+    for case in cases:
+        got[case] = measure(args.proxy_cmd.split(), case, args.requests, work)
+        print(f"| {case} | {got[case]:,} |", flush=True)
+    for proto in ("chat", "resp"):
+        a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-n200")
+        if a and b:
+            print(f"| st-{proto}: per text event | {(b - a) // 180:,} |")
+    if os.environ.get("KEEP_WORKDIR") is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
