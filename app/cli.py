@@ -60,6 +60,9 @@ def _serve(args: argparse.Namespace) -> int:
         ws_per_message_deflate=cfg.server.websocket.per_message_deflate,
         server_header=False,
         date_header=False,
+        # nothing reads the client address or scheme (logs carry request ids, not peers):
+        # no X-Forwarded-* rewriting layer in front of every request
+        proxy_headers=False,
     )
     if args.reuse_port:  # one worker of app.workers.Supervisor: its own socket on the shared port
         from app import workers as supervision

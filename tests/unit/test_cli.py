@@ -94,6 +94,7 @@ def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
     assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "1", "--log-level", "warning"]) == 0
     assert got["app"] == "app.asgi:app" and got["port"] == 0 and got["workers"] == 1 and got["host"] == "127.0.0.1"
     assert got["loop"] == "uvloop" and got["http"] == "httptools" and got["access_log"] is False
+    assert got["proxy_headers"] is False
     # the Responses WebSocket: sans-io websockets, frames up to a body's size, pings, deflate
     assert got["ws"] == "websockets-sansio" and got["ws_max_size"] == 32 * 1024 * 1024
     assert got["ws_ping_interval"] == got["ws_ping_timeout"] == 20.0 and got["ws_per_message_deflate"] is True
