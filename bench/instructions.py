@@ -132,7 +132,7 @@ def measure(cmd: list[str], case: str, n: int, work: Path) -> int:
         (work / "config.yaml").write_text(yaml.safe_dump(cfg))
         out = work / f"callgrind-{case}.out"
         argv = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out}.%p"]
-        argv += [*cmd, "serve", "--config", str(work / "config.yaml"), "--log-level", "warning"]
+        argv += [*cmd, "serve", "--config", str(work / "config.yaml")]  # the default log level: a line per request
         with open(work / f"proxy-{case}.log", "wb") as log:
             proxy = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 300

@@ -49,6 +49,17 @@ def test_encode_roundtrip() -> None:
     assert parse_all([wire]) == [SSEEvent("response.created", '{"a":1}'), SSEEvent(None, "2"), SSEEvent(None, "[DONE]")]
 
 
+def split_at(wire: bytes, data: st.DataObject) -> list[bytes]:
+    """``wire`` cut at up to 10 places hypothesis picks."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=10)))
+    chunks, prev = [], 0
+    for c in cuts:
+        chunks.append(wire[prev:c])
+        prev = c
+    chunks.append(wire[prev:])
+    return chunks
+
+
 payloads = st.lists(
     st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",))), min_size=1, max_size=8
 )
@@ -57,12 +68,7 @@ payloads = st.lists(
 @given(payloads, st.data(), st.sampled_from([b"\n", b"\r\n", b"\r"]))
 def test_any_split_any_line_ending_loses_nothing(datas: list[str], data: st.DataObject, eol: bytes) -> None:
     wire = b"".join(b"data: " + d.encode() + eol + eol for d in datas)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=10)))
-    chunks, prev = [], 0
-    for c in cuts:
-        chunks.append(wire[prev:c])
-        prev = c
-    chunks.append(wire[prev:])
+    chunks = split_at(wire, data)
     assert [e.data for e in parse_all(chunks)] == datas
 
 
@@ -127,10 +133,5 @@ def test_any_mix_of_lines_at_any_split_parses_as_the_rules_say(
     wire = b"".join(line + eol for line in lines)
     if data.draw(st.booleans()) and wire:
         wire = wire[: -len(eol)]  # a stream that stops without its last line break
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=10)))
-    chunks, prev = [], 0
-    for c in cuts:
-        chunks.append(wire[prev:c])
-        prev = c
-    chunks.append(wire[prev:])
+    chunks = split_at(wire, data)
     assert parse_all(chunks) == reference(wire)
