@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from httpcore import (
@@ -254,37 +254,42 @@ class LoopBackend(AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        stream = LoopStream(loop)
-        try:
-            async with asyncio.timeout(timeout):
-                await loop.create_connection(
-                    lambda: stream, host, port, local_addr=(local_address, 0) if local_address else None
-                )
-        except TimeoutError:
-            raise ConnectTimeout(f"connecting to {host}:{port} timed out") from None
-        except OSError as e:
-            raise ConnectError(str(e) or type(e).__name__) from None
-        _set_options(stream, socket_options)
-        return stream
+        local = (local_address, 0) if local_address else None
+        return await _connect(
+            lambda loop, make: loop.create_connection(make, host, port, local_addr=local),
+            f"{host}:{port}",
+            timeout,
+            socket_options,
+        )
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
     ) -> AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        stream = LoopStream(loop)
-        try:
-            async with asyncio.timeout(timeout):
-                await loop.create_unix_connection(lambda: stream, path)
-        except TimeoutError:
-            raise ConnectTimeout(f"connecting to {path} timed out") from None
-        except OSError as e:
-            raise ConnectError(str(e) or type(e).__name__) from None
-        _set_options(stream, socket_options)
-        return stream
+        return await _connect(lambda loop, make: loop.create_unix_connection(make, path), path, timeout, socket_options)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+async def _connect(
+    open_: Callable[[asyncio.AbstractEventLoop, Callable[[], LoopStream]], Awaitable[Any]],
+    where: str,
+    timeout: float | None,
+    options: Iterable[Any] | None,
+) -> LoopStream:
+    """A connection made by ``open_(loop, protocol_factory)`` on a new ``LoopStream``, its
+    failures as httpcore's (the table in the module docstring)."""
+    loop = asyncio.get_running_loop()
+    stream = LoopStream(loop)
+    try:
+        async with asyncio.timeout(timeout):
+            await open_(loop, lambda: stream)
+    except TimeoutError:
+        raise ConnectTimeout(f"connecting to {where} timed out") from None
+    except OSError as e:
+        raise ConnectError(str(e) or type(e).__name__) from None
+    _set_options(stream, options)
+    return stream
 
 
 def _set_options(stream: LoopStream, options: Iterable[Any] | None) -> None:

@@ -3,12 +3,15 @@ with nothing waited for and every error and end kept."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import h11
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from app.h11_chunks import CoalescingChunkedReader, install
+from tests.unit.cuts import pieces
 
 HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -34,6 +37,25 @@ def events(c: h11.Connection) -> list:
         out.append(ev)
         if isinstance(ev, h11.EndOfMessage):
             return out
+
+
+@dataclass
+class Read:
+    """What a connection answered: its data, and whether the message ended (kept as far as
+    it got when an error stops the reading)."""
+
+    got: list[bytes] = field(default_factory=list)
+    ended: bool = False
+
+
+def feed(c: h11.Connection, body: bytes, cuts: list[int], read: Read) -> None:
+    """Feed ``body`` to ``c`` in the pieces ``cuts`` make, noting what comes out in ``read``."""
+    for piece in pieces(body, cuts):
+        c.receive_data(piece)
+        for ev in events(c):
+            if isinstance(ev, h11.Data):
+                read.got.append(bytes(ev.data))
+            read.ended = read.ended or isinstance(ev, h11.EndOfMessage)
 
 
 def test_installed_for_new_connections():
@@ -92,18 +114,9 @@ def test_truncated_body_fails_as_before():
 @given(st.lists(st.binary(min_size=1, max_size=40), max_size=12), st.lists(st.integers(1, 60), max_size=30))
 def test_same_bytes_at_every_split(parts, cuts):
     body = HEAD + chunked(parts)
-    c = client()
-    got, pos, ended = [], 0, False
-    for n in [*cuts, len(body)]:
-        c.receive_data(body[pos : pos + n])
-        pos += n
-        for ev in events(c):
-            if isinstance(ev, h11.Data):
-                got.append(bytes(ev.data))
-            ended = ended or isinstance(ev, h11.EndOfMessage)
-        if pos >= len(body):
-            break
-    assert b"".join(got) == b"".join(parts) and ended
+    read = Read()
+    feed(client(), body, cuts, read)
+    assert b"".join(read.got) == b"".join(parts) and read.ended
 
 
 def _run(reader_cls, wire: bytes, cuts: list[int]) -> tuple[bytes, bool, str]:
@@ -117,24 +130,15 @@ def _run(reader_cls, wire: bytes, cuts: list[int]) -> tuple[bytes, bool, str]:
         c = h11.Connection(h11.CLIENT)
         c.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
         c.send(h11.EndOfMessage())
-        body = HEAD + wire
-        got, pos, ended = [], 0, False
+        read = Read()
         try:
-            for n in [*cuts, len(body)]:
-                c.receive_data(body[pos : pos + n])
-                pos += n
-                for ev in events(c):
-                    if isinstance(ev, h11.Data):
-                        got.append(bytes(ev.data))
-                    ended = ended or isinstance(ev, h11.EndOfMessage)
-                if pos >= len(body):
-                    break
-            if not ended:
+            feed(c, HEAD + wire, cuts, read)
+            if not read.ended:
                 c.receive_data(b"")  # the peer closed
                 events(c)
         except h11.RemoteProtocolError as e:
-            return b"".join(got), ended, type(e).__name__
-        return b"".join(got), ended, ""
+            return b"".join(read.got), read.ended, type(e).__name__
+        return b"".join(read.got), read.ended, ""
     finally:
         READERS[SEND_BODY]["chunked"] = saved
 

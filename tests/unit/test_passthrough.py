@@ -10,6 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.cuts import pieces
 from transformers.bridge import Bridge, open_bridge
 from transformers.context import Ctx
 from transformers.passthrough import ChatPassthrough
@@ -38,13 +39,7 @@ def run(events: list[bytes], cuts: list[int], *, passthrough: bool, quirks=froze
     _, b = open_bridge(BODY, "chat", "chat", ctx)
     if not passthrough:
         b.passthrough = None
-    wire = b"".join(events)
-    out, pos = [], 0
-    for n in [*cuts, len(wire)]:
-        out.append(b.receive_data(wire[pos : pos + n]))
-        pos += n
-        if pos >= len(wire):
-            break
+    out = [b.receive_data(piece) for piece in pieces(b"".join(events), cuts)]
     out.append(b.end())
     return _MINTED.sub(b"<minted>", b"".join(out)), sorted(ctx.repairs), b.terminal, b.error_code
 

@@ -13,6 +13,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.cuts import pieces
 from transformers import responses_encode
 from transformers.bridge import WSFraming, open_bridge
 from transformers.context import Ctx
@@ -150,12 +151,7 @@ def _bridge(upstream: str, wire: bytes, cuts: list[int], fast: bool, ws: bool) -
         b.framing = WSFraming()
     patch = mock.patch.object(ResponsesStreamEncoder, "text_delta", lambda self, text: None)
     with patch if not fast else mock.MagicMock():
-        out, pos = [], 0
-        for n in [*cuts, len(wire)]:
-            out.append(b.receive_data(wire[pos : pos + n]))
-            pos += n
-            if pos >= len(wire):
-                break
+        out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
         out.append(b.end())
     return _MINTED.sub(b"<minted>", b"".join(out))
 
