@@ -68,7 +68,9 @@ def _serve(args: argparse.Namespace) -> int:
         from app import workers as supervision
 
         supervision.die_with_parent()
-        sock = supervision.reuseport_socket(host, port, listen=True)
+        # bound, not listening: uvicorn listens once the app is up, so until then the kernel
+        # sends new connections to the other workers, not into this one's queue
+        sock = supervision.reuseport_socket(host, port, listen=False)
         uvicorn.Server(uvicorn.Config("app.asgi:app", **options)).run(sockets=[sock])
         return 0
     if workers > 1:

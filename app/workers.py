@@ -15,7 +15,8 @@ The supervisor (``run``):
    concrete port the workers then share; a socket that does not listen receives no
    connection;
 2. starts the workers: ``switchboard serve --reuse-port`` on that port, one process each,
-   in a process group of their own, so a terminal's Ctrl-C reaches them once, through the
+   each binding its own socket and listening only once its app is up (a worker starting,
+   or started again, gets no connection before it can serve), in a process group of their own, so a terminal's Ctrl-C reaches them once, through the
    supervisor, not twice (a second signal would force their drain);
 3. passes every SIGTERM/SIGINT it gets to every worker: the first starts each worker's
    drain (``app.drain``), a second ends it at once, as with one process;
@@ -62,7 +63,8 @@ def _address(host: str, port: int) -> tuple[int, Any]:
 
 
 def reuseport_socket(host: str, port: int, *, listen: bool, backlog: int = 2048) -> socket.socket:
-    """A TCP socket bound to ``host:port`` with SO_REUSEADDR and SO_REUSEPORT, listening or not."""
+    """A TCP socket bound to ``host:port`` with SO_REUSEADDR and SO_REUSEPORT, listening or
+    not (a socket that does not listen is not offered connections)."""
     family, addr = _address(host, port)
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

@@ -23,8 +23,17 @@ EXAMPLE = REPO / "config.example.yaml"
 
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Any:
+    # `serve` exports these for its workers: unset during a test and put back as they were
+    # after it, or later tests' proxies would inherit a test's log level
+    names = ("SWITCHBOARD_CONFIG", "SWITCHBOARD_LOG_LEVEL")
+    before = {n: os.environ.pop(n, None) for n in names}
     yield
     structlog.reset_defaults()
+    for n, v in before.items():
+        if v is None:
+            os.environ.pop(n, None)
+        else:
+            os.environ[n] = v
 
 
 def test_check_config_ok_says_open(capsys: Any, monkeypatch: Any) -> None:
@@ -89,8 +98,6 @@ def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
 
     got: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: got.update(app=app, **kw))
-    monkeypatch.delenv("SWITCHBOARD_CONFIG", raising=False)
-    monkeypatch.delenv("SWITCHBOARD_LOG_LEVEL", raising=False)
     assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "1", "--log-level", "warning"]) == 0
     assert got["app"] == "app.asgi:app" and got["port"] == 0 and got["workers"] == 1 and got["host"] == "127.0.0.1"
     assert got["loop"] == "uvloop" and got["http"] == "httptools" and got["access_log"] is False
@@ -112,7 +119,9 @@ def test_serve_with_a_broken_config_exits_2(tmp_path: Path, capsys: Any) -> None
     assert "invalid configuration" in capsys.readouterr().err
 
 
-def test_serve_reuse_port_serves_on_its_own_reuseport_socket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_serve_reuse_port_hands_uvicorn_its_own_reuseport_socket_not_yet_listening(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import uvicorn
 
     got: dict[str, Any] = {}
@@ -130,5 +139,7 @@ def test_serve_reuse_port_serves_on_its_own_reuseport_socket(monkeypatch: pytest
     cfg = tmp_path / "c.yaml"
     cfg.write_text("providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n")
     assert cli.main(["serve", "--config", str(cfg), "--port", "0", "--reuse-port", "--log-level", "warning"]) == 0
-    assert got["app"] == "app.asgi:app" and got["reuse"] == 1 and got["listening"] == 1
+    # not listening yet: uvicorn listens after the app's start-up, so no connection waits on
+    # a worker that cannot serve
+    assert got["app"] == "app.asgi:app" and got["reuse"] == 1 and got["listening"] == 0
     assert got["port"][0] == "127.0.0.1"
