@@ -95,6 +95,8 @@ ECHO = (
 ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_tier", "background")
 
 _BAD = frozenset({"upstream_bad_response", "upstream_bad_event"})
+# Chat passthrough: events in a row that were no run before a read's rest goes to the parser whole
+_LANE_MISSES = 3
 
 
 class AnswerError(Exception):
@@ -317,6 +319,8 @@ class Bridge:
         out: list[bytes] = []
         decoder = self.decoder
         try:
+            if self.passthrough is not None:
+                chunk = self._run(chunk, out)
             for ev in self.parser.feed(chunk):
                 self._event(ev.data, decoder, out)
                 if self.broken:
@@ -477,6 +481,55 @@ class Bridge:
             self.ctx.repaired("sse_junk_line_skipped")
             return
         self._encode(decoder.feed(obj), out)
+
+    def _run(self, chunk: bytes, out: list[bytes]) -> bytes:
+        """Forward the runs of passthrough events in ``chunk`` as their bytes (passthrough.py);
+        what is left, for the parser.  An event the parser holds unfinished is finished
+        first; between runs one event at a time goes through the full path, until
+        ``_LANE_MISSES`` in a row were no run (a stream's opening: its role chunk and first
+        text; its end: finish and usage), then the rest goes to the parser at once."""
+        pos = 0
+        n = len(chunk)
+        parser = self.parser
+        if parser.pending:
+            j = chunk.find(b"\n\n")
+            if j < 0:
+                return chunk
+            pos = j + 2
+            for ev in parser.feed(chunk[:pos]):
+                self._event(ev.data, self.decoder, out)
+                if self.broken:
+                    return b""
+        pt: ChatPassthrough = self.passthrough  # type: ignore[assignment]
+        enc = self.encoder
+        misses = 0
+        while pos < n and misses < _LANE_MISSES:
+            if not pt.armed and enc.plain_text:
+                pt.arm(*enc.text_template())
+            if (
+                pt.armed
+                and enc.plain_text
+                and self.decoder.plain_text
+                and (self.stage is None or self.stage.plain_text)
+                and not self._closed
+                and self.framing.__class__ is SSEFraming
+            ):
+                end = pt.run(chunk, pos)
+                if end > pos:
+                    out.append(chunk[pos:end])
+                    pos = end
+                    misses = 0
+                    continue
+            misses += 1
+            j = chunk.find(b"\n\n", pos)
+            if j < 0:
+                break
+            for ev in parser.feed(chunk[pos : j + 2]):
+                self._event(ev.data, self.decoder, out)
+                if self.broken:
+                    return b""
+            pos = j + 2
+        return chunk[pos:]
 
     def _passes(self, data: str, pt: ChatPassthrough, decoder: Any) -> bool:
         """Is ``data`` a text chunk the full path would write as it is (passthrough.py's table)?"""

@@ -62,6 +62,11 @@ class SSEParser:
         self._held = 0  # bytes in _data
         self.max_bytes = max_bytes
 
+    @property
+    def pending(self) -> bool:
+        """Bytes of an unfinished event (or line) wait for the rest."""
+        return bool(self._buf)
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buf = self._buf + chunk if self._buf else chunk
         held = b""

@@ -7,13 +7,16 @@ from __future__ import annotations
 import re
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.cuts import pieces
+from transformers import bridge
 from transformers.bridge import Bridge, open_bridge
 from transformers.context import Ctx
 from transformers.passthrough import ChatPassthrough
+from transformers.sse import SSEParser
 
 BODY = {
     "model": "pub",
@@ -34,12 +37,19 @@ def chunk(delta: dict | None = None, *, finish=None, model="pub", cid="chatcmpl-
     return c
 
 
-def run(events: list[bytes], cuts: list[int], *, passthrough: bool, quirks=frozenset(), model="pub"):
+def run(events: list[bytes], cuts: list[int] | None, *, passthrough: bool, quirks=frozenset(), model="pub", runs=True):
+    """``passthrough``: as the Bridge is (``runs``: False, each event checked on its own)."""
     ctx = Ctx(quirks=quirks, upstream_model=model, public_model="pub")
     _, b = open_bridge(BODY, "chat", "chat", ctx)
     if not passthrough:
         b.passthrough = None
-    out = [b.receive_data(piece) for piece in pieces(b"".join(events), cuts)]
+    reads = events if cuts is None else pieces(b"".join(events), cuts)  # None: one read per event
+    misses = bridge._LANE_MISSES
+    bridge._LANE_MISSES = misses if runs else 0
+    try:
+        out = [b.receive_data(piece) for piece in reads]
+    finally:
+        bridge._LANE_MISSES = misses
     out.append(b.end())
     return _MINTED.sub(b"<minted>", b"".join(out)), sorted(ctx.repairs), b.terminal, b.error_code
 
@@ -83,16 +93,36 @@ def sse(ev: dict) -> bytes:
     return b"data: " + orjson.dumps(ev) + b"\n\n"
 
 
-_stream = st.lists(_event, max_size=14).map(lambda evs: [sse(e) for e in evs]) | st.lists(_event, max_size=14).map(
-    lambda evs: [sse(e) for e in evs] + [b"data: [DONE]\n\n"]
+def _template_text(raw: bytes) -> bytes:
+    """A text chunk of the encoder's shape with these bytes between the quotes."""
+    return sse(chunk({"content": "\x01"})).replace(b'"\\u0001"', b'"' + raw + b'"')
+
+
+# the same events framed otherwise than ``data: …\n\n``, or with bytes no JSON writer sends
+_framed = st.one_of(
+    _event.map(lambda e: sse(e)[:-2] + b"\r\n\r\n"),
+    _event.map(lambda e: sse(e).replace(b"data: ", b"data:", 1)),
+    _event.map(lambda e: b"event: x\n" + sse(e)),
+    _event.map(lambda e: b": keep-alive\n" + sse(e)),
+    st.sampled_from([b"\xff", b"a\xc3", b"\xed\xa0\x80", b"\xc3\xa9", b"a\tb", b"\x7f"]).map(_template_text),
+    st.just(b"\n"),
+    st.just(b"\r"),
 )
+_wire = st.one_of(_event.map(sse), _framed)
+_stream = st.lists(_wire, max_size=14) | st.lists(_wire, max_size=14).map(lambda evs: evs + [b"data: [DONE]\n\n"])
 
 
 @settings(max_examples=400)
-@given(_stream, st.lists(st.integers(1, 80), max_size=12), st.booleans(), st.sampled_from(["pub", "up"]))
-def test_same_as_the_full_path(events, cuts, think, model):
+@given(
+    _stream,
+    st.lists(st.integers(1, 80), max_size=12) | st.none(),
+    st.booleans(),
+    st.sampled_from(["pub", "up"]),
+    st.booleans(),
+)
+def test_same_as_the_full_path(events, cuts, think, model, runs):
     quirks = frozenset({"inline_think"}) if think else frozenset()
-    assert run(events, cuts, passthrough=True, quirks=quirks, model=model) == run(
+    assert run(events, cuts, passthrough=True, quirks=quirks, model=model, runs=runs) == run(
         events, cuts, passthrough=False, quirks=quirks, model=model
     )
 
@@ -101,6 +131,7 @@ def test_text_chunks_of_the_encoders_shape_take_it(monkeypatch):
     events = [sse(chunk({"role": "assistant", "content": ""}))]
     events += [sse(chunk({"content": t})) for t in ("one", " two", "a\nb", "é")]
     events += [sse(chunk({}, finish="stop")), b"data: [DONE]\n\n"]
+    monkeypatch.setattr(bridge, "_LANE_MISSES", 0)  # each event on its own (no runs)
     ctx = Ctx(upstream_model="pub", public_model="pub")
     _, b = open_bridge(BODY, "chat", "chat", ctx)
     seen: list[bool] = []
@@ -115,6 +146,74 @@ def test_text_chunks_of_the_encoders_shape_take_it(monkeypatch):
     assert seen == [False, True, True, True, True, False, False]  # role chunk arms it; finish and [DONE] do not pass
     for e in events[1:5]:
         assert e in out
+
+
+_OPENING = [sse(chunk({"role": "assistant", "content": ""})), sse(chunk({"content": "one"}))]
+
+
+def test_runs_of_text_chunks_go_out_as_they_came(monkeypatch):
+    texts = (" two", "é東京", "\u2028", "\x7f", "🧑‍💻", "a\nb", 'say "x"', "back\\slash", "\x00\x08\x1f\r\t\x0c")
+    run_ = b"".join(sse(chunk({"content": t})) for t in texts)
+    ctx = Ctx(upstream_model="pub", public_model="pub")
+    _, b = open_bridge(BODY, "chat", "chat", ctx)
+    for e in _OPENING:
+        b.receive_data(e)
+    fed: list[bytes] = []
+    feed = SSEParser.feed
+    monkeypatch.setattr(SSEParser, "feed", lambda self, data: fed.append(data) or feed(self, data))
+    assert b.receive_data(run_) == run_
+    assert fed == [b""]  # nothing was cut into events
+    # a run cut mid-event: the waiting event is finished by the parser, the rest is a run again
+    fed.clear()
+    assert b.receive_data(run_[:30]) == b""
+    assert b.receive_data(run_[30:]) == run_
+    assert fed[0] == run_[:30] and fed[-1] == b""
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        _template_text(b"a\tb"),  # a raw control character: not JSON, the full path skips it
+        _template_text(b"\xff"),  # not UTF-8: the full path writes U+FFFD
+        _template_text(b"a\xc3"),
+        _template_text(b"\xed\xa0\x80"),  # a surrogate's UTF-8 form
+        _template_text(b"\\u00e9"),  # escapes orjson would not write
+        _template_text(b"\\/"),
+        _template_text(b"\\u0008"),
+        _template_text(b"\\u001F"),
+        _template_text(b"a\\"),
+        sse(chunk({"content": "x"}))[:-2] + b"\r\n\r\n",
+        sse(chunk({"content": "x"})).replace(b"data: ", b"data:", 1),
+        b": keep-alive\n\n",
+    ],
+)
+@pytest.mark.parametrize("where", ["alone", "after a run", "in one read"])
+def test_what_no_run_forwards(odd, where):
+    good = sse(chunk({"content": "x"}))
+    if where == "alone":
+        events, cuts = [*_OPENING, odd, good], None
+    elif where == "after a run":
+        events, cuts = [*_OPENING, good + odd + good], None
+    else:
+        events, cuts = [*_OPENING, good, odd, good], [len(_OPENING[0]), len(_OPENING[1])]
+    assert run(events, cuts, passthrough=True) == run(events, cuts, passthrough=False)
+
+
+@pytest.mark.parametrize("waiting", [b"data: A\n", b"event: x\n", b": hi\n", b"data: A\r", b'data: {"x":'])
+def test_a_waiting_event_is_finished_first(waiting):
+    """The parser holds the start of an event: a run at the next read's start belongs to it."""
+    good = sse(chunk({"content": "x"}))
+    events = [*_OPENING, good + waiting, good + good]
+    assert run(events, None, passthrough=True) == run(events, None, passthrough=False)
+
+
+@pytest.mark.parametrize("cuts", [None, []])
+def test_an_inline_think_is_no_run(cuts):
+    """The decoder still probes for ``<think>``: its text is a repair, not a run."""
+    texts = ("<think>", "hm", "</think>", "ok", "fine")
+    events = [sse(chunk({"role": "assistant", "content": ""}))] + [sse(chunk({"content": t})) for t in texts]
+    quirks = frozenset({"inline_think"})
+    assert run(events, cuts, passthrough=True, quirks=quirks) == run(events, cuts, passthrough=False, quirks=quirks)
 
 
 def test_template_check():
