@@ -40,10 +40,10 @@ In that state a ``Text`` event changes nothing in the decoder, the tool stage or
 the terminal, usage, tool calls and secret masking (errors never match the template) are the
 full path's.  Every other event, and every event in any other state, takes the full path.
 
-Runs of such events are not even cut into events: ``run(chunk, pos)`` matches, with one
-regular expression over the upstream's bytes, the longest run of whole events at ``pos``
-that are each ``data: `` + the template + a blank line, with a text written exactly as
-orjson writes one (``_JSON_TEXT``: UTF-8 as it is, the escapes orjson uses and no other),
+Runs of such events are not even cut into events: ``run(chunk, pos)`` finds, on the
+upstream's bytes, the longest run of whole events at ``pos`` that are each ``data: `` + the
+template + a blank line, with a text written exactly as orjson writes one (``_TEXT``, one
+regular expression compiled once: UTF-8 as it is, the escapes orjson uses and no other),
 and the Bridge forwards that slice of bytes as it came.  The
 slice is what the per-event check would have passed and framed, event by event:
 
@@ -70,20 +70,21 @@ __all__ = ["ChatPassthrough"]
 # a non-empty JSON string's inside exactly as orjson writes it: UTF-8 as it is except ``"``,
 # ``\`` and the control characters, which are escaped (``\b \t \n \f \r``, the others
 # ``\u00xx`` in lower case); possessive, so a miss never backtracks into a run of text
-_JSON_TEXT = rb'(?:[^"\\\x00-\x1f]++|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a-f]))++'
+_TEXT = re.compile(rb'(?:[^"\\\x00-\x1f]++|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a-f]))++')
 
 
 class ChatPassthrough:
     """The encoder's text chunk template for one stream, and the check against it."""
 
-    __slots__ = ("prefix", "suffix", "_np", "_ns", "_run")
+    __slots__ = ("prefix", "suffix", "_np", "_ns", "_head", "_tail")
 
     def __init__(self) -> None:
         self.prefix = ""  # the chunk's JSON up to the text's opening quote ('' until armed)
         self.suffix = ""  # from the text's closing quote to the end
         self._np = 0
         self._ns = 0
-        self._run: re.Pattern[bytes] | None = None
+        self._head = b""  # an event's bytes up to its text's first byte
+        self._tail = b""  # from its text's closing quote to its end
 
     @property
     def armed(self) -> bool:
@@ -95,23 +96,30 @@ class ChatPassthrough:
         self.suffix = suffix
         self._np = len(prefix) + 1
         self._ns = len(suffix) + 1
-        head = re.escape(b"data: " + prefix.encode() + b'"')
-        tail = re.escape(b'"' + suffix.encode() + b"\n\n")
-        self._run = re.compile(b"(?:" + head + _JSON_TEXT + tail + b")+")
+        self._head = b"data: " + prefix.encode() + b'"'
+        self._tail = b'"' + suffix.encode() + b"\n\n"
 
     def run(self, chunk: bytes, pos: int) -> int:
         """The end of the longest run of whole template events in ``chunk`` from ``pos``
         (``pos`` itself when there is none): bytes the Bridge forwards as they are."""
-        m = self._run.match(chunk, pos)  # type: ignore[union-attr]
-        if m is None:
-            return pos
-        end = m.end()
-        if not chunk.isascii():
+        head, tail = self._head, self._tail
+        nh, nt = len(head), len(tail)
+        text = _TEXT.match
+        start = pos
+        while chunk.startswith(head, pos):
+            m = text(chunk, pos + nh)
+            if m is None:
+                break
+            end = m.end()
+            if not chunk.startswith(tail, end):
+                break
+            pos = end + nt
+        if pos > start and not chunk.isascii():
             try:
-                chunk[pos:end].decode()
+                chunk[start:pos].decode()
             except UnicodeDecodeError:
-                return pos
-        return end
+                return start
+        return pos
 
     def text(self, data: str) -> bool:
         """Is ``data`` the encoder's chunk for a plain, non-empty text?"""
