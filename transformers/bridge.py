@@ -262,6 +262,7 @@ class Bridge:
         "_done_sent",
         "_closed",
         "_chat",
+        "_responses_up",
         "passthrough",
     )
 
@@ -279,6 +280,7 @@ class Bridge:
         self.ctx = ctx
         self.mask = mask
         self._chat = direction.client == "chat"
+        self._responses_up = direction.upstream == "responses"
         self._incomplete_as_completed = incomplete_as_completed
         self._echo = echo or {}
         self._result: dict[str, Any] | None = None  # complete()'s answer object
@@ -480,6 +482,17 @@ class Bridge:
             # terminal still fails (upstream_stream_truncated at its end)
             self.ctx.repaired("sse_junk_line_skipped")
             return
+        if self._responses_up and obj.get("type") == "response.output_text.delta":
+            # the commonest upstream Responses event, without the decoder's dispatch
+            text = decoder.text(obj)
+            if text is not None:
+                if self.compaction is None and not self._chat:
+                    written = self.encoder.text_delta(text)
+                    if written is not None:
+                        out.append(self.framing.text_delta(written))
+                        return
+                self._encode([Text(text)], out)
+                return
         self._encode(decoder.feed(obj), out)
 
     def _run(self, chunk: bytes, out: list[bytes]) -> bytes:

@@ -7,7 +7,9 @@ and returns unified events (``events.py``); ``end()`` is called at upstream EOF.
 event first goes through ``ResponsesNormalizer`` (SPEC §2), so every item has an ``id``
 and every placeable per-item event has an ``item_id``; nothing below looks for a missing
 id again.  ``decode_response(obj, ctx)`` turns a non-streaming Responses object into the
-same events a stream would have given, so the encoders serve both.
+same events a stream would have given, so the encoders serve both.  ``text(event)`` is
+``feed`` for the commonest event, a plain ``output_text.delta``, without the dispatch (the
+Bridge asks it first; ``None`` sends the event through ``feed``).
 
 Dispatch table (``_HANDLERS``; an unknown type carries nothing we model and is ignored):
 
@@ -255,6 +257,25 @@ class ResponsesStreamDecoder:
         out: list[Event] = [start]
         out += h(event)
         return out
+
+    def text(self, event: dict[str, Any]) -> str | None:
+        """``feed(event)`` for an ``output_text.delta`` that gives one ``Text`` and nothing
+        else, without the dispatch: the same state change, and the text.  ``None`` (nothing
+        changed) for any other event or state: the caller takes ``feed``.  That is when the
+        stream has started and not finished, the normalizer leaves the event as it is (no
+        ``item``; an ``item_id`` that is a non-empty string) and the delta is a non-empty
+        string (an empty one gives nothing)."""
+        if not self._started or self._finished or "item" in event:
+            return None
+        iid = event.get("item_id")
+        d = event.get("delta")
+        if iid.__class__ is not str or not iid or d.__class__ is not str or not d:
+            return None
+        m = self._msgs.get(iid)
+        if m is None:
+            m = self._msgs[iid] = ([], [])
+        m[0].append(d)
+        return d
 
     def end(self) -> list[Event]:
         if self._finished:

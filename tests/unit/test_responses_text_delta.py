@@ -1,7 +1,8 @@
 """ResponsesStreamEncoder.text_delta: a text delta serialized by the encoder itself gives the
 very bytes (and the same later events) that ``feed`` + ``orjson.dumps`` give, whatever came
 before it; and the Bridge's Responses streams (SSE and WebSocket framing) are the same with
-it as without it."""
+it as without it.  ResponsesStreamDecoder.text, its upstream side: the Bridge gives the same
+answer with it as through the decoder's ``feed``."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from transformers.events import (
     ToolCallEnd,
     Usage,
 )
+from transformers.responses_decode import ResponsesStreamDecoder
 from transformers.responses_encode import ResponsesStreamEncoder
 
 _text = st.one_of(
@@ -175,11 +177,97 @@ def test_bridge_takes_it_for_plain_deltas():
 
     def spy(self, text):
         r = real(self, text)
-        calls.append(r is not None)
+        calls.append((text, r is not None))
         return r
 
     with mock.patch.object(ResponsesStreamEncoder, "text_delta", spy):
         _bridge("responses", _responses_upstream(["a", "b", "c"]), [], True, False)
     # the first opens the message and its part (full path), the second is the template; the
     # refusal between "b" and "c" closes the text part, so "c" opens a new one (full path)
-    assert calls == [False, True, False]
+    assert {t: any(r for u, r in calls if u == t) for t, _ in calls} == {"a": False, "b": True, "c": False}
+
+
+# -- ResponsesStreamDecoder.text: an upstream text delta without the decoder's dispatch ----
+
+_delta = st.fixed_dictionaries(
+    {"type": st.just("response.output_text.delta")},
+    optional={
+        "item_id": st.sampled_from(["msg_up", "msg_other", "", None, 3, ["x"]]),
+        "output_index": st.sampled_from([0, 1, "0"]),
+        "content_index": st.sampled_from([0, 1]),
+        "delta": st.one_of(_text, st.sampled_from([None, 5, ["x"]])),
+        "item": st.sampled_from([None, {"type": "message", "id": "msg_new"}, "x"]),
+        "sequence_number": st.integers(0, 9),
+        "logprobs": st.just([]),
+    },
+)
+_other = st.sampled_from(
+    [
+        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_up"}},
+        {"type": "response.output_item.added", "output_index": 1, "item": {"type": "message"}},
+        {"type": "response.refusal.delta", "item_id": "msg_up", "output_index": 0, "delta": "no"},
+        {"type": "response.output_text.done", "item_id": "msg_up", "output_index": 0, "text": "whole"},
+        {"type": "response.output_item.done", "output_index": 0, "item": {"type": "message", "id": "msg_up"}},
+        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 2, "delta": "hm"},
+    ]
+)
+
+
+_CHAT_MINTED = re.compile(rb"chatcmpl-[0-9a-f]{32}|\"created\":\d{6,}")
+
+
+def _upstream_events(events: list[dict], created: bool, terminal: bool) -> bytes:
+    resp = {"id": "resp_up", "object": "response", "created_at": 7, "model": "m", "status": "in_progress", "output": []}
+    out = [_resp_event({"type": "response.created", "response": resp})] if created else []
+    out += [_resp_event(e) for e in events]
+    if terminal:
+        out.append(_resp_event({"type": "response.completed", "response": dict(resp, status="completed")}))
+        out.append(_resp_event({"type": "response.output_text.delta", "item_id": "msg_up", "delta": "late"}))
+    return b"".join(out)
+
+
+def _through(wire: bytes, client: str, lane: bool, compact: bool) -> tuple[bytes, list[str], str]:
+    body = {"model": "pub", "stream": True}
+    body.update({"input": "hi"} if client == "responses" else {"messages": [{"role": "user", "content": "hi"}]})
+    ctx = Ctx(upstream_model="m", public_model="pub")
+    if compact:
+        ctx.compaction = True
+    _, b = open_bridge(body, client, "responses", ctx)
+    a, c = _deterministic()
+    patch = mock.patch.object(ResponsesStreamDecoder, "text", lambda self, ev: None)
+    with a, c, patch if not lane else mock.MagicMock():
+        out = b.receive_data(wire) + b.end()
+    return _CHAT_MINTED.sub(b"<minted>", _MINTED.sub(b"<minted>", out)), sorted(ctx.repairs), b.terminal
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(_delta, _delta, _other), max_size=12),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["responses", "chat"]),
+    st.booleans(),
+)
+def test_decoder_text_is_feed(events, created, terminal, client, compact):
+    """Whatever the upstream sends, the Bridge gives the same bytes, repairs and terminal
+    with the decoder's text lane as without it."""
+    wire = _upstream_events(events, created, terminal)
+    assert _through(wire, client, True, compact) == _through(wire, client, False, compact)
+
+
+def test_decoder_text_takes_plain_deltas_only():
+    dec = ResponsesStreamDecoder(Ctx())
+    plain = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "delta": "hi"}
+    assert dec.text(plain) is None  # not started: the first event makes the Start
+    dec.feed({"type": "response.created", "response": {"id": "r"}})
+    assert dec.text(plain) == "hi"
+    assert dec.text(dict(plain, delta="")) is None  # an empty delta makes nothing
+    assert dec.text(dict(plain, item_id=7)) is None  # the normalizer drops it (a repair)
+    assert dec.text(dict(plain, item_id="")) is None  # the normalizer may remap it by output_index
+    assert dec.text(dict(plain, item={"type": "message"})) is None  # the normalizer resolves it
+    assert dec.text({k: v for k, v in plain.items() if k != "item_id"}) is None  # a remap by output_index
+    # the text is kept as feed keeps it: the item's done finds nothing missing
+    done = {"type": "message", "id": "msg_1", "content": [{"type": "output_text", "text": "hi"}]}
+    assert not any(type(e) is Text for e in dec.feed({"type": "response.output_item.done", "item": done}))
+    dec.feed({"type": "response.completed", "response": {"id": "r", "status": "completed"}})
+    assert dec.text(plain) is None  # finished
