@@ -262,7 +262,6 @@ class Bridge:
         "_done_sent",
         "_closed",
         "_chat",
-        "_responses_up",
         "passthrough",
     )
 
@@ -280,7 +279,6 @@ class Bridge:
         self.ctx = ctx
         self.mask = mask
         self._chat = direction.client == "chat"
-        self._responses_up = direction.upstream == "responses"
         self._incomplete_as_completed = incomplete_as_completed
         self._echo = echo or {}
         self._result: dict[str, Any] | None = None  # complete()'s answer object
@@ -482,18 +480,19 @@ class Bridge:
             # terminal still fails (upstream_stream_truncated at its end)
             self.ctx.repaired("sse_junk_line_skipped")
             return
-        if self._responses_up and obj.get("type") == "response.output_text.delta":
-            # the commonest upstream Responses event, without the decoder's dispatch
-            text = decoder.text(obj)
-            if text is not None:
-                if self.compaction is None and not self._chat:
-                    written = self.encoder.text_delta(text)
-                    if written is not None:
-                        out.append(self.framing.text_delta(written))
-                        return
-                self._encode([Text(text)], out)
+        # the commonest event, a plain text delta, without the decoder's dispatch and, when
+        # the tool stage would hand it on as it is, straight to the encoder
+        text = decoder.text(obj)
+        if text is None:
+            self._encode(decoder.feed(obj), out)
+            return
+        stage = self.stage
+        if (stage is None or stage.plain_text) and self.compaction is None and not self._chat:
+            written = self.encoder.text_delta(text)
+            if written is not None:
+                out.append(self.framing.text_delta(written))
                 return
-        self._encode(decoder.feed(obj), out)
+        self._encode([Text(text)], out)
 
     def _run(self, chunk: bytes, out: list[bytes]) -> bytes:
         """Forward the runs of passthrough events in ``chunk`` as their bytes (passthrough.py);

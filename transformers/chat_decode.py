@@ -100,6 +100,8 @@ _OPEN = "<think>"
 _CLOSE = "</think>"
 # inline-think states
 _PROBE, _THINK, _TEXT = 0, 1, 2
+# delta fields that make a chunk more than its text (``text`` leaves such a chunk to ``feed``)
+_NOT_TEXT = ("reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls", "function_call")
 
 
 def _scalar_text(v: Any) -> str | None:
@@ -296,6 +298,35 @@ class ChatStreamDecoder:
                 out.append(Usage(from_chat(self._usage, self.ctx)))
             out.append(Finish(status="failed", error=stream_error("upstream_bad_event", str(e))))
         return out
+
+    def text(self, chunk: dict[str, Any]) -> str | None:
+        """``feed(chunk)`` for a chunk that gives one ``Text`` and nothing else, without
+        walking every field: the text (nothing here changes for it).  ``None`` for any other
+        chunk or state: the caller takes ``feed``.  That is in the ``plain_text`` state, for
+        a chunk with no ``error``, ``usage`` or ``finish_reason``, whose first choice's delta
+        has a non-empty string ``content`` and no reasoning, refusal or tool call field that
+        is not null."""
+        if not (self._started and not self._done and self._tstate == _TEXT and not self._held):
+            return None
+        if chunk.get("error") or chunk.get("usage") is not None:
+            return None
+        choices = chunk.get("choices")
+        if choices.__class__ is not list or not choices:
+            return None
+        choice = choices[0]
+        if choice.__class__ is not dict or choice.get("finish_reason") or choice.get("usage") is not None:
+            return None
+        d = choice.get("delta")
+        if d.__class__ is not dict:
+            return None
+        c = d.get("content")
+        if c.__class__ is not str or not c:
+            return None
+        if len(d) > 1:
+            for k in _NOT_TEXT:
+                if d.get(k) is not None:
+                    return None
+        return c
 
     @property
     def plain_text(self) -> bool:

@@ -265,6 +265,8 @@ class ResponsesStreamDecoder:
         stream has started and not finished, the normalizer leaves the event as it is (no
         ``item``; an ``item_id`` that is a non-empty string) and the delta is a non-empty
         string (an empty one gives nothing)."""
+        if event.get("type") != "response.output_text.delta":
+            return None
         if not self._started or self._finished or "item" in event:
             return None
         iid = event.get("item_id")

@@ -1,10 +1,12 @@
 """transformers/passthrough.py: a Chat → Chat stream gives the same bytes, repairs and
 terminal with passthrough as through the full path, whatever the upstream sends and however
-its bytes are cut; and text chunks of the encoder's own shape do take it."""
+its bytes are cut; and text chunks of the encoder's own shape do take it.  The same for
+ChatStreamDecoder.text, the full path's own shortcut for a plain text chunk (any client)."""
 
 from __future__ import annotations
 
 import re
+from unittest import mock
 
 import orjson
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from tests.unit.cuts import pieces
 from transformers import bridge
 from transformers.bridge import Bridge, open_bridge
+from transformers.chat_decode import ChatStreamDecoder
 from transformers.context import Ctx
 from transformers.passthrough import ChatPassthrough
 from transformers.sse import SSEParser
@@ -71,6 +74,12 @@ _event = st.one_of(
     _text.map(lambda t: chunk({"content": t}, model="other")),
     _text.map(lambda t: chunk({"content": t}, cid="chatcmpl-2")),
     _text.map(lambda t: chunk({"content": t}, extra={"system_fingerprint": "fp"})),
+    # text and more in one chunk
+    _text.map(lambda t: chunk({"content": t}, finish="stop")),
+    _text.map(lambda t: chunk({"content": t, "reasoning_content": "hm"})),
+    _text.map(lambda t: chunk({"content": t, "reasoning_content": None, "role": "assistant"})),
+    _text.map(lambda t: chunk({"content": t}, usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})),
+    _text.map(lambda t: chunk({"content": t, "tool_calls": [{"index": 0, "id": "call_2", "function": {"name": "f"}}]})),
     st.just(
         chunk(
             {
@@ -226,3 +235,67 @@ def test_template_check():
     assert not pt.text('{"a":1,"t":"x","u":"y"}')  # another field
     assert not pt.text('{"a":1,"t":1}')
     assert not pt.text('{"a":2,"t":"x"}')
+
+
+# -- ChatStreamDecoder.text: a plain text chunk without walking every field ---------------
+
+_RESP_MINTED = re.compile(rb"(msg|rs|fc|call|resp)_[0-9a-f]{16,}|\"(created_at|completed_at)\":\d{6,}")
+
+
+def _decoded(events: list[bytes], cuts: list[int] | None, client: str, think: bool, lane: bool):
+    """``events`` through the full path (no passthrough), with or without ``text``."""
+    ctx = Ctx(quirks=frozenset({"inline_think"}) if think else frozenset(), upstream_model="pub", public_model="pub")
+    body = BODY if client == "chat" else {"model": "pub", "input": "hi", "tools": RESP_TOOLS, "stream": True}
+    _, b = open_bridge(body, client, "chat", ctx)
+    b.passthrough = None
+    reads = events if cuts is None else pieces(b"".join(events), cuts)
+    with mock.patch.object(ChatStreamDecoder, "text", lambda self, c: None) if not lane else mock.MagicMock():
+        out = b"".join(b.receive_data(piece) for piece in reads) + b.end()
+    out = _RESP_MINTED.sub(b"<minted>", _MINTED.sub(b"<minted>", out))
+    return out, sorted(ctx.repairs), b.terminal, b.error_code
+
+
+RESP_TOOLS = [{"type": "function", "name": "shell", "parameters": {"type": "object"}}]
+
+
+@settings(max_examples=300)
+@given(
+    _stream,
+    st.lists(st.integers(1, 80), max_size=12) | st.none(),
+    st.sampled_from(["chat", "responses"]),
+    st.booleans(),
+)
+def test_decoder_text_is_feed(events, cuts, client, think):
+    """Whatever the upstream sends, the same answer with the decoder's text lane as without."""
+    assert _decoded(events, cuts, client, think, True) == _decoded(events, cuts, client, think, False)
+
+
+def test_decoder_text_takes_plain_chunks_only():
+    dec = ChatStreamDecoder(Ctx())
+    plain = chunk({"content": "hi"})
+    assert dec.text(plain) is None  # not started: the first chunk makes the Start
+    dec.feed(chunk({"role": "assistant", "content": ""}))
+    assert dec.text(plain) == "hi"
+    assert dec.text(chunk({"content": "hi", "role": "assistant", "reasoning_content": None})) == "hi"
+    for odd in (
+        chunk({"content": ""}),
+        chunk({"content": "hi"}, finish="stop"),
+        chunk({"content": "hi"}, usage={"prompt_tokens": 1}),
+        chunk({"content": "hi", "reasoning_content": "hm"}),
+        chunk({"content": "hi", "refusal": "no"}),
+        chunk({"content": "hi", "tool_calls": []}),
+        chunk({"content": "hi", "function_call": {"name": "f"}}),
+        chunk({"content": ["hi"]}),
+        chunk(None),
+        dict(plain, error={"message": "x"}),
+        dict(plain, choices=[{"index": 0, "delta": {"content": "hi"}, "usage": {"prompt_tokens": 1}}]),
+        dict(plain, choices=["x"]),
+        dict(plain, choices={"0": {}}),
+    ):
+        assert dec.text(odd) is None, odd
+    probing = ChatStreamDecoder(Ctx(quirks=frozenset({"inline_think"})))
+    probing.feed(chunk({"role": "assistant", "content": ""}))
+    assert probing.text(plain) is None  # still probing for <think>: a repair may apply
+    dec.feed(chunk({}, finish="stop"))
+    dec.end()
+    assert dec.text(plain) is None  # done
