@@ -76,6 +76,7 @@ class Scenario:
     per_worker: int | None = None
     pacing: str = ""  # fake upstream pacing flags in the model name: "pe" (per event), "rel"
     workers: int = 0  # 0: the pinned one-worker proxy; N: a proxy of its own, --workers N, unpinned
+    reference: bool = False  # the proxy side is bench/reference.py (uvicorn + httpx alone), pinned alike
 
     @property
     def model(self) -> str:
@@ -131,6 +132,37 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
             None,
             rt_per,
             pacing="pt",
+        )
+    )
+    # the floor: the same requests through a forwarder that only forwards (bench/reference.py)
+    out.append(
+        Scenario(
+            "ref-ns-chat-c1",
+            "non-streaming chat, c=1, reference forwarder",
+            "ref",
+            "chat",
+            "chat",
+            False,
+            20,
+            0,
+            1,
+            d,
+            reference=True,
+        )
+    )
+    out.append(
+        Scenario(
+            "ref-st-chat-c1",
+            "streaming chat, 200 chunks, c=1, reference forwarder",
+            "ref",
+            "chat",
+            "chat",
+            True,
+            200,
+            0,
+            1,
+            d,
+            reference=True,
         )
     )
     # --workers 1 against --workers 2, both unpinned (the load generator shares core 1)
@@ -474,6 +506,24 @@ async def start_proxy(
     raise RuntimeError(f"switchboard not ready after {timeout}s:\n{child.log_tail()}")
 
 
+async def start_reference(fake_port: int, workdir: Path, core: int | str | None) -> tuple[Child, int]:
+    """bench/reference.py forwarding to the fake upstream, ready (``/readyz`` 200)."""
+    port = free_port()
+    base = f"http://{HOST}:{fake_port}/v1"
+    cmd = pinned([sys.executable, "-m", "bench.reference", "--upstream", base, "--port", str(port)], core)
+    child = Child("reference", cmd, workdir / "reference.log", stdout=subprocess.DEVNULL)
+    deadline = child.t_start + 30
+    while time.perf_counter() < deadline:
+        if not child.alive():
+            child.stop()
+            raise RuntimeError(f"the reference forwarder exited:\n{child.log_tail()}")
+        if await http_get_status(port, "/readyz", 0.5) == 200:
+            return child, port
+        await asyncio.sleep(0.01)
+    child.stop()
+    raise RuntimeError(f"the reference forwarder was not ready after 30 s:\n{child.log_tail()}")
+
+
 # ---------------------------------------------------------------------- measuring
 def _ms(x: float | None) -> float | None:
     return None if x is None else x * 1000.0
@@ -746,6 +796,27 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
             "<=",
             "×",
         )
+    for sc, m in (("ns-chat-c1", "proxy_cpu_ms_per_req"), ("st-chat-c1", "proxy_cpu_ms_per_req")):
+        _, sw = pair(sc)
+        _, rf = pair(f"ref-{sc}")
+        v_sw, v_rf = _get(sw, m), _get(rf, m)
+        add(
+            f"reference forwarder: proxy CPU per request ({sc})",
+            f"ref-{sc}",
+            v_rf,
+            None,
+            "",
+            "ms",
+            "uvicorn + httpx alone",
+        )
+        add(
+            f"Switchboard ÷ reference forwarder: CPU per request ({sc})",
+            f"ref-{sc}",
+            None if not v_rf or v_sw is None else v_sw / v_rf,
+            None,
+            "",
+            "×",
+        )
     for sc in ("ns-chat-c32", "st-chat-c8"):
         m = "req_s" if sc.startswith("ns") else "events_s"
         _, p1 = summ.get((f"wk1-{sc}", "direct")), summ.get((f"wk1-{sc}", "switchboard"))
@@ -840,7 +911,8 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
             if x.get("problems"):
                 err = f"{err} ⚠ {x['problems'][0][:60]}"
             L.append(
-                f"| {s.name if side == 'direct' else ''} | {side} | {_cell(x, 'req_s')} | {_cell(x, 'lat_p50_ms')} "
+                f"| {s.name if side == 'direct' else ''} | {'reference' if s.reference and side != 'direct' else side} "
+                f"| {_cell(x, 'req_s')} | {_cell(x, 'lat_p50_ms')} "
                 f"| {_cell(x, 'lat_p99_ms', False)} | {_cell(x, 'ttfb_p50_ms')} | {_cell(x, 'ttfb_p99_ms', False)} "
                 f"| {_cell(x, 'ttft_p50_ms') if s.stream else '–'} | {_cell(x, 'ttft_p99_ms', False) if s.stream else '–'} "
                 f"| {_cell(x, 'events_s') if s.stream else '–'} | {_cell(x, 'proxy_cpu_ms_per_req')} "
@@ -1041,8 +1113,19 @@ async def main_async(args: argparse.Namespace) -> int:
             meta["proxy_idle_rss_mb"] = mem_kb(proc_children(proxy.pid))[0] / PAGE_KB
         main_proxy, main_sides = proxy, sides
         wk: dict[int, tuple[Child, int]] = {}  # proxies started with --workers N
+        ref: tuple[Child, int] | None = None  # bench/reference.py, once a ref-* scenario needs it
         for s in scs:
             proxy, sides = main_proxy, main_sides
+            if s.reference and main_proxy:
+                if ref is None:
+                    rchild, rport = await start_reference(fport, workdir, proxy_core)
+                    children.append(rchild)
+                    ref = (rchild, rport)
+                    for w in warm:
+                        if w.client == w.upstream:
+                            await warm_up(w, rport)
+                proxy = ref[0]
+                sides = [("direct", fport), ("switchboard", ref[1])]
             if s.workers and main_proxy:
                 if s.workers not in wk:
                     for c, _ in wk.values():  # one extra proxy at a time

@@ -334,6 +334,11 @@ def test_scenarios_cover_the_issue():
         assert {f"st-{tag}-c1", f"st-{tag}-c8", f"rt-{tag}"} <= names
     mem = next(s for s in benchrun.scenarios(quick=True) if s.name == "mem-512")
     assert mem.concurrency == 512 and mem.delay_ms > 0
+    # the floor: the same requests as ns-chat-c1 and st-chat-c1 through the reference forwarder
+    scs = {s.name: s for s in benchrun.scenarios(quick=True)}
+    for name in ("ns-chat-c1", "st-chat-c1"):
+        ref = scs[f"ref-{name}"]
+        assert ref.reference and ref.model == scs[name].model and ref.concurrency == scs[name].concurrency
 
 
 def _sample(sc, side, rnd, **kw):
@@ -361,6 +366,9 @@ def test_summary_and_targets():
         _sample("pace-resp2chat", "switchboard", 0, lat_p50_ms=1035.0, ttft_p50_ms=6.5),
         _sample("wk1-ns-chat-c32", "switchboard", 0, req_s=1000.0),
         _sample("wk2-ns-chat-c32", "switchboard", 0, req_s=1800.0),
+        _sample("ns-chat-c1", "switchboard", 3, proxy_cpu_ms_per_req=0.4),
+        _sample("ref-ns-chat-c1", "direct", 0),
+        _sample("ref-ns-chat-c1", "switchboard", 0, proxy_cpu_ms_per_req=0.5),
     ]
     summ = {(x["scenario"], x["side"]): x for x in benchrun.summarize(samples)}
     s = summ[("ns-chat-c1", "switchboard")]["lat_p50_ms"]
@@ -382,6 +390,9 @@ def test_summary_and_targets():
     assert T["memory: idle RSS"]["pass"] is False
     assert T["start to ready"]["pass"] is False
     assert T["stream, c=1: added TTFB p50 (resp)"]["pass"] is None  # not measured: n/a
+    assert T["reference forwarder: proxy CPU per request (ns-chat-c1)"]["value"] == pytest.approx(0.5)
+    floor = T["Switchboard ÷ reference forwarder: CPU per request (ns-chat-c1)"]
+    assert floor["value"] == pytest.approx(0.8) and floor["pass"] is None
     md = benchrun.markdown(
         benchrun.scenarios(quick=True),
         summ,
@@ -399,3 +410,4 @@ def test_summary_and_targets():
         },
     )
     assert "| ns-chat-c1 | direct |" in md and "**MISS**" in md and "0.900 (0.600–2.00)" in md
+    assert "|  | reference |" in md  # the forwarder's row is named for what it is
