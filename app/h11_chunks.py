@@ -12,11 +12,12 @@ event, twice what the Bridge spends on it.
 ``CoalescingChunkedReader`` replaces h11's reader: it parses every chunk *already in h11's
 buffer* in one pass (the same grammar and errors as h11's: ``chunk_header_re``, the CRLF
 after each chunk, the trailer) and answers their data as one ``Data`` event; the bytes it
-consumed leave the buffer once per call; a chunk size of hex digits alone, what upstreams
-send, is read without the regex, anything else goes through h11's ``chunk_header_re`` (h11's reader cut the buffer's bytearray once per
-chunk, moving the rest of a 64 KiB read each time).  It never waits for bytes that have not
-arrived, so an event is not delayed: a token-rate stream (one chunk per read) goes through
-as before.  What comes after the joined data keeps its order:
+consumed leave the buffer once per call (h11's reader cut the buffer's bytearray once per
+chunk, moving the rest of a 64 KiB read each time).  A size line of hex digits alone, what
+upstreams send, is one small pattern's match, and a chunk whose data and CRLF are both there
+is taken in one step; any other size line goes through h11's ``chunk_header_re``.  It never
+waits for bytes that have not arrived, so an event is not delayed: a token-rate stream (one
+chunk per read) goes through as before.  What comes after the joined data keeps its order:
 
 ==================================  ===================================================
 in the buffer                       this reader answers
@@ -38,6 +39,7 @@ so in this process the table serves httpcore's upstream connections only.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from h11 import Data, EndOfMessage, LocalProtocolError, RemoteProtocolError
@@ -47,8 +49,8 @@ from h11._state import SEND_BODY
 __all__ = ["CoalescingChunkedReader", "install"]
 
 _CRLF = b"\r\n"
-_HEX = b"0123456789abcdefABCDEF"
-_PLAIN_SIZE_MAX = 16  # hex digits h11's chunk_size accepts (``[0-9A-Fa-f]{1,20}``: kept below)
+# a chunk size line of hex digits alone (h11's chunk_size accepts up to 20: kept below)
+_plain_size = re.compile(rb"([0-9A-Fa-f]{1,16})\r\n").match
 
 
 class CoalescingChunkedReader:
@@ -96,22 +98,28 @@ class CoalescingChunkedReader:
                     pos += 2
                     crlf = False
                 else:
-                    i = data.find(_CRLF, pos)
-                    if i < 0:
-                        break
-                    size = data[pos:i]
-                    if 0 < i - pos <= _PLAIN_SIZE_MAX and not size.translate(None, _HEX):
-                        left = int(size, 16)  # hex digits only, what upstreams send: no regex
-                    else:  # extensions, whitespace, junk: h11's own grammar decides
+                    m = _plain_size(data, pos)
+                    if m is not None:  # hex digits only, what upstreams send
+                        left = int(m[1], 16)
+                        pos = m.end()
+                    else:  # extensions, whitespace, junk (or not all here): h11's own grammar decides
+                        i = data.find(_CRLF, pos)
+                        if i < 0:
+                            break
                         line = bytes(data[pos : i + 2])
                         m = chunk_header_re.fullmatch(line)
                         if m is None:
                             raise LocalProtocolError(f"illegal chunk header: {line!r}")
                         left = int(m["chunk_size"], 16)
-                    pos = i + 2
+                        pos = i + 2
                     if left == 0:
                         last = True
                         break
+                    end = pos + left
+                    if end + 2 <= n and data.startswith(_CRLF, end):  # the whole chunk is here
+                        spans.append((pos, end))
+                        pos = end + 2
+                        left = 0
         except LocalProtocolError as e:
             err = e
         self._left = left

@@ -101,6 +101,18 @@ def test_malformed_chunk_after_good_ones():
         c.next_event()
 
 
+@pytest.mark.parametrize("cut", [None, 50, 52, 53, 54, 55])  # HEAD is 47 bytes
+def test_malformed_footer_after_a_whole_chunk(cut):
+    """A chunk's data with anything but CRLF after it: what h11's own reader does (no data,
+    its protocol error), whether the chunk came whole in one read or cut."""
+    from h11._readers import ChunkedReader
+
+    wire = b"3\r\nabcXY3\r\ndef\r\n0\r\n\r\n"
+    cuts = [] if cut is None else [cut]
+    assert _run(CoalescingChunkedReader, wire, cuts) == _run(ChunkedReader, wire, cuts)
+    assert _run(CoalescingChunkedReader, wire, cuts)[2] == "RemoteProtocolError"
+
+
 def test_truncated_body_fails_as_before():
     c = client()
     c.receive_data(HEAD + b"3\r\nabc\r\n")
