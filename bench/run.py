@@ -134,6 +134,27 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
             pacing="pt",
         )
     )
+    # the same pacing, same protocol: the cost of a proxy process woken after idleness, for
+    # Switchboard and for the reference forwarder below
+    for ref in (False, True):
+        out.append(
+            Scenario(
+                "ref-pace-chat" if ref else "pace-chat",
+                "streaming chat, 206 steps × 5 ms (tail paced too), 4 streams"
+                + (", reference forwarder" if ref else ""),
+                "ref" if ref else "rt",
+                "chat",
+                "chat",
+                True,
+                200,
+                5,
+                4,
+                None,
+                rt_per,
+                pacing="pt",
+                reference=ref,
+            )
+        )
     # the floor: the same requests through a forwarder that only forwards (bench/reference.py)
     out.append(
         Scenario(
@@ -796,6 +817,23 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
             "<=",
             "×",
         )
+    add(
+        "paced 4 streams (chat), 206 steps × 5 ms: added TTFT p50",
+        "pace-chat",
+        added("pace-chat", "ttft_p50_ms"),
+        None,
+        "",
+        "ms",
+    )
+    add(
+        "reference forwarder, paced 4 streams (chat): added TTFT p50",
+        "ref-pace-chat",
+        added("ref-pace-chat", "ttft_p50_ms"),
+        None,
+        "",
+        "ms",
+        "uvicorn + httpx alone",
+    )
     for sc, m in (("ns-chat-c1", "proxy_cpu_ms_per_req"), ("st-chat-c1", "proxy_cpu_ms_per_req")):
         _, sw = pair(sc)
         _, rf = pair(f"ref-{sc}")

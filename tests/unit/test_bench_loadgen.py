@@ -336,9 +336,10 @@ def test_scenarios_cover_the_issue():
     assert mem.concurrency == 512 and mem.delay_ms > 0
     # the floor: the same requests as ns-chat-c1 and st-chat-c1 through the reference forwarder
     scs = {s.name: s for s in benchrun.scenarios(quick=True)}
-    for name in ("ns-chat-c1", "st-chat-c1"):
+    for name in ("ns-chat-c1", "st-chat-c1", "pace-chat"):
         ref = scs[f"ref-{name}"]
         assert ref.reference and ref.model == scs[name].model and ref.concurrency == scs[name].concurrency
+    assert scs["pace-chat"].pacing == scs["pace-resp2chat"].pacing == "pt" and not scs["pace-chat"].reference
 
 
 def _sample(sc, side, rnd, **kw):
@@ -369,6 +370,8 @@ def test_summary_and_targets():
         _sample("ns-chat-c1", "switchboard", 3, proxy_cpu_ms_per_req=0.4),
         _sample("ref-ns-chat-c1", "direct", 0),
         _sample("ref-ns-chat-c1", "switchboard", 0, proxy_cpu_ms_per_req=0.5),
+        _sample("ref-pace-chat", "direct", 0, ttft_p50_ms=5.0),
+        _sample("ref-pace-chat", "switchboard", 0, ttft_p50_ms=7.0),
     ]
     summ = {(x["scenario"], x["side"]): x for x in benchrun.summarize(samples)}
     s = summ[("ns-chat-c1", "switchboard")]["lat_p50_ms"]
@@ -393,6 +396,7 @@ def test_summary_and_targets():
     assert T["reference forwarder: proxy CPU per request (ns-chat-c1)"]["value"] == pytest.approx(0.5)
     floor = T["Switchboard ÷ reference forwarder: CPU per request (ns-chat-c1)"]
     assert floor["value"] == pytest.approx(0.8) and floor["pass"] is None
+    assert T["reference forwarder, paced 4 streams (chat): added TTFT p50"]["value"] == pytest.approx(2.0)
     md = benchrun.markdown(
         benchrun.scenarios(quick=True),
         summ,
