@@ -117,33 +117,22 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
         n218 = EV218_N[cl]
         out.append(Scenario(f"ev218-{tag}-c1", f"{title}, 218 events, c=1", "lat", cl, up, True, n218, 0, 1, d))
-    # 4 streams paced to the end: 200 text chunks and the tool call's 5 steps × 5 ms (206 steps)
-    out.append(
-        Scenario(
-            "pace-resp2chat",
-            "bridged Responses→Chat, 206 steps × 5 ms (tail paced too), 4 streams",
-            "rt",
-            "responses",
-            "chat",
-            True,
-            200,
-            5,
-            4,
-            None,
-            rt_per,
-            pacing="pt",
-        )
+    # 4 streams paced to the end: 200 text chunks and the tool call's 5 steps × 5 ms (206 steps);
+    # the same pacing on a same-protocol stream, through Switchboard and through the reference
+    # forwarder: what a proxy process woken after idleness pays, whatever its code
+    paced = (
+        ("pace-resp2chat", "bridged Responses→Chat", "responses", False),
+        ("pace-chat", "streaming chat", "chat", False),
+        ("ref-pace-chat", "streaming chat", "chat", True),
     )
-    # the same pacing, same protocol: the cost of a proxy process woken after idleness, for
-    # Switchboard and for the reference forwarder below
-    for ref in (False, True):
+    for name, title, cl, ref in paced:
+        tail = ", reference forwarder" if ref else ""
         out.append(
             Scenario(
-                "ref-pace-chat" if ref else "pace-chat",
-                "streaming chat, 206 steps × 5 ms (tail paced too), 4 streams"
-                + (", reference forwarder" if ref else ""),
+                name,
+                f"{title}, 206 steps × 5 ms (tail paced too), 4 streams{tail}",
                 "ref" if ref else "rt",
-                "chat",
+                cl,
                 "chat",
                 True,
                 200,

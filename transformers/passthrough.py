@@ -42,10 +42,10 @@ full path's.  Every other event, and every event in any other state, takes the f
 
 Runs of such events are not even cut into events: ``run(chunk, pos)`` finds, on the
 upstream's bytes, the longest run of whole events at ``pos`` that are each ``data: `` + the
-template + a blank line, with a text written exactly as orjson writes one (``_TEXT``, one
-regular expression compiled once: UTF-8 as it is, the escapes orjson uses and no other),
-and the Bridge forwards that slice of bytes as it came.  The
-slice is what the per-event check would have passed and framed, event by event:
+template (compared as bytes) + a blank line, with a text written exactly as orjson writes
+one (``_TEXT``, one regular expression compiled once: UTF-8 as it is, the escapes orjson
+uses and no other), and the Bridge forwards that slice of bytes as it came.  The slice is
+what the per-event check would have passed and framed, event by event:
 
 =========================================  ===================================================
 in the run                                 why it is the same

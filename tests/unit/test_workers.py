@@ -26,9 +26,14 @@ path = os.path.join(d, str(os.getpid()))
 with open(path, "a") as f:
     f.write(" ".join(sys.argv[2:]) + "\\n")
 mode = sys.argv[2]
-if mode == "crash" or (mode == "crash-once" and not os.path.exists(os.path.join(d, "crashed"))):
-    open(os.path.join(d, "crashed"), "w").close()
+if mode == "crash":
     sys.exit(3)
+if mode == "crash-once":
+    try:  # the one worker that creates the mark crashes (workers start together: no check-then-create)
+        os.close(os.open(os.path.join(d, "crashed"), os.O_CREAT | os.O_EXCL))
+        sys.exit(3)
+    except FileExistsError:
+        pass
 def on(sig, _):
     with open(path, "a") as f:
         f.write(f"signal {sig}\\n")
