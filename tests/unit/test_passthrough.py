@@ -5,6 +5,7 @@ ChatStreamDecoder.text, the full path's own shortcut for a plain text chunk (any
 
 from __future__ import annotations
 
+import contextlib
 import re
 from unittest import mock
 
@@ -249,7 +250,7 @@ def _decoded(events: list[bytes], cuts: list[int] | None, client: str, think: bo
     _, b = open_bridge(body, client, "chat", ctx)
     b.passthrough = None
     reads = events if cuts is None else pieces(b"".join(events), cuts)
-    with mock.patch.object(ChatStreamDecoder, "text", lambda self, c: None) if not lane else mock.MagicMock():
+    with mock.patch.object(ChatStreamDecoder, "text", lambda self, c: None) if not lane else contextlib.nullcontext():
         out = b"".join(b.receive_data(piece) for piece in reads) + b.end()
     out = _RESP_MINTED.sub(b"<minted>", _MINTED.sub(b"<minted>", out))
     return out, sorted(ctx.repairs), b.terminal, b.error_code
