@@ -16,8 +16,9 @@ The supervisor (``run``):
    connection;
 2. starts the workers: ``switchboard serve --reuse-port`` on that port, one process each,
    each binding its own socket and listening only once its app is up (a worker starting,
-   or started again, gets no connection before it can serve), in a process group of their own, so a terminal's Ctrl-C reaches them once, through the
-   supervisor, not twice (a second signal would force their drain);
+   or started again, gets no connection before it can serve), in a process group of their
+   own, so a terminal's Ctrl-C reaches them once, through the supervisor, not twice (a
+   second signal would force their drain);
 3. passes every SIGTERM/SIGINT it gets to every worker: the first starts each worker's
    drain (``app.drain``), a second ends it at once, as with one process;
 4. restarts a worker that exits while no signal came (after ``_RESTART_DELAY``), and gives

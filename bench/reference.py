@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-_HOP = {b"content-type"}
+_FORWARDED = {b"content-type"}  # the request headers passed on
 
 
 class Reference:
@@ -76,7 +76,7 @@ class Reference:
 
 
 def _forwarded(scope: dict[str, Any]) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in scope["headers"] if k in _HOP]
+    return [(k, v) for k, v in scope["headers"] if k in _FORWARDED]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -308,19 +308,21 @@ class ChatStreamDecoder:
         is not null."""
         if not (self._started and not self._done and self._tstate == _TEXT and not self._held):
             return None
-        if chunk.get("error") or chunk.get("usage") is not None:
-            return None
         choices = chunk.get("choices")
         if choices.__class__ is not list or not choices:
             return None
         choice = choices[0]
-        if choice.__class__ is not dict or choice.get("finish_reason") or choice.get("usage") is not None:
+        if choice.__class__ is not dict:
             return None
         d = choice.get("delta")
         if d.__class__ is not dict:
             return None
-        c = d.get("content")
+        c = d.get("content")  # first what tells a text chunk from a tool call's delta
         if c.__class__ is not str or not c:
+            return None
+        if chunk.get("error") or chunk.get("usage") is not None:
+            return None
+        if choice.get("finish_reason") or choice.get("usage") is not None:
             return None
         if len(d) > 1:
             for k in _NOT_TEXT:
