@@ -21,7 +21,12 @@ the JSON path of the offending value, e.g. ``input[3].content[0].text`` or
    2: nothing lost).  Such an integer needs at least 19 digits in a row; only a raw body
    holding such a run is parsed again by the standard library, with exact integers, to
    find one (``integer_above_max_value`` / ``integer_below_min_value``).  Digit runs inside
-   strings (ids, base64) only cost that second parse.
+   strings (ids, base64) only cost that second parse.  The raw scan itself is skipped when
+   the depth meter's output shows no float that big: orjson writes every float of
+   magnitude 1e16 or more as ``<digits>e+<digits>``, so a body without a ``+`` after a
+   digit and an ``e`` there holds no such float, hence no such integer (a memchr for
+   ``+``, at most ``_PLUS_LOOKS`` of them looked at; probed at import, like the write
+   limit: orjson writing big floats otherwise turns the shortcut off).
 3. **Shapes the proxy reads.**  The fields the translators, the request quirks, the tool
    stage set-up and the demo provider look into must have the type they expect (table
    below); a value of another type is refused (``invalid_type``), a missing one the proxy
@@ -77,9 +82,10 @@ message ``content``                             string, array of parts, or absen
 A content part (both protocols) is an object whose ``type``, ``text`` and ``refusal`` are
 strings and whose ``image_url`` is a string or an object with a string ``url``.
 
-Cost: two C-speed passes over the body (the depth meter's ``orjson.dumps`` and a
-``bytes.translate`` for digit runs) plus a Python loop over messages/items, their parts
-and the tools — no walk of tool schemas or other deep values.
+Cost: one C-speed pass over the body (the depth meter's ``orjson.dumps``; the raw
+``bytes.translate`` for digit runs only when its output may hold a big float) plus a Python
+loop over messages/items, their parts and the tools — no walk of tool schemas or other deep
+values.
 """
 
 from __future__ import annotations
@@ -188,21 +194,22 @@ def too_deep(obj: Any, limit: int = MAX_DEPTH) -> tuple[Any, ...] | None:
     return None
 
 
-def check_depth(body: Any) -> None:
+def check_depth(body: Any) -> bytes | None:
+    """Refuse a body nested deeper than MAX_DEPTH; the depth meter's output (the body as
+    orjson writes it, wrapped in lists), or None when the body was walked instead."""
     if _WRAP:
         w = body
         for _ in range(_WRAP):
             w = [w]
         try:
-            orjson.dumps(w)
-            return
+            return orjson.dumps(w)
         except orjson.JSONEncodeError:
             pass
     segs = too_deep(body)
     if segs is None:
         if _WRAP:  # the meter refused it but no container is too deep: not writable at all
             raise RequestError("the request body cannot be re-encoded", code="invalid_value")
-        return
+        return None
     path = _path(segs)
     raise RequestError(f"'{path}' is nested deeper than {MAX_DEPTH} levels", param=path, code="nesting_too_deep")
 
@@ -238,6 +245,32 @@ def _find_big(obj: Any) -> tuple[tuple[Any, ...], _Big] | None:
             if type(v) is dict or type(v) is list:
                 stack.append((v, entry, k))
     return None
+
+
+_PLUS_LOOKS = 64  # '+' signs looked at before the written body counts as "may hold one"
+
+
+def may_hold_big_float(written: bytes) -> bool:
+    """False when ``written`` (orjson's output) holds no float of magnitude 1e16 or more:
+    no ``+`` with an ``e`` and a digit before it.  True also past _PLUS_LOOKS signs (a
+    base64 blob is full of them: the exact scan is then cheaper than looking at each)."""
+    i = written.find(b"+")
+    for _ in range(_PLUS_LOOKS):
+        if i == -1:
+            return False
+        if i > 1 and written[i - 1] == 0x65 and 0x30 <= written[i - 2] <= 0x39:  # <digit>e+
+            return True
+        i = written.find(b"+", i + 1)
+    return i != -1
+
+
+def _writes_big_floats_with_exponent() -> bool:
+    """orjson writes the floats an out-of-range integer becomes as ``…e+…`` (probed)."""
+    edges = (2.0**63, -(2.0**63), 2.0**64, 1e16, 9.3e18, 1.8446744073709552e19, 1e21, 1e300, 1.7976931348623157e308)
+    return all(may_hold_big_float(orjson.dumps([[v]])) for v in edges)
+
+
+_EXPONENT_SHORTCUT = _writes_big_floats_with_exponent()
 
 
 def check_integers(raw: bytes) -> None:
@@ -539,8 +572,9 @@ def _check_responses(body: dict[str, Any]) -> None:
 def check_values(raw: bytes, body: Any) -> None:
     """Checks 1 and 2: ``body`` (parsed from ``raw``) is not too deep and holds no integer
     beyond 64 bits."""
-    check_depth(body)
-    check_integers(raw)
+    written = check_depth(body)
+    if written is None or not _EXPONENT_SHORTCUT or may_hold_big_float(written):
+        check_integers(raw)
 
 
 def check_shapes(body: dict[str, Any], protocol: str) -> None:

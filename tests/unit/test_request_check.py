@@ -7,11 +7,21 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transformers import request_check
 from transformers.context import QUIRKS, Ctx
 from transformers.errors import RequestError
-from transformers.request_check import MAX_DEPTH, check_depth, check_integers, check_request, too_deep
+from transformers.request_check import (
+    MAX_DEPTH,
+    check_depth,
+    check_integers,
+    check_request,
+    check_values,
+    may_hold_big_float,
+    too_deep,
+)
 from transformers.request_quirks import prepare_chat
 from transformers.request_r2c import responses_to_chat
 
@@ -96,6 +106,59 @@ def test_integers_beyond_64_bits_refused(text: bytes, code: str) -> None:
 def test_integer_check_leaves_unreadable_bodies_alone() -> None:
     check_integers(b'{"a":"\xff", "b": 12345678901234567890123}')  # invalid UTF-8: the caller's error
     check_integers(b"[" * 5000 + b"12345678901234567890123")
+
+
+def _verdict(fn: Any, *args: Any) -> tuple[str, str] | None:
+    try:
+        fn(*args)
+    except RequestError as e:
+        return (e.param or "", e.code or "")
+    return None
+
+
+# numbers as a client may write them: ints of any size, with signs, exponents and fractions
+_NUMBER = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30).map(lambda n: str(n).encode()),
+    st.integers(min_value=2**63 - 3, max_value=2**64 + 3).map(lambda n: str(n).encode()),
+    st.integers(min_value=2**63 - 3, max_value=2**63 + 3).map(lambda n: b"-%d" % n),
+    st.floats(allow_nan=False, allow_infinity=False).map(lambda f: orjson.dumps(f)),
+    st.sampled_from([b"1e19", b"1E+19", b"-1.5e18", b"12345678901234567890.0", b"0.5e+3"]),
+)
+# strings that look like numbers or exponents, or carry many '+' (base64)
+_STRING = st.one_of(
+    st.text(alphabet="0123456789e+E-. ab", max_size=40),
+    st.sampled_from(["1e+19", "x" + "+" * 70 + "1e+30", "12345678901234567890123", "a+b", "9e+"]),
+).map(lambda t: orjson.dumps(t))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_NUMBER, _STRING), min_size=1, max_size=6))
+def test_the_exponent_shortcut_refuses_exactly_what_the_raw_scan_refuses(values: list[bytes]) -> None:
+    """check_values skips the raw digit-run scan when orjson's writing of the body shows no
+    big float: the verdict (and the path it names) must be the exact scan's."""
+    raw = b'{"model":"m","a":[' + b",".join(values) + b'],"b":{"c":' + values[-1] + b"}}"
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return  # too big even for a double: check_body names it from the raw scan alone
+    assert _verdict(check_values, raw, body) == _verdict(check_integers, raw)
+
+
+def test_the_exponent_shortcut_is_on_and_bounded() -> None:
+    assert request_check._EXPONENT_SHORTCUT  # this orjson writes big floats as <digits>e+<digits>
+    assert not may_hold_big_float(b'[{"a":"x+y","b":1.5,"c":12,"d":"e+"}]')
+    assert may_hold_big_float(orjson.dumps([2.0**63]))
+    assert may_hold_big_float(b'["9e+1"]')  # a string that looks like one: the exact scan decides
+    looks = request_check._PLUS_LOOKS
+    assert not may_hold_big_float(orjson.dumps(["+" * looks]))  # every sign looked at
+    assert may_hold_big_float(orjson.dumps(["+" * (looks + 1)]))  # past the bound: the exact scan decides
+
+
+def test_without_the_shortcut_the_raw_scan_still_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(request_check, "_EXPONENT_SHORTCUT", False)
+    raw = b'{"a":[1,18446744073709551616]}'
+    e = refused(check_values, raw, orjson.loads(raw))
+    assert (e.param, e.code) == ("a[1]", "integer_above_max_value")
 
 
 # -- shapes ----------------------------------------------------------------------------------
