@@ -10,7 +10,8 @@ keep-alive connection, the counters zeroed (``callgrind_control -z``), N request
 (``callgrind_control -d``); the dump's total divided by N.  Everything the proxy process
 does for those requests is counted (the event loop, uvicorn, the app, httpx, the kernel
 calls' user-side work), nothing else.  Per event = the difference between the 200- and
-20-chunk streams over 180.  A/B two builds with ``--proxy-cmd``; valgrind makes each case
+20-chunk streams over 180; per stream = the 20-chunk stream less 20 events (the request's
+own cost: checks, translation, upstream exchange, the answer's head and tail).  A/B two builds with ``--proxy-cmd``; valgrind makes each case
 take about a minute.  Listens and connects on 127.0.0.1 only; every child is stopped by its
 pid, also on error.
 """
@@ -50,6 +51,9 @@ CASES: dict[str, tuple[str, bytes]] = {
     ),
     "st-resp-n20": ("/v1/responses", b'{"model":"bench-resp-n20-d0","stream":true,"store":false,"input":"hi"}'),
     "st-resp-n200": ("/v1/responses", b'{"model":"bench-resp-n200-d0","stream":true,"store":false,"input":"hi"}'),
+    # a Responses client on a Chat upstream (Codex on Kimi): request and answer translated
+    "st-resp2chat-n20": ("/v1/responses", b'{"model":"bench-chat-n20-d0","stream":true,"store":false,"input":"hi"}'),
+    "st-resp2chat-n200": ("/v1/responses", b'{"model":"bench-chat-n200-d0","stream":true,"store":false,"input":"hi"}'),
 }
 
 
@@ -173,10 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         got[case] = measure(args.proxy_cmd.split(), case, args.requests, work)
         print(f"| {case} | {got[case]:,} |", flush=True)
-    for proto in ("chat", "resp"):
+    for proto in ("chat", "resp", "resp2chat"):
         a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-n200")
         if a and b:
-            print(f"| st-{proto}: per text event | {(b - a) // 180:,} |")
+            per = (b - a) // 180
+            print(f"| st-{proto}: per text event | {per:,} |")
+            print(f"| st-{proto}: per stream, less its 20 text events | {a - 20 * per:,} |")
     if os.environ.get("KEEP_WORKDIR") is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
