@@ -171,6 +171,9 @@ def unique_map(raw_ids: Iterable[str], policy: Callable[[str], str], max_len: in
     return mapping
 
 
+_SANITISED_PREFIX = "functions_"  # Kimi Code's sanitising of "functions.<name>:<idx>"
+
+
 def _sanitised_native(call: Any) -> tuple[str, str, int] | None:
     """(sanitised id, canonical id, idx) for an assistant tool call whose id looks like Kimi
     Code's sanitising of a native id of this very call, else None."""
@@ -209,13 +212,18 @@ def kimi_restore_map(messages: Iterable[Any]) -> dict[str, str]:
             continue
         seen: list[tuple[str, str, int]] = []
         for call in calls:
-            if isinstance(call, dict) and isinstance(call.get("id"), str):
-                present.add(call["id"])
+            sid = call.get("id") if isinstance(call, dict) else None
+            if isinstance(sid, str):
+                present.add(sid)
+                if not sid.startswith(_SANITISED_PREFIX):
+                    continue  # never a sanitised native id: nothing to restore or to rule out
                 cand = _sanitised_native(call)
                 if cand is not None:
                     seen.append(cand)
                 else:  # this id on a call it does not name: it reads as no native id here
-                    found.setdefault(call["id"], set()).add("")
+                    found.setdefault(sid, set()).add("")
+        if not seen:
+            continue
         if all(a[2] < b[2] for a, b in zip(seen, seen[1:])):
             for sid, canonical, _ in seen:
                 found.setdefault(sid, set()).add(canonical)

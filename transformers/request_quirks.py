@@ -24,7 +24,8 @@ tool_choice_without_tools   same protocol       no tools → drop ``tool_choice`
                                                 ``parallel_tool_calls``
 strip_moonshot_fields       quirk OFF           ``partial``, ``extras``, tool-call
                             ``moonshot_fields`` ``namespace``, ``video_url`` parts,
-                                                ``builtin_function`` tools removed
+                            on the same         ``builtin_function`` tools removed (a
+                            protocol            translated body holds none of them)
 mimo_request                ``mimo_request``    R3-c: ``max_completion_tokens`` (from
                                                 ``max_tokens``/``max_output_tokens``/the
                                                 catalogue), ``tool_choice`` auto (``none``
@@ -118,6 +119,7 @@ __all__ = [
 
 REASONING_PLACEHOLDER = "tool call"
 REASONING_KEYS = KEYS
+_REASONING_KEY_SET = frozenset(KEYS)
 
 Body = dict[str, Any]
 Gate = Callable[[Ctx, bool], bool]
@@ -133,7 +135,8 @@ def reasoning_key(ctx: Ctx) -> str:
 
 
 def _has_reasoning(msg: dict[str, Any]) -> bool:
-    return any(msg.get(k) for k in REASONING_KEYS)
+    # most messages carry no reasoning key at all: one C-level set test says so
+    return not _REASONING_KEY_SET.isdisjoint(msg) and any(msg.get(k) for k in REASONING_KEYS)
 
 
 def with_reasoning_placeholders(messages: list[Any], ctx: Ctx) -> list[Any] | None:
@@ -206,6 +209,14 @@ def _off(quirk: str) -> Gate:
 
 def _same_protocol(ctx: Ctx, translated: bool) -> bool:
     return not translated
+
+
+def _off_same_protocol(quirk: str) -> Gate:
+    def gate(ctx: Ctx, translated: bool) -> bool:
+        return not translated and quirk not in ctx.quirks
+
+    gate.__name__ = f"off_{quirk}_same_protocol"
+    return gate
 
 
 def _always(ctx: Ctx, translated: bool) -> bool:
@@ -555,7 +566,7 @@ QUIRK_TABLE: tuple[tuple[str, ProtocolName, Gate, Pass], ...] = (
     ("same_protocol_toolinfo",    "chat",      _same_protocol,                   _chat_toolinfo),
     ("stream_include_usage",      "chat",      _same_protocol,                   _stream_include_usage),
     ("tool_choice_without_tools", "chat",      _same_protocol,                   _tool_choice_without_tools),
-    ("strip_moonshot_fields",     "chat",      _off("moonshot_fields"),          _strip_moonshot_fields),
+    ("strip_moonshot_fields",     "chat",      _off_same_protocol("moonshot_fields"), _strip_moonshot_fields),
     ("mimo_request",              "chat",      _on("mimo_request"),              _mimo_request),
     ("kimi_request",              "chat",      _on("kimi_request"),              _kimi_request),
     ("max_completion_tokens",     "chat",      _on("max_completion_tokens"),     _max_completion_tokens),

@@ -49,8 +49,9 @@ consecutive ``function_call``/  ONE ``assistant{content:null,tool_calls:[…]}``
 calls, unknown items            form for them
 ==============================  ==========================================================
 
-With ``reasoning_replay`` every assistant tool-call message still without reasoning then
-gets the placeholder ``"tool call"`` (after the trailing reasoning was attached).
+With ``reasoning_replay``, the request quirks' pass of that name then gives every
+assistant tool-call message still without reasoning the placeholder ``"tool call"`` (after
+the trailing reasoning was attached here).
 
 Tool-call ids: SPEC §1 Chat policy (canonical ``functions.<name>:<idx>`` verbatim at any
 length; others sanitised and cut to 64), or the strict policy with ``strict_tool_ids``,
@@ -129,7 +130,7 @@ from .envelope import open_reasoning
 from .errors import RequestError
 from .ids import MAX_CALL_ID, chat_policy, strict_policy, unique_map
 from .request_c2r import force_object_schema
-from .request_quirks import reasoning_key, with_reasoning_placeholders
+from .request_quirks import reasoning_key
 
 __all__ = ["responses_to_chat", "HOSTED_TOOLS", "CUSTOM_INPUT_PARAM"]
 
@@ -150,6 +151,7 @@ HOSTED_TOOLS = frozenset(
 CUSTOM_INPUT_PARAM = "input"
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+_CALL_OR_OUTPUT = CALL_TYPES | OUTPUT_TYPES
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 
@@ -390,12 +392,15 @@ def _item_kind(item: dict[str, Any]) -> str | None:
 class _Transcript:
     """Builds the Chat messages in one walk over the input items."""
 
-    __slots__ = ("ctx", "items", "ids", "key", "messages", "pending", "turn_assistant", "prev_assistant",
+    __slots__ = ("ctx", "items", "kinds", "ids", "key", "messages", "pending", "turn_assistant", "prev_assistant",
                  "group", "group_calls", "answer", "claimed")  # fmt: skip
 
-    def __init__(self, items: list[dict[str, Any]], ids: dict[str, str], answer: dict[int, int], ctx: Ctx):
+    def __init__(
+        self, items: list[dict[str, Any]], kinds: list[Any], ids: dict[str, str], answer: dict[int, int], ctx: Ctx
+    ):
         self.ctx = ctx
         self.items = items
+        self.kinds = kinds  # _item_kind of each item
         self.ids = ids
         self.answer = answer  # call item index → its output item index
         self.claimed = frozenset(answer.values())
@@ -496,13 +501,13 @@ class _Transcript:
 
     # the walk
     def walk(self) -> list[dict[str, Any]]:
-        for i, item in enumerate(self.items):
-            kind = _item_kind(item)
+        for i, (item, kind) in enumerate(zip(self.items, self.kinds)):
             if kind in CALL_TYPES:
                 self._call(i, item, kind)
                 self.prev_assistant = None
                 continue
-            self._flush()
+            if self.group is not None:
+                self._flush()
             self.prev_assistant = None  # only an assistant message item sets it again
             if kind == "message":
                 self._message(i, item)
@@ -543,17 +548,22 @@ class _Transcript:
         self.ctx.repaired("orphan_tool_output_to_user")
 
 
-def _pair_outputs(items: list[dict[str, Any]]) -> dict[int, int]:
+def _pair_outputs(items: list[dict[str, Any]], kinds: list[Any]) -> dict[int, int]:
     """call item index → index of its output: each call takes the first unclaimed output with
     the same call_id, wherever it is in the input.  Outputs nobody claims are orphans."""
     free: dict[str, list[int]] = {}
-    for j, it in enumerate(items):
-        if _item_kind(it) in OUTPUT_TYPES and isinstance(it.get("call_id"), str):
-            free.setdefault(it["call_id"], []).append(j)
+    calls: list[int] = []
+    for j, (it, kind) in enumerate(zip(items, kinds)):
+        if kind in OUTPUT_TYPES:
+            if isinstance(it.get("call_id"), str):
+                free.setdefault(it["call_id"], []).append(j)
+        elif kind in CALL_TYPES:
+            calls.append(j)
     answer: dict[int, int] = {}
-    for i, it in enumerate(items):
-        if _item_kind(it) in CALL_TYPES and isinstance(it.get("call_id"), str):
-            queue = free.get(it["call_id"])
+    for i in calls:
+        call_id = items[i].get("call_id")
+        if isinstance(call_id, str):
+            queue = free.get(call_id)
             if queue:
                 answer[i] = queue.pop(0)
     return answer
@@ -583,10 +593,11 @@ def responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     items = _input(body)
     ctx.tools = ToolInfo()
 
+    kinds = [_item_kind(it) for it in items]
     raw_ids = [
         it["call_id"]
-        for it in items
-        if _item_kind(it) in CALL_TYPES | OUTPUT_TYPES and isinstance(it.get("call_id"), str)
+        for it, kind in zip(items, kinds)
+        if kind in _CALL_OR_OUTPUT and isinstance(it.get("call_id"), str)
     ]
     policy = strict_policy if ctx.on("strict_tool_ids") else chat_policy
     ids = unique_map(raw_ids, policy, MAX_CALL_ID)
@@ -599,9 +610,7 @@ def responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
         messages.append({"role": "system", "content": instructions})
     elif instructions is not None and not isinstance(instructions, str):
         raise RequestError("'instructions' must be a string", param="instructions")
-    messages.extend(_Transcript(items, ids, _pair_outputs(items), ctx).walk())
-    if ctx.on("reasoning_replay"):
-        messages = with_reasoning_placeholders(messages, ctx) or messages
+    messages.extend(_Transcript(items, kinds, ids, _pair_outputs(items, kinds), ctx).walk())
 
     out: dict[str, Any] = {"model": ctx.upstream_model or body.get("model"), "messages": messages}
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,8 @@ from transformers.context import QUIRKS, Ctx
 from transformers.envelope import seal
 from transformers.request_quirks import QUIRK_TABLE, prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def ctx(*quirks: str, **kw) -> Ctx:
@@ -21,7 +25,11 @@ def test_table_shape():
     for _rule, protocol, gate, fn in QUIRK_TABLE:
         assert protocol in ("chat", "responses")
         assert callable(gate) and callable(fn)
-    gated = {g.__name__.split("_", 1)[1] for _, _, g, _ in QUIRK_TABLE if g.__name__.startswith(("on_", "off_"))}
+    gated = {
+        g.__name__.split("_", 1)[1].removesuffix("_same_protocol")
+        for _, _, g, _ in QUIRK_TABLE
+        if g.__name__.startswith(("on_", "off_"))
+    }
     assert gated <= QUIRKS
 
 
@@ -283,8 +291,28 @@ def test_moonshot_fields_kept_for_moonshot():
 
 def test_only_builtin_tools_leaves_no_tools():
     body = {"messages": [], "tools": [MOONSHOT_BODY["tools"][0]], "tool_choice": "auto"}
-    out = prepare_chat(body, ctx(), translated=True)
-    assert out == {"messages": []}
+    out = prepare_chat(body, ctx(), translated=False)
+    assert out == {"model": "up", "messages": []}
+
+
+def test_a_translated_body_holds_no_moonshot_field():
+    """strip_moonshot_fields runs on same-protocol bodies only: what responses_to_chat writes
+    (from items, parts and tools of every kind, hosted ones and video included) is left
+    unchanged by it."""
+    body = json.loads((FIXTURES / "codex_request.json").read_text())
+    body["tools"] = [*json.loads((FIXTURES / "codex_tools_0.169.json").read_text()), {"type": "web_search"}]
+    body["input"].append(
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_video", "video_url": "v"}, {"type": "video_url", "video_url": {"url": "v"}}],
+        }
+    )
+    body["input"].append({"type": "message", "role": "assistant", "content": "x", "partial": True, "extras": {}})
+    c = ctx()
+    out = responses_to_chat(body, c)
+    stripped = prepare_chat(out, Ctx(quirks=frozenset()), translated=False)
+    assert stripped["messages"] == out["messages"] and stripped["tools"] == out["tools"]
 
 
 # -- kimi_tool_ids: Kimi Code's sanitised native ids restored (issue 11, seed 000) ------------

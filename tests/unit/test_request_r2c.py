@@ -323,7 +323,7 @@ def test_T3_13_wrong_key_falls_back_to_summary():
 def test_T3_13_without_reasoning_gets_placeholder():
     items = [it for it in t313_input(rs("x")) if it["type"] != "reasoning"]
     c = ctx("reasoning_replay")
-    out = responses_to_chat({"input": items}, c)
+    out = prepare_chat(responses_to_chat({"input": items}, c), c, translated=True)
     assert out["messages"][1]["reasoning_content"] == "tool call"
     assert c.repairs == ["reasoning_placeholder"]
 
