@@ -32,6 +32,8 @@ from pathlib import Path
 
 import yaml
 
+from bench.codex_body import codex_request
+
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 
@@ -54,6 +56,9 @@ CASES: dict[str, tuple[str, bytes]] = {
     # a Responses client on a Chat upstream (Codex on Kimi): request and answer translated
     "st-resp2chat-n20": ("/v1/responses", b'{"model":"bench-chat-n20-d0","stream":true,"store":false,"input":"hi"}'),
     "st-resp2chat-n200": ("/v1/responses", b'{"model":"bench-chat-n200-d0","stream":true,"store":false,"input":"hi"}'),
+    # the request Codex sends late in a session (bench/codex_body.py: 30 turns, ~370 KB)
+    "big-resp-n20": ("/v1/responses", codex_request("bench-resp-n20-d0")),
+    "big-resp2chat-n20": ("/v1/responses", codex_request("bench-chat-n20-d0")),
 }
 
 
@@ -183,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
             per = (b - a) // 180
             print(f"| st-{proto}: per text event | {per:,} |")
             print(f"| st-{proto}: per stream, less its 20 text events | {a - 20 * per:,} |")
+    for proto in ("resp", "resp2chat"):
+        a, b = got.get(f"st-{proto}-n20"), got.get(f"big-{proto}-n20")
+        if a and b:
+            print(f"| big-{proto}: the Codex-sized body's own cost (big less st) | {b - a:,} |")
     if os.environ.get("KEEP_WORKDIR") is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0

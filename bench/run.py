@@ -48,6 +48,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.codex_body import codex_request
 from bench.fake_upstream import TOOL_NAME
 from bench.loadgen import LoadResult, LoadSpec, percentile, run_load
 
@@ -77,6 +78,7 @@ class Scenario:
     pacing: str = ""  # fake upstream pacing flags in the model name: "pe" (per event), "rel"
     workers: int = 0  # 0: the pinned one-worker proxy; N: a proxy of its own, --workers N, unpinned
     reference: bool = False  # the proxy side is bench/reference.py (uvicorn + httpx alone), pinned alike
+    turns: int = 0  # > 0: a Codex-sized request with this many earlier turns (bench/codex_body.py)
 
     @property
     def model(self) -> str:
@@ -117,6 +119,11 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
         n218 = EV218_N[cl]
         out.append(Scenario(f"ev218-{tag}-c1", f"{title}, 218 events, c=1", "lat", cl, up, True, n218, 0, 1, d))
+    # a request as Codex sends it late in a session: 30 earlier turns, ~370 KB, one at a time
+    for cl, up, title in (flows[1], flows[2]):
+        tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
+        title = f"{title}, Codex body of 30 turns (~370 KB), 20 chunks, c=1"
+        out.append(Scenario(f"big-{tag}-c1", title, "lat", cl, up, True, 20, 0, 1, d, turns=30))
     # 4 streams paced to the end: 200 text chunks and the tool call's 5 steps × 5 ms (206 steps);
     # the same pacing on a same-protocol stream, through Switchboard and through the reference
     # forwarder: what a proxy process woken after idleness pays, whatever its code
@@ -232,7 +239,10 @@ EV218_N = {"chat": 210, "responses": 204}
 
 
 def request_body(s: Scenario) -> bytes:
-    """What a coding agent would send: a short conversation and one function tool."""
+    """What a coding agent would send: a short conversation and one function tool (or, with
+    ``turns``, the whole session Codex sends late in it)."""
+    if s.turns:
+        return codex_request(s.model, s.turns, stream=s.stream)
     params = {
         "type": "object",
         "properties": {"command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"}},
@@ -780,6 +790,19 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
             ">=",
             "events/s",
             "client events / proxy CPU-second",
+        )
+    for tag in ("resp", "resp2chat"):
+        sc = f"big-{tag}-c1"
+        _, p = pair(sc)
+        note = "Codex body of 30 turns (~370 KB)"
+        add(f"Codex-sized request, c=1: added TTFB p50 ({tag})", sc, added(sc, "ttfb_p50_ms"), None, "", "ms", note)
+        add(
+            f"Codex-sized request, c=1: proxy CPU per request ({tag})",
+            sc,
+            _get(p, "proxy_cpu_ms_per_req"),
+            None,
+            "",
+            "ms",
         )
     add(
         "paced 4 streams, 206 steps × 5 ms: total time vs direct",
