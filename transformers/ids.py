@@ -121,11 +121,21 @@ def sanitize(id: str, max_len: int | None = None) -> str:
     return out if max_len is None else out[:max_len]
 
 
+def _as_is(id: str) -> bool:
+    """Every policy leaves an id of safe characters that fits MAX_CALL_ID as it is (the
+    common case: one regex match instead of the policy's two)."""
+    return len(id) <= MAX_CALL_ID and _SAFE_NAME.fullmatch(id) is not None
+
+
 def chat_policy(id: str) -> str:
+    if _as_is(id):
+        return id
     return id if is_canonical_kimi(id) else sanitize(id, MAX_CALL_ID)
 
 
 def responses_policy(id: str) -> str:
+    if _as_is(id):
+        return id
     left = id.split("|", 1)[0]
     if len(left) <= MAX_CALL_ID and is_canonical_kimi(left):
         return left
@@ -133,7 +143,7 @@ def responses_policy(id: str) -> str:
 
 
 def strict_policy(id: str) -> str:
-    return sanitize(id, MAX_CALL_ID)
+    return id if _as_is(id) else sanitize(id, MAX_CALL_ID)
 
 
 def _fit(base: str, suffix: str, max_len: int | None) -> str:

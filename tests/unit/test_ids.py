@@ -181,6 +181,18 @@ def test_max_len_too_small_raises():
 ID_CHARS = st.text(alphabet="abfnRdo._-:|0123456789é", max_size=80)
 
 
+def _policies_without_shortcut(id: str) -> tuple[str, str, str]:
+    """The three policies as written before their safe-id shortcut (ids._as_is)."""
+    left = id.split("|", 1)[0]
+    responses = left if len(left) <= 64 and is_canonical_kimi(left) else sanitize(left, 64)
+    return (id if is_canonical_kimi(id) else sanitize(id, 64)), responses, sanitize(id, 64)
+
+
+@given(st.one_of(ID_CHARS, st.text(alphabet="azAZ09_-", min_size=60, max_size=70), st.text(max_size=70)))
+def test_the_safe_id_shortcut_changes_no_policy(id):
+    assert (chat_policy(id), responses_policy(id), strict_policy(id)) == _policies_without_shortcut(id)
+
+
 @given(st.lists(ID_CHARS, max_size=12))
 def test_property_mapping_injective_deterministic_and_fits(raw):
     for policy in (chat_policy, responses_policy, strict_policy):
