@@ -12,8 +12,9 @@ last input item is ``{"type": "compaction_trigger"}``, ``prepare()`` routes it (
 without native compaction gets the summarisation request, a native one the trigger) and
 ``ProxyResponse`` pumps it, with its timeouts, retries, errors, log line and counters.
 
-``CompactSend`` wraps the ASGI ``send``: it holds the answer's start message, and when the
-answer is a 200 response object it rewrites the body into the compacted response:
+The answer is made from the Bridge's Responses answer object by ``Prepared.reshape``
+(``compact_answer``) before its status line goes out, so the log line and
+``switchboard_requests_total`` count the status the client got:
 
 ========================================  ==============================================
 the Responses answer                      the client gets
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 import orjson
@@ -104,41 +106,16 @@ def compacted(response: dict[str, Any], users: list[dict[str, Any]]) -> tuple[in
     }
 
 
-class CompactSend:
-    """The ASGI ``send`` of the compact route (module docstring)."""
-
-    __slots__ = ("send", "users", "start", "parts", "request_id")
-
-    def __init__(self, send: Any, users: list[dict[str, Any]], request_id: str) -> None:
-        self.send = send
-        self.users = users
-        self.start: dict[str, Any] | None = None
-        self.parts: list[bytes] = []
-        self.request_id = request_id
-
-    async def __call__(self, msg: dict[str, Any]) -> None:
-        if msg["type"] == "http.response.start":
-            self.start = msg
-            return
-        if msg["type"] != "http.response.body" or self.start is None:
-            await self.send(msg)
-            return
-        self.parts.append(msg.get("body", b""))
-        if msg.get("more_body", False):
-            return
-        start, body = self.start, b"".join(self.parts)
-        if start["status"] == 200:
-            try:
-                answer = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                answer = {}
-            status, obj = compacted(answer if isinstance(answer, dict) else {}, self.users)
-            if status != 200:
-                obj["error"]["request_id"] = self.request_id
-            start = {**start, "status": status}
-            body = orjson.dumps(obj)
-        await self.send(start)
-        await self.send({"type": "http.response.body", "body": body})
+def compact_answer(users: list[dict[str, Any]], request_id: str, body: bytes) -> tuple[int, bytes]:
+    """(status, body) the client gets for the Bridge's non-streamed answer ``body``."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        answer = {}
+    status, obj = compacted(answer if isinstance(answer, dict) else {}, users)
+    if status != 200:
+        obj["error"]["request_id"] = request_id
+    return status, orjson.dumps(obj)
 
 
 def compact_handler(svc: Any) -> Any:
@@ -166,6 +143,7 @@ def compact_handler(svc: Any) -> Any:
             svc.counters.inc("switchboard_requests_total", route=PATH, client="-", provider="-", status=str(status))
             return
         p.route_name = PATH
-        await ProxyResponse(p)(scope, receive, CompactSend(send, users, rid))
+        p.reshape = partial(compact_answer, users, rid)
+        await ProxyResponse(p)(scope, receive, send)
 
     return handler

@@ -85,6 +85,9 @@ class Prepared:
     attempts: int = 1
     drainer: Any = None  # the app's Drain (app.drain): open answers register with it
     stop: str = ""  # set by the drain: the code this answer must end with now
+    # a non-streamed answer's (status, body) made from the Bridge's body, before anything is
+    # sent, so that the log line and the counters say what the client got (app.compact)
+    reshape: Any = None
 
 
 def retarget(p: Prepared, route: Route) -> Prepared:
@@ -92,7 +95,9 @@ def retarget(p: Prepared, route: Route) -> Prepared:
     body translated again for that target's protocol and quirks (pure, as ``prepare``)."""
     if p.again is None:
         raise AssertionError("a one-target model has no other target")
-    return p.again(route)
+    q: Prepared = p.again(route)
+    q.route_name, q.reshape = p.route_name, p.reshape  # what the route's handler set (app.compact)
+    return q
 
 
 def prepare(
@@ -274,11 +279,15 @@ class ProxyResponse(Response):
             head = [(b"x-request-id", p.request_id.encode()), *((k.encode(), v.encode()) for k, v in p.headers.items())]
             if not p.stream:
                 out = _complete(p, whole)  # type: ignore[arg-type]
+                if p.reshape is not None:
+                    status, out = p.reshape(out)
+                    if status != 200:
+                        terminal = "error"
                 self.started = True
                 await send(
                     {
                         "type": "http.response.start",
-                        "status": 200,
+                        "status": status,
                         "headers": [(b"content-type", b"application/json"), *head],
                     }
                 )

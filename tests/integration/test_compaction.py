@@ -214,3 +214,39 @@ async def test_compact_endpoint_failure_and_bad_body(client_factory, mock):
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
     r = await client.post("/v1/responses/compact", json={"model": "nope", "input": "x"})
     assert r.status_code == 404
+
+
+async def test_compact_failure_is_counted_and_logged_as_the_client_got_it(client_factory, mock, capsys):
+    client = await client_factory(**config())
+    mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json=chat_json("")))
+    r = await client.post("/v1/responses/compact", json={"model": "chat-model", "input": "hello"})
+    assert r.status_code == 502 and r.json()["error"]["request_id"] == r.headers["x-request-id"]
+    m = (await client.get("/metrics")).text
+    assert 'route="/v1/responses/compact"' in m and 'status="502"' in m
+    assert not any('route="/v1/responses/compact"' in line and 'status="200"' in line for line in m.splitlines())
+    logged = [x for x in capsys.readouterr().out.splitlines() if "route=/v1/responses/compact" in x]
+    assert len(logged) == 1 and "status=502" in logged[0] and "terminal=error" in logged[0]
+
+
+async def test_compact_on_a_fallback_target_still_answers_the_compacted_form(client_factory, mock):
+    cfg = config()
+    cfg["models"] = [
+        *cfg["models"],
+        {
+            "name": "two-way",
+            "targets": [
+                {"provider": "oai", "upstream_model": "gpt-5"},
+                {"provider": "chatup", "upstream_model": "up-chat"},
+            ],
+        },
+    ]
+    mock.post(OAI_URL).mock(return_value=httpx.Response(500, json={"error": {"message": "down"}}))
+    mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json=chat_json("Compact summary.")))
+    client = await client_factory(**cfg)
+    r = await client.post("/v1/responses/compact", json={"model": "two-way", "input": [*HISTORY]})
+    assert r.status_code == 200, r.text
+    obj = r.json()
+    assert obj["object"] == "response.compaction" and obj["output"][-1]["type"] == "compaction"
+    assert opened(obj["output"][-1]) == "Compact summary."
+    m = (await client.get("/metrics")).text
+    assert any('route="/v1/responses/compact"' in x and 'status="200"' in x for x in m.splitlines())
