@@ -48,6 +48,9 @@ from typing import Any
 
 import orjson
 
+from .errors import RequestError
+from .request_check import check_integers, check_values
+
 __all__ = ["Ignore", "Reply", "Turn", "Warmup", "WSSession", "error_frame"]
 
 
@@ -110,6 +113,10 @@ def error_frame(
     return frame
 
 
+def _refused(e: RequestError) -> dict[str, Any]:
+    return error_frame(e.status, e.message, e.code, param=e.param, type=e.type)
+
+
 def _items(value: Any) -> list[Any]:
     """A request's ``input`` as a list of items (a string is one user message)."""
     if value is None:
@@ -138,12 +145,23 @@ class WSSession:
         """What to do with one client frame (``None``: a binary frame)."""
         if data is None:
             return Reply(error_frame(400, "binary frames are not supported; send JSON text frames", "invalid_frame"))
+        raw = data.encode() if isinstance(data, str) else data
         try:
-            msg = orjson.loads(data)
+            msg = orjson.loads(raw)
         except orjson.JSONDecodeError:
+            try:
+                check_integers(raw)  # an integer too long even for a double: name it
+            except RequestError as e:
+                return Reply(_refused(e))
             return Reply(error_frame(400, "the frame is not valid JSON", "invalid_json"))
         if not isinstance(msg, dict):
             return Reply(error_frame(400, "the frame must be a JSON object", "invalid_json"))
+        try:
+            # orjson made an integer beyond 64 bits a float, and the request is written again
+            # from ``msg``: only the frame's own text still shows one (as check_body's raw)
+            check_values(raw, msg)
+        except RequestError as e:
+            return Reply(_refused(e))
         kind = msg.get("type")
         if kind == "response.create":
             return self._create(msg)

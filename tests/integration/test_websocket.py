@@ -235,6 +235,10 @@ async def test_errors_before_the_first_byte_are_error_frames_with_the_http_statu
         await ws.send(create("chat-model", [{"type": "message", "role": "user", "content": 5}]))
         bad = orjson.loads(await ws.recv())
         assert bad["status"] == 400 and bad["error"]["type"] == "invalid_request_error"
+        await ws.send(create("chat-model", [USER])[:-1] + ',"metadata":{"n":18446744073709551616}}')
+        big = orjson.loads(await ws.recv())
+        assert big["status"] == 400 and big["error"]["code"] == "integer_above_max_value"
+        assert big["error"]["param"] == "metadata.n"
 
 
 async def test_a_stream_failing_midway_ends_with_its_terminal_and_the_transcript_is_dropped() -> None:

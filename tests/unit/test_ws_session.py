@@ -128,6 +128,26 @@ def test_bad_frames_are_error_replies(data: Any, code: str) -> None:
     assert isinstance(a, Reply) and a.frame["type"] == "error" and a.frame["error"]["code"] == code
 
 
+@pytest.mark.parametrize(
+    ("number", "code"),
+    [
+        (b"18446744073709551616", "integer_above_max_value"),
+        (b"-9223372036854775809", "integer_below_min_value"),
+        (b"9" * 400, "integer_above_max_value"),  # too long even for a double: orjson refuses the frame
+    ],
+)
+def test_an_integer_beyond_64_bits_is_refused_with_its_path(number: bytes, code: str) -> None:
+    """orjson reads it as a float and the request is written again from the parsed frame, so
+    the frame's own text is checked (as an HTTP body is)."""
+    frame = b'{"type":"response.create","model":"m","input":"hi","metadata":{"n":' + number + b"}}"
+    for data in (frame, frame.decode()):
+        a = WSSession(1 << 20).frame(data)
+        assert isinstance(a, Reply) and a.frame["status"] == 400
+        assert (a.frame["error"]["code"], a.frame["error"]["param"]) == (code, "metadata.n")
+    ok = WSSession(1 << 20).frame(b'{"type":"response.create","model":"m","input":"hi","metadata":{"n":1.5e19}}')
+    assert isinstance(ok, Turn)  # a float the client wrote as one goes on as it is
+
+
 def test_processed_is_ignored() -> None:
     assert isinstance(WSSession(1 << 20).frame('{"type":"response.processed","response_id":"r"}'), Ignore)
 
