@@ -35,6 +35,10 @@ client frame                               action
                                            appended to the transcript
 ``response.processed``                     ``Ignore`` (an acknowledgement)
 anything else, binary, not JSON            ``Reply`` error 400 (the socket stays open)
+a frame nested too deep or holding an      ``Reply`` error 400 naming its path, as an HTTP
+integer beyond 64 bits                     body gets (``request_check.check_values`` on
+                                           the frame's own bytes: parsed, the integer is
+                                           already a float)
 =========================================  ===================================================
 
 The session is sans-IO: the app reads frames, asks ``frame()``, runs turns and reports
