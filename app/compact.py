@@ -37,6 +37,7 @@ import orjson
 
 from app.pipeline import ProxyResponse, new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
+from transformers.request_check import check_integers, check_values
 
 PATH = "/v1/responses/compact"
 _ALLOWED = ("model", "input", "instructions", "previous_response_id")
@@ -47,9 +48,13 @@ def compact_body(raw: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
+        check_integers(raw)  # an integer too long even for a double: name it
         raise RequestError("the request body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", code="invalid_type")
+    # the request is written again from ``body``: an integer beyond 64 bits is a float by
+    # now, and only ``raw`` still shows it (as check_body does for /v1/responses)
+    check_values(raw, body)
     items = body.get("input")
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]

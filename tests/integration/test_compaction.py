@@ -214,6 +214,10 @@ async def test_compact_endpoint_failure_and_bad_body(client_factory, mock):
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
     r = await client.post("/v1/responses/compact", json={"model": "nope", "input": "x"})
     assert r.status_code == 404
+    for number, code in ((b"18446744073709551616", "integer_above_max_value"), (b"9" * 400, "integer_above_max_value")):
+        raw = b'{"model":"chat-model","input":[{"role":"user","content":"x","n":' + number + b"}]}"
+        r = await client.post("/v1/responses/compact", content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and (r.json()["error"]["code"], r.json()["error"]["param"]) == (code, "input[0].n")
 
 
 async def test_compact_failure_is_counted_and_logged_as_the_client_got_it(client_factory, mock, capsys):
