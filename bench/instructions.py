@@ -11,9 +11,10 @@ keep-alive connection, the counters zeroed (``callgrind_control -z``), N request
 does for those requests is counted (the event loop, uvicorn, the app, httpx, the kernel
 calls' user-side work), nothing else.  Per event = the difference between the 200- and
 20-chunk streams over 180; per stream = the 20-chunk stream less 20 events (the request's
-own cost: checks, translation, upstream exchange, the answer's head and tail).  A/B two builds with ``--proxy-cmd``; valgrind makes each case
-take about a minute.  Listens and connects on 127.0.0.1 only; every child is stopped by its
-pid, also on error.
+own cost: checks, translation, upstream exchange, the answer's head and tail); the
+Codex-sized body's own cost = its 20-chunk case less the short request's.  A/B two builds
+with ``--proxy-cmd``; valgrind makes each case take about a minute.  Listens and connects
+on 127.0.0.1 only; every child is stopped by its pid, also on error.
 """
 
 from __future__ import annotations
