@@ -41,6 +41,7 @@ from app import stored
 from app.logs import log
 from app.pipeline import ProxyResponse, new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
+from transformers.request_check import check_parsed
 from transformers.ws_session import Ignore, Reply, Turn, Warmup, WSSession, error_frame
 
 if TYPE_CHECKING:
@@ -278,9 +279,13 @@ class _Connection:
     # -- one request --------------------------------------------------------------------------
 
     def _prepare(self, body: dict[str, Any], rid: str, answered: dict[str, Any] | None = None) -> Any:
-        raw = orjson.dumps(body)
+        started = time.perf_counter()
+        # the frame's bytes were checked (ws_session.frame); the rebuilt body is checked as it
+        # is, not written and parsed again (open_bridge leaves it unchanged: the transcript
+        # shares its items; tests/unit/test_bridge_leaves_body.py)
+        body = check_parsed(body, "responses")
         return self.svc.prepare(
-            raw, "responses", rid, self.headers, time.perf_counter(), answered=answered, websocket=True
+            b"", "responses", rid, self.headers, started, body=body, answered=answered, websocket=True
         )
 
     async def _refused(self, e: ProxyError | RequestError, rid: str) -> None:

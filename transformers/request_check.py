@@ -97,7 +97,17 @@ import orjson
 
 from .errors import RequestError
 
-__all__ = ["MAX_DEPTH", "check_request", "check_values", "check_shapes", "check_depth", "check_integers", "too_deep"]
+__all__ = [
+    "MAX_DEPTH",
+    "check_body",
+    "check_parsed",
+    "check_request",
+    "check_values",
+    "check_shapes",
+    "check_depth",
+    "check_integers",
+    "too_deep",
+]
 
 MAX_DEPTH = 128
 
@@ -629,6 +639,20 @@ def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", code="invalid_json")
     check_values(raw, body)  # nesting depth, integers beyond 64 bits
+    _check_fields(body, protocol)
+    return body
+
+
+def check_parsed(body: dict[str, Any], protocol: str) -> dict[str, Any]:
+    """``check_body`` for a body built from JSON parsed and checked elsewhere (a WebSocket
+    turn: the frame's own bytes had ``check_values``, the rest is the socket's transcript):
+    its depth, fields and shapes, without writing and parsing it again."""
+    check_depth(body)
+    _check_fields(body, protocol)
+    return body
+
+
+def _check_fields(body: dict[str, Any], protocol: str) -> None:
     for name in _REQUIRED[protocol]:
         if body.get(name) is None:
             raise RequestError(f"missing required parameter: '{name}'", param=name, code="missing_required_parameter")
@@ -642,4 +666,3 @@ def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
     if protocol == "responses" and body.get("input") is None and not body.get("previous_response_id"):
         raise RequestError("missing required parameter: 'input'", param="input", code="missing_required_parameter")
     check_shapes(body, protocol)  # the fields the proxy reads, down to content parts and tools
-    return body
