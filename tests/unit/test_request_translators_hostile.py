@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from transformers.context import QUIRKS, Ctx
 from transformers.errors import RequestError
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
+from transformers.request_check import MAX_DEPTH, check_body, check_parsed
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.schema import sanitize_tools
@@ -183,6 +184,33 @@ def test_translators_on_mutated_responses_bodies(data: st.DataObject) -> None:
     _translate(
         body, "responses", data.draw(st.sampled_from(["chat", "responses"])), data.draw(st.sampled_from(QUIRK_SETS))
     )
+
+
+def _verdict(fn: Any, *args: Any) -> tuple[str | None, str | None] | None:
+    try:
+        fn(*args)
+    except RequestError as e:
+        return (e.param, e.code)
+    return None
+
+
+@TRANSLATORS
+@given(data=st.data())
+def test_check_parsed_refuses_what_check_body_refuses(data: st.DataObject) -> None:
+    """A WebSocket turn's body is checked as parsed (check_parsed), an HTTP body from its
+    bytes (check_body): the same verdict, naming the same path, on any mutated body."""
+    protocol = data.draw(st.sampled_from(["chat", "responses"]))
+    body = _mutated(data, CHAT_BODY if protocol == "chat" else RESP_BODY)
+    assert _verdict(check_parsed, copy.deepcopy(body), protocol) == _verdict(check_body, orjson.dumps(body), protocol)
+
+
+def test_check_parsed_refuses_a_body_too_deep() -> None:
+    deep: Any = "leaf"
+    for _ in range(MAX_DEPTH):
+        deep = [deep]
+    body = {**RESP_BODY, "metadata": {"x": deep}}
+    assert _verdict(check_parsed, body, "responses") == _verdict(check_body, orjson.dumps(body), "responses")
+    assert _verdict(check_parsed, body, "responses") == (f"metadata.x{'[0]' * (MAX_DEPTH - 2)}", "nesting_too_deep")
 
 
 @pytest.mark.parametrize(
