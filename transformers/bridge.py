@@ -317,14 +317,10 @@ class Bridge:
         if self.broken:
             return b""
         out: list[bytes] = []
-        decoder = self.decoder
         try:
             if self.passthrough is not None:
                 chunk = self._run(chunk, out)
-            for ev in self.parser.feed(chunk):
-                self._event(ev.data, decoder, out)
-                if self.broken:
-                    break
+            self._feed(chunk, out)
         except sse.SSEOverflow as e:
             self._crash(out, e, "upstream_bad_event", str(e))
         except Exception as e:
@@ -502,16 +498,14 @@ class Bridge:
         text; its end: finish and usage), then the rest goes to the parser at once."""
         pos = 0
         n = len(chunk)
-        parser = self.parser
-        if parser.pending:
+        if self.parser.pending:
             j = chunk.find(b"\n\n")
             if j < 0:
                 return chunk
             pos = j + 2
-            for ev in parser.feed(chunk[:pos]):
-                self._event(ev.data, self.decoder, out)
-                if self.broken:
-                    return b""
+            self._feed(chunk[:pos], out)
+            if self.broken:
+                return b""
         pt: ChatPassthrough = self.passthrough  # type: ignore[assignment]
         enc = self.encoder
         misses = 0
@@ -536,12 +530,19 @@ class Bridge:
             j = chunk.find(b"\n\n", pos)
             if j < 0:
                 break
-            for ev in parser.feed(chunk[pos : j + 2]):
-                self._event(ev.data, self.decoder, out)
-                if self.broken:
-                    return b""
+            self._feed(chunk[pos : j + 2], out)
+            if self.broken:
+                return b""
             pos = j + 2
         return chunk[pos:]
+
+    def _feed(self, data: bytes, out: list[bytes]) -> None:
+        """The parser's events of ``data`` through the full path, until the Bridge breaks."""
+        decoder = self.decoder
+        for ev in self.parser.feed(data):
+            self._event(ev.data, decoder, out)
+            if self.broken:
+                return
 
     def _passes(self, data: str, pt: ChatPassthrough, decoder: Any) -> bool:
         """Is ``data`` a text chunk the full path would write as it is (passthrough.py's table)?"""
