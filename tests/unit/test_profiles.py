@@ -359,3 +359,51 @@ def test_quirks_doc_matches_the_quirks_and_the_repair_registry() -> None:
     assert sorted(documented - NAMES) == []  # every repair the doc names is registered
     # every registered name has a row (a rule named after its quirk: the quirk's row)
     assert sorted(NAMES - documented - quirk_rows) == []
+
+
+# -- glob model entries: the router remembers what a name resolved to -----------------------
+
+
+def _glob_router() -> Any:
+    from app.config import parse_config
+    from providers.upstream import Router
+
+    cfg = parse_config(
+        {
+            "providers": [
+                {"name": "gw", "profile": "openai-compatible", "base_url": "http://127.0.0.1:9/v1"},
+                {"name": "km", "profile": "kimi", "base_url": "http://127.0.0.1:9/v1"},
+            ],
+            "models": [
+                {"name": "exact", "provider": "gw"},
+                {"name": "mimo-v2.6-*", "provider": "gw", "quirks": {"enable": ["inline_think"]}},
+                {"name": "kimi-*", "targets": [{"provider": "km"}, {"provider": "gw", "weight": 2}]},
+            ],
+        }
+    )
+    return Router.build(cfg)
+
+
+@pytest.mark.parametrize("model", ["mimo-v2.6-flash", "mimo-v2.6-pro", "kimi-k2.6", "exact", "nothing-matches"])
+def test_a_remembered_glob_match_is_what_matching_again_gives(model: str) -> None:
+    r = _glob_router()
+    first = r.resolve(model)
+    assert first == r._match(model) if model != "exact" else first is r.routes["exact"]
+    assert r.resolve(model) is first  # the second time from memory
+    if first is not None and model != "exact":
+        assert first.public_model == first.upstream_model == model
+
+
+def test_the_memory_of_glob_matches_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from providers import upstream
+
+    monkeypatch.setattr(upstream, "_MATCH_MEMO", 5)
+    r = _glob_router()
+    names = [f"mimo-v2.6-x{i}" for i in range(8)] + [f"junk-{i}" for i in range(3)]
+    for name in names:
+        got = r.resolve(name)
+        assert (got is None) == name.startswith("junk") and got == r._match(name)
+    assert len(r._matched) == 5
+    # a name past the bound is still resolved, every time afresh
+    late = r.resolve("mimo-v2.6-late")
+    assert late is not None and late == r.resolve("mimo-v2.6-late") and late is not r.resolve("mimo-v2.6-late")
