@@ -423,10 +423,11 @@ async def _whole_answer(p: Prepared, prov: Provider, resp: httpx.Response) -> di
             type="upstream_error",
             code="upstream_stream_error",
         ) from None
-    err = error_in_ok_body(body, resp.headers, prov.name, p.secrets)
+    obj = _json_object(body)  # parsed once: the error check below reads the same object
+    err = error_in_ok_body(obj, body, resp.headers, prov.name, p.secrets)
     if err is not None:
         raise err
-    return _json_object(body)
+    return obj
 
 
 def _complete(p: Prepared, obj: dict[str, Any]) -> bytes:

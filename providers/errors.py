@@ -321,15 +321,13 @@ def upstream_error(
     )
 
 
-def error_in_ok_body(body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS) -> ProxyError | None:
-    """An HTTP 200 whose JSON body is an error object and nothing else (some OpenAI-compatible
-    servers answer so): the same OpenAI error as for that error with a non-200 status —
-    status by the resolved code, else by a numeric HTTP-like ``code`` in the body (vLLM puts
-    400 there), else 502.  None when the body is not such an error."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
+def error_in_ok_body(
+    obj: Any, body: bytes, headers: Any, provider: str, mask: SecretMask = NO_SECRETS
+) -> ProxyError | None:
+    """An HTTP 200 whose JSON body (``body``, parsed: ``obj``) is an error object and nothing
+    else (some OpenAI-compatible servers answer so): the same OpenAI error as for that error
+    with a non-200 status — status by the resolved code, else by a numeric HTTP-like ``code``
+    in the body (vLLM puts 400 there), else 502.  None when the body is not such an error."""
     if not isinstance(obj, dict) or "error" not in obj or obj.get("error") is None:
         return None
     if any(k in obj for k in ("choices", "output")):
