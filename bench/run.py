@@ -881,6 +881,28 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
             "×",
             "unpinned; the load generator shares a core",
         )
+        # near-linear means each worker's core does as much as the one worker's: the same
+        # CPU per request, and throughput in step with the proxy cores the machine could give
+        c1, c2 = _get(p1, "proxy_core_pct"), _get(p2, "proxy_core_pct")
+        add(
+            f"--workers 2 vs 1: proxy cores busy ({sc})",
+            f"wk-{sc}",
+            None if c1 is None or c2 is None else c2 / 100,
+            None,
+            "",
+            "",
+            "with 1 worker: " + ("–" if c1 is None else f"{c1 / 100:.2f}"),
+        )
+        u1, u2 = _get(p1, "proxy_cpu_ms_per_req"), _get(p2, "proxy_cpu_ms_per_req")
+        add(
+            f"--workers 2 vs 1: proxy CPU per request ({sc})",
+            f"wk-{sc}",
+            None if not u1 or u2 is None else u2 / u1,
+            None,
+            "",
+            "×",
+            "1.0: a second worker costs nothing per request",
+        )
     add("memory: idle RSS", "idle", meta.get("proxy_idle_rss_mb"), 60, "<=", "MB", "after warm-up")
     _, p = pair("mem-512")
     add("memory: 512 slow streams, peak RSS", "mem-512", _get(p, "proxy_hwm_mb", "max"), 120, "<=", "MB")

@@ -365,8 +365,8 @@ def test_summary_and_targets():
         _sample("mem-512", "switchboard", 0, proxy_hwm_mb=150.0, errors=1),
         _sample("pace-resp2chat", "direct", 0, lat_p50_ms=1030.0, ttft_p50_ms=5.0),
         _sample("pace-resp2chat", "switchboard", 0, lat_p50_ms=1035.0, ttft_p50_ms=6.5),
-        _sample("wk1-ns-chat-c32", "switchboard", 0, req_s=1000.0),
-        _sample("wk2-ns-chat-c32", "switchboard", 0, req_s=1800.0),
+        _sample("wk1-ns-chat-c32", "switchboard", 0, req_s=1000.0, proxy_core_pct=98.0, proxy_cpu_ms_per_req=0.5),
+        _sample("wk2-ns-chat-c32", "switchboard", 0, req_s=1800.0, proxy_core_pct=176.0, proxy_cpu_ms_per_req=0.55),
         _sample("ns-chat-c1", "switchboard", 3, proxy_cpu_ms_per_req=0.4),
         _sample("ref-ns-chat-c1", "direct", 0),
         _sample("ref-ns-chat-c1", "switchboard", 0, proxy_cpu_ms_per_req=0.5),
@@ -385,6 +385,10 @@ def test_summary_and_targets():
     assert T["paced 4 streams, 206 steps × 5 ms: added TTFT p50"]["pass"] is False
     wk = T["--workers 2 vs 1: req_s (ns-chat-c32)"]
     assert wk["value"] == pytest.approx(1.8) and wk["pass"] is None  # reported, no limit
+    cores = T["--workers 2 vs 1: proxy cores busy (ns-chat-c32)"]
+    assert cores["value"] == pytest.approx(1.76) and cores["note"] == "with 1 worker: 0.98"
+    assert T["--workers 2 vs 1: proxy CPU per request (ns-chat-c32)"]["value"] == pytest.approx(1.1)
+    assert T["--workers 2 vs 1: proxy CPU per request (st-chat-c8)"]["value"] is None  # not measured
     assert T["same-protocol: events/s per proxy core (chat)"]["pass"] is False
     assert T["realistic (5 ms/chunk): stream time vs direct (chat)"]["value"] == pytest.approx(1.02)
     assert T["realistic (5 ms/chunk): stream time vs direct (chat)"]["pass"] is False
