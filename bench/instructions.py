@@ -12,8 +12,10 @@ does for those requests is counted (the event loop, uvicorn, the app, httpx, the
 calls' user-side work), nothing else.  Per event = the difference between the 200- and
 20-chunk streams over 180; per stream = the 20-chunk stream less 20 events (the request's
 own cost: checks, translation, upstream exchange, the answer's head and tail); the
-Codex-sized body's own cost = its 20-chunk case less the short request's.  A/B two builds
-with ``--proxy-cmd``; valgrind makes each case take about a minute.  Listens and connects
+Codex-sized body's own cost = its 20-chunk case less the short request's.  The ``ref-*``
+cases count the reference forwarder (``bench/reference.py``) on the Chat cases, the floor
+under any proxy on uvicorn and httpx, and the report divides Switchboard's count by it.
+A/B two builds with ``--proxy-cmd``; valgrind makes each case take about a minute.  Listens and connects
 on 127.0.0.1 only; every child is stopped by its pid, also on error.
 """
 
@@ -61,6 +63,10 @@ CASES: dict[str, tuple[str, bytes]] = {
     "big-resp-n20": ("/v1/responses", codex_request("bench-resp-n20-d0")),
     "big-resp2chat-n20": ("/v1/responses", codex_request("bench-chat-n20-d0")),
 }
+# the floor: the same requests through the reference forwarder (bench/reference.py: uvicorn and
+# one httpx client, nothing else), counted alike; "ref-" + a Chat case above
+REFERENCE = ("ref-ns-chat", "ref-st-chat-n20", "ref-st-chat-n200")
+CASES.update({r: CASES[r.removeprefix("ref-")] for r in REFERENCE})
 
 
 def _free_port() -> int:
@@ -142,7 +148,10 @@ def measure(cmd: list[str], case: str, n: int, work: Path) -> int:
         (work / "config.yaml").write_text(yaml.safe_dump(cfg))
         out = work / f"callgrind-{case}.out"
         argv = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out}.%p"]
-        argv += [*cmd, "serve", "--config", str(work / "config.yaml")]  # the default log level: a line per request
+        if case in REFERENCE:
+            argv += [sys.executable, "-m", "bench.reference", "--upstream", base, "--host", HOST, "--port", str(port)]
+        else:  # the default log level: a line per request
+            argv += [*cmd, "serve", "--config", str(work / "config.yaml")]
         with open(work / f"proxy-{case}.log", "wb") as log:
             proxy = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
@@ -183,12 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         got[case] = measure(args.proxy_cmd.split(), case, args.requests, work)
         print(f"| {case} | {got[case]:,} |", flush=True)
-    for proto in ("chat", "resp", "resp2chat"):
-        a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-n200")
+    for proto in ("chat", "resp", "resp2chat", "ref-chat"):
+        st = f"ref-st-{proto[4:]}" if proto.startswith("ref-") else f"st-{proto}"
+        a, b = got.get(f"{st}-n20"), got.get(f"{st}-n200")
         if a and b:
             per = (b - a) // 180
-            print(f"| st-{proto}: per text event | {per:,} |")
-            print(f"| st-{proto}: per stream, less its 20 text events | {a - 20 * per:,} |")
+            print(f"| {st}: per text event | {per:,} |")
+            print(f"| {st}: per stream, less its 20 text events | {a - 20 * per:,} |")
+    for case in ("ns-chat", "st-chat-n20", "st-chat-n200"):
+        sw, ref = got.get(case), got.get(f"ref-{case}")
+        if sw and ref:
+            print(f"| {case}: Switchboard ÷ reference forwarder | {sw / ref:.2f}× |")
     for proto in ("resp", "resp2chat"):
         a, b = got.get(f"st-{proto}-n20"), got.get(f"big-{proto}-n20")
         if a and b:

@@ -56,3 +56,12 @@ def test_send_names_an_error_answer() -> None:
     with pytest.raises(RuntimeError, match="404"):
         send(port, 1, *CASES["ns-chat"])
     t.join(5)
+
+
+def test_the_reference_cases_send_what_their_switchboard_cases_send() -> None:
+    from bench.instructions import REFERENCE
+
+    assert REFERENCE and all(r.startswith("ref-") for r in REFERENCE)
+    for r in REFERENCE:
+        assert CASES[r] == CASES[r.removeprefix("ref-")]
+        assert CASES[r][0] == "/v1/chat/completions"  # the forwarder passes the client's protocol on
