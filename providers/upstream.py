@@ -8,7 +8,6 @@ very same pipeline (bytes, SSE parsing, transformers) as a real upstream.
 from __future__ import annotations
 
 import fnmatch
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,12 @@ from providers.profiles import Override, QuirkSet, auth_headers, upstream_query,
 
 # httpcore's pool walks all its connections (and poll()s every idle one) each time a request
 # starts or a response closes, so one pool with many connections costs CPU per request under
-# high concurrency; _POOL_SHARDS pools used in turn each hold a share of the connections.
+# high concurrency; _POOL_SHARDS pools each hold a share of the connections.  A request goes
+# to the pool with the fewest requests in flight, the first of equals: under load the pools
+# share it evenly, and a client whose requests come one at a time keeps using the first
+# pool's kept-alive connection (pools taken in turn left each connection idle eight times as
+# long, past keepalive_expiry for a request every 4 s: a new connection, and a new TLS
+# handshake to a remote provider, for almost every turn).
 # Keep-alive: httpcore closes an idle connection as soon as its pool holds more than
 # max_keepalive_connections connections in all (idle or not), so a pool never fills up with
 # idle connections it would poll on every request (512 concurrent streams: 0.4 new
@@ -33,7 +37,7 @@ _MATCH_MEMO = 1024
 
 
 class _ShardedTransport(httpx.AsyncBaseTransport):
-    """Round-robin over independent connection pools (see _POOL_SHARDS)."""
+    """Independent connection pools, the least busy one taken (see _POOL_SHARDS)."""
 
     def __init__(self, n: int, network_backend: Any = None) -> None:
         # each what AsyncClient(limits=..., trust_env=False) would build, sharing one TLS
@@ -45,10 +49,24 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
             # app/netio.py); httpx's transport has no argument for it, its pool has the slot
             for shard in self.shards:
                 shard._pool._network_backend = network_backend
-        self._next = itertools.cycle(self.shards).__next__
+        # each pool's requests in flight: httpcore adds a request to this list when it starts
+        # and removes it when its response is closed (the list object is the pool's own)
+        self._loads = [(shard, shard._pool._requests) for shard in self.shards]
+
+    def pick(self) -> httpx.AsyncHTTPTransport:
+        """The pool with the fewest requests in flight; the first of equals."""
+        best, busy = self._loads[0]
+        if busy:
+            least = len(busy)
+            for shard, reqs in self._loads:
+                if len(reqs) < least:
+                    best, least = shard, len(reqs)
+                    if not least:
+                        break
+        return best
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._next().handle_async_request(request)
+        return await self.pick().handle_async_request(request)
 
     async def aclose(self) -> None:
         for t in self.shards:

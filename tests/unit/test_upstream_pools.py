@@ -1,0 +1,97 @@
+"""providers.upstream._ShardedTransport: the least busy pool takes each request, so requests
+that come one at a time keep one kept-alive connection, and concurrent ones spread over the
+pools.  A real server on loopback counts the connections."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from app.netio import LoopBackend
+from providers.upstream import _POOL_SHARDS, _ShardedTransport
+
+
+class _Upstream:
+    """Answers each request with its body's length; ``hold`` keeps answers back until set."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests = 0
+        self.hold: asyncio.Event | None = None
+        self.want = 0  # all_in is set once this many requests came in
+        self.all_in = asyncio.Event()
+
+    async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await r.readuntil(b"\r\n\r\n")
+                size = next(
+                    (int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")), 0
+                )
+                await r.readexactly(size)
+                self.requests += 1
+                if self.requests >= self.want:
+                    self.all_in.set()
+                if self.hold is not None:
+                    await self.hold.wait()
+                w.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%d" % (len(str(size)), size))
+                await w.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            w.close()
+
+
+async def _serve() -> tuple[asyncio.Server, _Upstream, str]:
+    up = _Upstream()
+    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
+    return srv, up, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/"
+
+
+async def test_requests_one_at_a_time_keep_one_connection() -> None:
+    srv, up, url = await _serve()
+    t = _ShardedTransport(_POOL_SHARDS, LoopBackend())
+    async with httpx.AsyncClient(transport=t) as c:
+        for i in range(3 * _POOL_SHARDS):
+            r = await c.post(url, content=b"x" * i)
+            assert r.text == str(i)
+    assert up.requests == 3 * _POOL_SHARDS
+    assert up.connections == 1  # taken in turn, the pools opened one each
+    srv.close()
+
+
+async def test_a_stream_left_open_sends_the_next_request_to_another_pool() -> None:
+    srv, up, url = await _serve()
+    t = _ShardedTransport(_POOL_SHARDS, LoopBackend())
+    async with httpx.AsyncClient(transport=t) as c:
+        async with c.stream("POST", url, content=b"ab") as open_one:
+            assert t.pick() is t.shards[1]  # the first pool has a request in flight
+            r = await c.post(url, content=b"abc")
+            assert r.text == "3"
+            assert await open_one.aread() == b"2"
+        assert t.pick() is t.shards[0]  # closed: the first pool is free again
+    assert up.connections == 2
+    srv.close()
+
+
+async def test_concurrent_requests_spread_over_the_pools() -> None:
+    srv, up, url = await _serve()
+    up.hold = asyncio.Event()
+    t = _ShardedTransport(_POOL_SHARDS, LoopBackend())
+    n = up.want = 2 * _POOL_SHARDS + 3
+    async with httpx.AsyncClient(transport=t) as c:
+        tasks = [asyncio.create_task(c.post(url, content=b"x" * i)) for i in range(n)]
+        await asyncio.wait_for(up.all_in.wait(), 10)  # every request sent and waiting for its answer
+        loads = sorted(len(s._pool._requests) for s in t.shards)
+        assert loads[0] >= 2 and loads[-1] - loads[0] <= 1 and sum(loads) == n
+        up.hold.set()
+        assert [r.text for r in await asyncio.gather(*tasks)] == [str(i) for i in range(n)]
+        assert all(not s._pool._requests for s in t.shards)
+        # afterwards, one at a time again: the first pool's kept-alive connection serves them
+        before = up.connections
+        for _ in range(5):
+            assert (await c.post(url, content=b"")).text == "0"
+        assert up.connections == before
+    srv.close()
