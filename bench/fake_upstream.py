@@ -21,7 +21,11 @@ endpoint, so that "direct" and "through the proxy" see the same bytes:
   argument deltas, then finish/usage/``[DONE]`` or the done events and completed), so the
   stream takes (N + 6) × MS instead of (N + 1) × MS;
 * ``rel`` in the model name (paced streams): a relative schedule (sleep ``MS`` after each
-  write, so the writer's own lateness adds up) instead of the absolute one below.
+  write, so the writer's own lateness adds up) instead of the absolute one below;
+* ``hosted`` in the model name: the answer's head also carries the 20 lines a hosted API
+  sends besides its content headers (OpenAI's, through its CDN: date, request id, rate
+  limits, cookies, …), which the proxy's HTTP client must parse; without it the head has
+  only its content headers.
 
 A stream is a list of *steps* laid on one timeline that is the same for both protocols:
 
@@ -113,6 +117,7 @@ DEFAULT_CHUNKS = 20
 _N = re.compile(r"(?:^|[-_/:.])n(\d+)")
 _D = re.compile(r"(?:^|[-_/:.])d(\d+(?:\.\d+)?)")
 _PT = re.compile(r"(?:^|[-_/:.])pt(?:$|[-_/:.])")
+_HOSTED = re.compile(r"(?:^|[-_/:.])hosted(?:$|[-_/:.])")
 _REL = re.compile(r"(?:^|[-_/:.])rel(?:$|[-_/:.])")
 
 
@@ -419,11 +424,41 @@ _STREAM_HEAD = (
 _CHUNK_END = b"0\r\n\r\n"
 
 
-def _json_response(status: int, body: bytes, reason: str = "OK") -> bytes:
-    return b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b" % (
+# a hosted API's head lines besides its content headers (module docstring, ``hosted``)
+HOSTED_HEADERS = b"".join(
+    line + b"\r\n"
+    for line in (
+        b"Date: Mon, 30 Nov 2026 19:00:00 GMT",
+        b"Connection: keep-alive",
+        b"access-control-expose-headers: X-Request-ID",
+        b"openai-organization: user-abcdefghijklmnopqrstuvwx",
+        b"openai-processing-ms: 123",
+        b"openai-project: proj_abcdefghijklmnopqrstuvwx",
+        b"openai-version: 2020-10-01",
+        b"x-ratelimit-limit-requests: 10000",
+        b"x-ratelimit-limit-tokens: 30000000",
+        b"x-ratelimit-remaining-requests: 9999",
+        b"x-ratelimit-remaining-tokens: 29999456",
+        b"x-ratelimit-reset-requests: 6ms",
+        b"x-ratelimit-reset-tokens: 0s",
+        b"x-request-id: req_0123456789abcdef0123456789abcdef",
+        b"strict-transport-security: max-age=31536000; includeSubDomains; preload",
+        b"cf-cache-status: DYNAMIC",
+        b"set-cookie: __cf_bm=abcdefghijklmnopqrstuvwxyz0123456789-1732993200-1.0.1.1-abcdefghijklmnop; "
+        b"path=/; expires=Mon, 30-Nov-26 19:30:00 GMT; domain=.api.openai.com; HttpOnly; Secure; SameSite=None",
+        b"X-Content-Type-Options: nosniff",
+        b"Server: cloudflare",
+        b"CF-RAY: 8ea1b2c3d4e5f6a7-SJC",
+    )
+)
+
+
+def _json_response(status: int, body: bytes, reason: str = "OK", extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%b\r\n%b" % (
         status,
         reason.encode(),
         len(body),
+        extra,
         body,
     )
 
@@ -445,17 +480,18 @@ _CACHE: dict[tuple[str, str, bool], _Answer] = {}
 
 def _build(kind: str, model: str, stream: bool) -> _Answer:
     n, delay = parse_model(model)
+    extra = HOSTED_HEADERS if _HOSTED.search(model) else b""
     if stream:
         raw = chat_steps(model, n) if kind == "chat" else responses_steps(model, n)
         paced_tail, relative = parse_pacing(model)
         if paced_tail:
             raw = raw[:-1] + _tail_steps(raw[-1], kind)
         steps = [_chunked(s) for s in raw]
-        steps[0] = _STREAM_HEAD + steps[0]
+        steps[0] = _STREAM_HEAD[:-2] + extra + b"\r\n" + steps[0]
         steps[-1] = steps[-1] + _CHUNK_END
         return _Answer(b"".join(steps), steps, delay, relative)
     obj = chat_json(model, n) if kind == "chat" else responses_json(model, n)
-    return _Answer(_json_response(200, orjson.dumps(obj)), None, delay)
+    return _Answer(_json_response(200, orjson.dumps(obj), extra=extra), None, delay)
 
 
 # events of the tail per paced step (module docstring, ``pt``)

@@ -46,6 +46,11 @@ CASES: dict[str, tuple[str, bytes]] = {
         "/v1/chat/completions",
         b'{"model":"bench-chat-n20-d0","stream":false,"messages":[{"role":"user","content":"hi"}]}',
     ),
+    # the same with a hosted API's head (bench/fake_upstream.py: ``hosted``, 20 more lines)
+    "ns-chat-hosted": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n20-d0-hosted","stream":false,"messages":[{"role":"user","content":"hi"}]}',
+    ),
     "st-chat-n20": (
         "/v1/chat/completions",
         b'{"model":"bench-chat-n20-d0","stream":true,"messages":[{"role":"user","content":"hi"}]}',
@@ -65,7 +70,7 @@ CASES: dict[str, tuple[str, bytes]] = {
 }
 # the floor: the same requests through the reference forwarder (bench/reference.py: uvicorn and
 # one httpx client, nothing else), counted alike; "ref-" + a Chat case above
-REFERENCE = ("ref-ns-chat", "ref-st-chat-n20", "ref-st-chat-n200")
+REFERENCE = ("ref-ns-chat", "ref-ns-chat-hosted", "ref-st-chat-n20", "ref-st-chat-n200")
 CASES.update({r: CASES[r.removeprefix("ref-")] for r in REFERENCE})
 
 
@@ -199,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
             per = (b - a) // 180
             print(f"| {st}: per text event | {per:,} |")
             print(f"| {st}: per stream, less its 20 text events | {a - 20 * per:,} |")
-    for case in ("ns-chat", "st-chat-n20", "st-chat-n200"):
+    for side in ("", "ref-"):
+        a, b = got.get(f"{side}ns-chat"), got.get(f"{side}ns-chat-hosted")
+        if a and b:
+            print(f"| {side}ns-chat: a hosted API's 20 head lines (hosted less plain) | {b - a:,} |")
+    for case in ("ns-chat", "ns-chat-hosted", "st-chat-n20", "st-chat-n200"):
         sw, ref = got.get(case), got.get(f"ref-{case}")
         if sw and ref:
             print(f"| {case}: Switchboard ÷ reference forwarder | {sw / ref:.2f}× |")

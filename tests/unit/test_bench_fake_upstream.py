@@ -232,3 +232,17 @@ def test_paced_tail_same_bytes_more_steps(kind):
     assert [same(payload(s)) for s in paced.steps[:8]] == [payload(s) for s in plain.steps[:8]]
     assert same(b"".join(payload(s) for s in paced.steps[8:])) == payload(plain.steps[-1])
     assert paced.steps[-1].endswith(b"0\r\n\r\n")
+
+
+@pytest.mark.parametrize("proto, path", [("chat", "/v1/chat/completions"), ("responses", "/v1/responses")])
+@pytest.mark.parametrize("stream", [True, False])
+async def test_hosted_adds_a_hosted_apis_head_lines_and_nothing_else(fake, proto, path, stream):
+    from bench.fake_upstream import HOSTED_HEADERS
+
+    async with httpx.AsyncClient(base_url=fake) as c:
+        plain = await c.post(path, json={"model": "bench-n3", "stream": stream})
+        hosted = await c.post(path, json={"model": "bench-n3-hosted", "stream": stream})
+    extra = {k.lower() for k in hosted.headers} - {k.lower() for k in plain.headers}
+    assert len(extra) == 20 == HOSTED_HEADERS.count(b"\r\n")
+    assert hosted.headers["x-ratelimit-remaining-tokens"] == "29999456"
+    assert plain.content.replace(b"bench-n3", b"") == hosted.content.replace(b"bench-n3-hosted", b"")
