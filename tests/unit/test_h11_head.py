@@ -142,3 +142,68 @@ def test_install_puts_the_reader_in_h11s_table_for_response_heads() -> None:
     assert isinstance(ev, h11.Response) and ev.status_code == 200
     assert (b"x-request-id", b"req_0123456789abcdef") in list(ev.headers)
     assert bytes(c.next_event().data) == b"hello"  # type: ignore[union-attr]
+
+
+# -- the headers of the events h11 builds (httpcore's upstream requests) ---------------------
+
+_h11_nav = h11_head._h11_normalize_and_validate
+
+
+def _nav(fn, headers) -> tuple[str, object]:
+    try:
+        return "headers", list(fn(headers)._full_items)
+    except h11.LocalProtocolError as e:
+        return "error", (str(e), e.error_status_hint)
+
+
+REQUEST_HEADERS = [
+    [(b"Host", b"api.openai.com"), (b"Content-Length", b"12"), (b"authorization", b"Bearer sk-abc")],
+    [(b"User-Agent", b"codex_cli_rs/0.169.0 (Mac OS 15.1.0; arm64) iTerm.app/3.5.10")],
+    [(b"X-Empty", b"")],
+    [(b"X-Inner", b"a \t b"), (b"X-Obs", b"caf\xc3\xa9\x7f\x01\x80")],
+    [("host", "x"), ("x-str", "str items go through h11 whole")],
+    [(b"host", "a str value"), ("a-str-name", b"v")],
+    [(b"X", b" leading space")],
+    [(b"X", b"trailing tab\t")],
+    [(b"X", b"nul\x00")],
+    [(b"X", b"cr\rlf")],
+    [(b"X", b"lf\n")],
+    [(b"X", b"\x0b")],
+    [(b"X", b"ff\x0c ff")],
+    [(b"Bad Name", b"v")],
+    [(b"", b"v")],
+    [(b"Content-Length", b"1"), (b"Content-Length", b"2")],
+    [(b"Content-Length", b"1, 1")],
+    [(b"Content-Length", b"x")],
+    [(b"Transfer-Encoding", b"gzip")],
+    [(b"Transfer-Encoding", b"Chunked")],
+]
+
+
+@pytest.mark.parametrize("headers", REQUEST_HEADERS, ids=range(len(REQUEST_HEADERS)))
+def test_request_headers_are_checked_as_h11_checks_them(headers: list) -> None:
+    assert _nav(h11_head.normalize_and_validate, headers) == _nav(_h11_nav, headers)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(
+                st.sampled_from([b"Host", b"content-length", b"Transfer-Encoding", b"x-a"]), st.binary(max_size=6)
+            ),
+            st.one_of(st.sampled_from([b"1", b"chunked", b"a b", b" x", b"x\t"]), st.binary(max_size=10)),
+        ),
+        max_size=5,
+    )
+)
+def test_generated_request_headers_are_checked_as_h11_checks_them(headers: list) -> None:
+    assert _nav(h11_head.normalize_and_validate, headers) == _nav(_h11_nav, headers)
+
+
+def test_install_checks_the_requests_h11_builds() -> None:
+    install()
+    req = h11.Request(method="POST", target="/v1/x", headers=[(b"Host", b"h"), (b"X-Key", b"Bearer a b")])
+    assert list(req.headers) == [(b"host", b"h"), (b"x-key", b"Bearer a b")]
+    with pytest.raises(h11.LocalProtocolError, match="Illegal header value"):
+        h11.Request(method="POST", target="/", headers=[(b"Host", b"h"), (b"X", b"a\r\nInjected: yes")])
