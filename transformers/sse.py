@@ -70,7 +70,9 @@ class SSEParser:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buf = self._buf + chunk if self._buf else chunk
         held = b""
-        if b"\r" in buf:
+        # bytes are looked for as ints (13: CR, 10: LF): ``b"\r" in buf`` first tries its
+        # operand as an int, a TypeError made and dropped, ~3k instructions per test
+        if 13 in buf:
             if buf.endswith(b"\r"):
                 # might be the first half of a CRLF: decide when the next byte comes
                 buf, held = buf[:-1], b"\r"
@@ -87,12 +89,12 @@ class SSEParser:
             # the two shapes upstreams send, without the line-by-line rules: one ``data:``
             # line (Chat), or an ``event:`` line and one ``data:`` line (Responses)
             if block[:6] == b"data: ":
-                if b"\n" not in block:
+                if 10 not in block:
                     out.append(_new(SSEEvent, (None, block[6:].decode("utf-8", "replace"))))
                     continue
             elif block[:7] == b"event: ":
-                nl = block.find(b"\n")
-                if nl > 0 and block[nl + 1 : nl + 7] == b"data: " and block.find(b"\n", nl + 1) < 0:
+                nl = block.find(10)
+                if nl > 0 and block[nl + 1 : nl + 7] == b"data: " and block.find(10, nl + 1) < 0:
                     name = block[7:nl].decode("utf-8", "replace")
                     out.append(_new(SSEEvent, (name, block[nl + 7 :].decode("utf-8", "replace"))))
                     continue
