@@ -58,7 +58,7 @@ from transformers.request_check import check_body
 __all__ = ["Prepared", "ProxyResponse", "check_body", "new_request_id", "prepare"]
 
 _coalesce_upstream_chunks()  # upstream chunks already read arrive as one piece (app/h11_chunks.py)
-_cheap_upstream_heads()  # upstream response heads without a regex per header line (app/h11_head.py)
+_cheap_upstream_heads()  # upstream heads, both ways, without a regex per header line (app/h11_head.py)
 _native_httpcore_sync()  # httpcore's locks without a yield per acquire (app/httpcore_sync.py)
 
 
