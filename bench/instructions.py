@@ -15,8 +15,8 @@ own cost: checks, translation, upstream exchange, the answer's head and tail); t
 Codex-sized body's own cost = its 20-chunk case less the short request's.  The ``ref-*``
 cases count the reference forwarder (``bench/reference.py``) on the Chat cases, the floor
 under any proxy on uvicorn and httpx, and the report divides Switchboard's count by it.
-A/B two builds with ``--proxy-cmd``; valgrind makes each case take about a minute.  Listens and connects
-on 127.0.0.1 only; every child is stopped by its pid, also on error.
+A/B two builds with ``--proxy-cmd``; valgrind makes each case take about a minute.
+Listens and connects on 127.0.0.1 only; every child is stopped by its pid, also on error.
 """
 
 from __future__ import annotations
