@@ -281,8 +281,8 @@ class _Connection:
     def _prepare(self, body: dict[str, Any], rid: str, answered: dict[str, Any] | None = None) -> Any:
         started = time.perf_counter()
         # the frame's bytes were checked (ws_session.frame); the rebuilt body is checked as it
-        # is, not written and parsed again (open_bridge leaves it unchanged: the transcript
-        # shares its items; tests/unit/test_bridge_leaves_body.py)
+        # is, not written to bytes and parsed back (open_bridge leaves it unchanged: the
+        # transcript shares its items; tests/unit/test_bridge_leaves_body.py)
         body = check_parsed(body, "responses")
         return self.svc.prepare(
             b"", "responses", rid, self.headers, started, body=body, answered=answered, websocket=True

@@ -646,7 +646,8 @@ def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
 def check_parsed(body: dict[str, Any], protocol: str) -> dict[str, Any]:
     """``check_body`` for a body built from JSON parsed and checked elsewhere (a WebSocket
     turn: the frame's own bytes had ``check_values``, the rest is the socket's transcript):
-    its depth, fields and shapes, without writing and parsing it again."""
+    its depth, fields and shapes, without a round trip through bytes (only the depth
+    meter writes it, as for any body)."""
     check_depth(body)
     _check_fields(body, protocol)
     return body
