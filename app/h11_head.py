@@ -17,7 +17,10 @@ what comes before the first ``:`` and must match h11's ``token`` (names found to
 are remembered, bounded); the value is the rest with SP and HTAB stripped from both ends.
 That is h11's grammar whenever no line holds a byte h11's field vchar refuses besides SP
 and HTAB (NUL, CR, VT, FF; LF cannot be there, it ends a line), which one look over the
-whole head decides:
+whole head decides.  The event's headers are built as h11's ``normalize_and_validate``
+builds them (name, lower-cased name, value), without its second walk over the lines: the
+framing headers alone (Content-Length, Transfer-Encoding: one each) go through that
+function, after every line was decoded, as in h11.
 
 =====================================  ==================================================
 in the head                            this reader
@@ -25,10 +28,12 @@ in the head                            this reader
 not complete yet                       ``None``, after h11's early check for an
                                        obviously invalid first line
 every line ``token:value``, no NUL,    the event, its headers as h11 would give them
-CR, VT or FF in any line
+CR, VT or FF in any line, no framing
+header twice
 anything else: a continuation line     h11's own header decoding, on the same lines: its
 (obs-fold), no colon, a name that is   event or its ``LocalProtocolError`` and message
-not a token, a refused byte
+not a token, a refused byte, a
+framing header twice
 =====================================  ==================================================
 
 Writing: ``normalize_and_validate`` takes the place of h11's in ``h11._events`` (what a
@@ -66,8 +71,14 @@ _NAMES: set[bytes] = set()
 _NAMES_MAX = 1024  # bounded, whatever names an upstream makes up
 
 
-def _header_pairs(lines: list[bytearray]) -> list[tuple[bytes, bytes]] | None:
-    """(name, value) per line as h11 decodes them, or None when h11 must decide."""
+# the framing headers: h11's rules for them (one Content-Length, digits, conflicting
+# values; one Transfer-Encoding, chunked only) are applied by its own function
+_FRAMING = frozenset((b"content-length", b"transfer-encoding"))
+
+
+def _header_items(lines: list[bytearray]) -> list[tuple[bytes, bytes, bytes]] | None:
+    """(name, lower-cased name, value) per line, what h11's ``Headers`` holds after reading
+    them, or None when h11 must decide (a line it may refuse, a framing header twice)."""
     head = b"\n".join(lines)
     # the bytes a line may not hold, other than in h11's SP/HTAB runs (its field vchar is any
     # byte but NUL and ASCII whitespace); LF is not looked for: it ends a line
@@ -75,7 +86,9 @@ def _header_pairs(lines: list[bytearray]) -> list[tuple[bytes, bytes]] | None:
     if 13 in head or 0 in head or 11 in head or 12 in head:
         return None
     names = _NAMES
-    out = []
+    framing = _FRAMING
+    at: list[int] = []  # where the framing headers are
+    out: list[tuple[bytes, bytes, bytes]] = []
     for line in lines:
         name, colon, value = bytes(line).partition(b":")
         if not colon:
@@ -85,7 +98,18 @@ def _header_pairs(lines: list[bytearray]) -> list[tuple[bytes, bytes]] | None:
                 return None  # also a continuation line: it starts with SP or HTAB
             if len(names) < _NAMES_MAX:
                 names.add(name)
-        out.append((name, value.strip(b" \t")))
+        lower = name.lower()
+        if lower in framing:
+            at.append(len(out))
+        out.append((name, lower, value.strip(b" \t")))
+    if at:
+        if len(at) > 2 or (len(at) == 2 and out[at[0]][1] == out[at[1]][1]):
+            return None  # a framing header twice: h11 compares the two (or refuses the second)
+        # after every line was decoded (h11 decodes them all before it checks any): h11's
+        # checks and normal form of each framing line, in order (its errors, as it raises them)
+        for i in at:
+            name, _, value = out[i]
+            out[i] = _h11_normalize_and_validate([(name, value)], _parsed=True)._full_items[0]
     return out
 
 
@@ -102,10 +126,12 @@ def read_response_head(buf: Any) -> InformationalResponse | Response | None:
     reason = b"" if matches["reason"] is None else matches["reason"]
     status_code = int(matches["status_code"])
     del lines[0]
-    headers = _header_pairs(lines) if lines else []
-    if headers is None:
-        headers = list(_decode_header_lines(lines))
+    items = _header_items(lines) if lines else []
     cls = InformationalResponse if status_code < 200 else Response
+    if items is None:  # h11's own decoding and checks
+        headers: Any = list(_decode_header_lines(lines))
+    else:  # as h11's normalize_and_validate would build them: an event takes them as they are
+        headers = Headers(items)
     return cls(headers=headers, _parsed=True, status_code=status_code, reason=reason, http_version=http_version)
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
+import httpcore
 import httpx
+from httpx._transports.default import AsyncResponseStream, map_httpcore_exceptions
 
 from providers.catalog import ModelInfo, catalog_entry
 from providers.config import Config, ModelCfg, ProviderCfg
@@ -66,11 +69,39 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
         return best
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self.pick().handle_async_request(request)
+        """httpx's ``AsyncHTTPTransport.handle_async_request`` on the picked pool, the
+        answer's headers handed to httpx as they are (``_httpx_headers``)."""
+        url = request.url
+        req = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with map_httpcore_exceptions():
+            resp = await self.pick()._pool.handle_async_request(req)
+        stream: Any = resp.stream  # an async iterable, from an async pool
+        out = httpx.Response(status_code=resp.status, stream=AsyncResponseStream(stream), extensions=resp.extensions)
+        out.headers = _httpx_headers(resp.headers)
+        return out
 
     async def aclose(self) -> None:
         for t in self.shards:
             await t.aclose()
+
+
+def _httpx_headers(raw: list[tuple[bytes, bytes]]) -> httpx.Headers:
+    """What ``httpx.Headers(raw)`` builds from httpcore's bytes pairs, and the encoding it
+    would find on first use, without its two calls and two decodes per header: an answer's
+    head (20-odd lines from a hosted API) is read once per request."""
+    h = httpx.Headers()
+    h._list = [(k, k.lower(), v) for k, v in raw]
+    # httpx's own choice: ascii when every name and value decodes as ascii, else it tries
+    # utf-8, then iso-8859-1 (left to it: the encoding property finds it on first use)
+    if b"".join(chain.from_iterable(raw)).isascii():
+        h.encoding = "ascii"
+    return h
 
 
 @dataclass(frozen=True, slots=True)
