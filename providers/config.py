@@ -212,6 +212,8 @@ class TimeoutsCfg(_Strict):
     # longest silence between two upstream bytes once streaming (resets on any byte)
     idle: float = Field(default=300.0, gt=0)
     write: float = Field(default=30.0, gt=0)
+    # how long an upstream connection left idle is kept for the next request (0: never reused)
+    pool_idle: float = Field(default=90.0, ge=0)
 
 
 class QuirksCfg(_Strict):

@@ -33,8 +33,14 @@ from providers.profiles import Override, QuirkSet, auth_headers, upstream_query,
 # max_keepalive_connections connections in all (idle or not), so a pool never fills up with
 # idle connections it would poll on every request (512 concurrent streams: 0.4 new
 # connections per request, cheap scans); below that, every connection is reused.
+# An idle connection is kept for the provider's timeouts.pool_idle (default 90 s: the
+# default of reqwest, the HTTP client Codex is built on, so a pause between two turns costs
+# no more new connections and TLS handshakes through the proxy than direct); providers with
+# the same value share one set of pools.  A connection the upstream closed first is seen
+# closed (readable while idle) and not reused.
 _POOL_SHARDS = 8
-_LIMITS = httpx.Limits(max_connections=2048 // _POOL_SHARDS, max_keepalive_connections=32, keepalive_expiry=30.0)
+_MAX_CONNECTIONS = 2048 // _POOL_SHARDS
+_MAX_KEEPALIVE = 32
 # model names whose glob match Router.resolve remembers (a client may make up any number)
 _MATCH_MEMO = 1024
 
@@ -42,11 +48,14 @@ _MATCH_MEMO = 1024
 class _ShardedTransport(httpx.AsyncBaseTransport):
     """Independent connection pools, the least busy one taken (see _POOL_SHARDS)."""
 
-    def __init__(self, n: int, network_backend: Any = None) -> None:
+    def __init__(self, n: int, network_backend: Any = None, *, pool_idle: float = 90.0, tls: Any = None) -> None:
         # each what AsyncClient(limits=..., trust_env=False) would build, sharing one TLS
         # context (building one loads the CA bundle: ~50 ms each)
-        tls = httpx.create_ssl_context(trust_env=False)
-        self.shards = [httpx.AsyncHTTPTransport(verify=tls, limits=_LIMITS, trust_env=False) for _ in range(n)]
+        tls = tls or httpx.create_ssl_context(trust_env=False)
+        limits = httpx.Limits(
+            max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_KEEPALIVE, keepalive_expiry=pool_idle
+        )
+        self.shards = [httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False) for _ in range(n)]
         if network_backend is not None:
             # httpcore's network layer (an httpcore.AsyncNetworkBackend: the app gives its own,
             # app/netio.py); httpx's transport has no argument for it, its pool has the slot
@@ -172,22 +181,35 @@ class Router:
         cls, config: Config, *, transport: httpx.AsyncBaseTransport | None = None, network_backend: Any = None
     ) -> Router:
         r = cls(config)
-        shared_transport = transport or _ShardedTransport(_POOL_SHARDS, network_backend)
-        shared = httpx.AsyncClient(transport=shared_transport, follow_redirects=False, trust_env=False)
         demo_transport = DemoTransport()
         demo = httpx.AsyncClient(transport=demo_transport, trust_env=False)
-        r.clients = [shared, demo]
+        r.clients = [demo]
+        # a set of pools, and a client over it, per pool_idle value (`transport`, when given,
+        # serves every provider)
+        pools: dict[float, tuple[httpx.AsyncBaseTransport, httpx.AsyncClient]] = {}
+        tls = httpx.create_ssl_context(trust_env=False) if transport is None else None
+
+        def pooled(pool_idle: float) -> tuple[httpx.AsyncBaseTransport, httpx.AsyncClient]:
+            key = -1.0 if transport is not None else pool_idle
+            if key not in pools:
+                upstream = transport or _ShardedTransport(_POOL_SHARDS, network_backend, pool_idle=pool_idle, tls=tls)
+                client = httpx.AsyncClient(transport=upstream, follow_redirects=False, trust_env=False)
+                r.clients.append(client)
+                pools[key] = upstream, client
+            return pools[key]
+
         providers: dict[str, Provider] = {}
         for p in config.providers:
             query = upstream_query(p.profile, p.deployment, p.query)
             if query is not p.query:
                 p = p.model_copy(update={"query": query})
             t = p.timeouts
+            upstream, client = (demo_transport, demo) if p.profile == "demo" else pooled(t.pool_idle)
             providers[p.name] = Provider(
                 cfg=p,
                 quirkset=QuirkSet(p.profile, tuple(_override(q) for q in p.quirk_overrides), p.base_url or ""),
-                client=demo if p.profile == "demo" else shared,
-                transport=demo_transport if p.profile == "demo" else shared_transport,
+                client=client,
+                transport=upstream,
                 headers={**{k.lower(): v for k, v in p.headers.items()}, **_auth_headers(p)},
                 timeout=httpx.Timeout(connect=t.connect, read=t.idle, write=t.write, pool=t.connect),
                 first_byte=t.first_byte,

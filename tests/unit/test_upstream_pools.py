@@ -1,15 +1,19 @@
 """providers.upstream._ShardedTransport: the least busy pool takes each request, so requests
 that come one at a time keep one kept-alive connection, and concurrent ones spread over the
-pools.  A real server on loopback counts the connections."""
+pools; an idle connection is kept for its provider's ``timeouts.pool_idle``, and providers
+share the pools of their value.  A real server on loopback counts the connections."""
 
 from __future__ import annotations
 
 import asyncio
 
 import httpx
+import pytest
 
+from app.config import ConfigError, parse_config
 from app.netio import LoopBackend
-from providers.upstream import _POOL_SHARDS, _ShardedTransport
+from providers.config import TimeoutsCfg
+from providers.upstream import _POOL_SHARDS, Router, _ShardedTransport
 
 
 class _Upstream:
@@ -95,3 +99,75 @@ async def test_concurrent_requests_spread_over_the_pools() -> None:
             assert (await c.post(url, content=b"")).text == "0"
         assert up.connections == before
     srv.close()
+
+
+async def _two_requests_apart(pool_idle: float, gap: float) -> int:
+    """Upstream connections opened by two requests ``gap`` seconds apart."""
+    srv, up, url = await _serve()
+    t = _ShardedTransport(_POOL_SHARDS, LoopBackend(), pool_idle=pool_idle)
+    async with httpx.AsyncClient(transport=t) as c:
+        assert (await c.post(url, content=b"a")).text == "1"
+        await asyncio.sleep(gap)
+        assert (await c.post(url, content=b"ab")).text == "2"
+    srv.close()
+    return up.connections
+
+
+async def test_an_idle_connection_is_kept_for_pool_idle() -> None:
+    assert await _two_requests_apart(pool_idle=30.0, gap=0.5) == 1
+    assert await _two_requests_apart(pool_idle=0.2, gap=0.5) == 2  # expired: a new one
+    assert await _two_requests_apart(pool_idle=0.0, gap=0.0) == 2  # 0: never reused
+
+
+def test_pools_keep_idle_connections_90_s_by_default() -> None:
+    # reqwest, the HTTP client Codex is built on, keeps an idle connection 90 s by default: the
+    # same pause between two turns finds the upstream connection open through the proxy as direct
+    assert TimeoutsCfg().pool_idle == 90.0
+    assert all(s._pool._keepalive_expiry == 90.0 for s in _ShardedTransport(2).shards)
+
+
+def _router(transport: httpx.AsyncBaseTransport | None = None) -> Router:
+    base = "http://127.0.0.1:9/v1"
+    cfg = parse_config(
+        {
+            "providers": [
+                {"name": "hosted", "base_url": base},
+                {"name": "vllm-a", "base_url": base, "timeouts": {"pool_idle": 4}},
+                {"name": "vllm-b", "base_url": base, "timeouts": {"pool_idle": 4.0}},
+                {"name": "local", "profile": "demo"},
+            ],
+            "models": [{"name": n, "provider": n} for n in ("hosted", "vllm-a", "vllm-b", "local")],
+        }
+    )
+    return Router.build(cfg, transport=transport)
+
+
+async def test_providers_share_the_pools_of_their_pool_idle() -> None:
+    r = _router()
+    hosted, a, b, demo = (r.routes[n].provider for n in ("hosted", "vllm-a", "vllm-b", "local"))
+    assert a.transport is b.transport and a.client is b.client
+    assert hosted.transport is not a.transport and hosted.client is not a.client
+    assert isinstance(hosted.transport, _ShardedTransport) and isinstance(a.transport, _ShardedTransport)
+    assert {s._pool._keepalive_expiry for s in hosted.transport.shards} == {90.0}
+    assert {s._pool._keepalive_expiry for s in a.transport.shards} == {4.0}
+    assert demo.transport is not hosted.transport
+    assert len(r.clients) == 3  # the demo's, and one per pool_idle value: all closed by aclose()
+    await r.aclose()
+
+
+async def test_a_given_transport_serves_every_provider() -> None:
+    given = httpx.AsyncHTTPTransport()
+    r = _router(given)
+    assert {r.routes[n].provider.transport for n in ("hosted", "vllm-a", "vllm-b")} == {given}
+    assert len(r.clients) == 2
+    await r.aclose()
+
+
+def test_pool_idle_may_not_be_negative() -> None:
+    with pytest.raises(ConfigError, match="pool_idle"):
+        parse_config(
+            {
+                "providers": [{"name": "p", "base_url": "http://127.0.0.1:9/v1", "timeouts": {"pool_idle": -1}}],
+                "models": [{"name": "m", "provider": "p"}],
+            }
+        )
