@@ -231,6 +231,12 @@ class QuirksCfg(_Strict):
         return v
 
 
+# an HTTP header name, and a value h11 sends: printable ASCII, SP or HTAB inside only
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?")
+_SENDABLE = "the value must be printable ASCII, without spaces at either end"
+
+
 class ProviderCfg(_Strict):
     name: str = Field(min_length=1)
     profile: Literal[PROFILES] = "openai-compatible"  # type: ignore[valid-type]
@@ -255,6 +261,15 @@ class ProviderCfg(_Strict):
                 raise ValueError(f"provider {self.name!r}: base_url is required for profile {self.profile!r}")
             if not re.match(r"^https?://", self.base_url):
                 raise ValueError(f"provider {self.name!r}: base_url must start with http:// or https://")
+        # what goes into the upstream request's head must be sendable as it is: refused here,
+        # not on every request (values are not echoed: they may be credentials)
+        for k, v in self.headers.items():
+            if not _TOKEN.fullmatch(k):
+                raise ValueError(f"provider {self.name!r}: header name {k!r} is not an HTTP token")
+            if not _HEADER_VALUE.fullmatch(v):
+                raise ValueError(f"provider {self.name!r}: header {k!r}: {_SENDABLE}")
+        if self.api_key is not None and not _HEADER_VALUE.fullmatch(self.api_key):
+            raise ValueError(f"provider {self.name!r}: api_key: {_SENDABLE}")
         return self
 
     @property

@@ -354,6 +354,26 @@ def test_config_rejects_bad_sha256_keys() -> None:
         parse_config({**BASE_CONFIG, "auth": {"keys": ["sha256:zz"]}})
 
 
+@pytest.mark.parametrize(
+    ("provider", "message"),
+    [
+        ({"headers": {"Authorization": "Bearer sk-live-secret\r\nX-Injected: 1"}}, "header 'Authorization': the value"),
+        ({"headers": {"X-Org": "caf\u00e9 sk-live-secret"}}, "header 'X-Org': the value must be printable ASCII"),
+        ({"headers": {"X-Org": " sk-live-secret"}}, "without spaces at either end"),
+        ({"headers": {"X Org": "v"}}, "header name 'X Org' is not an HTTP token"),
+        ({"api_key": "sk-live-secret\n"}, "api_key: the value must be printable ASCII"),
+    ],
+)
+def test_config_refuses_provider_headers_that_cannot_be_sent(provider: dict[str, Any], message: str) -> None:
+    """Found at load, not on every request (httpx or h11 would refuse them there), and the
+    value, which may be a credential, is not in the message."""
+    bad = {**BASE_CONFIG, "providers": [{"name": "p", "base_url": "http://127.0.0.1:9/v1", **provider}]}
+    bad["models"] = [{"name": "m", "provider": "p"}]
+    with pytest.raises(ConfigError, match=message) as e:
+        parse_config(bad)
+    assert "sk-live-secret" not in str(e.value)
+
+
 def test_config_errors_never_print_environment_values(monkeypatch: Any) -> None:
     monkeypatch.setenv("SB_TEST_SECRET_NAME", "sk-live-secret-in-a-name")
     bad = {

@@ -1,6 +1,7 @@
 """Upstream heads past h11: httpcore's header check (app/httpcore_heads.py) and the headers
 the sharded transport hands httpx (providers.upstream._httpx_headers) give what httpcore's
-and httpx's own code give, results and errors alike; the transport answers as httpx's."""
+and httpx's own code give, results and errors alike; the transport answers as httpx's; the
+upstream request built from its template (Target.request) is the one httpx builds."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import httpcore_heads
+from app.config import parse_config
 from app.netio import LoopBackend
 from bench.fake_upstream import HOSTED_HEADERS
-from providers.upstream import _httpx_headers, _ShardedTransport
+from providers.upstream import Router, Target, _httpx_headers, _ShardedTransport, target_for
 
 _enforce = httpcore_heads._httpcore_enforce_headers
 
@@ -181,3 +183,52 @@ async def test_a_refused_connection_is_httpxs_connect_error() -> None:
 def test_httpcore_is_what_the_transport_was_written_against() -> None:
     # the method follows httpx 0.28's AsyncHTTPTransport.handle_async_request over httpcore 1.x
     assert httpx.__version__.startswith("0.28.") and httpcore.__version__.startswith("1.")
+
+
+# the upstream request: Target.request builds what httpx.Request builds from the template
+
+
+def _httpx_request(t: Target, payload: bytes, forward: dict[str, str]) -> httpx.Request:
+    """The request as it was built before: httpx.Request over a copy of the template."""
+    headers = t.headers
+    if t.forward:
+        headers = headers.copy()
+        for k in t.forward:
+            headers[k] = forward[k]
+    return httpx.Request("POST", t.url, content=payload, headers=headers, extensions={"timeout": t.timeout})
+
+
+def _req_view(r: httpx.Request) -> tuple[object, ...]:
+    return (r.method, str(r.url), r.headers._list, r.headers.encoding, r.read(), b"".join(r.stream), r.extensions)  # type: ignore[arg-type]
+
+
+PROVIDERS = [
+    {"name": "p", "base_url": "http://127.0.0.1:9/v1"},
+    {"name": "p", "profile": "openai", "base_url": "https://api.openai.com/v1", "api_key": "sk-test"},
+    {"name": "p", "profile": "azure", "base_url": "https://x.openai.azure.com", "api_key": "k", "deployment": "d"},
+    {"name": "p", "base_url": "http://127.0.0.1:9/v1", "headers": {"X-Org": "acme\tinc", "User-Agent": "mine"}},
+    {"name": "p", "base_url": "http://127.0.0.1:9/v1", "query": {"api-version": "1"}, "headers": {"x-a": "1"}},
+    # headers httpx would otherwise add itself: built by httpx
+    {"name": "p", "base_url": "http://127.0.0.1:9/v1", "headers": {"Host": "virtual.example"}},
+    {"name": "p", "base_url": "http://127.0.0.1:9/v1", "headers": {"content-length": "5"}},
+]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=range(len(PROVIDERS)))
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("forward", [{}, {"user-agent": "codex_cli_rs/0.169.0"}])
+async def test_the_upstream_request_is_what_httpx_builds(provider: dict, stream: bool, forward: dict[str, str]) -> None:
+    cfg = parse_config({"providers": [provider], "models": [{"name": "m", "provider": "p"}]})
+    r = Router.build(cfg)
+    try:
+        prov = r.routes["m"].provider
+        t = target_for(prov, "chat", stream, forward)
+        template = list(t.headers._list)
+        for payload in (b'{"model":"m"}', b"", b"x" * 70000):
+            assert _req_view(t.request(payload, forward)) == _req_view(_httpx_request(t, payload, forward))
+        if forward:  # the template is left as it was: the next request gets its own value
+            other = {"user-agent": "KimiCode/2.1.0"}
+            assert _req_view(t.request(b"{}", other)) == _req_view(_httpx_request(t, b"{}", other))
+        assert t.headers._list == template
+    finally:
+        await r.aclose()
