@@ -171,3 +171,28 @@ def test_pool_idle_may_not_be_negative() -> None:
                 "models": [{"name": "m", "provider": "p"}],
             }
         )
+
+
+async def test_a_connection_the_upstream_closed_while_idle_is_not_reused() -> None:
+    """An upstream that closes idle connections sooner than pool_idle (uvicorn under vLLM:
+    5 s): the next request finds its connection closed and opens another, no error."""
+    connections = 0
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await r.readuntil(b"\r\n\r\n")
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await w.drain()
+        await asyncio.sleep(0.05)  # its keep-alive timeout
+        w.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/"
+    t = _ShardedTransport(_POOL_SHARDS, LoopBackend(), pool_idle=90.0)
+    async with httpx.AsyncClient(transport=t) as c:
+        for _ in range(3):
+            assert (await c.get(url)).text == "ok"
+            await asyncio.sleep(0.3)
+    srv.close()
+    assert connections == 3
