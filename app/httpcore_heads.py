@@ -21,7 +21,7 @@ other item types)                          its ``TypeError`` and message
 =========================================  ===========================================
 
 ``install()`` points ``httpcore._models.enforce_headers`` (what its ``Request`` and
-``Response`` call) at it; idempotent.  ``tests/unit/test_httpcore_heads.py`` checks it
+``Response`` call) at it; idempotent.  ``tests/unit/test_upstream_heads.py`` checks it
 against httpcore's on every kind of input.
 """
 

@@ -205,6 +205,10 @@ class StoreCfg(_Strict):
     timeout_seconds: float = Field(default=2.0, gt=0)
 
 
+# seconds an idle upstream connection is kept by default: reqwest's default (Codex's client)
+POOL_IDLE = 90.0
+
+
 class TimeoutsCfg(_Strict):
     connect: float = Field(default=10.0, gt=0)
     # time to the upstream's response headers
@@ -213,7 +217,7 @@ class TimeoutsCfg(_Strict):
     idle: float = Field(default=300.0, gt=0)
     write: float = Field(default=30.0, gt=0)
     # how long an upstream connection left idle is kept for the next request (0: never reused)
-    pool_idle: float = Field(default=90.0, ge=0)
+    pool_idle: float = Field(default=POOL_IDLE, ge=0)
 
 
 class QuirksCfg(_Strict):

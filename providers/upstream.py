@@ -18,7 +18,7 @@ from httpx._content import ByteStream
 from httpx._transports.default import AsyncResponseStream, map_httpcore_exceptions
 
 from providers.catalog import ModelInfo, catalog_entry
-from providers.config import Config, ModelCfg, ProviderCfg
+from providers.config import POOL_IDLE, Config, ModelCfg, ProviderCfg
 from providers.demo import DemoTransport
 from providers.profiles import Override, QuirkSet, auth_headers, upstream_query, upstream_url
 
@@ -49,7 +49,7 @@ _MATCH_MEMO = 1024
 class _ShardedTransport(httpx.AsyncBaseTransport):
     """Independent connection pools, the least busy one taken (see _POOL_SHARDS)."""
 
-    def __init__(self, n: int, network_backend: Any = None, *, pool_idle: float = 90.0, tls: Any = None) -> None:
+    def __init__(self, n: int, network_backend: Any = None, *, pool_idle: float = POOL_IDLE, tls: Any = None) -> None:
         # each what AsyncClient(limits=..., trust_env=False) would build, sharing one TLS
         # context (building one loads the CA bundle: ~50 ms each)
         tls = tls or httpx.create_ssl_context(trust_env=False)
