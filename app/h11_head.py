@@ -89,8 +89,8 @@ def _header_items(lines: list[bytearray]) -> list[tuple[bytes, bytes, bytes]] | 
     framing = _FRAMING
     at: list[int] = []  # where the framing headers are
     out: list[tuple[bytes, bytes, bytes]] = []
-    for line in lines:
-        name, colon, value = bytes(line).partition(b":")
+    for line in head.split(b"\n"):  # the lines again, as bytes
+        name, colon, value = line.partition(b":")
         if not colon:
             return None
         if name not in names:
