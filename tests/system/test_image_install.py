@@ -12,6 +12,7 @@ outside the user's home) fail here as they would in the build.  Then the image's
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -93,6 +94,13 @@ def test_the_image_install_step_as_its_unprivileged_user(tmp_path: Path) -> None
     venv = Path(env["SWITCHBOARD_VENV"])
     assert (venv / "bin" / "switchboard").exists()
     assert {p.lstat().st_uid for p in [venv, *venv.rglob("*")]} == {UID}
+    # every module copied into the image carries its bytecode: the image's processes (with
+    # PYTHONDONTWRITEBYTECODE) would otherwise compile the sources in memory at every start
+    site = next(venv.glob("lib/python3*/site-packages"))
+    sources = [p for pkg in ("app", "providers", "transformers") for p in (site / pkg).glob("*.py")]
+    assert len(sources) > 50, sources
+    missing = [p.name for p in sources if not Path(importlib.util.cache_from_source(str(p))).exists()]
+    assert not missing, f"installed without bytecode: {missing}"
 
     # the ENTRYPOINT serving the CMD (on loopback: the image's 0.0.0.0 is overridden by a
     # later --host, as arguments after the image name are), then the HEALTHCHECK command
