@@ -24,6 +24,9 @@ TLS handshake failed           ``ConnectError`` (``ConnectTimeout`` on time)
 read: no byte within timeout   ``ReadTimeout``
 read: peer closed (EOF)        ``b""`` (httpcore decides what that means)
 read: connection broken        ``ReadError``
+read: a reused connection      ``StaleConnection`` (a ``ReadError``)
+closed or broken before any
+byte of the answer
 write: closed or broken        ``WriteError``
 write: no room within timeout  ``WriteTimeout``
 =============================  ==============================================
@@ -33,6 +36,15 @@ head and its body separately, then reads the answer, so the two go out as one so
 and one TCP segment (one syscall less per request, and the upstream reads the whole request
 at once).  Nothing waits on the held bytes: the read that follows sends them first; a
 write error found then is the read's ``ReadError``.
+
+A kept-alive connection the upstream closes at the moment a request goes out on it (its
+idle timeout and the request crossing on the wire: uvicorn under vLLM or SGLang closes idle
+connections after 5 s) fails with nothing of the answer read.  The upstream closed it idle,
+so it never took the request: the read raises ``StaleConnection`` instead of answering EOF
+or ``ReadError``, and the transport (``providers.upstream._ShardedTransport``) sends the
+request again, at once, on another connection.  Only then: a connection's first request
+(nothing proves the upstream closed it idle) and a request that got any byte of its answer
+fail as before.
 
 ``get_extra_info("is_readable")`` (httpcore asks it before reusing an idle connection:
 readable while idle means the server closed it or sent junk) answers from what the
@@ -58,6 +70,8 @@ from httpcore import (
     WriteError,
     WriteTimeout,
 )
+
+from providers.upstream import StaleConnection
 
 __all__ = ["LoopBackend", "LoopStream"]
 
@@ -85,6 +99,8 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
         self._reading_paused = False
         self._corked: list[bytes] = []  # written, held until the next read (module docstring)
         self._corked_size = 0
+        self._answered = False  # a byte came in: the connection carried an answer
+        self._stale = False  # a request went out on it after an answer, and nothing came since
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -92,6 +108,8 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self._answered = True
+        self._stale = False
         self._chunks.append(data)
         self._held += len(data)
         if self._held > _HIGH_WATER and not self._reading_paused:
@@ -132,6 +150,8 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
         self._corked = []
         self._corked_size = 0
         if self._lost or self._transport is None or self._transport.is_closing():
+            if self._stale:
+                raise StaleConnection("the upstream closed the kept-alive connection")
             raise WriteError("the connection is closed")
         try:
             self._transport.write(data)
@@ -142,13 +162,13 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
         if self._corked:
             try:
                 self._uncork()
+            except StaleConnection:
+                raise
             except WriteError as e:
                 raise ReadError(str(e)) from None
         if not self._chunks:
             if self._eof or self._lost:
-                if self._exc is not None:
-                    raise ReadError(str(self._exc) or type(self._exc).__name__)
-                return b""
+                return self._closed()
             fut = self._reader = self._loop.create_future()
             timer = self._loop.call_later(timeout, _expire, fut, ReadTimeout) if timeout is not None else None
             try:
@@ -158,9 +178,7 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
                 if timer is not None:
                     timer.cancel()
             if not self._chunks:
-                if self._exc is not None:
-                    raise ReadError(str(self._exc) or type(self._exc).__name__)
-                return b""
+                return self._closed()
         chunks = self._chunks
         first = chunks[0]
         if len(first) <= max_bytes and (len(chunks) == 1 or len(first) + len(chunks[1]) > max_bytes):
@@ -183,10 +201,24 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
             self._transport.resume_reading()
         return out
 
+    def _closed(self) -> bytes:
+        """A read that found the connection closed (EOF) or broken, nothing held: EOF is
+        ``b""``, a break ``ReadError``; either is ``StaleConnection`` on a reused connection
+        before any byte of the answer (module docstring)."""
+        if self._stale:
+            raise StaleConnection("the upstream closed the kept-alive connection")
+        if self._exc is not None:
+            raise ReadError(str(self._exc) or type(self._exc).__name__)
+        return b""
+
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
+        if self._answered and not self._chunks:
+            self._stale = True  # until a byte of the answer comes (data_received)
         if self._lost or self._transport is None or self._transport.is_closing():
+            if self._stale:
+                raise StaleConnection("the upstream closed the kept-alive connection")
             raise WriteError("the connection is closed")
         self._corked.append(buffer)
         self._corked_size += len(buffer)

@@ -38,12 +38,25 @@ from providers.profiles import Override, QuirkSet, auth_headers, upstream_query,
 # default of reqwest, the HTTP client Codex is built on, so a pause between two turns costs
 # no more new connections and TLS handshakes through the proxy than direct); providers with
 # the same value share one set of pools.  A connection the upstream closed first is seen
-# closed (readable while idle) and not reused.
+# closed (readable while idle) and not reused; one it closed as a request went out on it is
+# found so by that request (StaleConnection), which is sent again on another connection.
 _POOL_SHARDS = 8
 _MAX_CONNECTIONS = 2048 // _POOL_SHARDS
 _MAX_KEEPALIVE = 32
 # model names whose glob match Router.resolve remembers (a client may make up any number)
 _MATCH_MEMO = 1024
+
+
+class StaleConnection(httpcore.ReadError):
+    """Raised by a network stream (``app/netio.py``) when a reused connection was closed or
+    broken before any byte of the request's answer came: the upstream closed it while idle,
+    as the request went out, and never took the request.  ``_ShardedTransport`` sends the
+    request again on another connection."""
+
+
+# requests sent again after a StaleConnection, at most: each try drops one dead kept-alive
+# connection (an upstream closing idle connections may close all of a pool's at once)
+_STALE_RESENDS = _MAX_KEEPALIVE
 
 
 class _ShardedTransport(httpx.AsyncBaseTransport):
@@ -89,8 +102,18 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
             content=request.stream,
             extensions=request.extensions,
         )
+        pool = self.pick()._pool
+        resends = 0
         with map_httpcore_exceptions():
-            resp = await self.pick()._pool.handle_async_request(req)
+            while True:
+                try:
+                    resp = await pool.handle_async_request(req)
+                    break
+                except StaleConnection:
+                    # that connection is closed and out of the pool: another one, or a new one
+                    if resends == _STALE_RESENDS or not isinstance(request.stream, ByteStream):
+                        raise  # (a body that cannot be read twice)
+                    resends += 1
         stream: Any = resp.stream  # an async iterable, from an async pool
         out = httpx.Response(status_code=resp.status, stream=AsyncResponseStream(stream), extensions=resp.extensions)
         out.headers = _httpx_headers(resp.headers)

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from app.netio import LoopBackend, LoopStream
+from providers.upstream import StaleConnection, _ShardedTransport
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -252,3 +253,102 @@ async def test_held_bytes_on_a_lost_connection_fail_the_read():
     with pytest.raises(httpcore.ReadError, match="closed"):
         await stream.read(1024, timeout=1)
     srv.close()
+
+
+async def _answered_once() -> tuple[asyncio.Server, _Recorder, LoopStream]:
+    """A stream that carried one exchange: a kept-alive connection, reused next."""
+    srv, rec, stream = await _recorded_stream()
+    await stream.write(b"GET / HTTP/1.1\r\n\r\n")
+    assert rec.transport is not None
+    rec.transport.write(answer(b"1"))
+    assert await stream.read(1024, timeout=5) == answer(b"1")
+    return srv, rec, stream
+
+
+async def _until_lost(stream: LoopStream) -> None:
+    for _ in range(100):
+        if stream._lost:
+            return
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["close", "abort"])
+async def test_a_reused_connection_closed_before_any_byte_of_the_answer_is_stale(how):
+    srv, rec, stream = await _answered_once()
+    await stream.write(b"GET /again HTTP/1.1\r\n\r\n")
+    reading = asyncio.ensure_future(stream.read(1024, timeout=5))  # sends the request
+    await _second_request_seen(rec)
+    assert rec.transport is not None
+    getattr(rec.transport, how)()
+    with pytest.raises(StaleConnection):
+        await reading
+    srv.close()
+
+
+async def test_a_reused_connection_lost_before_the_request_went_out_is_stale():
+    srv, rec, stream = await _answered_once()
+    assert rec.transport is not None
+    rec.transport.abort()
+    await _until_lost(stream)
+    with pytest.raises(StaleConnection):  # found by the write
+        await stream.write(b"GET /again HTTP/1.1\r\n\r\n")
+    srv.close()
+
+
+async def test_held_bytes_of_a_reused_connection_lost_meanwhile_are_stale():
+    srv, rec, stream = await _answered_once()
+    await stream.write(b"GET /again HTTP/1.1\r\n\r\n")  # held until the read
+    assert rec.transport is not None
+    rec.transport.abort()
+    await _until_lost(stream)
+    with pytest.raises(StaleConnection):  # found by the read that sends them
+        await stream.read(1024, timeout=1)
+    srv.close()
+
+
+async def test_a_reused_connection_closed_after_a_byte_of_the_answer_is_not_stale():
+    srv, rec, stream = await _answered_once()
+    await stream.write(b"GET /again HTTP/1.1\r\n\r\n")
+    reading = asyncio.ensure_future(stream.read(1024, timeout=5))
+    await _second_request_seen(rec)
+    assert rec.transport is not None
+    rec.transport.write(b"HTTP/1.1 2")
+    rec.transport.close()
+    assert await reading == b"HTTP/1.1 2"
+    assert await stream.read(1024, timeout=5) == b""  # EOF, as on any connection
+    srv.close()
+
+
+async def _second_request_seen(rec: _Recorder) -> None:
+    for _ in range(100):
+        if len(rec.pieces) == 2:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_a_stale_tls_connection_is_sent_again(tmp_path):
+    server_ctx, client_ctx = _tls_pair(tmp_path)
+    seen = []
+
+    async def first_conn_drops_its_second(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        conn = len(seen)
+        seen.append(0)
+        try:
+            while True:
+                body = await read_request(r)
+                seen[conn] += 1
+                if (conn, seen[conn]) == (0, 2):
+                    break
+                w.write(answer(b"%d:%d" % (conn, len(body))))
+                await w.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        w.close()
+
+    srv, port = await serve(first_conn_drops_its_second, tls=server_ctx)
+    t = _ShardedTransport(2, LoopBackend(), tls=client_ctx)
+    async with httpx.AsyncClient(transport=t) as c:
+        assert (await c.post(f"https://localhost:{port}/", content=b"a")).text == "0:1"
+        assert (await c.post(f"https://localhost:{port}/", content=b"ab")).text == "1:2"
+    srv.close()
+    assert seen == [2, 1]
