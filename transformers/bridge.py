@@ -13,6 +13,14 @@ returns the upstream body with a ``Bridge`` for the answer::
 
 The Bridge is h11-shaped: the caller does all I/O and feeds it.
 
+The parser's work per event (two decodes, an event tuple, the data's text parsed again) is
+skipped for the whole events of its two fast shapes: ``_blocks`` cuts a read at its blank
+lines and parses each such event's JSON from its bytes, handing the object on as the parser
+and ``_event`` would; every other event, a read with a CR, and an event cut across reads
+go through the parser (a differential test holds the two to the same bytes at every cut:
+``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
+(``transformers/passthrough.py``).
+
 =====================  ==================================================================
 call                   returns
 =====================  ==================================================================
@@ -476,6 +484,10 @@ class Bridge:
             # terminal still fails (upstream_stream_truncated at its end)
             self.ctx.repaired("sse_junk_line_skipped")
             return
+        self._object(obj, decoder, out)
+
+    def _object(self, obj: dict[str, Any], decoder: Any, out: list[bytes]) -> None:
+        """An upstream event's JSON object through the decoder, the stages and the encoder."""
         # the commonest event, a plain text delta, without the decoder's dispatch and, when
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
@@ -537,12 +549,66 @@ class Bridge:
         return chunk[pos:]
 
     def _feed(self, data: bytes, out: list[bytes]) -> None:
-        """The parser's events of ``data`` through the full path, until the Bridge breaks."""
+        """The events of ``data`` through the full path, until the Bridge breaks.  The events
+        of the two shapes upstreams send, whole in ``data``, are read off the bytes
+        (``_blocks``); anything else, and an event the parser holds unfinished, is the
+        parser's."""
+        if self.passthrough is None and 13 not in data:  # CR: the parser's line endings
+            j = data.find(b"\n\n") if self.parser.pending else -1
+            if j >= 0:  # the parser finishes the event it holds (and then holds nothing)
+                self._parsed(data[: j + 2], out)
+                data = data[j + 2 :]
+                if self.broken:
+                    return
+            data = self._blocks(data, out)  # (an event still held: no whole one in data)
+            if not data or self.broken:
+                return
+        self._parsed(data, out)
+
+    def _parsed(self, data: bytes, out: list[bytes]) -> None:
         decoder = self.decoder
         for ev in self.parser.feed(data):
             self._event(ev.data, decoder, out)
             if self.broken:
                 return
+
+    def _blocks(self, data: bytes, out: list[bytes]) -> bytes:
+        """The whole events of ``data`` (no CR in it, nothing held by the parser) through the
+        full path; the rest, for the parser.  An event of one of the parser's two fast shapes
+        (one ``data:`` line; an ``event:`` line then one ``data:`` line, whose name nobody
+        reads: the JSON's ``type`` says it) goes from its bytes to ``_object``, its JSON
+        parsed as bytes, as the parser and ``_event`` would take it: decoded as UTF-8 (orjson
+        refuses bytes that are not, and then ``_event`` takes the text the parser would have
+        made, invalid bytes replaced), ``[DONE]`` ending the decoder, a line that is not a
+        JSON object going to ``_event`` (a junk line).  An event of any other shape goes to
+        the parser alone, whole: the same events as in one feed.  (Slices, ``partition`` and
+        ``in``: ``find`` and ``startswith`` parse their arguments, ~500 instructions a call.)"""
+        decoder = self.decoder
+        blocks = data.split(b"\n\n")
+        rest = blocks.pop()
+        for block in blocks:
+            payload = None
+            if block[:6] == b"data: ":
+                if 10 not in block:
+                    payload = block[6:]
+            elif block[:7] == b"event: ":
+                name, sep, after = block.partition(b"\ndata: ")
+                if sep and 10 not in name and 10 not in after:
+                    payload = after
+            if payload is None:
+                self._parsed(block + b"\n\n", out)
+            else:
+                try:
+                    obj = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    obj = None
+                if obj.__class__ is dict:
+                    self._object(obj, decoder, out)
+                else:  # [DONE], a junk line, bytes that are not UTF-8: as the parser hands it
+                    self._event(payload.decode("utf-8", "replace"), decoder, out)
+            if self.broken:
+                return b""
+        return rest
 
     def _passes(self, data: str, pt: ChatPassthrough, decoder: Any) -> bool:
         """Is ``data`` a text chunk the full path would write as it is (passthrough.py's table)?"""
