@@ -39,12 +39,13 @@ write error found then is the read's ``ReadError``.
 
 A kept-alive connection the upstream closes at the moment a request goes out on it (its
 idle timeout and the request crossing on the wire: uvicorn under vLLM or SGLang closes idle
-connections after 5 s) fails with nothing of the answer read.  The upstream closed it idle,
-so it never took the request: the read raises ``StaleConnection`` instead of answering EOF
-or ``ReadError``, and the transport (``providers.upstream._ShardedTransport``) sends the
-request again, at once, on another connection.  Only then: a connection's first request
-(nothing proves the upstream closed it idle) and a request that got any byte of its answer
-fail as before.
+connections after 5 s) fails with nothing of the answer read.  An upstream that closed it
+idle never read the request: the read (or the write that finds it closed) raises
+``StaleConnection`` instead of answering EOF or ``ReadError``, and the transport
+(``providers.upstream._ShardedTransport``) sends the request again, at once, on another
+connection (``docs/architecture.md`` says what that costs when the upstream did read it).
+Only then: a connection's first request (nothing says the upstream closed it idle) and a
+request that got any byte of its answer fail as before.
 
 ``get_extra_info("is_readable")`` (httpcore asks it before reusing an idle connection:
 readable while idle means the server closed it or sent junk) answers from what the

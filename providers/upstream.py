@@ -50,7 +50,7 @@ _MATCH_MEMO = 1024
 class StaleConnection(httpcore.ReadError):
     """Raised by a network stream (``app/netio.py``) when a reused connection was closed or
     broken before any byte of the request's answer came: the upstream closed it while idle,
-    as the request went out, and never took the request.  ``_ShardedTransport`` sends the
+    as the request went out (and then never read it).  ``_ShardedTransport`` sends the
     request again on another connection."""
 
 
