@@ -340,8 +340,12 @@ class Target:
             self.head = None  # httpx would leave out a header it adds: built by httpx itself
         else:
             self.head = [(b"Host", b"host", self.url.netloc), *headers._list]
-        # where each forwarded value goes, as Headers.__setitem__ puts it (the key as given)
-        self.slots = tuple((k, 1 + lower.index(k.encode(self.encoding).lower())) for k in self.forward)
+        # where each forwarded value goes, as Headers.__setitem__ puts it (the key as given),
+        # with its name's two forms, encoded once here
+        self.slots = tuple(
+            (k, 1 + lower.index(raw.lower()), raw, raw.lower())
+            for k, raw in ((k, k.encode(self.encoding)) for k in self.forward)
+        )
 
     def request(self, payload: bytes, forward: dict[str, str]) -> httpx.Request:
         if self.head is None or not payload:  # (no body: httpx puts Content-Length: 0 after Host)
@@ -354,9 +358,8 @@ class Target:
                 "POST", self.url, content=payload, headers=headers, extensions={"timeout": self.timeout}
             )
         items = self.head.copy()
-        for k, i in self.slots:
-            raw = k.encode(self.encoding)
-            items[i] = (raw, raw.lower(), forward[k].encode(self.encoding))
+        for k, i, raw, low in self.slots:
+            items[i] = (raw, low, forward[k].encode(self.encoding))
         items.append((b"Content-Length", b"content-length", b"%d" % len(payload)))
         req = httpx.Request("POST", self.url, stream=ByteStream(payload), extensions={"timeout": self.timeout})
         req.headers._list = items
