@@ -78,6 +78,7 @@ class Scenario:
     pacing: str = ""  # fake upstream pacing flags in the model name: "pe" (per event), "rel"
     workers: int = 0  # 0: the pinned one-worker proxy; N: a proxy of its own, --workers N, unpinned
     reference: bool = False  # the proxy side is bench/reference.py (uvicorn + httpx alone), pinned alike
+    relay: bool = False  # the proxy side is bench/relay.py (bytes copied, no HTTP), pinned alike
     turns: int = 0  # > 0: a Codex-sized request with this many earlier turns (bench/codex_body.py)
 
     @property
@@ -127,18 +128,20 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
     # 4 streams paced to the end: 200 text chunks and the tool call's 5 steps × 5 ms (206 steps);
     # the same pacing on a same-protocol stream, through Switchboard and through the reference
     # forwarder: what a proxy process woken after idleness pays, whatever its code
+    # forwarder, and through the byte relay: what one more process on the path costs here
     paced = (
-        ("pace-resp2chat", "bridged Responses→Chat", "responses", False),
-        ("pace-chat", "streaming chat", "chat", False),
-        ("ref-pace-chat", "streaming chat", "chat", True),
+        ("pace-resp2chat", "bridged Responses→Chat", "responses", ""),
+        ("pace-chat", "streaming chat", "chat", ""),
+        ("ref-pace-chat", "streaming chat", "chat", "reference forwarder"),
+        ("relay-pace-chat", "streaming chat", "chat", "byte relay"),
     )
-    for name, title, cl, ref in paced:
-        tail = ", reference forwarder" if ref else ""
+    for name, title, cl, floor in paced:
+        tail = f", {floor}" if floor else ""
         out.append(
             Scenario(
                 name,
                 f"{title}, 206 steps × 5 ms (tail paced too), 4 streams{tail}",
-                "ref" if ref else "rt",
+                "ref" if floor else "rt",
                 cl,
                 "chat",
                 True,
@@ -148,7 +151,8 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
                 None,
                 rt_per,
                 pacing="pt",
-                reference=ref,
+                reference=floor == "reference forwarder",
+                relay=floor == "byte relay",
             )
         )
     # the floor: the same requests through a forwarder that only forwards (bench/reference.py)
@@ -180,6 +184,22 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
             1,
             d,
             reference=True,
+        )
+    )
+    # the hop's own latency: the short request through the byte relay (bench/relay.py)
+    out.append(
+        Scenario(
+            "relay-ns-chat-c1",
+            "non-streaming chat, c=1, byte relay",
+            "ref",
+            "chat",
+            "chat",
+            False,
+            20,
+            0,
+            1,
+            d,
+            relay=True,
         )
     )
     # --workers 1 against --workers 2, both unpinned (the load generator shares core 1)
@@ -526,6 +546,19 @@ async def start_proxy(
     raise RuntimeError(f"switchboard not ready after {timeout}s:\n{child.log_tail()}")
 
 
+async def start_relay(fake_port: int, workdir: Path, core: int | str | None) -> tuple[Child, int]:
+    """bench/relay.py in front of the fake upstream, listening (it prints ``READY <port>``)."""
+    cmd = pinned([sys.executable, "-m", "bench.relay", "--upstream-port", str(fake_port)], core)
+    child = Child("relay", cmd, workdir / "relay.log", stdout=subprocess.PIPE)
+    assert child.proc.stdout is not None
+    line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, child.proc.stdout.readline), 20)
+    m = re.match(rb"READY (\d+)", line)
+    if not m:
+        child.stop()
+        raise RuntimeError(f"the byte relay did not start: {line!r}\n{child.log_tail()}")
+    return child, int(m.group(1))
+
+
 async def start_reference(fake_port: int, workdir: Path, core: int | str | None) -> tuple[Child, int]:
     """bench/reference.py forwarding to the fake upstream, ready (``/readyz`` 200)."""
     port = free_port()
@@ -846,6 +879,24 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         "ms",
         "uvicorn + httpx alone",
     )
+    add(
+        "byte relay, paced 4 streams (chat): added TTFT p50",
+        "relay-pace-chat",
+        added("relay-pace-chat", "ttft_p50_ms"),
+        None,
+        "",
+        "ms",
+        "one more process on the path, no HTTP",
+    )
+    add(
+        "byte relay, non-streaming c=1: added latency p50",
+        "relay-ns-chat-c1",
+        added("relay-ns-chat-c1", "lat_p50_ms"),
+        None,
+        "",
+        "ms",
+        "one more process on the path, no HTTP",
+    )
     for sc, m in (("ns-chat-c1", "proxy_cpu_ms_per_req"), ("st-chat-c1", "proxy_cpu_ms_per_req")):
         _, sw = pair(sc)
         _, rf = pair(f"ref-{sc}")
@@ -946,6 +997,12 @@ def _cell(summ: dict | None, m: str, rng: bool = True) -> str:
     return f"{_fmt(s['median'])} ({_fmt(s['min'])}–{_fmt(s['max'])})"
 
 
+def _side_name(s: Scenario, side: str) -> str:
+    if side == "direct":
+        return side
+    return "reference" if s.reference else "relay" if s.relay else side
+
+
 def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dict], meta: dict) -> str:
     L = []
     L.append(
@@ -983,7 +1040,7 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
             if x.get("problems"):
                 err = f"{err} ⚠ {x['problems'][0][:60]}"
             L.append(
-                f"| {s.name if side == 'direct' else ''} | {'reference' if s.reference and side != 'direct' else side} "
+                f"| {s.name if side == 'direct' else ''} | {_side_name(s, side)} "
                 f"| {_cell(x, 'req_s')} | {_cell(x, 'lat_p50_ms')} "
                 f"| {_cell(x, 'lat_p99_ms', False)} | {_cell(x, 'ttfb_p50_ms')} | {_cell(x, 'ttfb_p99_ms', False)} "
                 f"| {_cell(x, 'ttft_p50_ms') if s.stream else '–'} | {_cell(x, 'ttft_p99_ms', False) if s.stream else '–'} "
@@ -1186,6 +1243,7 @@ async def main_async(args: argparse.Namespace) -> int:
         main_proxy, main_sides = proxy, sides
         wk: dict[int, tuple[Child, int]] = {}  # proxies started with --workers N
         ref: tuple[Child, int] | None = None  # bench/reference.py, once a ref-* scenario needs it
+        relay: tuple[Child, int] | None = None  # bench/relay.py, once a relay-* scenario needs it
         for s in scs:
             proxy, sides = main_proxy, main_sides
             if s.reference and main_proxy:
@@ -1198,6 +1256,16 @@ async def main_async(args: argparse.Namespace) -> int:
                             await warm_up(w, rport)
                 proxy = ref[0]
                 sides = [("direct", fport), ("switchboard", ref[1])]
+            if s.relay and main_proxy:
+                if relay is None:
+                    lchild, lport = await start_relay(fport, workdir, proxy_core)
+                    children.append(lchild)
+                    relay = (lchild, lport)
+                    for w in warm:  # its code warm, as the proxies' (its connections are new each time)
+                        if w.client == w.upstream:
+                            await warm_up(w, lport)
+                proxy = relay[0]
+                sides = [("direct", fport), ("switchboard", relay[1])]
             if s.workers and main_proxy:
                 if s.workers not in wk:
                     for c, _ in wk.values():  # one extra proxy at a time
