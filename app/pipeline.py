@@ -43,6 +43,7 @@ from app.drain import SHUTDOWN_MESSAGE
 from app.failover import STREAM_FAULTS, Failover
 from app.h11_chunks import install as _coalesce_upstream_chunks
 from app.h11_head import install as _cheap_upstream_heads
+from app.httpcore_errors import install as _plain_exception_maps
 from app.httpcore_heads import install as _bytes_headers_as_they_are
 from app.httpcore_sync import install as _native_httpcore_sync
 from app.logs import log
@@ -62,6 +63,7 @@ _coalesce_upstream_chunks()  # upstream chunks already read arrive as one piece 
 _cheap_upstream_heads()  # upstream heads, both ways, without a regex per header line (app/h11_head.py)
 _native_httpcore_sync()  # httpcore's locks without a yield per acquire (app/httpcore_sync.py)
 _bytes_headers_as_they_are()  # httpcore's header check, one look per header (app/httpcore_heads.py)
+_plain_exception_maps()  # httpcore's and httpx's exception maps, no generator each (app/httpcore_errors.py)
 
 
 @dataclass(slots=True)

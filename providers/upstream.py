@@ -14,8 +14,9 @@ from typing import Any
 
 import httpcore
 import httpx
+import httpx._transports.default as _httpx_default
 from httpx._content import ByteStream
-from httpx._transports.default import AsyncResponseStream, map_httpcore_exceptions
+from httpx._transports.default import AsyncResponseStream
 
 from providers.catalog import ModelInfo, catalog_entry
 from providers.config import POOL_IDLE, Config, ModelCfg, ProviderCfg
@@ -104,7 +105,7 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
         )
         pool = self.pick()._pool
         resends = 0
-        with map_httpcore_exceptions():
+        with _httpx_default.map_httpcore_exceptions():  # read at each use (app/httpcore_errors.py)
             while True:
                 try:
                     resp = await pool.handle_async_request(req)
