@@ -41,6 +41,7 @@ from starlette.responses import Response
 
 from app.drain import SHUTDOWN_MESSAGE
 from app.failover import STREAM_FAULTS, Failover
+from app.h11_body import install as _body_data_without_state_pass
 from app.h11_chunks import install as _coalesce_upstream_chunks
 from app.h11_head import install as _cheap_upstream_heads
 from app.httpcore_errors import install as _plain_exception_maps
@@ -60,6 +61,7 @@ from transformers.request_check import check_body
 __all__ = ["Prepared", "ProxyResponse", "check_body", "new_request_id", "prepare"]
 
 _coalesce_upstream_chunks()  # upstream chunks already read arrive as one piece (app/h11_chunks.py)
+_body_data_without_state_pass()  # a body's Data skips h11's state-machine pass (app/h11_body.py)
 _cheap_upstream_heads()  # upstream heads, both ways, without a regex per header line (app/h11_head.py)
 _native_httpcore_sync()  # httpcore's locks without a yield per acquire (app/httpcore_sync.py)
 _bytes_headers_as_they_are()  # httpcore's header check, one look per header (app/httpcore_heads.py)
