@@ -12,7 +12,10 @@ does for those requests is counted (the event loop, uvicorn, the app, httpx, the
 calls' user-side work), nothing else.  Per event = the difference between the 200- and
 20-chunk streams over 180; per stream = the 20-chunk stream less 20 events (the request's
 own cost: checks, translation, upstream exchange, the answer's head and tail); the
-Codex-sized body's own cost = its 20-chunk case less the short request's.  The ``ref-*``
+Codex-sized body's own cost = its 20-chunk case less the short request's; per chunk read
+alone = a ``-paced`` stream (the same 20 chunks 5 ms apart: each its own read, as at token
+rate; under valgrind each read still takes less than the pacing) less the unpaced one, over
+20.  The ``ref-*``
 cases count the reference forwarder (``bench/reference.py``) on the Chat cases, the floor
 under any proxy on uvicorn and httpx, and the report divides Switchboard's count by it.
 A/B two builds with ``--proxy-cmd``; valgrind makes each case take about a minute.
@@ -64,6 +67,16 @@ CASES: dict[str, tuple[str, bytes]] = {
     # a Responses client on a Chat upstream (Codex on Kimi): request and answer translated
     "st-resp2chat-n20": ("/v1/responses", b'{"model":"bench-chat-n20-d0","stream":true,"store":false,"input":"hi"}'),
     "st-resp2chat-n200": ("/v1/responses", b'{"model":"bench-chat-n200-d0","stream":true,"store":false,"input":"hi"}'),
+    # the same 20 chunks paced 5 ms apart (the tail in one write): one read per chunk, as an
+    # upstream streaming at token rate sends them; what each read costs, over a coalesced one
+    "st-chat-paced-n20": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n20-d5","stream":true,"messages":[{"role":"user","content":"hi"}]}',
+    ),
+    "st-resp2chat-paced-n20": (
+        "/v1/responses",
+        b'{"model":"bench-chat-n20-d5","stream":true,"store":false,"input":"hi"}',
+    ),
     # the request Codex sends late in a session (bench/codex_body.py: 30 turns, ~370 KB)
     "big-resp-n20": ("/v1/responses", codex_request("bench-resp-n20-d0")),
     "big-resp2chat-n20": ("/v1/responses", codex_request("bench-chat-n20-d0")),
@@ -204,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
             per = (b - a) // 180
             print(f"| {st}: per text event | {per:,} |")
             print(f"| {st}: per stream, less its 20 text events | {a - 20 * per:,} |")
+    for proto in ("chat", "resp2chat"):
+        a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-paced-n20")
+        if a and b:
+            print(f"| st-{proto}-paced: per chunk read alone (paced less unpaced, over 20) | {(b - a) // 20:,} |")
     for side in ("", "ref-"):
         a, b = got.get(f"{side}ns-chat"), got.get(f"{side}ns-chat-hosted")
         if a and b:
