@@ -11,9 +11,12 @@ does one read per upstream burst and one write per request, that was ~10% of its
 ``LoopBackend`` opens connections with ``loop.create_connection`` and ``LoopStream`` is an
 ``asyncio.Protocol``: bytes the loop delivers are kept until ``read`` takes them (at most
 ``max_bytes`` at a time, reading paused past ``_HIGH_WATER`` held bytes), ``write`` hands
-them to the transport and waits only while the transport asks to pause.  A deadline is one
-timer on the loop (``call_later``), armed only when a read or a write has to wait.  TLS is
-``loop.start_tls`` on the same protocol.  Failures are httpcore's exceptions, as the anyio
+them to the transport and waits only while the transport asks to pause.  A write's deadline
+is a timer on the loop, armed only when it has to wait.  A read's deadline is a time: a
+read that has to wait sets it, and one timer per connection (``_read_timer``) checks it
+when it fires and, when the deadline moved on meanwhile, arms itself for the new one.  A
+stream at token rate waits once per event, and no longer makes and cancels a loop timer
+each time.  TLS is ``loop.start_tls`` on the same protocol.  Failures are httpcore's exceptions, as the anyio
 backend raises them, so httpx maps them as before:
 
 =============================  ==============================================
@@ -79,6 +82,9 @@ __all__ = ["LoopBackend", "LoopStream"]
 _HIGH_WATER = 256 * 1024  # held bytes past which the transport stops reading
 _LOW_WATER = 64 * 1024
 _CORK_BYTES = 64 * 1024  # written bytes held until the next read, at most (module docstring)
+# a loop timer may fire this much before its time (the loop's clock resolution): a deadline
+# that close counts as reached, as a timer armed for it would have
+_TIMER_SLACK = 0.001
 
 
 def _expire(fut: asyncio.Future[None], exc: type[Exception]) -> None:
@@ -102,6 +108,8 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
         self._corked_size = 0
         self._answered = False  # a byte came in: the connection carried an answer
         self._stale = False  # a request went out on it after an answer, and nothing came since
+        self._deadline: float | None = None  # loop time by which the waiting read must get a byte
+        self._read_timer: asyncio.TimerHandle | None = None  # fires at or before _deadline
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -129,6 +137,9 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
         self._lost = True
         self._exc = exc
         self._wake()
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
 
     def pause_writing(self) -> None:
         if self._writer is None:
@@ -170,14 +181,21 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
         if not self._chunks:
             if self._eof or self._lost:
                 return self._closed()
-            fut = self._reader = self._loop.create_future()
-            timer = self._loop.call_later(timeout, _expire, fut, ReadTimeout) if timeout is not None else None
+            loop = self._loop
+            fut = self._reader = loop.create_future()
+            if timeout is None:
+                self._deadline = None
+            else:
+                self._deadline = deadline = loop.time() + timeout
+                timer = self._read_timer
+                if timer is None or timer.when() > deadline:  # (a shorter timeout than before)
+                    if timer is not None:
+                        timer.cancel()
+                    self._read_timer = loop.call_at(deadline, self._read_deadline)
             try:
                 await fut
             finally:
                 self._reader = None
-                if timer is not None:
-                    timer.cancel()
             if not self._chunks:
                 return self._closed()
         chunks = self._chunks
@@ -201,6 +219,18 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
             self._reading_paused = False
             self._transport.resume_reading()
         return out
+
+    def _read_deadline(self) -> None:
+        """The read timer: a waiting read past its deadline fails; one whose deadline moved
+        on (a later read's) gets the timer again, for then."""
+        self._read_timer = None
+        fut, deadline = self._reader, self._deadline
+        if fut is None or fut.done() or deadline is None:
+            return
+        if self._loop.time() + _TIMER_SLACK >= deadline:
+            fut.set_exception(ReadTimeout())
+        else:
+            self._read_timer = self._loop.call_at(deadline, self._read_deadline)
 
     def _closed(self) -> bytes:
         """A read that found the connection closed (EOF) or broken, nothing held: EOF is
@@ -238,6 +268,9 @@ class LoopStream(asyncio.Protocol, AsyncNetworkStream):
                 raise WriteError("the connection was lost while writing")
 
     async def aclose(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         if self._transport is not None:
             self._transport.close()
 

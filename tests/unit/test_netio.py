@@ -352,3 +352,82 @@ async def test_a_stale_tls_connection_is_sent_again(tmp_path):
         assert (await c.post(f"https://localhost:{port}/", content=b"ab")).text == "1:2"
     srv.close()
     assert seen == [2, 1]
+
+
+# -- a read's deadline: one timer per connection, checked when it fires ----------------------
+
+
+async def _trickle(r: asyncio.StreamReader, w: asyncio.StreamWriter, gaps: list[float], then_stall: float) -> None:
+    """A chunked answer whose chunks come ``gaps`` apart, then (``then_stall``) nothing for
+    that long before the end."""
+    await read_request(r)
+    w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    await w.drain()
+    for gap in gaps:
+        await asyncio.sleep(gap)
+        w.write(b"1\r\nx\r\n")
+        await w.drain()
+    await asyncio.sleep(then_stall)
+    w.write(b"0\r\n\r\n")
+    await w.drain()
+    w.close()
+
+
+async def test_a_stream_longer_than_its_read_timeout_goes_on_while_bytes_come() -> None:
+    """Chunks 0.05 s apart for 0.6 s under a 0.2 s read timeout: each wait is short, the
+    stream long; the timer armed by the first wait is moved on, never fires a timeout."""
+    srv, port = await serve(lambda r, w: _trickle(r, w, [0.05] * 12, 0.0))
+    async with httpx.AsyncClient(transport=transport(), timeout=httpx.Timeout(1.0, read=0.2)) as c:
+        got = await c.get(f"http://127.0.0.1:{port}/")
+    assert got.text == "x" * 12
+    srv.close()
+
+
+async def test_a_stall_after_a_trickle_times_out_on_its_own_deadline() -> None:
+    """Chunks 0.05 s apart, then 1 s of nothing: ReadTimeout, ~0.2 s after the last byte
+    (not at a deadline an earlier wait set, not never)."""
+    srv, port = await serve(lambda r, w: _trickle(r, w, [0.05] * 6, 1.0))
+    loop = asyncio.get_running_loop()
+    async with httpx.AsyncClient(transport=transport(), timeout=httpx.Timeout(1.0, read=0.2)) as c:
+        async with c.stream("GET", f"http://127.0.0.1:{port}/") as resp:
+            got = b""
+            last = loop.time()
+            with pytest.raises(httpx.ReadTimeout):
+                async for part in resp.aiter_raw():
+                    got += part
+                    last = loop.time()
+            waited = loop.time() - last
+    assert got == b"x" * 6
+    assert 0.15 <= waited < 0.6
+    srv.close()
+
+
+async def test_reads_that_wait_arm_a_loop_timer_once_not_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    srv, port = await serve(lambda r, w: _trickle(r, w, [0.01] * 20, 0.0))
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counting(when: float, *a: object, **kw: object) -> asyncio.TimerHandle:
+        if a and getattr(a[0], "__func__", None) is LoopStream._read_deadline:  # (the server's sleeps too)
+            armed.append(when)
+        return call_at(when, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "call_at", counting)
+    async with httpx.AsyncClient(transport=transport(), timeout=httpx.Timeout(1.0, read=5.0)) as c:
+        got = await c.get(f"http://127.0.0.1:{port}/")
+    assert got.text == "x" * 20
+    assert 1 <= len(armed) <= 2  # the head's wait, then every wait within the same deadline
+    srv.close()
+
+
+async def test_the_read_timer_goes_with_the_connection() -> None:
+    """A closed connection leaves no timer on the loop (nor the stream held by one)."""
+    srv, port = await serve(lambda r, w: _trickle(r, w, [0.01], 0.0))
+    stream = await LoopBackend().connect_tcp("127.0.0.1", port, timeout=5)
+    await stream.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert await stream.read(65536, timeout=30)  # the head: a wait armed the timer
+    assert isinstance(stream, LoopStream) and stream._read_timer is not None
+    await stream.aclose()
+    assert stream._read_timer is None
+    srv.close()
