@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -138,32 +139,57 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
+def start_fake(pin: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """The fake upstream (``bench/fake_upstream.py``) on a free port, under ``pin`` (a
+    ``taskset`` prefix) when given: its process and its base URL."""
+    fake = subprocess.Popen(
+        [*(pin or []), sys.executable, "-m", "bench.fake_upstream", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE
+    )
+    assert fake.stdout is not None
+    m = re.match(rb"READY (\d+)", fake.stdout.readline())
+    if not m:
+        _stop(fake)
+        raise RuntimeError("the fake upstream did not start")
+    return fake, f"http://{HOST}:{int(m.group(1))}/v1"
+
+
+def proxy_config(base: str, port: int) -> dict[str, Any]:
+    """The proxy's config in front of the fake upstream: ``bench-chat-*`` on its Chat side,
+    ``bench-resp-*`` on its Responses side, no store, no drain announcement."""
+    return {
+        "server": {"host": HOST, "port": port, "drain": {"announce_seconds": 0}},
+        "store": {"enabled": False},
+        "providers": [
+            {"name": "fake-chat", "profile": "openai-compatible", "protocol": "chat", "base_url": base},
+            {"name": "fake-resp", "profile": "openai-compatible", "protocol": "responses", "base_url": base},
+        ],
+        "models": [
+            {"name": "bench-chat-*", "provider": "fake-chat"},
+            {"name": "bench-resp-*", "provider": "fake-resp"},
+        ],
+    }
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int, seconds: float, log: Path) -> None:
+    """Until ``port`` takes a connection; an error naming ``log`` if ``proc`` exits first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the proxy did not start: see {log}") from None
+            time.sleep(0.2)
+
+
 def measure(cmd: list[str], case: str, n: int, work: Path) -> int:
     path, body = CASES[case]
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "bench.fake_upstream", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE
-    )
+    fake, base = start_fake()
     proxy = None
     try:
-        assert fake.stdout is not None
-        m = re.match(rb"READY (\d+)", fake.stdout.readline())
-        if not m:
-            raise RuntimeError("the fake upstream did not start")
-        base = f"http://{HOST}:{int(m.group(1))}/v1"
         port = _free_port()
-        cfg = {
-            "server": {"host": HOST, "port": port, "drain": {"announce_seconds": 0}},
-            "store": {"enabled": False},
-            "providers": [
-                {"name": "fake-chat", "profile": "openai-compatible", "protocol": "chat", "base_url": base},
-                {"name": "fake-resp", "profile": "openai-compatible", "protocol": "responses", "base_url": base},
-            ],
-            "models": [
-                {"name": "bench-chat-*", "provider": "fake-chat"},
-                {"name": "bench-resp-*", "provider": "fake-resp"},
-            ],
-        }
-        (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+        (work / "config.yaml").write_text(yaml.safe_dump(proxy_config(base, port)))
         out = work / f"callgrind-{case}.out"
         argv = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out}.%p"]
         if case in REFERENCE:
@@ -172,15 +198,7 @@ def measure(cmd: list[str], case: str, n: int, work: Path) -> int:
             argv += [*cmd, "serve", "--config", str(work / "config.yaml")]
         with open(work / f"proxy-{case}.log", "wb") as log:
             proxy = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                socket.create_connection((HOST, port), timeout=1).close()
-                break
-            except OSError:
-                if proxy.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the proxy did not start: see {work}/proxy-{case}.log") from None
-                time.sleep(0.5)
+        wait_listening(proxy, port, 300, work / f"proxy-{case}.log")
         send(port, 100, path, body)
         subprocess.run(["callgrind_control", "-z", str(proxy.pid)], check=True, capture_output=True)
         send(port, n, path, body)

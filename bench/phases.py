@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -91,7 +89,9 @@ def _install(out: str) -> None:
 
 def measure(proxy_python: str, case: str, n: int, gap: float, warm: int = 300) -> list[list[float]]:
     """The four phases of each of the ``n`` measured requests, in µs."""
-    from bench.instructions import CASES, HOST, _free_port, send
+    import yaml
+
+    from bench.instructions import CASES, _free_port, proxy_config, send, start_fake, wait_listening
     from bench.run import pinned
 
     path, body = CASES[case]
@@ -101,28 +101,11 @@ def measure(proxy_python: str, case: str, n: int, gap: float, warm: int = 300) -
     proxy_core, other = (cores[0], cores[1]) if len(cores) > 1 else (None, None)
     if other is not None:
         os.sched_setaffinity(0, {other})
-    fake = subprocess.Popen(
-        pinned([sys.executable, "-m", "bench.fake_upstream", "--port", "0"], other), cwd=ROOT, stdout=subprocess.PIPE
-    )
+    fake, base = start_fake(pinned([], other))
     proxy = None
     try:
-        assert fake.stdout is not None
-        m = re.match(rb"READY (\d+)", fake.stdout.readline())
-        if not m:
-            raise RuntimeError("the fake upstream did not start")
-        base = f"http://{HOST}:{int(m.group(1))}/v1"
         port = _free_port()
-        cfg = (
-            f"server: {{host: {HOST}, port: {port}, drain: {{announce_seconds: 0}}}}\n"
-            "store: {enabled: false}\n"
-            "providers:\n"
-            f"  - {{name: fake-chat, profile: openai-compatible, protocol: chat, base_url: '{base}'}}\n"
-            f"  - {{name: fake-resp, profile: openai-compatible, protocol: responses, base_url: '{base}'}}\n"
-            "models:\n"
-            "  - {name: bench-chat-*, provider: fake-chat}\n"
-            "  - {name: bench-resp-*, provider: fake-resp}\n"
-        )
-        (work / "config.yaml").write_text(cfg)
+        (work / "config.yaml").write_text(yaml.safe_dump(proxy_config(base, port)))
         rows = work / "phases.txt"
         argv = [
             proxy_python,
@@ -134,18 +117,11 @@ def measure(proxy_python: str, case: str, n: int, gap: float, warm: int = 300) -
             "--config",
             str(work / "config.yaml"),
         ]
-        argv = pinned(argv, proxy_core)
         with open(work / "proxy.log", "wb") as log:
-            proxy = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection((HOST, port), timeout=1).close()
-                break
-            except OSError:
-                if proxy.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the proxy did not start: see {work}/proxy.log") from None
-                time.sleep(0.2)
+            proxy = subprocess.Popen(
+                pinned(argv, proxy_core), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        wait_listening(proxy, port, 60, work / "proxy.log")
         send(port, warm, path, body)
         for _ in range(n):
             send(port, 1, path, body)
