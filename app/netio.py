@@ -16,8 +16,8 @@ is a timer on the loop, armed only when it has to wait.  A read's deadline is a 
 read that has to wait sets it, and one timer per connection (``_read_timer``) checks it
 when it fires and, when the deadline moved on meanwhile, arms itself for the new one.  A
 stream at token rate waits once per event, and no longer makes and cancels a loop timer
-each time.  TLS is ``loop.start_tls`` on the same protocol.  Failures are httpcore's exceptions, as the anyio
-backend raises them, so httpx maps them as before:
+each time.  TLS is ``loop.start_tls`` on the same protocol.  Failures are httpcore's
+exceptions, as the anyio backend raises them, so httpx maps them as before:
 
 =============================  ==============================================
 what happened                  raised

@@ -126,9 +126,9 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
         title = f"{title}, Codex body of 30 turns (~370 KB), 20 chunks, c=1"
         out.append(Scenario(f"big-{tag}-c1", title, "lat", cl, up, True, 20, 0, 1, d, turns=30))
     # 4 streams paced to the end: 200 text chunks and the tool call's 5 steps × 5 ms (206 steps);
-    # the same pacing on a same-protocol stream, through Switchboard and through the reference
-    # forwarder: what a proxy process woken after idleness pays, whatever its code
-    # forwarder, and through the byte relay: what one more process on the path costs here
+    # the same pacing on a same-protocol stream, through Switchboard, through the reference
+    # forwarder (uvicorn + httpx alone) and through the byte relay (one more process on the
+    # path, no HTTP: bench/README.md, "What a paced stream's first text waits for")
     paced = (
         ("pace-resp2chat", "bridged Responses→Chat", "responses", ""),
         ("pace-chat", "streaming chat", "chat", ""),
