@@ -71,7 +71,8 @@ class _Client(_Side):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        asyncio.ensure_future(self._connect())
+        # held here: the loop keeps only a weak reference to a task
+        self.connecting = asyncio.ensure_future(self._connect())
 
     async def _connect(self) -> None:
         up = _Side()
