@@ -80,6 +80,7 @@ Responses encoder refuses one nested too deep to be written (``responses_encode.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .errors import stream_error
@@ -194,7 +195,6 @@ class ResponsesStreamDecoder:
         "_reasoning",
         "_done",
         "_order",
-        "_handlers",
     )
 
     def __init__(self, ctx: Any) -> None:
@@ -209,22 +209,6 @@ class ResponsesStreamDecoder:
         self._reasoning: dict[str | None, _Reasoning] = {}
         self._done: set[str | None] = set()  # message/reasoning/other item ids already finalised
         self._order: list[_Call | _Reasoning] = []  # what may need closing, in order of appearance
-        self._handlers = {
-            "response.output_text.delta": self._on_text,
-            "response.refusal.delta": self._on_refusal,
-            "response.reasoning_summary_text.delta": self._on_summary,
-            "response.reasoning_text.delta": self._on_raw,
-            "response.output_item.added": self._on_added,
-            "response.output_item.done": self._on_item_done,
-            "response.function_call_arguments.delta": self._on_fc_delta,
-            "response.custom_tool_call_input.delta": self._on_ctc_delta,
-            "response.function_call_arguments.done": self._on_fc_done,
-            "response.custom_tool_call_input.done": self._on_ctc_done,
-            "response.completed": self._on_completed,
-            "response.incomplete": self._on_incomplete,
-            "response.failed": self._on_failed,
-            "error": self._on_error,
-        }
 
     # -- public -------------------------------------------------------------------------
 
@@ -234,13 +218,13 @@ class ResponsesStreamDecoder:
         t = event.get("type")
         if t.__class__ is str:
             self._norm.feed(event)
-            h = self._handlers.get(t)
+            h = _HANDLERS.get(t)
         else:  # no way to tell what it is: skipped, like an unknown type
             if t is not None:
                 self._ctx.repaired("responses_malformed_field_dropped")
             h = None
         if self._started:
-            return h(event) if h is not None else []
+            return h(self, event) if h is not None else []
         self._started = True
         resp = event.get("response")
         if resp.__class__ is dict:
@@ -255,7 +239,7 @@ class ResponsesStreamDecoder:
         if h is None:
             return [start]
         out: list[Event] = [start]
-        out += h(event)
+        out += h(self, event)
         return out
 
     def text(self, event: dict[str, Any]) -> str | None:
@@ -650,6 +634,26 @@ class ResponsesStreamDecoder:
         else:  # top-level fields; there ``type`` is the event type, not the error type
             err = _error(ev, "upstream_error", "upstream reported an error", take_type=False)
         return self._terminal(ev, Finish("failed", error=err), {})
+
+
+# each event type → its handler: plain functions, so a decoder holds no bound method of its
+# own (a reference cycle per stream, left to the cyclic collector)
+_HANDLERS: dict[str, Callable[[ResponsesStreamDecoder, dict[str, Any]], list[Event]]] = {
+    "response.output_text.delta": ResponsesStreamDecoder._on_text,
+    "response.refusal.delta": ResponsesStreamDecoder._on_refusal,
+    "response.reasoning_summary_text.delta": ResponsesStreamDecoder._on_summary,
+    "response.reasoning_text.delta": ResponsesStreamDecoder._on_raw,
+    "response.output_item.added": ResponsesStreamDecoder._on_added,
+    "response.output_item.done": ResponsesStreamDecoder._on_item_done,
+    "response.function_call_arguments.delta": ResponsesStreamDecoder._on_fc_delta,
+    "response.custom_tool_call_input.delta": ResponsesStreamDecoder._on_ctc_delta,
+    "response.function_call_arguments.done": ResponsesStreamDecoder._on_fc_done,
+    "response.custom_tool_call_input.done": ResponsesStreamDecoder._on_ctc_done,
+    "response.completed": ResponsesStreamDecoder._on_completed,
+    "response.incomplete": ResponsesStreamDecoder._on_incomplete,
+    "response.failed": ResponsesStreamDecoder._on_failed,
+    "error": ResponsesStreamDecoder._on_error,
+}
 
 
 def decode_response(obj: dict[str, Any], ctx: Any) -> list[Event]:

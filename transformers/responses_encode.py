@@ -322,7 +322,6 @@ class ResponsesStreamEncoder:
         "_pending",
         "_usage",
         "_final",
-        "_dispatch",
         "_delta_key",
         "_delta_head",
     )
@@ -354,18 +353,6 @@ class ResponsesStreamEncoder:
         self._final: dict[str, Any] | None = None
         self._delta_key: tuple[str, int, int] | None = None  # (item id, output_index, content_index)
         self._delta_head = b""  # the delta event's JSON up to its text, for _delta_key
-        # each event class → its handler, which takes that class (hence Any for the event)
-        self._dispatch: dict[type[Event], Callable[[list[dict], Any], None]] = {
-            Text: self._on_text,
-            Reasoning: self._on_reasoning,
-            ReasoningEnd: self._on_reasoning_end,
-            Refusal: self._on_refusal,
-            ToolCall: self._on_tool_call,
-            ToolCallEnd: self._on_tool_call_end,
-            Passthrough: self._on_passthrough,
-            Usage: self._on_usage,
-            Finish: self._on_finish,
-        }
 
     # ------------------------------------------------------------------ public API
 
@@ -379,7 +366,7 @@ class ResponsesStreamEncoder:
             return out
         if not self._started:
             self._start(out, None)
-        self._dispatch[type(ev)](out, ev)
+        _DISPATCH[type(ev)](self, out, ev)
         return out
 
     def text_delta(self, text: str) -> bytes | None:
@@ -933,6 +920,22 @@ class ResponsesStreamEncoder:
         self._final = resp
         self.done = True
         self._emit(out, {"type": etype, "response": resp})
+
+
+# each event class → its handler, which takes that class (hence Any for the event): plain
+# functions, so an encoder holds no bound method of its own (a reference cycle per stream,
+# left to the cyclic collector)
+_DISPATCH: dict[type[Event], Callable[[ResponsesStreamEncoder, list[dict], Any], None]] = {
+    Text: ResponsesStreamEncoder._on_text,
+    Reasoning: ResponsesStreamEncoder._on_reasoning,
+    ReasoningEnd: ResponsesStreamEncoder._on_reasoning_end,
+    Refusal: ResponsesStreamEncoder._on_refusal,
+    ToolCall: ResponsesStreamEncoder._on_tool_call,
+    ToolCallEnd: ResponsesStreamEncoder._on_tool_call_end,
+    Passthrough: ResponsesStreamEncoder._on_passthrough,
+    Usage: ResponsesStreamEncoder._on_usage,
+    Finish: ResponsesStreamEncoder._on_finish,
+}
 
 
 def encode_response(events: Iterable[Event], ctx: Ctx, **kw: Any) -> dict:

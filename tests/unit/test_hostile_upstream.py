@@ -35,6 +35,7 @@ from transformers.chat_decode import ChatStreamDecoder
 from transformers.chat_encode import ChatStreamEncoder
 from transformers.context import QUIRKS, Ctx, ToolInfo
 from transformers.errors import ProxyError
+from transformers.events import Finish, ToolCall
 from transformers.responses_decode import ResponsesStreamDecoder
 from transformers.responses_encode import ResponsesStreamEncoder
 from transformers.sse import SSEParser
@@ -783,7 +784,7 @@ def test_guard_when_the_encoder_raises_mid_stream(monkeypatch: pytest.MonkeyPatc
     if client == "chat":
         monkeypatch.setattr(ChatStreamEncoder, "_tool_call", boom)
     else:
-        monkeypatch.setattr(ResponsesStreamEncoder, "_on_tool_call", boom)
+        monkeypatch.setitem(responses_encode._DISPATCH, ToolCall, boom)
     p = prepared(client, "chat", tools=False)
     chain, raw = run_chain(p, sse_bytes(load(CHAT_FIXTURES[0]) + [b"[DONE]"]))
     assert chain.broken
@@ -800,7 +801,8 @@ def test_guard_when_the_encoders_finish_path_raises(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(ChatStreamEncoder, "_finish", boom)
         monkeypatch.setattr(ChatStreamEncoder, "_fail", boom)
     else:
-        monkeypatch.setattr(ResponsesStreamEncoder, "_on_finish", boom)
+        monkeypatch.setattr(ResponsesStreamEncoder, "_on_finish", boom)  # its failing path
+        monkeypatch.setitem(responses_encode._DISPATCH, Finish, boom)  # a Finish event
     p = prepared(client, "responses")
     chain, raw = run_chain(p, sse_bytes(load(RESP_FIXTURES[0])))
     assert chain.broken
