@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import socket
@@ -108,7 +109,13 @@ def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
     assert os.environ["SWITCHBOARD_CONFIG"] == str(EXAMPLE)
     # the worker's entry point builds the app from that file
     sys.modules.pop("app.asgi", None)
-    asgi = importlib.import_module("app.asgi")
+    threshold = gc.get_threshold()
+    try:
+        asgi = importlib.import_module("app.asgi")
+        assert gc.get_threshold() == asgi.GC_THRESHOLD  # the collector's start, tuned
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
     assert asgi.app.state.config.models[0].name == "demo"
 
 
