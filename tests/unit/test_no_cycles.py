@@ -1,8 +1,9 @@
 """A request's transformers leave no reference cycle behind: everything a Bridge built is
 freed by reference counting when the request ends, not by the cyclic collector.
 
-Garbage in cycles is only found by a collection, which CPython starts after ~700 container
-allocations not yet freed: each stream that leaves a few dozen objects in cycles brings the
+Garbage in cycles is only found by a collection, which CPython starts once the container
+objects allocated and not yet freed pass a threshold (700 by default, 10,000 in the
+worker: ``app/asgi.py``): each stream that leaves a few dozen objects in cycles brings the
 next collection closer, and a collection (a pause of 0.1–0.3 ms on the bench machine) lands
 in whichever request happens to be running.  An object that keeps its own bound methods
 (a dispatch table of ``self._on_x``) is such a cycle: the decoder and encoder tables are
