@@ -461,7 +461,13 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
     """Pump the upstream stream through the Bridge to the client; returns the upstream body
     iterator to drain when the terminal event came before the upstream's end."""
     bridge = p.bridge
-    raw = resp.aiter_raw()  # one iterator: the rest of the body is drained after the break
+    # The response's own stream, iterated directly: what ``resp.aiter_raw()`` adds around it
+    # per read (one more async generator to resume, a byte count, a chunker that hands an
+    # unchunked read on as it is) serves nothing here; its one other act, closing the
+    # response at the body's end, is done below.  One iterator: the rest of the body is
+    # drained after the break.
+    stream: httpx.AsyncByteStream = resp.stream  # type: ignore[assignment]
+    raw = stream.__aiter__()
     rest = None
     pending: list[bytes] = []  # client bytes held back (coalescing: see _FLUSH_BYTES)
     size = 0
@@ -517,6 +523,8 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
                         size = 0
                         since = clock()
                         await send({"type": "http.response.body", "body": body, "more_body": True})
+            if rest is None:  # the body ended: its connection back in the pool before the last bytes go out
+                await resp.aclose()
             out = bridge.end()
         except httpx.ReadTimeout:
             out = bridge.fail("upstream_idle_timeout", f"upstream {prov.name} was silent for {prov.timeout.read:g}s")
