@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from tests.upstream_io import read_request
+
 from .test_fault_matrix import metric
 
 ANSWER = orjson.dumps(
@@ -36,11 +38,7 @@ class _Upstream:
         self.connections += 1
         try:
             for n in range(100):
-                head = await r.readuntil(b"\r\n\r\n")
-                size = next(
-                    int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")
-                )
-                await r.readexactly(size)
+                await read_request(r)
                 self.requests += 1
                 if (conn, n) == (0, 1):
                     return  # closed idle as the request crossed it: not a byte of answer

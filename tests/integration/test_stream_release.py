@@ -23,6 +23,7 @@ import pytest
 
 from app.config import parse_config
 from app.main import create_app
+from tests.upstream_io import read_request
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -50,11 +51,7 @@ class _Upstream:
         self.connections += 1
         try:
             while True:
-                head = await r.readuntil(b"\r\n\r\n")
-                size = next(
-                    int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")
-                )
-                await r.readexactly(size)
+                await read_request(r)
                 self.requests += 1
                 w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
                 for i in range(3):

@@ -14,6 +14,7 @@ from app.config import ConfigError, parse_config
 from app.netio import LoopBackend
 from providers.config import TimeoutsCfg
 from providers.upstream import _POOL_SHARDS, Router, _ShardedTransport
+from tests.upstream_io import read_request
 
 
 class _Upstream:
@@ -30,11 +31,8 @@ class _Upstream:
         self.connections += 1
         try:
             while True:
-                head = await r.readuntil(b"\r\n\r\n")
-                size = next(
-                    (int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")), 0
-                )
-                await r.readexactly(size)
+                _, body = await read_request(r)
+                size = len(body)
                 self.requests += 1
                 if self.requests >= self.want:
                     self.all_in.set()
