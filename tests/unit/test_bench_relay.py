@@ -15,6 +15,7 @@ import pytest
 
 from bench import relay
 from bench.fake_upstream import serve as fake_serve
+from bench.instructions import _stop, start_fake
 from bench.run import scenarios
 
 CHAT = {"model": "bench-chat-n5-d0", "messages": [{"role": "user", "content": "hi"}]}
@@ -112,14 +113,12 @@ async def test_an_upstream_that_refuses_closes_the_client() -> None:
 
 
 def test_runs_as_bench_run_starts_it() -> None:
-    fake = subprocess.Popen([sys.executable, "-m", "bench.fake_upstream", "--port", "0"], stdout=subprocess.PIPE)
+    fake, base = start_fake()
     proc = None
     try:
-        assert fake.stdout is not None
-        m = re.match(rb"READY (\d+)", fake.stdout.readline())
-        assert m
+        upstream_port = base.rsplit(":", 1)[1].split("/")[0]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.relay", "--upstream-port", m.group(1).decode()], stdout=subprocess.PIPE
+            [sys.executable, "-m", "bench.relay", "--upstream-port", upstream_port], stdout=subprocess.PIPE
         )
         assert proc.stdout is not None
         r = re.match(rb"READY (\d+)", proc.stdout.readline())
@@ -128,9 +127,8 @@ def test_runs_as_bench_run_starts_it() -> None:
         assert got.status_code == 200 and got.json()["object"] == "chat.completion"
     finally:
         for p in (proc, fake):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                p.wait(10)
+            if p is not None:
+                _stop(p)
 
 
 def test_the_bench_measures_the_relay_where_the_proxy_goes() -> None:
