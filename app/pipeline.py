@@ -682,7 +682,10 @@ async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
     holds the message), a longer answer is refused (memory stays bounded per request)."""
     parts: list[bytes] = []
     size = 0
-    async for chunk in resp.aiter_bytes():
+    # an uncompressed body off the response's own stream (two async generators less, as in
+    # _stream); a compressed one through httpx's decoder
+    chunks = resp.aiter_bytes() if "content-encoding" in resp.headers else resp.stream
+    async for chunk in chunks:  # type: ignore[union-attr]
         size += len(chunk)
         if size > limit:
             if limit == _ERROR_BODY_MAX:

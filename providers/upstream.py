@@ -16,12 +16,12 @@ import httpcore
 import httpx
 import httpx._transports.default as _httpx_default
 from httpx._content import ByteStream
-from httpx._transports.default import AsyncResponseStream
 
 from providers.catalog import ModelInfo, catalog_entry
 from providers.config import POOL_IDLE, Config, ModelCfg, ProviderCfg
 from providers.demo import DemoTransport
 from providers.profiles import Override, QuirkSet, auth_headers, upstream_query, upstream_url
+from providers.upstream_body import wrap as body_stream
 
 # httpcore's pool walks all its connections (and poll()s every idle one) each time a request
 # starts or a response closes, so one pool with many connections costs CPU per request under
@@ -115,8 +115,8 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
                     if resends == _STALE_RESENDS or not isinstance(request.stream, ByteStream):
                         raise  # (a body that cannot be read twice)
                     resends += 1
-        stream: Any = resp.stream  # an async iterable, from an async pool
-        out = httpx.Response(status_code=resp.status, stream=AsyncResponseStream(stream), extensions=resp.extensions)
+        # the body read off the connection, not through four async generators (upstream_body.py)
+        out = httpx.Response(status_code=resp.status, stream=body_stream(resp.stream), extensions=resp.extensions)
         out.headers = _httpx_headers(resp.headers)
         return out
 

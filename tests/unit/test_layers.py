@@ -2,7 +2,8 @@
 
 * ``transformers/`` (the sans-IO core) imports the standard library, orjson and itself only;
 * ``providers/`` imports the standard library, ``transformers``, itself, and the libraries
-  of the provider layer (httpx and httpcore under it, pydantic, yaml, orjson), never ``app``;
+  of the provider layer (httpx, httpcore and h11 under it, pydantic, yaml, orjson), never
+  ``app``;
 * ``app/`` may import everything (not checked).
 
 Every ``.py`` file under the two folders is read with ``ast`` (nothing is imported, so a
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STDLIB = frozenset(sys.stdlib_module_names)
 ALLOWED: dict[str, frozenset[str]] = {
     "transformers": STDLIB | {"transformers", "orjson"},
-    "providers": STDLIB | {"providers", "transformers", "httpx", "httpcore", "pydantic", "yaml", "orjson"},
+    "providers": STDLIB | {"providers", "transformers", "httpx", "httpcore", "h11", "pydantic", "yaml", "orjson"},
 }
 _STRING_IMPORTERS = frozenset({"import_module", "__import__"})
 
