@@ -53,6 +53,25 @@ def test_depth_bound_is_exact(meter: str, monkeypatch: pytest.MonkeyPatch) -> No
     assert e.param == "a" + "[0]" * (MAX_DEPTH - 1)
 
 
+def test_the_meter_writes_the_wrapped_body_and_keeps_no_reference_to_it() -> None:
+    """The meter's reused lists: its output is the body wrapped in ``_WRAP`` lists, and
+    after a pass or a refusal the lists hold no body (a large one would stay alive)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert check_depth(body) == _wrapped(body)
+    refused(check_depth, {"a": nested(MAX_DEPTH)})
+    assert check_depth(body) == _wrapped(body)  # the lists are whole again after a refusal
+    assert request_check._SHELLS
+    for outer, inner in request_check._SHELLS:
+        assert inner == [None] and orjson.dumps(outer) == _wrapped(None)
+
+
+def _wrapped(body: Any) -> bytes:
+    w = body
+    for _ in range(request_check._WRAP):
+        w = [w]
+    return orjson.dumps(w)
+
+
 def test_too_deep_names_the_first_path_and_stops_early() -> None:
     body = {"ok": nested(5), "x": [{"y": nested(2000)}]}
     assert too_deep(body, 10) == ("x", 0, "y", *([0] * 7))
