@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 import time
 from datetime import UTC, datetime
@@ -142,3 +143,60 @@ def test_setup_binds_the_stream_and_level_of_its_time(capsys: pytest.CaptureFixt
     line = json.loads(err[0])
     assert line["event"] == "shown" and line["level"] == "warning" and line["token"] == "[redacted]"
     assert ISO_UTC.fullmatch(line["timestamp"])
+
+
+def _lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for x in text.splitlines():
+        d = json.loads(x)
+        assert ISO_UTC.fullmatch(d.pop("timestamp"))
+        out.append(d)
+    return out
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warning", "error"])
+def test_setups_own_configuration_writes_the_lines_structlog_writes(
+    level: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under setup()'s configuration a line is written by ``log`` itself; the same calls
+    through structlog (the same processor and level, a configuration not setup()'s) write
+    the same lines, key order included, and drop the same levels."""
+
+    def calls() -> None:
+        logs.log.debug("d", request_id="r1", rules=["a"])
+        logs.log.info("request", request_id="r1", status=200, ttfb_ms=None, api_key="sk-1")
+        logs.log.warning("w", note="sent Bearer sk-live-xyz upstream", n=3)
+        logs.log.error("e", error="ValueError")
+
+    own, other = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", own)
+    logs.setup(level)
+    calls()
+    assert logs.log._sink is not None  # written by log itself
+    structlog.configure(
+        processors=[logs.render],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.WriteLoggerFactory(file=other),
+    )
+    calls()
+    assert logs.log._sink is None  # through structlog
+    assert [json.dumps(d) for d in _lines(own.getvalue())] == [json.dumps(d) for d in _lines(other.getvalue())]
+    want = ["d", "request", "w", "e"][["debug", "info", "warning", "error"].index(level) :]
+    assert [d["event"] for d in _lines(own.getvalue())] == want
+    if "request" in want:
+        line = _lines(own.getvalue())[want.index("request")]
+        assert list(line) == ["request_id", "status", "ttfb_ms", "api_key", "event", "level"]
+        assert line["api_key"] == "[redacted]"
+
+
+def test_exception_goes_through_structlog_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    logs.setup("info")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logs.log.exception("failed", request_id="r1")
+    (line,) = _lines(err.getvalue())
+    assert line["event"] == "failed" and line["level"] == "error"
+    assert "ValueError: boom" in line["exception"]
