@@ -142,7 +142,7 @@ class _Logger:
     While that configuration is ``setup``'s own, a line is written here: what structlog's
     bound logger does for it (drop a level below the configured one; the event dict as its
     keywords, then ``event``; ``render``; the ``WriteLogger``'s locked write and flush)
-    without its layers of calls, dict copies and lookups (10.4 against 3.9 µs a request
+    without its layers of calls, dict copies and lookups (10.4 against 5.8 µs a request
     line).  Any other configuration (a test's capture, a caller's own processors) and
     ``exception`` go through structlog."""
 
