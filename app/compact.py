@@ -29,7 +29,6 @@ an error answer (4xx/5xx)                 passed through unchanged
 from __future__ import annotations
 
 import time
-import uuid
 from functools import partial
 from typing import Any
 
@@ -37,6 +36,7 @@ import orjson
 
 from app.pipeline import ProxyResponse, new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
+from transformers.ids import random_hex
 from transformers.request_check import check_integers, check_values
 
 PATH = "/v1/responses/compact"
@@ -75,7 +75,7 @@ def _user_output(it: dict[str, Any]) -> dict[str, Any]:
     content = it.get("content")
     parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else content
     return {
-        "id": it.get("id") or "msg_" + uuid.uuid4().hex,
+        "id": it.get("id") or "msg_" + random_hex(),
         "type": "message",
         "role": "user",
         "status": "completed",
@@ -103,7 +103,7 @@ def compacted(response: dict[str, Any], users: list[dict[str, Any]]) -> tuple[in
             }
         }
     return 200, {
-        "id": response.get("id") or "resp_" + uuid.uuid4().hex,
+        "id": response.get("id") or "resp_" + random_hex(),
         "object": "response.compaction",
         "created_at": response.get("created_at") or int(time.time()),
         "output": [*users, *items],

@@ -55,6 +55,7 @@ from transformers.bridge import AnswerError, Bridge, open_bridge
 from transformers.context import Ctx
 from transformers.encrypted_retry import is_invalid_encrypted_content, strip_encrypted_reasoning
 from transformers.errors import ProxyError
+from transformers.ids import random_hex
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.request_check import check_body
 
@@ -245,8 +246,7 @@ def scope_headers(scope: Any) -> dict[str, str]:
 
 
 def new_request_id() -> str:
-    # 128 random bits as 32 hex digits, as uuid4().hex was (without building a UUID object)
-    return "req_" + os.urandom(16).hex()
+    return "req_" + random_hex()
 
 
 class ProxyResponse(Response):

@@ -60,7 +60,6 @@ HTTP error status.
 from __future__ import annotations
 
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, cast
@@ -80,6 +79,7 @@ from .events import (
     ToolCallEnd,
     Usage,
 )
+from .ids import random_hex
 from .reasoning_keys import upstream_key
 from .usage import normalize_responses, to_chat
 
@@ -104,11 +104,11 @@ def _completion_id(given: str | None, upstream: str | None) -> str:
         return given
     if isinstance(upstream, str) and upstream.startswith("chatcmpl"):
         return upstream
-    return "chatcmpl-" + uuid.uuid4().hex
+    return "chatcmpl-" + random_hex()
 
 
 def _mint_call_id() -> str:
-    return "call_" + uuid.uuid4().hex
+    return "call_" + random_hex()
 
 
 def _client_name(name: str, namespace: str | None) -> str:

@@ -59,13 +59,13 @@ records as the compaction's cost).  Streamed and non-streamed answers both go th
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from . import envelope
 from .context import Ctx
 from .errors import RequestError, stream_error
 from .events import Event, Finish, Passthrough, Start, Text, Usage
+from .ids import random_hex
 
 __all__ = [
     "COMPACTION_PROMPT",
@@ -193,7 +193,7 @@ def compaction_item(summary: str, ctx: Ctx) -> dict[str, Any]:
     """The one output item of a synthesised compaction."""
     return {
         "type": ITEM,
-        "id": "cmp_" + uuid.uuid4().hex,
+        "id": "cmp_" + random_hex(),
         "encrypted_content": envelope.seal_compaction(summary, ctx.compaction_key, model=ctx.public_model),
     }
 

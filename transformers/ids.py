@@ -70,6 +70,7 @@ across instances).  Known, accepted limitation: two ids that differ only in thei
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -245,3 +246,13 @@ def kimi_restore_map(messages: Iterable[Any]) -> dict[str, str]:
         if len(canonicals) == 1 and "" not in canonicals:
             by_canonical.setdefault(next(iter(canonicals)), []).append(sid)
     return {sids[0]: c for c, sids in by_canonical.items() if len(sids) == 1 and c not in present}
+
+
+_random = os.urandom  # read at each call (tests put a counter in its place)
+
+
+def random_hex() -> str:
+    """128 random bits as 32 lowercase hex digits, the body of every id the proxy mints
+    (``resp_``, ``msg_``, ``call_``, ``chatcmpl-``…): what ``uuid.uuid4().hex`` gave, less
+    the UUID object it built first (3.0 against 0.55 µs) and its 6 fixed version bits."""
+    return _random(16).hex()

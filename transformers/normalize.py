@@ -33,7 +33,7 @@ Resolving one item (mirrors Codex's ``assign_missing_streamed_response_item_id``
 2. an ``item_id`` key inside the item is the id's old name: it becomes ``id`` when ``id`` is
    missing, and is removed either way;
 3. still no id: adopt the id registered in the item's slot;
-4. still no id: mint ``<prefix><uuid4 hex>`` with the prefix from ``ID_PREFIX``;
+4. still no id: mint ``<prefix><32 random hex digits>`` with the prefix from ``ID_PREFIX``;
 5. the slot now holds the item's id.
 
 Each repair is reported through ``ctx.repaired`` (``responses_stray_output_index``,
@@ -44,8 +44,9 @@ once per slot, not once per delta, so a Mantle stream does not grow the list per
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
+
+from .ids import random_hex
 
 __all__ = ["ResponsesNormalizer", "ID_PREFIX", "DEFAULT_PREFIX"]
 
@@ -127,7 +128,7 @@ class ResponsesNormalizer:
                 self._rep("responses_item_id_adopted")
             else:
                 t = item.get("type")
-                iid = (ID_PREFIX.get(t, DEFAULT_PREFIX) if t.__class__ is str else DEFAULT_PREFIX) + uuid.uuid4().hex
+                iid = (ID_PREFIX.get(t, DEFAULT_PREFIX) if t.__class__ is str else DEFAULT_PREFIX) + random_hex()
                 self._rep("responses_item_id_minted")
             item["id"] = iid
         if slot is not None:

@@ -73,7 +73,6 @@ carries the error both flat (``code``/``message``/``param``: OpenAI, Codex) and 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -95,6 +94,7 @@ from .events import (
     ToolCallEnd,
     Usage,
 )
+from .ids import random_hex as _hex  # (a module name: tests put a counter in its place)
 from .usage import normalize_responses
 from .vocab import FinishStatus
 
@@ -227,10 +227,6 @@ def _too_deep(v: Any, limit: int) -> bool:
             if y.__class__ is dict or y.__class__ is list:
                 stack.append((y, d + 1))
     return False
-
-
-def _hex() -> str:
-    return uuid.uuid4().hex
 
 
 class _Msg:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import itertools
 import re
-import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from transformers import ids
 from transformers.bridge import DIRECTIONS, Bridge
 from transformers.context import Ctx
 
@@ -65,11 +65,11 @@ def _ids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Minted ids from a counter the caller resets, so that two runs mint the same."""
     n = [0]
 
-    def fake() -> uuid.UUID:
+    def fake(size: int) -> bytes:
         n[0] += 1
-        return uuid.UUID(int=n[0])
+        return n[0].to_bytes(size)
 
-    monkeypatch.setattr(uuid, "uuid4", fake)
+    monkeypatch.setattr(ids, "_random", fake)
     return n
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from transformers import ids
 from transformers.ids import (
     chat_policy,
     is_canonical_kimi,
@@ -306,3 +309,11 @@ def test_kimi_code_round_trip(calls):
     msgs = [_asst(*((wire[c], n) for c, (n, _) in zip(native, calls)))]
     restored = kimi_restore_map(msgs)
     assert [restored.get(wire[c], wire[c]) for c in native] == native
+
+
+def test_random_hex_is_128_random_bits_in_32_lowercase_hex_digits() -> None:
+    got = {ids.random_hex() for _ in range(1000)}
+    assert len(got) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{32}", h) for h in got)
+    # every bit varies (uuid4's version and variant bits were fixed)
+    assert all(len({int(h, 16) >> bit & 1 for h in got}) == 2 for bit in range(128))
