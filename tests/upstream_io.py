@@ -1,8 +1,13 @@
-"""For the test upstreams that speak HTTP/1.1 on an asyncio stream: one request read."""
+"""For the test upstreams that speak HTTP/1.1 on an asyncio stream: one request read, a
+connection's requests answered one after the other, and the app in front of such an
+upstream."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 
 async def read_request(r: asyncio.StreamReader) -> tuple[bytes, bytes]:
@@ -11,3 +16,65 @@ async def read_request(r: asyncio.StreamReader) -> tuple[bytes, bytes]:
     head = await r.readuntil(b"\r\n\r\n")
     size = next((int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")), 0)
     return head, await r.readexactly(size)
+
+
+async def answer_each(
+    r: asyncio.StreamReader, w: asyncio.StreamWriter, answer: Callable[[asyncio.StreamWriter], Awaitable[bool]]
+) -> None:
+    """Read each request off the connection and ``answer`` it, until the peer closes (or the
+    test's server closes, cancelling this) or ``answer`` returns False; then close."""
+    try:
+        while True:
+            await read_request(r)
+            if not await answer(w):
+                return
+    except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        w.close()
+
+
+@asynccontextmanager
+async def app_before(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[Any]:
+    """An upstream on 127.0.0.1 serving ``handle`` and the app in front of it (one Chat
+    provider, model ``m``), its lifespan entered; both closed at the end."""
+    from app.config import parse_config
+    from app.main import create_app
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/v1"
+    cfg = parse_config(
+        {
+            "providers": [{"name": "local", "protocol": "chat", "base_url": base}],
+            "models": [{"name": "m", "provider": "local"}],
+        }
+    )
+    app = create_app(cfg)
+    try:
+        async with app.router.lifespan_context(app):
+            yield app
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+class CountingUpstream:
+    """A test upstream whose connections and requests are counted; ``answer`` (a subclass's)
+    writes each answer and says whether the connection stays open."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests = 0
+
+    async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        await answer_each(r, w, self._counted)
+
+    async def _counted(self, w: asyncio.StreamWriter) -> bool:
+        self.requests += 1
+        return await self.answer(w)
+
+    async def answer(self, w: asyncio.StreamWriter) -> bool:
+        raise NotImplementedError

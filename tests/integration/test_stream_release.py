@@ -21,9 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.config import parse_config
-from app.main import create_app
-from tests.upstream_io import read_request
+from tests.upstream_io import CountingUpstream, app_before
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -38,34 +36,25 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-class _Upstream:
+class _Upstream(CountingUpstream):
     """Chat streams in chunked encoding, any number per connection; ``done``: ending with
     ``[DONE]``."""
 
     def __init__(self, done: bool) -> None:
+        super().__init__()
         self.done = done
-        self.connections = 0
-        self.requests = 0
 
-    async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                await read_request(r)
-                self.requests += 1
-                w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-                for i in range(3):
-                    w.write(_chunk({"content": f"w{i} "}))
-                    await w.drain()
-                    await asyncio.sleep(0.005)  # a read each, as at token rate
-                done = b"data: [DONE]\n\n"
-                tail = b"%x\r\n%s\r\n" % (len(done), done) if self.done else b""
-                w.write(_chunk({}, "stop") + tail + b"0\r\n\r\n")
-                await w.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            w.close()
+    async def answer(self, w: asyncio.StreamWriter) -> bool:
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for i in range(3):
+            w.write(_chunk({"content": f"w{i} "}))
+            await w.drain()
+            await asyncio.sleep(0.005)  # a read each, as at token rate
+        done = b"data: [DONE]\n\n"
+        tail = b"%x\r\n%s\r\n" % (len(done), done) if self.done else b""
+        w.write(_chunk({}, "stop") + tail + b"0\r\n\r\n")
+        await w.drain()
+        return True
 
 
 CHAT, RESP = "/v1/chat/completions", "/v1/responses"
@@ -92,18 +81,7 @@ async def test_the_connection_goes_back_kept_alive(
     path: str, body: dict[str, Any], done: bool, open_at_end: int
 ) -> None:
     up = _Upstream(done)
-    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
-    base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/v1"
-    cfg = parse_config(
-        {
-            "providers": [{"name": "local", "protocol": "chat", "base_url": base}],
-            "models": [{"name": "m", "provider": "local"}],
-        }
-    )
-    app = create_app(cfg)
-    lifespan = app.router.lifespan_context(app)
-    await lifespan.__aenter__()
-    try:
+    async with app_before(up.handle) as app:
         raw = orjson.dumps(body)
         for _ in range(3):  # turns one after the other, as an agent sends them
             sent: list[dict[str, Any]] = []
@@ -142,8 +120,4 @@ async def test_the_connection_goes_back_kept_alive(
             text = b"".join(m.get("body", b"") for m in sent[1:])
             assert b"w0 " in text and b"w2 " in text
             assert at_end == [open_at_end]
-        assert (up.connections, up.requests) == (1, 3)  # one kept-alive connection for every turn
-    finally:
-        await lifespan.__aexit__(None, None, None)
-        srv.close()
-        await srv.wait_closed()
+    assert (up.connections, up.requests) == (1, 3)  # one kept-alive connection for every turn

@@ -15,9 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from app.config import parse_config
-from app.main import create_app
-from tests.upstream_io import read_request
+from tests.upstream_io import CountingUpstream, app_before
 
 COMPLETION = {
     "id": "chatcmpl-1",
@@ -31,69 +29,47 @@ ERROR = {"error": {"message": "that model is not here", "type": "invalid_request
 ENCODE = {"identity": lambda b: b, "gzip": gzip.compress, "deflate": zlib.compress}
 
 
-class _Upstream:
+class _Upstream(CountingUpstream):
     """Each answer in ``encoding`` (none said for ``identity``), in two writes."""
 
     def __init__(self, encoding: str, status: int) -> None:
+        super().__init__()
         self.encoding = encoding
         self.status = status
-        self.connections = 0
-        self.requests = 0
 
-    async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                await read_request(r)
-                self.requests += 1
-                body = ENCODE[self.encoding](orjson.dumps(COMPLETION if self.status == 200 else ERROR))
-                enc = b"" if self.encoding == "identity" else b"content-encoding: %s\r\n" % self.encoding.encode()
-                w.write(
-                    b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n"
-                    % (self.status, enc, len(body))
-                )
-                w.write(body[: len(body) // 2])
-                await w.drain()
-                await asyncio.sleep(0.005)
-                w.write(body[len(body) // 2 :])
-                await w.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            w.close()
+    async def answer(self, w: asyncio.StreamWriter) -> bool:
+        body = ENCODE[self.encoding](orjson.dumps(COMPLETION if self.status == 200 else ERROR))
+        enc = b"" if self.encoding == "identity" else b"content-encoding: %s\r\n" % self.encoding.encode()
+        w.write(
+            b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n"
+            % (self.status, enc, len(body))
+        )
+        w.write(body[: len(body) // 2])
+        await w.drain()
+        await asyncio.sleep(0.005)
+        w.write(body[len(body) // 2 :])
+        await w.drain()
+        return True
 
 
 @pytest.mark.parametrize("encoding", sorted(ENCODE))
 @pytest.mark.parametrize("status", [200, 404])
 async def test_whole_answers_in_any_encoding(encoding: str, status: int) -> None:
     up = _Upstream(encoding, status)
-    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
-    base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/v1"
-    cfg = parse_config(
-        {
-            "providers": [{"name": "local", "protocol": "chat", "base_url": base}],
-            "models": [{"name": "m", "provider": "local"}],
-        }
-    )
-    app = create_app(cfg)
-    lifespan = app.router.lifespan_context(app)
-    await lifespan.__aenter__()
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080") as c:
-            for _ in range(3):
-                r = await c.post(
-                    "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-                )
-                got: dict[str, Any] = r.json()
-                if status == 200:
-                    assert r.status_code == 200
-                    assert got["choices"][0]["message"]["content"] == "hello " * 50
-                    assert got["usage"]["total_tokens"] == 53
-                else:
-                    assert r.status_code == 404
-                    assert got["error"]["message"].endswith(": that model is not here")
-        assert (up.connections, up.requests) == (1, 3)  # each body read to its end: kept alive
-    finally:
-        await lifespan.__aexit__(None, None, None)
-        srv.close()
-        await srv.wait_closed()
+    async with (
+        app_before(up.handle) as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080") as c,
+    ):
+        for _ in range(3):
+            r = await c.post(
+                "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            )
+            got: dict[str, Any] = r.json()
+            if status == 200:
+                assert r.status_code == 200
+                assert got["choices"][0]["message"]["content"] == "hello " * 50
+                assert got["usage"]["total_tokens"] == 53
+            else:
+                assert r.status_code == 404
+                assert got["error"]["message"].endswith(": that model is not here")
+    assert (up.connections, up.requests) == (1, 3)  # each body read to its end: kept alive

@@ -17,7 +17,7 @@ import app.pipeline  # noqa: F401  (the app's httpcore and h11 replacements, ins
 import providers.upstream as upstream
 from app.netio import LoopBackend
 from providers.upstream_body import BodyStream, wrap
-from tests.upstream_io import read_request
+from tests.upstream_io import CountingUpstream
 
 OK_CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -32,30 +32,22 @@ SCRIPTS: dict[str, list[Any]] = {
 }
 
 
-class _Upstream:
+class _Upstream(CountingUpstream):
     def __init__(self, script: list[Any]) -> None:
+        super().__init__()
         self.script = script
-        self.connections = 0
 
-    async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                await read_request(r)
-                for piece in self.script:
-                    if piece == "close":
-                        w.close()
-                        return
-                    if piece == "wait":
-                        await asyncio.sleep(5)
-                        return
-                    w.write(piece)
-                    await w.drain()
-                    await asyncio.sleep(0.02)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass  # (cancelled: the test's server closing)
-        finally:
-            w.close()
+    async def answer(self, w: asyncio.StreamWriter) -> bool:
+        for piece in self.script:
+            if piece == "close":
+                return False
+            if piece == "wait":
+                await asyncio.sleep(5)
+                return False
+            w.write(piece)
+            await w.drain()
+            await asyncio.sleep(0.02)
+        return True
 
 
 async def _run(script: list[Any], layered: bool, monkeypatch: pytest.MonkeyPatch, requests: int = 2) -> dict[str, Any]:
