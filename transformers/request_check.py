@@ -206,8 +206,8 @@ def too_deep(obj: Any, limit: int = MAX_DEPTH) -> tuple[Any, ...] | None:
 
 # The meter's lists, made once and reused: ``(outermost, innermost)``, the body put in the
 # innermost for one ``dumps`` and taken out again (making and freeing _WRAP lists per request
-# was ~9 µs, four times the meter's own ``dumps``).  Taken from and put back in a free list:
-# ``list.pop`` and ``append`` are atomic, so callers on other threads each get their own.
+# was ~9 µs, four times the meter's own ``dumps``).  Taken from and put back in a free list
+# with one ``pop`` and one ``append``, each atomic: callers on other threads get their own.
 _SHELLS: list[tuple[list[Any], list[Any]]] = []
 
 
@@ -223,7 +223,10 @@ def check_depth(body: Any) -> bytes | None:
     """Refuse a body nested deeper than MAX_DEPTH; the depth meter's output (the body as
     orjson writes it, wrapped in lists), or None when the body was walked instead."""
     if _WRAP:
-        shell = _SHELLS.pop() if _SHELLS else _shell()
+        try:
+            shell = _SHELLS.pop()
+        except IndexError:  # none free (first use, or every one in use on another thread)
+            shell = _shell()
         shell[1][0] = body
         try:
             return orjson.dumps(shell[0])
