@@ -5,61 +5,53 @@ Theory of operation
 -------------------
 httpx hands an answer's body out through ``AsyncResponseStream`` (httpcore's errors mapped
 to httpx's), over httpcore's ``PoolByteStream`` (the pool's request closed on an error),
-over ``HTTP11ConnectionByteStream`` (a ``Trace`` block; the response closed on an error),
-over the connection's ``_receive_response_body`` (h11's events to bytes).  Each read of a
-stream resumed the four generators in turn, and each answer made, started (registering each
-with the loop's async-generator hooks) and finalised four of them.
+over the connection's own stream.  Each read of a stream resumed each layer in turn, and
+each answer made, started (registering each with the loop's async-generator hooks) and
+finalised their async generators.
 
-``BodyStream`` reads the same events from the same connection (``_receive_event``: h11 fed,
-its errors mapped to httpcore's) in one coroutine per read, and does what the layers did:
+The app's HTTP/1.1 connections (``app.http11``) give a body that reads its next bytes
+itself: ``read()``, ``b""`` at the end, the exchange closed on any failure.  ``BodyStream``
+calls it, one coroutine per read, and does what the layers above it did:
 
 ====================================  ==================================================
-the connection's next event           ``BodyStream``, as the four layers
+``read()``                            ``BodyStream``, as the layers
 ====================================  ==================================================
-h11 ``Data``                          its bytes
-h11 ``EndOfMessage`` (or ``PAUSED``)  the end (``StopAsyncIteration``), and every read
+bytes                                 those bytes
+``b""``                               the end (``StopAsyncIteration``), and every read
                                       after it; nothing is closed here: the response's
                                       ``aclose`` puts the connection back in its pool
-an httpcore error                     the pool stream closed (the response first, then
-                                      the pool's request), then httpx's class for it
+an httpcore error                     the pool stream closed (the pool's request out of
+                                      it), then httpx's class for it
 any other exception, or a             the same closing, then raised as it is
 cancellation
 ====================================  ==================================================
 
-Left out: the ``Trace("receive_response_body")`` block, which reports only to a ``trace``
-request extension or httpcore's DEBUG log (the proxy sets neither: ``app/logs.py`` keeps
-httpcore's logger at WARNING).  ``wrap`` takes the fast way only for httpcore's pool stream
-over an HTTP/1.1 connection stream, the one kind the proxy's pools make; any other stream
-keeps httpx's ``AsyncResponseStream``.  ``tests/unit/test_upstream_body.py`` runs both on
-the same answers and failures.
+``wrap`` takes this way only for httpcore's pool stream over a body with ``read``; any
+other stream keeps httpx's ``AsyncResponseStream``.  ``tests/unit/test_upstream_body.py``
+runs both on the same answers and failures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import h11
 import httpx
 import httpx._transports.default as _httpx_default
 from httpcore._async.connection_pool import PoolByteStream
-from httpcore._async.http11 import HTTP11ConnectionByteStream
 from httpx._transports.default import AsyncResponseStream
 
 __all__ = ["BodyStream", "wrap"]
-
-_DATA = h11.Data
-_END = (h11.EndOfMessage, h11.PAUSED)
 
 
 class BodyStream(httpx.AsyncByteStream):
     """An answer's body: an async iterator of its bytes, one read per ``__anext__``."""
 
-    __slots__ = ("_pool_stream", "_conn", "_timeout", "_done")
+    __slots__ = ("_pool_stream", "_read", "_done")
 
-    def __init__(self, pool_stream: PoolByteStream, conn_stream: HTTP11ConnectionByteStream) -> None:
+    def __init__(self, pool_stream: PoolByteStream, read: Callable[[], Awaitable[bytes]]) -> None:
         self._pool_stream = pool_stream
-        self._conn = conn_stream._connection
-        self._timeout = conn_stream._request.extensions.get("timeout", {}).get("read", None)
+        self._read = read  # the connection's next bytes, b"" at the end
         self._done = False
 
     def __aiter__(self) -> BodyStream:
@@ -70,16 +62,13 @@ class BodyStream(httpx.AsyncByteStream):
             raise StopAsyncIteration
         with _httpx_default.map_httpcore_exceptions():  # read at each use (app/httpcore_errors.py)
             try:
-                while True:
-                    event = await self._conn._receive_event(timeout=self._timeout)
-                    if event.__class__ is _DATA:
-                        return bytes(event.data)
-                    if isinstance(event, _END):
-                        break
+                data = await self._read()
             except BaseException:
                 self._done = True
                 await self._pool_stream.aclose()
                 raise
+        if data:
+            return data
         self._done = True
         raise StopAsyncIteration
 
@@ -91,7 +80,8 @@ class BodyStream(httpx.AsyncByteStream):
 def wrap(stream: Any) -> httpx.AsyncByteStream:
     """The httpx body stream for httpcore's response stream ``stream``."""
     if stream.__class__ is PoolByteStream:
-        inner = stream._stream
-        if inner.__class__ is HTTP11ConnectionByteStream:
-            return BodyStream(stream, inner)
+        # a connection's body that reads its parts itself (``app.http11.ResponseBody``)
+        read = getattr(stream._stream, "read", None)
+        if read is not None:
+            return BodyStream(stream, read)
     return AsyncResponseStream(stream)

@@ -1,0 +1,331 @@
+"""app.http11: an upstream exchange run with h11's readers and writers, without its state
+machine, gives what httpcore's own HTTP/1.1 connection gives.  Each case runs both classes
+on the app's network stream against the same scripted upstream on loopback (the answer in
+pieces, with pauses) and compares what the client saw (status, head, body, error class and
+message, the connection idle or closed after) and what the upstream received, byte for
+byte; then a second request on the connection when it stayed idle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpcore
+import pytest
+from httpcore._async.http11 import AsyncHTTP11Connection
+
+import app.pipeline  # noqa: F401  (the app's httpcore and h11 replacements, installed on import)
+from app.http11 import Http11Connection, ResponseBody
+from app.netio import LoopBackend
+
+OK = b"HTTP/1.1 200 OK\r\n"
+CHUNKED = OK + b"transfer-encoding: chunked\r\n\r\n"
+ANSWER = OK + b"content-length: 2\r\n\r\nok"
+
+# name: the answer to each request, in pieces written with a pause between them;
+# "close" closes the connection, "wait" keeps it silent past the read timeout
+SCRIPTS: dict[str, list[Any]] = {
+    "length": [OK + b"content-length: 11\r\nx-a: 1\r\n\r\nhel", b"lo w", b"orld"],
+    "chunked": [CHUNKED + b"3\r\nabc\r\n", b"2\r\nde\r\n", b"1\r\nf\r\n0\r\n\r\n"],
+    "chunked-trailer": [CHUNKED + b"3\r\nabc\r\n0\r\nx-t: 1\r\n\r\n"],
+    "chunked-cut": [CHUNKED + b"3\r\nabc\r\n", b"5\r\nde", "close"],
+    "chunked-cut-in-size-line": [CHUNKED + b"3\r\nabc\r\n", b"5", "close"],
+    "length-cut": [OK + b"content-length: 20\r\n\r\nshort", "close"],
+    "bad-chunk-header": [CHUNKED + b"3\r\nabc\r\n", b"zz\r\nxx\r\n"],
+    "silent": [CHUNKED + b"3\r\nabc\r\n", "wait"],
+    "silent-head": ["wait"],
+    "eof-before-head": ["close"],
+    "eof-inside-head": [OK + b"content-le", "close"],
+    "bad-status-line": [b"HTTX/1.1 200 OK\r\n\r\n"],
+    "bad-header-line": [OK + b"no colon here\r\n\r\n"],
+    "obs-fold": [OK + b"content-length: 2\r\nx-a: 1\r\n  more\r\n\r\nok"],
+    "two-lengths": [OK + b"content-length: 2\r\ncontent-length: 3\r\n\r\nok"],
+    "no-framing": [OK + b"x-a: 1\r\n\r\nuntil ", b"the end", "close"],
+    "http10": [b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok"],
+    "connection-close": [OK + b"content-length: 2\r\nconnection: close\r\n\r\nok"],
+    "no-content": [b"HTTP/1.1 204 No Content\r\n\r\n"],
+    "informational": [
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n",
+        ANSWER,
+    ],
+    "switching-unasked": [b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n"],
+    "head-too-long": [OK + b"x-a: " + b"a" * 120_000],
+    "error-status": [b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\nretry-after: 1\r\n\r\nbusy"],
+}
+
+
+class Upstream:
+    """Answers each request on a connection with the script; keeps every byte received."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.received = bytearray()
+
+    async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        reading = asyncio.ensure_future(self._keep(r))
+        try:
+            answered = 0
+            while True:
+                while self.received.count(b"\r\n\r\n") <= answered:
+                    if reading.done():
+                        return
+                    await asyncio.sleep(0.005)
+                await asyncio.sleep(0.02)  # the rest of a body written in pieces
+                answered = self.received.count(b"\r\n\r\n")
+                for piece in self.script:
+                    if piece == "close":
+                        return
+                    if piece == "wait":
+                        await asyncio.sleep(2)
+                        return
+                    w.write(piece)
+                    await w.drain()
+                    await asyncio.sleep(0.01)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            w.close()
+            reading.cancel()
+
+    async def _keep(self, r: asyncio.StreamReader) -> None:
+        while data := await r.read(65536):
+            self.received += data
+
+
+async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for p in parts:
+        await asyncio.sleep(0.005)
+        yield p
+
+
+def _request(port: int, method: bytes = b"POST", body: Any = b"{}", headers: list[Any] | None = None) -> Any:
+    if headers is None:
+        headers = [(b"Host", b"127.0.0.1"), (b"Content-Type", b"application/json")]
+        if isinstance(body, bytes):
+            headers.append((b"Content-Length", str(len(body)).encode()))
+        else:
+            headers.append((b"Transfer-Encoding", b"chunked"))
+    return httpcore.Request(
+        method,
+        httpcore.URL(scheme=b"http", host=b"127.0.0.1", port=port, target=b"/v1/chat/completions"),
+        headers=headers,
+        content=body,
+        extensions={"timeout": {"read": 0.4, "write": 1.0}},
+    )
+
+
+async def _run(cls: type, script: list[Any], requests: list[Any]) -> dict[str, Any]:
+    """What the client saw of each request (stopping after the first the connection could
+    not take) and what the upstream received."""
+    up = Upstream(script)
+    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    stream = await LoopBackend().connect_tcp("127.0.0.1", port, timeout=2)
+    conn = cls(httpcore.Origin(b"http", b"127.0.0.1", port), stream, keepalive_expiry=5.0)
+    seen: list[Any] = []
+    try:
+        for make in requests:
+            req = make(port)
+            try:
+                resp = await conn.handle_async_request(req)
+            except Exception as e:
+                seen.append(("request failed", type(e).__name__, str(e), conn.is_idle(), conn.is_closed()))
+                break
+            body: list[bytes] = []
+            error = None
+            try:
+                async for chunk in resp.stream:
+                    body.append(chunk)
+            except Exception as e:
+                error = (type(e).__name__, str(e))
+            await resp.stream.aclose()
+            ext = resp.extensions
+            seen.append(
+                (resp.status, resp.headers, ext["http_version"], ext["reason_phrase"], b"".join(body), error)
+                + (conn.is_idle(), conn.is_closed(), conn.is_available())
+            )
+            if not conn.is_idle():
+                break
+    finally:
+        await conn.aclose()
+        srv.close()
+        await srv.wait_closed()
+    await asyncio.sleep(0.03)
+    return {"seen": seen, "received": bytes(up.received)}
+
+
+def _twice(port: int) -> Any:
+    return _request(port)
+
+
+# where this class closes a connection that h11 and httpcore leave idle (app/http11.py)
+KEPT_BY_HTTPCORE = {
+    "bytes-past-the-end": [ANSWER + b"HTTP/1.1 200 OK\r\n"],
+    "no-framing": SCRIPTS["no-framing"],
+}
+WHOLE = ("length", "chunked", "chunked-trailer", "no-content", "informational", "error-status", "obs-fold")
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+async def test_an_answer_as_httpcore_reads_it(name: str) -> None:
+    new = await _run(Http11Connection, SCRIPTS[name], [_twice, _twice])
+    old = await _run(AsyncHTTP11Connection, SCRIPTS[name], [_twice, _twice])
+    if name in KEPT_BY_HTTPCORE:  # the same answer (the connection after it: below)
+        assert new["seen"][0][:6] == old["seen"][0][:6]
+        return
+    assert new == old
+    first = new["seen"][0]
+    if name in WHOLE:
+        assert len(new["seen"]) == 2 and first[5] is None and first[6]  # whole: idle, then reused
+        assert new["received"].count(b"POST /v1/chat/completions HTTP/1.1\r\n") == 2
+    else:
+        assert len(new["seen"]) == 1
+        if first[0] == "request failed":
+            assert first[3:] == (False, True)  # closed
+        else:  # whole but not to be kept (the upstream said so), or the body failed: closed
+            assert (first[5] is None) == (name in ("connection-close", "http10")) and first[6:8] == (False, True)
+
+
+@pytest.mark.parametrize("name", sorted(KEPT_BY_HTTPCORE))
+async def test_a_connection_h11_would_reuse_is_closed(name: str) -> None:
+    old = await _run(AsyncHTTP11Connection, KEPT_BY_HTTPCORE[name], [_twice, _twice])
+    assert len(old["seen"]) == 2 and old["seen"][1][0] == "request failed"
+    got = await _run(Http11Connection, KEPT_BY_HTTPCORE[name], [_twice, _twice])
+    assert len(got["seen"]) == 1
+    status, _, _, _, body, error, idle, closed, _ = got["seen"][0]
+    assert (status, error, idle, closed) == (200, None, False, True)
+    assert body in (b"ok", b"until the end")
+
+
+REQUESTS: dict[str, Any] = {
+    "head": lambda port: _request(port, b"HEAD", b"", [(b"Host", b"127.0.0.1")]),  # (the answer: no body)
+    "get-no-body": lambda port: _request(port, b"GET", b"", [(b"Host", b"127.0.0.1"), (b"Accept", b"*/*")]),
+    "streamed-body": lambda port: _request(port, body=_chunks(b'{"a":', b"1}")),
+    "header-with-crlf": lambda port: _request(port, headers=[(b"Host", b"127.0.0.1"), (b"X-A", b"1\r\nX-B: 2")]),
+    "name-not-a-token": lambda port: _request(port, headers=[(b"Host", b"127.0.0.1"), (b"X A", b"1")]),
+    "no-host": lambda port: _request(port, headers=[(b"Content-Length", b"2")]),
+    "too-little-body": lambda port: _request(port, body=b"{}", headers=[(b"Host", b"x"), (b"Content-Length", b"5")]),
+    "too-much-body": lambda port: _request(port, body=b"{}", headers=[(b"Host", b"x"), (b"Content-Length", b"1")]),
+    "body-without-framing": lambda port: _request(port, body=b"{}", headers=[(b"Host", b"x")]),
+    "asks-to-close": lambda port: _request(
+        port, body=b"{}", headers=[(b"Host", b"x"), (b"Content-Length", b"2"), (b"Connection", b"close")]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REQUESTS))
+async def test_a_request_as_httpcore_writes_it(name: str) -> None:
+    answer = [OK + b"content-length: 2\r\n\r\n" + (b"" if name == "head" else b"ok")]
+    new = await _run(Http11Connection, answer, [REQUESTS[name], REQUESTS[name]])
+    old = await _run(AsyncHTTP11Connection, answer, [REQUESTS[name], REQUESTS[name]])
+    assert new == old
+    if name in ("head", "get-no-body", "streamed-body"):
+        assert len(new["seen"]) == 2 and new["seen"][1][6]  # reused, idle
+        assert new["received"].count(b" /v1/chat/completions HTTP/1.1\r\n") == 2
+    elif name == "asks-to-close":
+        assert new["seen"][0][4] == b"ok" and new["seen"][0][7]  # answered, then closed
+    else:
+        assert new["seen"][0][0] == "request failed" and new["seen"][0][4]  # and closed
+        assert new["received"] == b""  # nothing of a refused request went out
+
+
+async def test_a_cancelled_read_closes_the_connection() -> None:
+    up = Upstream(SCRIPTS["silent"])
+    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    stream = await LoopBackend().connect_tcp("127.0.0.1", port, timeout=2)
+    conn = Http11Connection(httpcore.Origin(b"http", b"127.0.0.1", port), stream)
+    try:
+        resp = await conn.handle_async_request(_request(port))
+        body = resp.stream
+        assert isinstance(body, ResponseBody)
+        assert await body.read() == b"abc"
+        task = asyncio.ensure_future(body.read())
+        await asyncio.sleep(0.05)
+        assert not conn.is_closed()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert conn.is_closed() and not conn.is_available()
+        assert await body.read() == b""  # and every read after it ends
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_body_left_unread_closes_the_connection() -> None:
+    got = await _run(Http11Connection, [ANSWER], [_twice])
+    assert got["seen"][0][6] is True  # read whole: idle
+    up = Upstream([ANSWER])
+    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    stream = await LoopBackend().connect_tcp("127.0.0.1", port, timeout=2)
+    conn = Http11Connection(httpcore.Origin(b"http", b"127.0.0.1", port), stream)
+    try:
+        resp = await conn.handle_async_request(_request(port))
+        await resp.stream.aclose()  # type: ignore[union-attr]
+        assert conn.is_closed()
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_busy_connection_takes_no_second_request() -> None:
+    up = Upstream([ANSWER])
+    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    stream = await LoopBackend().connect_tcp("127.0.0.1", port, timeout=2)
+    conn = Http11Connection(httpcore.Origin(b"http", b"127.0.0.1", port), stream)
+    try:
+        resp = await conn.handle_async_request(_request(port))
+        with pytest.raises(httpcore.ConnectionNotAvailable):
+            await conn.handle_async_request(_request(port))
+        with pytest.raises(RuntimeError, match="Attempted to send request"):
+            other = _request(port)
+            other.url = httpcore.URL(scheme=b"http", host=b"localhost", port=port, target=b"/")
+            await conn.handle_async_request(other)
+        assert "Request Count: 1" in repr(conn) and "ACTIVE" in conn.info()
+        await resp.stream.aclose()  # type: ignore[union-attr]
+    finally:
+        await conn.aclose()
+        srv.close()
+        await srv.wait_closed()
+
+
+def test_installed_in_httpcore() -> None:
+    import httpcore._async.connection as connection
+
+    assert connection.AsyncHTTP11Connection is Http11Connection
+
+
+class _RefusingStream(httpcore.AsyncNetworkStream):
+    """A network stream whose writes fail and whose reads give an answer: an upstream that
+    answered (an error, say) and closed before it read the request."""
+
+    def __init__(self) -> None:
+        self.pieces = [ANSWER]
+        self.closed = False
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.pieces.pop(0) if self.pieces else b""
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        raise httpcore.WriteError("broken pipe")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, info: str) -> Any:
+        return None
+
+
+@pytest.mark.parametrize("cls", [Http11Connection, AsyncHTTP11Connection])
+async def test_a_failed_write_still_reads_the_answer_then_closes(cls: type) -> None:
+    stream = _RefusingStream()
+    conn = cls(httpcore.Origin(b"http", b"127.0.0.1", 80), stream)
+    resp = await conn.handle_async_request(_request(80))
+    assert resp.status == 200
+    assert b"".join([c async for c in resp.stream]) == b"ok"
+    await resp.stream.aclose()
+    assert conn.is_closed() and stream.closed
