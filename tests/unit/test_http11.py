@@ -77,7 +77,7 @@ class Upstream:
                     if piece == "close":
                         return
                     if piece == "wait":
-                        await asyncio.sleep(2)
+                        await asyncio.sleep(0.6)  # past the client's read timeout (0.4 s)
                         return
                     w.write(piece)
                     await w.drain()
