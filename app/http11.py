@@ -65,6 +65,15 @@ an answer framed by the connection's end   idle (closed: the     closed
 (no Content-Length, not chunked)           next request fails)
 =========================================  ====================  ======================
 
+Request heads: h11 checks and writes the same head for every request a provider sends,
+but for its Content-Length.  ``_HEADS`` keeps what h11 wrote for a request whose one
+Content-Length is plain digits (what h11 writes as it is), cut around that value, keyed by
+everything else h11 reads (method, target, every other header, the length's place and
+name); the next such request's head is the two pieces around its own length, and its body
+goes through h11's ``ContentLengthWriter`` as before.  A head h11 refuses, frames by
+Transfer-Encoding, or whose length it would normalise or compare (spaces, commas, two
+Content-Length lines) is never kept: h11 writes it, or raises, every time.
+
 The answer's body is a ``ResponseBody``: ``read()`` gives the next bytes (``b""`` at the
 end), ``aclose()`` ends the exchange.  When the answer was read to its end, both sides kept
 the connection alive and nothing more was received, the connection is idle in its pool
@@ -82,6 +91,7 @@ and failures and compares what each client and each upstream saw.
 from __future__ import annotations
 
 import enum
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -93,7 +103,7 @@ from h11._headers import get_comma_header
 from h11._readers import READERS
 from h11._receivebuffer import ReceiveBuffer
 from h11._state import SEND_BODY
-from h11._writers import WRITERS, write_request
+from h11._writers import WRITERS, ContentLengthWriter, write_request
 from httpcore import ConnectionNotAvailable, LocalProtocolError, RemoteProtocolError, WriteError
 from httpcore._async.http11 import AsyncHTTP11UpgradeStream
 from httpcore._async.interfaces import AsyncConnectionInterface
@@ -112,6 +122,13 @@ _EOM = h11.EndOfMessage()
 # chunked reader in the readers' table)
 _BODY_READERS: dict[str, Any] = READERS[SEND_BODY]  # type: ignore[assignment]
 _BODY_WRITERS: dict[str, Any] = WRITERS[SEND_BODY]  # type: ignore[assignment]
+# request heads as h11 wrote them: (method, target, Content-Length's place and name, the
+# headers before it, after it) → (the head up to the length's value, from after it,
+# keep-alive, upgrade proposed); cleared when full
+_HEADS: dict[tuple[Any, ...], tuple[bytes, bytes, bool, bool]] = {}
+_HEADS_MAX = 256
+# a Content-Length value h11 writes as it is (digits alone, at most its 20)
+_plain_length = re.compile(rb"[0-9]{1,20}").fullmatch
 
 
 class _State(enum.IntEnum):
@@ -191,15 +208,24 @@ class Http11Connection(AsyncConnectionInterface):
     async def _send(self, request: Request, timeout: float | None) -> tuple[bool, bool]:
         """Write the request; whether it lets the connection be kept alive, and whether it
         proposes an upgrade."""
-        try:
-            event = h11.Request(method=request.method, target=request.url.target, headers=request.headers)
-            out: list[bytes] = []
-            write = out.append
-            write_request(event, write)
-            framing, args = _body_framing(request.method, event)
-            writer = _BODY_WRITERS[framing](*args)
-        except h11.LocalProtocolError as e:
-            raise LocalProtocolError(str(e)) from e
+        out: list[bytes] = []
+        write = out.append
+        head = _known_head(request)
+        if head is not None:
+            pre, length, post, keep, upgrade = head
+            write(pre)
+            write(length)
+            write(post)
+            writer: Any = ContentLengthWriter(int(length))
+        else:
+            try:
+                event = h11.Request(method=request.method, target=request.url.target, headers=request.headers)
+                write_request(event, write)
+                framing, args = _body_framing(request.method, event)
+                writer = _BODY_WRITERS[framing](*args)
+            except h11.LocalProtocolError as e:
+                raise LocalProtocolError(str(e)) from e
+            keep, upgrade = _keep_alive(event), bool(get_comma_header(event.headers, b"upgrade"))
         stream = self._network_stream
         body: Any = request.stream
         if hasattr(body, "__iter__"):
@@ -221,7 +247,7 @@ class Http11Connection(AsyncConnectionInterface):
             raise LocalProtocolError(str(e)) from e
         if out:
             await stream.write(b"".join(out), timeout=timeout)
-        return _keep_alive(event), bool(get_comma_header(event.headers, b"upgrade"))
+        return keep, upgrade
 
     @staticmethod
     def _write_body(writer: Any, chunk: bytes, write: Any) -> None:
@@ -356,6 +382,57 @@ class ResponseBody:
         if not self._closed:
             self._closed = True
             await self._conn._response_closed()
+
+
+def _known_head(request: Request) -> tuple[bytes, bytes, bytes, bool, bool] | None:
+    """The request's head as h11 writes it, in three pieces (up to its Content-Length
+    value, the value, the rest), its keep-alive and its upgrade proposal, from ``_HEADS``;
+    None when h11 must write it (module docstring, "Request heads")."""
+    headers = request.headers
+    if type(headers) is not list:
+        return None
+    at = -1
+    for i, (name, _) in enumerate(headers):
+        if len(name) == 14 and name.lower() == b"content-length":
+            if at >= 0:
+                return None  # twice: h11 compares the values
+            at = i
+    if at < 0:
+        return None
+    name, length = headers[at]
+    if _plain_length(length) is None:
+        return None  # h11 normalises (spaces, commas) or refuses it
+    key = (request.method, request.url.target, at, name, tuple(headers[:at]), tuple(headers[at + 1 :]))
+    known = _HEADS.get(key)
+    if known is None:
+        known = _render_head(request, at)
+        if known is None:
+            return None
+        if len(_HEADS) >= _HEADS_MAX:
+            _HEADS.clear()
+        _HEADS[key] = known
+    pre, post, keep, upgrade = known
+    return pre, length, post, keep, upgrade
+
+
+def _render_head(request: Request, at: int) -> tuple[bytes, bytes, bool, bool] | None:
+    """h11's checks and rendering of the request's head with a Content-Length of 0, cut
+    around that value; None when h11 refuses it or frames its body otherwise."""
+    headers = list(request.headers)
+    name = headers[at][0]
+    headers[at] = (name, b"0")
+    try:
+        event = h11.Request(method=request.method, target=request.url.target, headers=headers)
+        out: list[bytes] = []
+        write_request(event, out.append)
+    except h11.LocalProtocolError:
+        return None  # the full path raises it, with h11's message
+    if _body_framing(request.method, event) != ("content-length", (0,)):
+        return None  # Transfer-Encoding beats Content-Length: h11's framing, every time
+    head = b"".join(out)
+    line = b"\r\n" + name + b": 0\r\n"
+    cut = head.index(line) + len(line) - 3  # just before the "0"
+    return head[:cut], head[cut + 1 :], _keep_alive(event), bool(get_comma_header(event.headers, b"upgrade"))
 
 
 def _proposes_upgrade(request: Request) -> bool:

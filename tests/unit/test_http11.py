@@ -11,11 +11,14 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import h11
 import httpcore
 import pytest
+from h11._writers import write_request
 from httpcore._async.http11 import AsyncHTTP11Connection
 
 import app.pipeline  # noqa: F401  (the app's httpcore and h11 replacements, installed on import)
+from app import http11
 from app.http11 import Http11Connection, ResponseBody
 from app.netio import LoopBackend
 
@@ -125,8 +128,8 @@ async def _run(cls: type, script: list[Any], requests: list[Any]) -> dict[str, A
     conn = cls(httpcore.Origin(b"http", b"127.0.0.1", port), stream, keepalive_expiry=5.0)
     seen: list[Any] = []
     try:
-        for make in requests:
-            req = make(port)
+        for i, make in enumerate(requests):
+            req = make(port, i)
             try:
                 resp = await conn.handle_async_request(req)
             except Exception as e:
@@ -155,8 +158,8 @@ async def _run(cls: type, script: list[Any], requests: list[Any]) -> dict[str, A
     return {"seen": seen, "received": bytes(up.received)}
 
 
-def _twice(port: int) -> Any:
-    return _request(port)
+def _twice(port: int, i: int) -> Any:
+    return _request(port, body=b"{}" if i == 0 else b'{"a":1}')
 
 
 # where this class closes a connection that h11 and httpcore leave idle (app/http11.py)
@@ -198,20 +201,58 @@ async def test_a_connection_h11_would_reuse_is_closed(name: str) -> None:
     assert body in (b"ok", b"until the end")
 
 
+def _with(*headers: tuple[bytes, bytes], method: bytes = b"POST") -> Any:
+    """A request with these headers; the second one's body is longer (the same head but
+    for a Content-Length that says so)."""
+
+    def make(port: int, i: int) -> Any:
+        body = b"{}" if i == 0 else b'{"a":1}'
+        hs = [(n, v(len(body)) if callable(v) else v) for n, v in headers]
+        return _request(port, method, body, hs)
+
+    return make
+
+
+HOST = (b"Host", b"127.0.0.1")
+LEN = (b"Content-Length", lambda n: b"%d" % n)
 REQUESTS: dict[str, Any] = {
-    "head": lambda port: _request(port, b"HEAD", b"", [(b"Host", b"127.0.0.1")]),  # (the answer: no body)
-    "get-no-body": lambda port: _request(port, b"GET", b"", [(b"Host", b"127.0.0.1"), (b"Accept", b"*/*")]),
-    "streamed-body": lambda port: _request(port, body=_chunks(b'{"a":', b"1}")),
-    "header-with-crlf": lambda port: _request(port, headers=[(b"Host", b"127.0.0.1"), (b"X-A", b"1\r\nX-B: 2")]),
-    "name-not-a-token": lambda port: _request(port, headers=[(b"Host", b"127.0.0.1"), (b"X A", b"1")]),
-    "no-host": lambda port: _request(port, headers=[(b"Content-Length", b"2")]),
-    "too-little-body": lambda port: _request(port, body=b"{}", headers=[(b"Host", b"x"), (b"Content-Length", b"5")]),
-    "too-much-body": lambda port: _request(port, body=b"{}", headers=[(b"Host", b"x"), (b"Content-Length", b"1")]),
-    "body-without-framing": lambda port: _request(port, body=b"{}", headers=[(b"Host", b"x")]),
-    "asks-to-close": lambda port: _request(
-        port, body=b"{}", headers=[(b"Host", b"x"), (b"Content-Length", b"2"), (b"Connection", b"close")]
-    ),
+    "head": lambda port, i: _request(port, b"HEAD", b"", [HOST]),  # (the answer: no body)
+    "get-no-body": lambda port, i: _request(port, b"GET", b"", [HOST, (b"Accept", b"*/*")]),
+    "streamed-body": lambda port, i: _request(port, body=_chunks(b'{"a":', b"1}" if i == 0 else b"22}")),
+    "usual": _with(HOST, (b"Accept", b"*/*"), (b"Authorization", b"Bearer sk-1"), LEN, (b"User-Agent", b"t")),
+    "length-first": _with(LEN, (b"Content-Type", b"application/json"), HOST),
+    "length-lower-case": _with(HOST, (b"content-length", lambda n: b"%d" % n)),
+    "length-zero-padded": _with(HOST, (b"Content-Length", lambda n: b"%04d" % n)),
+    "length-with-space": _with(HOST, (b"Content-Length", lambda n: b"%d " % n)),
+    "length-listed": _with(HOST, (b"Content-Length", lambda n: b"%d, %d" % (n, n))),
+    "length-twice": _with(HOST, LEN, LEN),
+    "length-twice-differing": _with(HOST, (b"Content-Length", b"2"), (b"Content-Length", b"3")),
+    "length-not-digits": _with(HOST, (b"Content-Length", b"2x")),
+    "length-and-chunked": _with(HOST, LEN, (b"Transfer-Encoding", b"chunked")),
+    "header-with-crlf": _with(HOST, LEN, (b"X-A", b"1\r\nX-B: 2")),
+    "name-not-a-token": _with(HOST, LEN, (b"X A", b"1")),
+    "no-host": _with(LEN),
+    "two-hosts": _with(HOST, HOST, LEN),
+    "bad-target-method": _with(HOST, LEN, method=b"PO ST"),
+    "too-little-body": lambda port, i: _request(port, body=b"{}", headers=[HOST, (b"Content-Length", b"5")]),
+    "too-much-body": lambda port, i: _request(port, body=b"{}", headers=[HOST, (b"Content-Length", b"1")]),
+    "body-without-framing": lambda port, i: _request(port, body=b"{}", headers=[HOST]),
+    "asks-to-close": _with(HOST, LEN, (b"Connection", b"close")),
+    "asks-to-upgrade": _with(HOST, LEN, (b"Connection", b"upgrade"), (b"Upgrade", b"x")),
 }
+FAILING = (
+    "length-with-space",
+    "length-not-digits",
+    "length-twice-differing",
+    "header-with-crlf",
+    "name-not-a-token",
+    "no-host",
+    "two-hosts",
+    "bad-target-method",
+    "too-little-body",
+    "too-much-body",
+    "body-without-framing",
+)
 
 
 @pytest.mark.parametrize("name", sorted(REQUESTS))
@@ -220,14 +261,49 @@ async def test_a_request_as_httpcore_writes_it(name: str) -> None:
     new = await _run(Http11Connection, answer, [REQUESTS[name], REQUESTS[name]])
     old = await _run(AsyncHTTP11Connection, answer, [REQUESTS[name], REQUESTS[name]])
     assert new == old
-    if name in ("head", "get-no-body", "streamed-body"):
-        assert len(new["seen"]) == 2 and new["seen"][1][6]  # reused, idle
-        assert new["received"].count(b" /v1/chat/completions HTTP/1.1\r\n") == 2
+    if name in FAILING:
+        assert new["seen"][0][0] == "request failed" and new["seen"][0][4]  # and closed
+        assert new["received"] == b""  # nothing of a refused request went out
     elif name == "asks-to-close":
         assert new["seen"][0][4] == b"ok" and new["seen"][0][7]  # answered, then closed
     else:
-        assert new["seen"][0][0] == "request failed" and new["seen"][0][4]  # and closed
-        assert new["received"] == b""  # nothing of a refused request went out
+        assert len(new["seen"]) == 2 and new["seen"][1][6]  # reused, idle
+        assert new["received"].count(b" /v1/chat/completions HTTP/1.1\r\n") == 2
+
+
+def test_a_head_is_kept_only_as_h11_would_write_it_every_time() -> None:
+    """What ``_HEADS`` keeps, by case: only heads whose one Content-Length h11 writes as given."""
+    kept = {}
+    for name, make in REQUESTS.items():
+        http11._HEADS.clear()
+        req = make(80, 0)
+        kept[name] = http11._known_head(req) is not None and http11._known_head(req) is not None
+    assert sorted(n for n, k in kept.items() if k) == [
+        "asks-to-close",
+        "asks-to-upgrade",
+        "length-first",
+        "length-lower-case",
+        "length-zero-padded",
+        "too-little-body",
+        "too-much-body",
+        "usual",
+    ]
+    # each kept head is h11's for that very request, with every case's heads in the table at once
+    http11._HEADS.clear()
+    for _ in range(2):
+        for name, make in REQUESTS.items():
+            for i in (0, 1):
+                req = make(80, i)
+                known = http11._known_head(req)
+                if known is not None:
+                    out: list[bytes] = []
+                    event = h11.Request(method=req.method, target=req.url.target, headers=req.headers)
+                    write_request(event, out.append)
+                    assert known[0] + known[1] + known[2] == b"".join(out), name
+    http11._HEADS.clear()
+    for i in range(http11._HEADS_MAX + 5):  # bounded, whatever heads come
+        assert http11._known_head(_request(80, headers=[HOST, (b"X-I", str(i).encode()), (b"Content-Length", b"2")]))
+    assert 0 < len(http11._HEADS) <= http11._HEADS_MAX
 
 
 async def test_a_cancelled_read_closes_the_connection() -> None:
