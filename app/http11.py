@@ -82,7 +82,9 @@ again; in every other case (an error, a cancellation, a body left unread) it is 
 
 There is no lock: every state change is synchronous, between two awaits, on the event
 loop's one thread.  ``install()`` makes httpcore's connections use this class for every
-HTTP/1.1 connection (``httpcore._async.connection.AsyncHTTP11Connection``).
+HTTP/1.1 connection (``httpcore._async.connection.AsyncHTTP11Connection``), and httpcore's
+pools make ``PooledConnection``s: httpcore's connection, whose requests, once it is
+connected, skip its lock and go straight to this class.
 ``tests/unit/test_http11.py`` runs this class and httpcore's on the same scripted answers
 and failures and compares what each client and each upstream saw.
 """
@@ -98,6 +100,7 @@ from typing import Any
 
 import h11
 import httpcore._async.connection as _hc_connection
+import httpcore._async.connection_pool as _hc_pool
 from h11._connection import _body_framing, _keep_alive
 from h11._headers import get_comma_header
 from h11._readers import READERS
@@ -111,7 +114,7 @@ from httpcore._models import Origin, Request, Response
 
 from app.h11_head import read_response_head
 
-__all__ = ["Http11Connection", "ResponseBody", "install"]
+__all__ = ["Http11Connection", "PooledConnection", "ResponseBody", "install"]
 
 _READ_BYTES = 64 * 1024
 _MAX_INCOMPLETE = 100 * 1024  # what httpcore gives h11 (max_incomplete_event_size)
@@ -384,6 +387,20 @@ class ResponseBody:
             await self._conn._response_closed()
 
 
+class PooledConnection(_hc_connection.AsyncHTTPConnection):
+    """httpcore's ``AsyncHTTPConnection`` (the connect on the first request, TLS, ALPN, the
+    state before and after), whose exchanges, once it is connected, go straight to its
+    HTTP/1.1 connection: its lock only orders requests that wait for the connect (the pool
+    gives an HTTP/1.1 connection no second request while it connects), and the connection
+    checks the origin itself."""
+
+    async def handle_async_request(self, request: Request) -> Response:
+        conn = self._connection
+        if conn is None:
+            return await super().handle_async_request(request)
+        return await conn.handle_async_request(request)
+
+
 def _known_head(request: Request) -> tuple[bytes, bytes, bytes, bool, bool] | None:
     """The request's head as h11 writes it, in three pieces (up to its Content-Length
     value, the value, the rest), its keep-alive and its upgrade proposal, from ``_HEADS``;
@@ -440,8 +457,12 @@ def _proposes_upgrade(request: Request) -> bool:
 
 
 def install() -> None:
-    """httpcore's connections run HTTP/1.1 exchanges with ``Http11Connection`` (idempotent;
-    fails loudly if a pinned httpcore release renamed the class it replaces)."""
+    """httpcore's connections run HTTP/1.1 exchanges with ``Http11Connection``, and its
+    pools make ``PooledConnection``s (idempotent; fails loudly if a pinned httpcore release
+    renamed a class it replaces)."""
     if not hasattr(_hc_connection, "AsyncHTTP11Connection"):
         raise RuntimeError("httpcore._async.connection has no AsyncHTTP11Connection: check the pinned httpcore")
+    if not hasattr(_hc_pool, "AsyncHTTPConnection"):
+        raise RuntimeError("httpcore._async.connection_pool has no AsyncHTTPConnection: check the pinned httpcore")
     _hc_connection.AsyncHTTP11Connection = Http11Connection  # type: ignore[misc,assignment]
+    _hc_pool.AsyncHTTPConnection = PooledConnection  # type: ignore[misc]

@@ -8,20 +8,23 @@ byte; then a second request on the connection when it stayed idle."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import h11
 import httpcore
+import httpcore._async.connection_pool as connection_pool
 import pytest
 from h11._writers import write_request
 from httpcore._async.http11 import AsyncHTTP11Connection
 
 import app.pipeline  # noqa: F401  (the app's httpcore and h11 replacements, installed on import)
 from app import http11
-from app.http11 import Http11Connection, ResponseBody
+from app.http11 import Http11Connection, PooledConnection, ResponseBody
 from app.netio import LoopBackend
 
+_ORIGINAL_CONNECTION = httpcore._async.connection.AsyncHTTPConnection  # what the app's pools replace
 OK = b"HTTP/1.1 200 OK\r\n"
 CHUNKED = OK + b"transfer-encoding: chunked\r\n\r\n"
 ANSWER = OK + b"content-length: 2\r\n\r\nok"
@@ -371,8 +374,65 @@ async def test_a_busy_connection_takes_no_second_request() -> None:
 
 def test_installed_in_httpcore() -> None:
     import httpcore._async.connection as connection
+    import httpcore._async.connection_pool as connection_pool
 
     assert connection.AsyncHTTP11Connection is Http11Connection
+    assert connection_pool.AsyncHTTPConnection is PooledConnection
+
+
+async def _through_pool(cls: type, script: list[Any], port: int | None = None) -> dict[str, Any]:
+    """Three requests, one after the other, through an httpcore pool whose connections are
+    ``cls``: what the client saw of each, the pool's connections after each, what the
+    upstream received.  ``port``: a port nobody listens on (the connect fails)."""
+    up = Upstream(script)
+    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
+    real = srv.sockets[0].getsockname()[1]
+    pool = httpcore.AsyncConnectionPool(network_backend=LoopBackend(), max_keepalive_connections=1)
+    seen: list[Any] = []
+    saved = connection_pool.AsyncHTTPConnection
+    connection_pool.AsyncHTTPConnection = cls
+    try:
+        for i in range(3):
+            try:
+                resp = await pool.handle_async_request(_request(port or real, body=b"{}" if i % 2 else b"[1]"))
+                body = b"".join([chunk async for chunk in resp.stream])
+                await resp.aclose()
+                seen.append((resp.status, resp.headers, body))
+            except Exception as e:
+                seen.append(("failed", type(e).__name__, str(e)))
+            conns = pool.connections
+            seen.append(
+                [
+                    (c.is_idle(), c.is_closed(), c.is_available(), c.info().replace(str(port or real), "PORT"))
+                    for c in conns
+                ]
+            )
+    finally:
+        connection_pool.AsyncHTTPConnection = saved
+        await pool.aclose()
+        srv.close()
+        await srv.wait_closed()
+    await asyncio.sleep(0.03)
+    return {"seen": seen, "received": bytes(up.received).replace(b"%d" % real, b"PORT")}
+
+
+@pytest.mark.parametrize("name", ["length", "chunked", "connection-close", "chunked-cut", "silent-head", "refused"])
+async def test_a_pooled_connection_does_what_httpcores_does(name: str) -> None:
+    """``PooledConnection`` (its exchanges straight to the HTTP/1.1 connection once it is
+    connected) and httpcore's ``AsyncHTTPConnection`` in httpcore's pool: the same answers,
+    errors, reuse and pool state, and the same bytes sent."""
+    port = None
+    if name == "refused":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # closed again: nothing listens there
+    script = SCRIPTS.get(name, [ANSWER])
+    new = await _through_pool(PooledConnection, script, port)
+    old = await _through_pool(_ORIGINAL_CONNECTION, script, port)
+    assert new == old
+    if name in ("length", "chunked"):  # one connection, kept alive and reused
+        assert new["received"].count(b"POST /v1/chat/completions") == 3
+        assert [len(s) for s in new["seen"][1::2]] == [1, 1, 1]
 
 
 class _RefusingStream(httpcore.AsyncNetworkStream):
