@@ -22,6 +22,7 @@ from providers.config import POOL_IDLE, Config, ModelCfg, ProviderCfg
 from providers.demo import DemoTransport
 from providers.profiles import Override, QuirkSet, auth_headers, upstream_query, upstream_url
 from providers.upstream_body import wrap as body_stream
+from providers.upstream_pool import Pool
 
 # httpcore's pool walks all its connections (and poll()s every idle one) each time a request
 # starts or a response closes, so one pool with many connections costs CPU per request under
@@ -71,10 +72,13 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
             max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_KEEPALIVE, keepalive_expiry=pool_idle
         )
         self.shards = [httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False) for _ in range(n)]
-        if network_backend is not None:
-            # httpcore's network layer (an httpcore.AsyncNetworkBackend: the app gives its own,
-            # app/netio.py); httpx's transport has no argument for it, its pool has the slot
-            for shard in self.shards:
+        for shard in self.shards:
+            # httpcore's pool as httpx built it, with the short way for a kept-alive
+            # connection (providers/upstream_pool.py)
+            shard._pool = Pool.like(shard._pool)
+            if network_backend is not None:
+                # httpcore's network layer (an httpcore.AsyncNetworkBackend: the app gives its
+                # own, app/netio.py); httpx's transport has no argument for it, its pool has the slot
                 shard._pool._network_backend = network_backend
         # each pool's requests in flight: httpcore adds a request to this list when it starts
         # and removes it when its response is closed (the list object is the pool's own)

@@ -26,8 +26,9 @@ any other exception, or a             the same closing, then raised as it is
 cancellation
 ====================================  ==================================================
 
-``wrap`` takes this way only for httpcore's pool stream over a body with ``read``; any
-other stream keeps httpx's ``AsyncResponseStream``.  ``tests/unit/test_upstream_body.py``
+``wrap`` takes this way only for httpcore's pool stream (or the proxy's pools' own,
+``providers.upstream_pool.PooledBody``) over a body with ``read``; any other stream keeps
+httpx's ``AsyncResponseStream``.  ``tests/unit/test_upstream_body.py``
 runs both on the same answers and failures.
 """
 
@@ -40,6 +41,8 @@ import httpx
 import httpx._transports.default as _httpx_default
 from httpcore._async.connection_pool import PoolByteStream
 from httpx._transports.default import AsyncResponseStream
+
+from providers.upstream_pool import PooledBody
 
 __all__ = ["BodyStream", "wrap"]
 
@@ -79,7 +82,7 @@ class BodyStream(httpx.AsyncByteStream):
 
 def wrap(stream: Any) -> httpx.AsyncByteStream:
     """The httpx body stream for httpcore's response stream ``stream``."""
-    if stream.__class__ is PoolByteStream:
+    if stream.__class__ is PoolByteStream or stream.__class__ is PooledBody:
         # a connection's body that reads its parts itself (``app.http11.ResponseBody``)
         read = getattr(stream._stream, "read", None)
         if read is not None:
