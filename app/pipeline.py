@@ -708,7 +708,28 @@ async def _drain(raw: Any) -> None:
     simply closed, as before."""
     size = 0
     try:
+        # what is already buffered (the common case: the body's last chunk, or its [DONE]
+        # and last chunk) is read eagerly, with no timer; a read that waits gets the timer
+        while True:
+            step = raw.__anext__()
+            try:
+                blocked = step.send(None)
+            except StopIteration as ready:
+                size += len(ready.value)
+                if size > _DRAIN_BYTES:
+                    return
+                continue
+            except StopAsyncIteration:
+                return
+            break
         async with asyncio.timeout(_DRAIN_SECONDS):
+            try:
+                chunk = await _Resume(step, blocked)
+            except StopAsyncIteration:
+                return
+            size += len(chunk)
+            if size > _DRAIN_BYTES:
+                return
             async for chunk in raw:
                 size += len(chunk)
                 if size > _DRAIN_BYTES:
