@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import h11
@@ -309,13 +310,25 @@ def test_a_head_is_kept_only_as_h11_would_write_it_every_time() -> None:
     assert 0 < len(http11._HEADS) <= http11._HEADS_MAX
 
 
-async def test_a_cancelled_read_closes_the_connection() -> None:
-    up = Upstream(SCRIPTS["silent"])
+@asynccontextmanager
+async def _connection(script: list[Any]) -> AsyncIterator[tuple[Http11Connection, int]]:
+    """An ``Http11Connection`` to an upstream on loopback that answers with ``script``, and
+    the upstream's port; the connection and the upstream closed at the end."""
+    up = Upstream(script)
     srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]
     stream = await LoopBackend().connect_tcp("127.0.0.1", port, timeout=2)
     conn = Http11Connection(httpcore.Origin(b"http", b"127.0.0.1", port), stream)
     try:
+        yield conn, port
+    finally:
+        await conn.aclose()
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_cancelled_read_closes_the_connection() -> None:
+    async with _connection(SCRIPTS["silent"]) as (conn, port):
         resp = await conn.handle_async_request(_request(port))
         body = resp.stream
         assert isinstance(body, ResponseBody)
@@ -328,35 +341,19 @@ async def test_a_cancelled_read_closes_the_connection() -> None:
             await task
         assert conn.is_closed() and not conn.is_available()
         assert await body.read() == b""  # and every read after it ends
-    finally:
-        srv.close()
-        await srv.wait_closed()
 
 
 async def test_a_body_left_unread_closes_the_connection() -> None:
     got = await _run(Http11Connection, [ANSWER], [_twice])
     assert got["seen"][0][6] is True  # read whole: idle
-    up = Upstream([ANSWER])
-    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    stream = await LoopBackend().connect_tcp("127.0.0.1", port, timeout=2)
-    conn = Http11Connection(httpcore.Origin(b"http", b"127.0.0.1", port), stream)
-    try:
+    async with _connection([ANSWER]) as (conn, port):
         resp = await conn.handle_async_request(_request(port))
         await resp.stream.aclose()  # type: ignore[union-attr]
         assert conn.is_closed()
-    finally:
-        srv.close()
-        await srv.wait_closed()
 
 
 async def test_a_busy_connection_takes_no_second_request() -> None:
-    up = Upstream([ANSWER])
-    srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    stream = await LoopBackend().connect_tcp("127.0.0.1", port, timeout=2)
-    conn = Http11Connection(httpcore.Origin(b"http", b"127.0.0.1", port), stream)
-    try:
+    async with _connection([ANSWER]) as (conn, port):
         resp = await conn.handle_async_request(_request(port))
         with pytest.raises(httpcore.ConnectionNotAvailable):
             await conn.handle_async_request(_request(port))
@@ -366,10 +363,6 @@ async def test_a_busy_connection_takes_no_second_request() -> None:
             await conn.handle_async_request(other)
         assert "Request Count: 1" in repr(conn) and "ACTIVE" in conn.info()
         await resp.stream.aclose()  # type: ignore[union-attr]
-    finally:
-        await conn.aclose()
-        srv.close()
-        await srv.wait_closed()
 
 
 def test_installed_in_httpcore() -> None:

@@ -184,14 +184,19 @@ async def _body_left_unread(run: _Run) -> None:
     run.state("after")
 
 
+async def _cancel(run: _Run, task: asyncio.Future[Any], label: str) -> None:
+    """The pool's state with ``task`` in it (``label``), then ``task`` cancelled, and after."""
+    run.state(label)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    run.state("cancelled")
+
+
 async def _cancelled_while_waiting_for_the_answer(run: _Run) -> None:
     await run.send(b"ok")
     task = asyncio.ensure_future(run.send(b"hold"))
     await asyncio.sleep(0.1)
-    run.state("waiting")
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    run.state("cancelled")
+    await _cancel(run, task, "waiting")
     run.up.release.set()
     await run.send(b"ok")
     run.state("after")
@@ -202,10 +207,7 @@ async def _cancelled_while_queued(run: _Run) -> None:
     await asyncio.sleep(0.1)
     queued = asyncio.ensure_future(run.send(b"ok"))
     await asyncio.sleep(0.05)
-    run.state("queued")
-    queued.cancel()
-    await asyncio.gather(queued, return_exceptions=True)
-    run.state("cancelled")
+    await _cancel(run, queued, "queued")
     run.up.release.set()
     await asyncio.gather(*held)
     await run.send(b"ok")
