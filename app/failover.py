@@ -48,6 +48,8 @@ from transformers.errors import ProxyError, RequestError
 
 # stream failures after the first byte that say the upstream broke (reported to its breakers)
 STREAM_FAULTS = frozenset({"upstream_idle_timeout", "upstream_stream_error", "upstream_stream_truncated"})
+# an attempt's outcome → the breaker's method for it
+_REPORTS = {"ok": "success", "failure": "failure", "release": "release"}
 
 
 class Resilience:
@@ -135,7 +137,7 @@ class Resilience:
         for k in self._keys(route):
             b = self._breaker(k)
             before = b.state
-            getattr(b, {"ok": "success", "failure": "failure", "release": "release"}[outcome])(now)
+            getattr(b, _REPORTS[outcome])(now)
             if b.state != before:
                 log.warning("breaker", provider=k[0], model=k[1], state=b.state, previous=before)
             self.metrics.set_gauge("switchboard_breaker_state", STATES.index(b.state), provider=k[0], model=k[1])

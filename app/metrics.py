@@ -109,21 +109,26 @@ class Metrics:
             out.append((k, v if allowed is not None and v in allowed else OTHER))
         return tuple(out)
 
-    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
-        series = self.counters[name]
+    def _key(self, labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        """``_clean(labels)``, remembered for the label set as the call site passed it."""
         given = tuple(labels.items())
         key = self._keys.get(given)
         if key is None:
             key = self._clean(labels)
             if len(self._keys) < _KEY_MEMO:
                 self._keys[given] = key
+        return key
+
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
+        series = self.counters[name]
+        key = self._key(labels)
         if key not in series and len(series) >= MAX_SERIES:
             key = tuple((k, OTHER) for k, _ in key)
         series[key] += value
 
     def set_gauge(self, name: str, value: float, **labels: str) -> None:
         series = self.gauges[name]
-        key = self._clean(labels)
+        key = self._key(labels)
         if key in series or len(series) < MAX_SERIES:
             series[key] = value
 
