@@ -26,7 +26,8 @@ anything else: requests waiting, a new          httpcore's ``handle_async_reques
 connection to make, the pool full, an
 unsupported scheme
 the connection turns out busy                   out of the request list again, then httpcore's
-(``ConnectionNotAvailable``)                    way, as httpcore's own loop retries it
+(``ConnectionNotAvailable``)                    way, as httpcore's own loop retries it (behind
+                                                any request queued meanwhile)
 the exchange fails or is cancelled              out of the request list, httpcore's pass, the
                                                 connections it drops closed, the error raised
 ==============================================  ==================================================
@@ -35,13 +36,13 @@ The tidy pass is the first half of httpcore's pass, in its order and with its ru
 (httpcore counts every connection, idle or not, against ``max_keepalive_connections``);
 with no request waiting it is the whole of it.  A ``PooledBody`` closes as
 ``PoolByteStream`` does (the connection's body, the request out of the list, the pass,
-what it drops closed), with the tidy pass when nothing waits, and without the
-cancellation shield httpcore puts around the body's close: the app's is a no-op
-(``app/httpcore_sync.py``), and the app's connections close without waiting.  The request list holds
-``Held`` entries beside httpcore's own: never queued, so httpcore's pass skips them as it
-skips a request it assigned.  ``tests/unit/test_upstream_pool.py`` runs this pool and
-httpcore's on the same sequences of requests and compares answers, errors and the pool's
-state after each.
+what it drops closed), with the tidy pass when nothing waits, and without the cancellation
+shield httpcore puts around the body's close: the app's is a no-op
+(``app/httpcore_sync.py``), and the app's connections close without waiting.  The request
+list holds ``Held`` entries beside httpcore's own: never queued, so httpcore's pass skips
+them as it skips a request it assigned.  ``tests/unit/test_upstream_pool.py`` runs this
+pool and httpcore's on the same sequences of requests and compares answers, errors and the
+pool's state after each.
 """
 
 from __future__ import annotations

@@ -281,6 +281,7 @@ def test_a_head_is_kept_only_as_h11_would_write_it_every_time() -> None:
     for name, make in REQUESTS.items():
         http11._HEADS.clear()
         req = make(80, 0)
+        # the first call renders the head, the second finds it kept
         kept[name] = http11._known_head(req) is not None and http11._known_head(req) is not None
     assert sorted(n for n, k in kept.items() if k) == [
         "asks-to-close",
