@@ -368,7 +368,6 @@ async def test_a_busy_connection_takes_no_second_request() -> None:
 
 def test_installed_in_httpcore() -> None:
     import httpcore._async.connection as connection
-    import httpcore._async.connection_pool as connection_pool
 
     assert connection.AsyncHTTP11Connection is Http11Connection
     assert connection_pool.AsyncHTTPConnection is PooledConnection
