@@ -163,9 +163,8 @@ class SSEFraming:
             return b"data: " + orjson.dumps(obj) + b"\n\n"
         return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
 
-    def text_delta(self, data: bytes) -> bytes:
-        """A Responses ``output_text.delta`` already serialized (``ResponsesStreamEncoder.text_delta``)."""
-        return b"event: response.output_text.delta\ndata: " + data + b"\n\n"
+    # around a Responses ``output_text.delta`` the encoder writes itself (``frame_deltas``)
+    delta_frame = (b"event: response.output_text.delta\ndata: ", b"\n\n")
 
     def done(self) -> bytes:
         return sse.DONE if self.chat else b""
@@ -184,8 +183,7 @@ class WSFraming:
     def frame(self, obj: dict[str, Any]) -> bytes:
         return orjson.dumps(obj) + b"\n"
 
-    def text_delta(self, data: bytes) -> bytes:
-        return data + b"\n"
+    delta_frame = (b"", b"\n")
 
     def done(self) -> bytes:
         return b""
@@ -257,7 +255,7 @@ class Bridge:
         "compaction",
         "encoder",
         "parser",
-        "framing",
+        "_framing",
         "mask",
         "terminal",
         "finished",
@@ -303,7 +301,7 @@ class Bridge:
                 ctx, incomplete_as_completed=incomplete_as_completed, request_echo=self._echo
             )
         self.parser = sse.SSEParser()
-        self.framing: SSEFraming | WSFraming = SSEFraming(direction.client)
+        self.framing = SSEFraming(direction.client)
         self.terminal = ""
         self.finished = False  # the decoder has ended: nothing more to read upstream
         self.broken = False  # the guard fired: nothing more goes out
@@ -314,6 +312,18 @@ class Bridge:
         # Chat → Chat text chunks the full path would write unchanged go out as they came
         # (transformers/passthrough.py); None: every event takes the full path
         self.passthrough = ChatPassthrough() if direction.client == direction.upstream == "chat" else None
+
+    @property
+    def framing(self) -> SSEFraming | WSFraming:
+        """How events are framed for the client's transport (SSE by default; ``open_bridge``
+        sets the WebSocket's); a Responses encoder writes its text deltas framed so."""
+        return self._framing
+
+    @framing.setter
+    def framing(self, framing: SSEFraming | WSFraming) -> None:
+        self._framing = framing
+        if not self._chat:
+            self.encoder.frame_deltas(*framing.delta_frame)
 
     @property
     def repairs(self) -> list[str]:
@@ -355,7 +365,7 @@ class Bridge:
         # guard fired after the finish chunk went out)
         if self._chat and not self.encoder.failed and not self._done_sent:
             self._done_sent = True
-            out.append(self.framing.done())
+            out.append(self._framing.done())
         return b"".join(out)
 
     def fail(self, code: str, message: str) -> bytes:
@@ -375,7 +385,7 @@ class Bridge:
         if self.broken:
             return b""
         if self._chat:
-            return b"" if self.terminal else self.framing.comment()
+            return b"" if self.terminal else self._framing.comment()
         try:
             return b"".join(self._frame(self.encoder.heartbeat()))
         except Exception:  # nothing worth failing the stream for: the next event will tell
@@ -463,7 +473,7 @@ class Bridge:
         return decode_response(obj, self.ctx)
 
     def _frame(self, objs: list[dict[str, Any]]) -> list[bytes]:
-        frame = self.framing.frame
+        frame = self._framing.frame
         return [frame(o) for o in objs]
 
     def _event(self, data: str, decoder: Any, out: list[bytes]) -> None:
@@ -496,9 +506,9 @@ class Bridge:
             return
         stage = self.stage
         if (stage is None or stage.plain_text) and self.compaction is None and not self._chat:
-            written = self.encoder.text_delta(text)
+            written = self.encoder.text_delta(text)  # framed (the framing setter)
             if written is not None:
-                out.append(self.framing.text_delta(written))
+                out.append(written)
                 return
         self._encode([Text(text)], out)
 
@@ -530,7 +540,7 @@ class Bridge:
                 and self.decoder.plain_text
                 and (self.stage is None or self.stage.plain_text)
                 and not self._closed
-                and self.framing.__class__ is SSEFraming
+                and self._framing.__class__ is SSEFraming
             ):
                 end = pt.run(chunk, pos)
                 if end > pos:
@@ -624,7 +634,7 @@ class Bridge:
             and (self.stage is None or self.stage.plain_text)
             and not self._closed
             and not self.broken
-            and self.framing.__class__ is SSEFraming
+            and self._framing.__class__ is SSEFraming
         )
 
     def _encode(self, events: list[Event], out: list[bytes]) -> None:
@@ -637,13 +647,13 @@ class Bridge:
             events = [e for ev in events for e in self.compaction.feed(ev)]
         enc = self.encoder
         chat = self._chat
-        frame = self.framing.frame
+        frame = self._framing.frame
         for ev in events:
             if not chat and type(ev) is Text:
                 # the commonest event, already serialized by the encoder when it is one plain delta
-                data = enc.text_delta(ev.text)
+                data = enc.text_delta(ev.text)  # framed (the framing setter)
                 if data is not None:
-                    out.append(self.framing.text_delta(data))
+                    out.append(data)
                     continue
             fin = type(ev) is Finish
             if fin and not self._closed:

@@ -49,7 +49,9 @@ Items and their output slots:
   when the open part is output_text, the delta's JSON is a template fixed per part (item
   id, ``output_index``, ``content_index``) with the text and ``sequence_number`` put in,
   the very bytes ``orjson.dumps`` writes for the dict; in any other state it returns
-  ``None`` and the caller takes ``feed``.
+  ``None`` and the caller takes ``feed``.  ``frame_deltas(before, after)`` has it write the
+  transport's framing of the event around the JSON in the same join (the Bridge's SSE or
+  WebSocket framing: one copy of the event's bytes less).
 
 Reasoning replay: the reasoning item's ``encrypted_content`` is the upstream's blob when
 one came with ``ReasoningEnd``, else — when ``ctx.envelope_key`` is set — the full
@@ -320,6 +322,8 @@ class ResponsesStreamEncoder:
         "_final",
         "_delta_key",
         "_delta_head",
+        "_delta_frame",
+        "_delta_tail",
     )
 
     def __init__(
@@ -349,6 +353,8 @@ class ResponsesStreamEncoder:
         self._final: dict[str, Any] | None = None
         self._delta_key: tuple[str, int, int] | None = None  # (item id, output_index, content_index)
         self._delta_head = b""  # the delta event's JSON up to its text, for _delta_key
+        self._delta_frame = b""  # what text_delta writes before the event's JSON (frame_deltas)
+        self._delta_tail = b',"logprobs":[],"sequence_number":%d}'  # after its text, %d the number
 
     # ------------------------------------------------------------------ public API
 
@@ -365,10 +371,18 @@ class ResponsesStreamEncoder:
         _DISPATCH[type(ev)](self, out, ev)
         return out
 
+    def frame_deltas(self, before: bytes, after: bytes) -> None:
+        """Make ``text_delta`` write its event framed: ``before`` + the JSON + ``after`` (the
+        transport's framing of that one event, written in the same join as the JSON)."""
+        self._delta_frame = before
+        self._delta_tail = b',"logprobs":[],"sequence_number":%d}' + after.replace(b"%", b"%%")
+        self._delta_key = None  # the head is made again with its frame
+
     def text_delta(self, text: str) -> bytes | None:
         """``feed(Text(text))`` already serialized, when it is one ``output_text.delta`` into
         the open output_text part: the same state change (text kept, sequence number taken)
-        and the very bytes ``orjson.dumps`` writes for that event's dict.  ``None`` (nothing
+        and the very bytes ``orjson.dumps`` writes for that event's dict, framed as
+        ``frame_deltas`` said (not at all unless it was called).  ``None`` (nothing
         changed) in every other state: the caller takes ``feed``."""
         m = self._msg
         if m is None or m.kind != "text" or not text or self.done:
@@ -379,11 +393,11 @@ class ResponsesStreamEncoder:
             self._delta_key = key
             # the dict _on_text builds, up to its text: same keys, same order
             head = {"type": "response.output_text.delta", "item_id": m.id, "output_index": m.oi, "content_index": ci}
-            self._delta_head = orjson.dumps(head)[:-1] + b',"delta":'
+            self._delta_head = self._delta_frame + orjson.dumps(head)[:-1] + b',"delta":'
         m.text.append(text)
         seq = self._seq
         self._seq = seq + 1
-        return b"".join((self._delta_head, orjson.dumps(text), b',"logprobs":[],"sequence_number":', b"%d}" % seq))
+        return b"".join((self._delta_head, orjson.dumps(text), self._delta_tail % seq))
 
     def end(self) -> list[dict]:
         if self.done:

@@ -60,27 +60,40 @@ def _deterministic():
     )
 
 
-def _encode(events: list, fast: bool) -> list[bytes]:
+def _encode(events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | None = None) -> list[bytes]:
+    """Each event's bytes; ``frames``: before the i-th event, ``frame_deltas`` with that frame
+    (the fast path's deltas come framed, the unframed JSON is what the test compares)."""
     a, b = _deterministic()
     with a, b:
         enc = ResponsesStreamEncoder(Ctx(public_model="pub"), response_id="resp_1", created_at=7)
         out: list[bytes] = []
-        for ev in events:
+        frame = (b"", b"")
+        for i, ev in enumerate(events):
+            if frames and i in frames:
+                frame = frames[i]
+                enc.frame_deltas(*frame)
             if fast and type(ev) is Text:
                 data = enc.text_delta(ev.text)
                 if data is not None:
-                    out.append(data)
+                    before, after = frame
+                    assert data.startswith(before) and data.endswith(after)
+                    out.append(data[len(before) : len(data) - len(after)])
                     continue
             out.extend(orjson.dumps(o) for o in enc.feed(ev))
         out.extend(orjson.dumps(o) for o in enc.end())
         return out
 
 
+_frame = st.sampled_from(
+    [(b"", b""), (b"event: response.output_text.delta\ndata: ", b"\n\n"), (b"", b"\n"), (b"%d<", b">%s%%")]
+)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_event, max_size=25), _finish)
-def test_same_bytes_as_feed(events, finish):
+@given(st.lists(_event, max_size=25), _finish, st.dictionaries(st.integers(0, 26), _frame, max_size=3))
+def test_same_bytes_as_feed(events, finish, frames):
     events = [Start(), *events] + ([finish] if finish else [])
-    assert _encode(events, fast=True) == _encode(events, fast=False)
+    assert _encode(events, fast=True, frames=frames) == _encode(events, fast=False)
 
 
 def test_taken_only_inside_an_open_output_text_part():
