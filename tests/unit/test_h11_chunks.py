@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 import h11
 import pytest
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from app.h11_chunks import CoalescingChunkedReader, install
+import app.h11_chunks as h11_chunks
+from app.h11_chunks import CoalescingChunkedReader, LlhttpChunkedReader, install
 from tests.unit.cuts import pieces
 
 HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -62,7 +63,7 @@ def test_installed_for_new_connections():
     c = client()
     c.receive_data(HEAD)
     assert isinstance(c.next_event(), h11.Response)
-    assert isinstance(c._reader, CoalescingChunkedReader)
+    assert isinstance(c._reader, LlhttpChunkedReader)
 
 
 def test_buffered_chunks_one_data_then_end():
@@ -101,16 +102,20 @@ def test_malformed_chunk_after_good_ones():
         c.next_event()
 
 
+READERS_UNDER_TEST = [CoalescingChunkedReader, LlhttpChunkedReader]
+
+
+@pytest.mark.parametrize("reader", READERS_UNDER_TEST)
 @pytest.mark.parametrize("cut", [None, 50, 52, 53, 54, 55])  # HEAD is 47 bytes
-def test_malformed_footer_after_a_whole_chunk(cut):
+def test_malformed_footer_after_a_whole_chunk(reader, cut):
     """A chunk's data with anything but CRLF after it: what h11's own reader does (no data,
     its protocol error), whether the chunk came whole in one read or cut."""
     from h11._readers import ChunkedReader
 
     wire = b"3\r\nabcXY3\r\ndef\r\n0\r\n\r\n"
     cuts = [] if cut is None else [cut]
-    assert _run(CoalescingChunkedReader, wire, cuts) == _run(ChunkedReader, wire, cuts)
-    assert _run(CoalescingChunkedReader, wire, cuts)[2] == "RemoteProtocolError"
+    assert _run(reader, wire, cuts) == _run(ChunkedReader, wire, cuts)
+    assert _run(reader, wire, cuts)[2] == "RemoteProtocolError"
 
 
 def test_truncated_body_fails_as_before():
@@ -167,11 +172,96 @@ _piece = st.one_of(
 )
 
 
+# a chunk size of more than 20 hex digits: h11 refuses it (its own limit), llhttp reads it
+_LONG_SIZE = b"000000000000000000001\r\n"
+
+
+@pytest.mark.parametrize("reader", READERS_UNDER_TEST)
+@settings(max_examples=400)
 @given(st.lists(_piece, max_size=10), st.booleans(), st.lists(st.integers(1, 50), max_size=20))
-def test_same_as_h11s_reader(pieces, terminate, cuts):
+def test_same_as_h11s_reader(reader, pieces, terminate, cuts):
     """Against h11's own ChunkedReader on valid and broken bodies, at any split: the same
-    data, the same end, the same error (good data before an error is delivered first)."""
+    data, the same end, the same error (good data before an error is delivered first).
+    For llhttp's reader that is also every body it refuses and h11 reads (whitespace after
+    a size, an empty extension), read again from the last chunk boundary."""
     from h11._readers import ChunkedReader
 
     wire = b"".join(pieces) + (b"0\r\n\r\n" if terminate else b"")
-    assert _run(CoalescingChunkedReader, wire, cuts) == _run(ChunkedReader, wire, cuts)
+    if reader is LlhttpChunkedReader:
+        assume(_LONG_SIZE not in wire)  # test_llhttp_differences
+    assert _run(reader, wire, cuts) == _run(ChunkedReader, wire, cuts)
+
+
+def _trailing(reader_cls, wire: bytes) -> bytes:
+    """What the connection keeps after the message (h11: not reusable unless empty)."""
+    from h11._readers import READERS
+    from h11._state import SEND_BODY
+
+    saved = READERS[SEND_BODY]["chunked"]
+    READERS[SEND_BODY]["chunked"] = reader_cls
+    try:
+        c = h11.Connection(h11.CLIENT)
+        c.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
+        c.send(h11.EndOfMessage())
+        c.receive_data(HEAD + wire)
+        assert isinstance(events(c)[-1], h11.EndOfMessage)
+        return c.trailing_data[0]
+    finally:
+        READERS[SEND_BODY]["chunked"] = saved
+
+
+def test_llhttp_differences():
+    """The two things llhttp's reader takes that h11's does not, and what it keeps after a
+    body's end (any byte but CR and LF stays: the connection is not reused)."""
+    from h11._readers import ChunkedReader
+
+    wire = _LONG_SIZE + b"x\r\n0\r\n\r\n"
+    assert _run(LlhttpChunkedReader, wire, []) == (b"x", True, "")
+    assert _run(ChunkedReader, wire, []) == (b"", False, "RemoteProtocolError")
+    body = chunked([b"abc"])
+    assert _trailing(ChunkedReader, body + b"\r\n") == b"\r\n"
+    assert _trailing(LlhttpChunkedReader, body + b"\r\n") == b""  # skipped
+    for junk in (b"XY", b"HTTP/1.1 200 OK\r\n\r\n", b"\r\nZ"):
+        assert _trailing(LlhttpChunkedReader, body + junk)
+        assert _trailing(ChunkedReader, body + junk)
+
+
+def test_llhttp_refusal_past_what_it_keeps(monkeypatch):
+    """More than _RAW_MAX bytes read with no chunk boundary at a read's end: llhttp's
+    refusal is the error (h11 would read on); with the bytes kept, h11's reading wins."""
+    big = chunked([b"a" * 3000, b"b" * 3000])[:-5]  # two chunks, no end yet
+    wire = big + b"1 \r\nz\r\n0\r\n\r\n"  # a size llhttp refuses (a space after it)
+    cuts = list(range(100, len(big), 1000))  # every read ends inside a chunk
+    assert _run(LlhttpChunkedReader, wire, cuts) == (b"a" * 3000 + b"b" * 3000 + b"z", True, "")
+    monkeypatch.setattr(h11_chunks, "_RAW_MAX", 2000)
+    from h11._receivebuffer import ReceiveBuffer
+
+    r = LlhttpChunkedReader()
+    buf = ReceiveBuffer()
+    got = []
+    for piece in pieces(wire, cuts):
+        buf += piece
+        ev = r(buf)
+        if ev is not None:
+            got.append(ev.data)
+    assert b"".join(got) == b"a" * 3000 + b"b" * 3000  # all it read before the refusal
+    with pytest.raises(h11.LocalProtocolError):
+        r(buf)
+
+
+def test_llhttp_reader_keeps_up_with_reads():
+    """Each read's chunk data is answered at once, the buffer left empty; a cut chunk's part
+    too, its rest with the next read."""
+    from h11._receivebuffer import ReceiveBuffer
+
+    r = LlhttpChunkedReader()
+    buf = ReceiveBuffer()
+    buf += b"3\r\nabc\r\n4\r\nde"
+    ev = r(buf)
+    assert isinstance(ev, h11.Data) and ev.data == b"abcde" and ev.chunk_start and not ev.chunk_end
+    assert not buf and r(buf) is None
+    buf += b"fg\r\n"
+    ev = r(buf)
+    assert ev.data == b"fg" and not ev.chunk_start and ev.chunk_end
+    buf += b"0\r\n\r\n"
+    assert isinstance(r(buf), h11.EndOfMessage)
