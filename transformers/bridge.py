@@ -598,13 +598,13 @@ class Bridge:
         rest = blocks.pop()
         for block in blocks:
             payload = None
-            if block[:6] == b"data: ":
+            name, sep, after = block.partition(b"\ndata: ")
+            if sep:
+                if name[:7] == b"event: " and 10 not in name and 10 not in after:
+                    payload = after
+            elif block[:6] == b"data: ":
                 if 10 not in block:
                     payload = block[6:]
-            elif block[:7] == b"event: ":
-                name, sep, after = block.partition(b"\ndata: ")
-                if sep and 10 not in name and 10 not in after:
-                    payload = after
             if payload is None:
                 self._parsed(block + b"\n\n", out)
             else:

@@ -351,7 +351,7 @@ class ResponsesStreamEncoder:
         self._pending: list[_Call] = []  # unreleased calls, ascending index
         self._usage: dict[str, Any] | None = None
         self._final: dict[str, Any] | None = None
-        self._delta_key: tuple[str, int, int] | None = None  # (item id, output_index, content_index)
+        self._delta_key: list[str] | None = None  # the open part's text list, when _delta_head is its
         self._delta_head = b""  # the delta event's JSON up to its text, for _delta_key
         self._delta_frame = b""  # what text_delta writes before the event's JSON (frame_deltas)
         self._delta_tail = b',"logprobs":[],"sequence_number":%d}'  # after its text, %d the number
@@ -387,12 +387,17 @@ class ResponsesStreamEncoder:
         m = self._msg
         if m is None or m.kind != "text" or not text or self.done:
             return None
-        ci = len(m.parts)
-        key = (m.id, m.oi, ci)
-        if self._delta_key != key:
-            self._delta_key = key
+        # the open part's text list stands for the part (a new list per part, kept referenced
+        # here, so no later list can take its identity): the head is made once per part
+        if m.text is not self._delta_key:
+            self._delta_key = m.text
             # the dict _on_text builds, up to its text: same keys, same order
-            head = {"type": "response.output_text.delta", "item_id": m.id, "output_index": m.oi, "content_index": ci}
+            head = {
+                "type": "response.output_text.delta",
+                "item_id": m.id,
+                "output_index": m.oi,
+                "content_index": len(m.parts),
+            }
             self._delta_head = self._delta_frame + orjson.dumps(head)[:-1] + b',"delta":'
         m.text.append(text)
         seq = self._seq
