@@ -153,18 +153,19 @@ class SSEFraming:
     """Server-Sent Events for one client protocol: Chat chunks as bare ``data:`` lines ending
     with ``[DONE]``; Responses events with their ``event:`` line."""
 
-    __slots__ = ("chat",)
+    __slots__ = ("chat", "delta_frame")
 
     def __init__(self, client: ProtocolName) -> None:
         self.chat = client == "chat"
+        # around a text delta the encoder writes itself (``frame_deltas``)
+        self.delta_frame = (
+            (b"data: ", b"\n\n") if self.chat else (b"event: response.output_text.delta\ndata: ", b"\n\n")
+        )
 
     def frame(self, obj: dict[str, Any]) -> bytes:
         if self.chat:
             return b"data: " + orjson.dumps(obj) + b"\n\n"
         return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
-
-    # around a Responses ``output_text.delta`` the encoder writes itself (``frame_deltas``)
-    delta_frame = (b"event: response.output_text.delta\ndata: ", b"\n\n")
 
     def done(self) -> bytes:
         return sse.DONE if self.chat else b""
@@ -322,8 +323,7 @@ class Bridge:
     @framing.setter
     def framing(self, framing: SSEFraming | WSFraming) -> None:
         self._framing = framing
-        if not self._chat:
-            self.encoder.frame_deltas(*framing.delta_frame)
+        self.encoder.frame_deltas(*framing.delta_frame)
 
     @property
     def repairs(self) -> list[str]:
@@ -505,7 +505,7 @@ class Bridge:
             self._encode(decoder.feed(obj), out)
             return
         stage = self.stage
-        if (stage is None or stage.plain_text) and self.compaction is None and not self._chat:
+        if (stage is None or stage.plain_text) and self.compaction is None:
             written = self.encoder.text_delta(text)  # framed (the framing setter)
             if written is not None:
                 out.append(written)
@@ -649,7 +649,7 @@ class Bridge:
         chat = self._chat
         frame = self._framing.frame
         for ev in events:
-            if not chat and type(ev) is Text:
+            if type(ev) is Text:
                 # the commonest event, already serialized by the encoder when it is one plain delta
                 data = enc.text_delta(ev.text)  # framed (the framing setter)
                 if data is not None:

@@ -51,6 +51,11 @@ way (a bug, or input no rule foresaw), it returns the one error chunk built from
 alone, whatever state the encoder was left in, sets ``failed`` and ends the encoder; it
 cannot raise.
 
+``text_delta(text)`` is ``feed(Text(text))`` already serialized, for the commonest event:
+once begun, with nothing queued, a text chunk is the one template (``text_template``) with
+the text's JSON string put in, framed as ``frame_deltas`` said (the Bridge's ``data:`` line);
+in any other state it returns ``None`` and the caller takes ``feed``.
+
 ``encode_chat_completion(events, ctx)`` builds the non-stream ``chat.completion`` (its
 message always has ``content``, ``refusal`` and ``annotations: []``, as OpenAI's does); for
 a failed stream it returns ``{"error": {...}}`` (no ``choices``) and the app maps it to an
@@ -168,6 +173,8 @@ class ChatStreamEncoder:
         "_dropped",
         "_usage",
         "_also",
+        "_frame",
+        "_delta",
     )
 
     def __init__(
@@ -194,6 +201,8 @@ class ChatStreamEncoder:
         # reasoning also under the upstream's own key when it is not reasoning_content
         key = upstream_key(ctx)
         self._also = key if key != "reasoning_content" else None
+        self._frame = (b"", b"")  # what text_delta writes around a chunk's JSON (frame_deltas)
+        self._delta: tuple[bytes, bytes] | None = None  # text_delta's bytes before and after the text
 
     # -- chunk builders -------------------------------------------------------------------
 
@@ -301,6 +310,24 @@ class ChatStreamEncoder:
         """A ``Text`` now would go out at once as one chunk, changing nothing here
         (transformers/passthrough.py)."""
         return self._begun and not self._finished and not self._queue
+
+    def frame_deltas(self, before: bytes, after: bytes) -> None:
+        """Make ``text_delta`` write its chunk framed: ``before`` + the JSON + ``after``."""
+        self._frame = (before, after)
+        self._delta = None
+
+    def text_delta(self, text: str) -> bytes | None:
+        """``feed(Text(text))`` already serialized, when it is the one chunk that feed would
+        give and nothing changes here (``plain_text``): the very bytes ``orjson.dumps`` writes
+        for that chunk, framed as ``frame_deltas`` said.  ``None`` otherwise: the caller
+        takes ``feed``."""
+        if not self._begun or self._finished or self._queue:
+            return None
+        d = self._delta
+        if d is None:  # the chunk's id, created and model are fixed once begun
+            prefix, suffix = self.text_template()
+            d = self._delta = (self._frame[0] + prefix.encode(), suffix.encode() + self._frame[1])
+        return b"".join((d[0], orjson.dumps(text), d[1]))
 
     def text_template(self) -> tuple[str, str]:
         """(prefix, suffix): ``prefix + json_string(text) + suffix`` is the chunk ``feed(Text(text))``

@@ -1,0 +1,122 @@
+"""ChatStreamEncoder.text_delta: a text chunk serialized by the encoder itself gives the very
+bytes (and the same later chunks) that ``feed`` + the framing give, whatever came before it,
+framed or not; and the Bridge's Chat streams, from either upstream protocol, are the same
+with it as without it."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+from unittest import mock
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.cuts import pieces
+from tests.unit.test_responses_text_delta import _chat_chunk, _event, _finish, _responses_upstream, _text
+from transformers import ids
+from transformers.bridge import open_bridge
+from transformers.chat_encode import ChatStreamEncoder
+from transformers.context import Ctx
+from transformers.events import Start, Text
+
+_frame = st.sampled_from([(b"", b""), (b"data: ", b"\n\n"), (b"%s<", b">%d")])
+
+
+def _encode(events: list, fast: bool, frame: tuple[bytes, bytes]) -> list[bytes]:
+    """Each chunk's JSON; the fast path's chunks come framed, checked and unframed here."""
+    n = itertools.count()
+    with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
+        return _chunks(events, fast, frame)
+
+
+def _chunks(events: list, fast: bool, frame: tuple[bytes, bytes]) -> list[bytes]:
+    enc = ChatStreamEncoder(Ctx(public_model="pub"), include_usage=True, chunk_id="chatcmpl-1", created=7)
+    enc.frame_deltas(*frame)
+    before, after = frame
+    out: list[bytes] = []
+    for ev in events:
+        if fast and type(ev) is Text:
+            data = enc.text_delta(ev.text)
+            if data is not None:
+                assert data.startswith(before) and data.endswith(after)
+                out.append(data[len(before) : len(data) - len(after)])
+                continue
+        out.extend(orjson.dumps(o) for o in enc.feed(ev))
+    out.extend(orjson.dumps(o) for o in enc.end())
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_event, max_size=25), _finish, _frame, st.booleans())
+def test_same_bytes_as_feed(events, finish, frame, start):
+    events = ([Start()] if start else []) + events + ([finish] if finish else [])
+    assert _encode(events, True, frame) == _encode(events, False, frame)
+
+
+def test_taken_only_when_the_chunk_goes_out_at_once():
+    enc = ChatStreamEncoder(Ctx(public_model="pub"), chunk_id="chatcmpl-1", created=7)
+    enc.frame_deltas(b"data: ", b"\n\n")
+    assert enc.text_delta("x") is None  # not begun: the role chunk comes first
+    enc.feed(Start())
+    assert enc.text_delta('a"\n') == b"data: " + orjson.dumps(enc.feed(Text('a"\n'))[0]) + b"\n\n"
+    assert enc.text_delta("") == b"data: " + orjson.dumps(enc.feed(Text(""))[0]) + b"\n\n"  # as feed: a chunk
+
+
+_MINTED = re.compile(rb"chatcmpl-[0-9A-Za-z]{8,}|\"created\":\d{6,}")
+
+
+def _chat_upstream(texts: list[str]) -> bytes:
+    """Text, then a tool call whose chunks queue the text behind it, then text again."""
+    out = [_chat_chunk({"role": "assistant", "content": ""})]
+    out += [_chat_chunk({"content": t}) for t in texts]
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a"'}}
+    out.append(_chat_chunk({"tool_calls": [call]}))
+    out += [_chat_chunk({"content": t}) for t in texts]
+    out.append(_chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}))
+    out.append(_chat_chunk({"reasoning_content": "hm"}))
+    out += [_chat_chunk({"content": t}) for t in texts]
+    out.append(_chat_chunk({}, finish="tool_calls"))
+    return b"".join(out) + b"data: [DONE]\n\n"
+
+
+def _bridge(upstream: str, wire: bytes, cuts: list[int], fast: bool) -> bytes:
+    body = {
+        "model": "pub",
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    }
+    _, b = open_bridge(body, "chat", upstream, Ctx(upstream_model="m", public_model="pub"))
+    patch = mock.patch.object(ChatStreamEncoder, "text_delta", lambda self, text: None)
+    with patch if not fast else contextlib.nullcontext():
+        out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
+        out.append(b.end())
+    return _MINTED.sub(b"<minted>", b"".join(out))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(["chat", "responses"]),
+    st.lists(_text, max_size=6),
+    st.lists(st.integers(1, 90), max_size=10),
+)
+def test_bridge_same_bytes_with_and_without(upstream, texts, cuts):
+    wire = _chat_upstream(texts) if upstream == "chat" else _responses_upstream(texts)
+    assert _bridge(upstream, wire, cuts, True) == _bridge(upstream, wire, cuts, False)
+
+
+def test_bridge_takes_it_for_plain_text():
+    calls = []
+    real = ChatStreamEncoder.text_delta
+
+    def spy(self, text):
+        r = real(self, text)
+        calls.append((text, r is not None))
+        return r
+
+    with mock.patch.object(ChatStreamEncoder, "text_delta", spy):
+        _bridge("responses", _responses_upstream(["a", "b"]), [], True)
+    assert calls == [("a", True), ("b", True)]
