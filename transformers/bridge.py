@@ -19,7 +19,8 @@ lines and parses each such event's JSON from its bytes, handing the object on as
 and ``_event`` would; every other event, a read with a CR, and an event cut across reads
 go through the parser (a differential test holds the two to the same bytes at every cut:
 ``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
-(``transformers/passthrough.py``).
+(``transformers/passthrough.py``); so do a Chat upstream's text chunks to a Responses client
+once the stream's template is learnt (``transformers/chat_text_lane.py``).
 
 =====================  ==================================================================
 call                   returns
@@ -65,6 +66,7 @@ import orjson
 from transformers import compaction, sse
 from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
 from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
+from transformers.chat_text_lane import ChatTextLane
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Text
@@ -270,6 +272,7 @@ class Bridge:
         "_closed",
         "_chat",
         "passthrough",
+        "lane",
     )
 
     def __init__(
@@ -313,6 +316,9 @@ class Bridge:
         # Chat → Chat text chunks the full path would write unchanged go out as they came
         # (transformers/passthrough.py); None: every event takes the full path
         self.passthrough = ChatPassthrough() if direction.client == direction.upstream == "chat" else None
+        # a Chat upstream's text chunks read off their bytes against the stream's own template
+        # (transformers/chat_text_lane.py), where _blocks reads them (not Chat → Chat)
+        self.lane = ChatTextLane() if direction.upstream == "chat" and self.passthrough is None else None
 
     @property
     def framing(self) -> SSEFraming | WSFraming:
@@ -496,14 +502,23 @@ class Bridge:
             return
         self._object(obj, decoder, out)
 
-    def _object(self, obj: dict[str, Any], decoder: Any, out: list[bytes]) -> None:
-        """An upstream event's JSON object through the decoder, the stages and the encoder."""
+    def _object(self, obj: dict[str, Any], decoder: Any, out: list[bytes], data: bytes | None = None) -> None:
+        """An upstream event's JSON object through the decoder, the stages and the encoder
+        (``data``: its JSON's bytes, when read off them, for the text lane to learn from)."""
         # the commonest event, a plain text delta, without the decoder's dispatch and, when
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
         if text is None:
             self._encode(decoder.feed(obj), out)
             return
+        lane = self.lane
+        if lane is not None and data is not None and not lane.armed:
+            lane.learn(data, text)
+        self._text(text, out)
+
+    def _text(self, text: str, out: list[bytes]) -> None:
+        """A plain text delta (``decoder.text``): straight to the encoder's own writer when
+        the tool stage would hand it on as it is, else through the stages."""
         stage = self.stage
         if (stage is None or stage.plain_text) and self.compaction is None:
             written = self.encoder.text_delta(text)  # framed (the framing setter)
@@ -594,6 +609,7 @@ class Bridge:
         the parser alone, whole: the same events as in one feed.  (Slices, ``partition`` and
         ``in``: ``find`` and ``startswith`` parse their arguments, ~500 instructions a call.)"""
         decoder = self.decoder
+        lane = self.lane
         blocks = data.split(b"\n\n")
         rest = blocks.pop()
         for block in blocks:
@@ -608,12 +624,19 @@ class Bridge:
             if payload is None:
                 self._parsed(block + b"\n\n", out)
             else:
+                if lane is not None and lane.armed and decoder.plain_text:
+                    text = lane.text(payload)  # what orjson.loads + decoder.text would give
+                    if text is not None:
+                        self._text(text, out)
+                        if self.broken:
+                            return b""
+                        continue
                 try:
                     obj = orjson.loads(payload)
                 except orjson.JSONDecodeError:
                     obj = None
                 if obj.__class__ is dict:
-                    self._object(obj, decoder, out)
+                    self._object(obj, decoder, out, payload)
                 else:  # [DONE], a junk line, bytes that are not UTF-8: as the parser hands it
                     self._event(payload.decode("utf-8", "replace"), decoder, out)
             if self.broken:
