@@ -5,7 +5,6 @@ with it as without it."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import re
 from unittest import mock
@@ -14,10 +13,17 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.cuts import pieces
-from tests.unit.test_responses_text_delta import _chat_chunk, _event, _finish, _responses_upstream, _text
+from tests.unit.test_responses_text_delta import (
+    _chat_chunk,
+    _event,
+    _finish,
+    _responses_upstream,
+    _text,
+    bridged,
+    encoded,
+    spied,
+)
 from transformers import ids
-from transformers.bridge import open_bridge
 from transformers.chat_encode import ChatStreamEncoder
 from transformers.context import Ctx
 from transformers.events import Start, Text
@@ -34,19 +40,7 @@ def _encode(events: list, fast: bool, frame: tuple[bytes, bytes]) -> list[bytes]
 
 def _chunks(events: list, fast: bool, frame: tuple[bytes, bytes]) -> list[bytes]:
     enc = ChatStreamEncoder(Ctx(public_model="pub"), include_usage=True, chunk_id="chatcmpl-1", created=7)
-    enc.frame_deltas(*frame)
-    before, after = frame
-    out: list[bytes] = []
-    for ev in events:
-        if fast and type(ev) is Text:
-            data = enc.text_delta(ev.text)
-            if data is not None:
-                assert data.startswith(before) and data.endswith(after)
-                out.append(data[len(before) : len(data) - len(after)])
-                continue
-        out.extend(orjson.dumps(o) for o in enc.feed(ev))
-    out.extend(orjson.dumps(o) for o in enc.end())
-    return out
+    return encoded(enc, events, fast, {0: frame})
 
 
 @settings(max_examples=300, deadline=None)
@@ -89,12 +83,8 @@ def _bridge(upstream: str, wire: bytes, cuts: list[int], fast: bool) -> bytes:
         "messages": [{"role": "user", "content": "hi"}],
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
     }
-    _, b = open_bridge(body, "chat", upstream, Ctx(upstream_model="m", public_model="pub"))
-    patch = mock.patch.object(ChatStreamEncoder, "text_delta", lambda self, text: None)
-    with patch if not fast else contextlib.nullcontext():
-        out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
-        out.append(b.end())
-    return _MINTED.sub(b"<minted>", b"".join(out))
+    out = bridged(body, "chat", upstream, wire, cuts, None if fast else ChatStreamEncoder, False)
+    return _MINTED.sub(b"<minted>", out)
 
 
 @settings(max_examples=100, deadline=None)
@@ -109,14 +99,6 @@ def test_bridge_same_bytes_with_and_without(upstream, texts, cuts):
 
 
 def test_bridge_takes_it_for_plain_text():
-    calls = []
-    real = ChatStreamEncoder.text_delta
-
-    def spy(self, text):
-        r = real(self, text)
-        calls.append((text, r is not None))
-        return r
-
-    with mock.patch.object(ChatStreamEncoder, "text_delta", spy):
+    with spied(ChatStreamEncoder, "text_delta") as calls:
         _bridge("responses", _responses_upstream(["a", "b"]), [], True)
-    assert calls == [("a", True), ("b", True)]
+    assert [(t, r is not None) for t, r in calls] == [("a", True), ("b", True)]

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.cuts import pieces
+from tests.unit.test_responses_text_delta import spied
 from transformers import ids
 from transformers.bridge import open_bridge
 from transformers.chat_text_lane import ChatTextLane
@@ -118,16 +119,9 @@ def test_same_as_parsing_every_chunk(steps, style, varying, cuts, client, quirks
 
 def test_it_takes_the_text_chunks_after_the_first():
     wire = _wire([("text", "a"), ("text", "b"), ("call", '{"a"'), ("text", "c"), ("text", "d\n")], "orjson", False)
-    calls = []
-    real = ChatTextLane.text
-
-    def spy(self, data):
-        r = real(self, data)
-        calls.append(r)
-        return r
-
-    with mock.patch.object(ChatTextLane, "text", spy):
+    with spied(ChatTextLane, "text") as got:
         _bridge(wire, [], True)
+    calls = [r for _, r in got]
     # learnt from "a"; then every chunk is offered: the texts read off their bytes, the tool
     # call's, the finish and [DONE] not (the full path)
     assert calls == ["b", None, "c", "d\n", None, None]

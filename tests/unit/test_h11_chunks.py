@@ -3,6 +3,8 @@ with nothing waited for and every error and end kept."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import h11
@@ -138,15 +140,7 @@ def test_same_bytes_at_every_split(parts, cuts):
 
 def _run(reader_cls, wire: bytes, cuts: list[int]) -> tuple[bytes, bool, str]:
     """(data, ended, error class) reading ``wire`` (a chunked body) cut at ``cuts``."""
-    from h11._readers import READERS
-    from h11._state import SEND_BODY
-
-    saved = READERS[SEND_BODY]["chunked"]
-    READERS[SEND_BODY]["chunked"] = reader_cls
-    try:
-        c = h11.Connection(h11.CLIENT)
-        c.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
-        c.send(h11.EndOfMessage())
+    with _reading(reader_cls) as c:
         read = Read()
         try:
             feed(c, HEAD + wire, cuts, read)
@@ -156,6 +150,21 @@ def _run(reader_cls, wire: bytes, cuts: list[int]) -> tuple[bytes, bool, str]:
         except h11.RemoteProtocolError as e:
             return b"".join(read.got), read.ended, type(e).__name__
         return b"".join(read.got), read.ended, ""
+
+
+@contextlib.contextmanager
+def _reading(reader_cls) -> Iterator[h11.Connection]:
+    """A client connection whose request went out, reading chunked bodies with ``reader_cls``."""
+    from h11._readers import READERS
+    from h11._state import SEND_BODY
+
+    saved = READERS[SEND_BODY]["chunked"]
+    READERS[SEND_BODY]["chunked"] = reader_cls
+    try:
+        c = h11.Connection(h11.CLIENT)
+        c.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
+        c.send(h11.EndOfMessage())
+        yield c
     finally:
         READERS[SEND_BODY]["chunked"] = saved
 
@@ -194,20 +203,10 @@ def test_same_as_h11s_reader(reader, pieces, terminate, cuts):
 
 def _trailing(reader_cls, wire: bytes) -> bytes:
     """What the connection keeps after the message (h11: not reusable unless empty)."""
-    from h11._readers import READERS
-    from h11._state import SEND_BODY
-
-    saved = READERS[SEND_BODY]["chunked"]
-    READERS[SEND_BODY]["chunked"] = reader_cls
-    try:
-        c = h11.Connection(h11.CLIENT)
-        c.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
-        c.send(h11.EndOfMessage())
+    with _reading(reader_cls) as c:
         c.receive_data(HEAD + wire)
         assert isinstance(events(c)[-1], h11.EndOfMessage)
         return c.trailing_data[0]
-    finally:
-        READERS[SEND_BODY]["chunked"] = saved
 
 
 def test_llhttp_differences():

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+from collections.abc import Iterator
+from typing import Any
 from unittest import mock
 
 import orjson
@@ -66,22 +68,29 @@ def _encode(events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | N
     a, b = _deterministic()
     with a, b:
         enc = ResponsesStreamEncoder(Ctx(public_model="pub"), response_id="resp_1", created_at=7)
-        out: list[bytes] = []
-        frame = (b"", b"")
-        for i, ev in enumerate(events):
-            if frames and i in frames:
-                frame = frames[i]
-                enc.frame_deltas(*frame)
-            if fast and type(ev) is Text:
-                data = enc.text_delta(ev.text)
-                if data is not None:
-                    before, after = frame
-                    assert data.startswith(before) and data.endswith(after)
-                    out.append(data[len(before) : len(data) - len(after)])
-                    continue
-            out.extend(orjson.dumps(o) for o in enc.feed(ev))
-        out.extend(orjson.dumps(o) for o in enc.end())
-        return out
+        return encoded(enc, events, fast, frames)
+
+
+def encoded(enc: Any, events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | None) -> list[bytes]:
+    """Each event's bytes from encoder ``enc``, a text by ``text_delta`` when ``fast`` (and
+    ``feed`` when it declines), framed as ``frames`` says from the i-th event on, the frame
+    checked and taken off."""
+    out: list[bytes] = []
+    frame = (b"", b"")
+    for i, ev in enumerate(events):
+        if frames and i in frames:
+            frame = frames[i]
+            enc.frame_deltas(*frame)
+        if fast and type(ev) is Text:
+            data = enc.text_delta(ev.text)
+            if data is not None:
+                before, after = frame
+                assert data.startswith(before) and data.endswith(after)
+                out.append(data[len(before) : len(data) - len(after)])
+                continue
+        out.extend(orjson.dumps(o) for o in enc.feed(ev))
+    out.extend(orjson.dumps(o) for o in enc.end())
+    return out
 
 
 _frame = st.sampled_from(
@@ -160,16 +169,22 @@ def _responses_upstream(texts: list[str]) -> bytes:
     return b"".join(out)
 
 
-def _bridge(upstream: str, wire: bytes, cuts: list[int], fast: bool, ws: bool) -> bytes:
-    body = {"model": "pub", "stream": True, "input": "hi"}
-    _, b = open_bridge(body, "responses", upstream, Ctx(upstream_model="m", public_model="pub"))
+def bridged(body: dict, client: str, upstream: str, wire: bytes, cuts: list[int], without: Any, ws: bool) -> bytes:
+    """The client's bytes for ``wire`` read in pieces ``cuts`` make (minted ids masked);
+    ``without``: an encoder class whose ``text_delta`` is put out of use (None: in use)."""
+    _, b = open_bridge(body, client, upstream, Ctx(upstream_model="m", public_model="pub"))
     if ws:
         b.framing = WSFraming()
-    patch = mock.patch.object(ResponsesStreamEncoder, "text_delta", lambda self, text: None)
-    with patch if not fast else contextlib.nullcontext():
+    patch = mock.patch.object(without, "text_delta", lambda self, text: None) if without else contextlib.nullcontext()
+    with patch:
         out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
         out.append(b.end())
     return _MINTED.sub(b"<minted>", b"".join(out))
+
+
+def _bridge(upstream: str, wire: bytes, cuts: list[int], fast: bool, ws: bool) -> bytes:
+    body = {"model": "pub", "stream": True, "input": "hi"}
+    return bridged(body, "responses", upstream, wire, cuts, None if fast else ResponsesStreamEncoder, ws)
 
 
 @settings(max_examples=100, deadline=None)
@@ -185,17 +200,25 @@ def test_bridge_same_bytes_with_and_without(upstream, texts, cuts, ws):
     assert fast == _bridge(upstream, wire, cuts, False, ws)
 
 
-def test_bridge_takes_it_for_plain_deltas():
-    calls = []
-    real = ResponsesStreamEncoder.text_delta
+@contextlib.contextmanager
+def spied(cls: Any, name: str) -> Iterator[list[tuple[Any, Any]]]:
+    """The (argument, result) of each call of the one-argument method ``cls.name`` meanwhile."""
+    calls: list[tuple[Any, Any]] = []
+    real = getattr(cls, name)
 
-    def spy(self, text):
-        r = real(self, text)
-        calls.append((text, r is not None))
+    def spy(self: Any, arg: Any) -> Any:
+        r = real(self, arg)
+        calls.append((arg, r))
         return r
 
-    with mock.patch.object(ResponsesStreamEncoder, "text_delta", spy):
+    with mock.patch.object(cls, name, spy):
+        yield calls
+
+
+def test_bridge_takes_it_for_plain_deltas():
+    with spied(ResponsesStreamEncoder, "text_delta") as got:
         _bridge("responses", _responses_upstream(["a", "b", "c"]), [], True, False)
+    calls = [(t, r is not None) for t, r in got]
     # the first opens the message and its part (full path), the second is the template; the
     # refusal between "b" and "c" closes the text part, so "c" opens a new one (full path)
     assert {t: any(r for u, r in calls if u == t) for t, _ in calls} == {"a": False, "b": True, "c": False}
