@@ -19,8 +19,8 @@ lines and parses each such event's JSON from its bytes, handing the object on as
 and ``_event`` would; every other event, a read with a CR, and an event cut across reads
 go through the parser (a differential test holds the two to the same bytes at every cut:
 ``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
-(``transformers/passthrough.py``); so do a Chat upstream's text chunks to a Responses client
-once the stream's template is learnt (``transformers/chat_text_lane.py``).
+(``transformers/passthrough.py``); so do a Chat upstream's text chunks, once the stream's own
+template is learnt (``transformers/chat_text_lane.py``).
 
 =====================  ==================================================================
 call                   returns
@@ -317,8 +317,9 @@ class Bridge:
         # (transformers/passthrough.py); None: every event takes the full path
         self.passthrough = ChatPassthrough() if direction.client == direction.upstream == "chat" else None
         # a Chat upstream's text chunks read off their bytes against the stream's own template
-        # (transformers/chat_text_lane.py), where _blocks reads them (not Chat → Chat)
-        self.lane = ChatTextLane() if direction.upstream == "chat" and self.passthrough is None else None
+        # (transformers/chat_text_lane.py), where _blocks reads them (on Chat → Chat, the
+        # chunks the passthrough does not take: an upstream's own key order or fields)
+        self.lane = ChatTextLane() if direction.upstream == "chat" else None
 
     @property
     def framing(self) -> SSEFraming | WSFraming:
@@ -578,7 +579,7 @@ class Bridge:
         of the two shapes upstreams send, whole in ``data``, are read off the bytes
         (``_blocks``); anything else, and an event the parser holds unfinished, is the
         parser's."""
-        if self.passthrough is None and 13 not in data:  # CR: the parser's line endings
+        if 13 not in data:  # CR: the parser's line endings
             j = data.find(b"\n\n") if self.parser.pending else -1
             if j >= 0:  # the parser finishes the event it holds (and then holds nothing)
                 self._parsed(data[: j + 2], out)

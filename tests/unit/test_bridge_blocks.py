@@ -1,8 +1,8 @@
 """transformers.bridge ``Bridge._blocks``: whole events of the parser's two fast shapes read off
 the bytes.  Differential: every stream, cut at chosen and at random places, gives the client
 the very bytes, terminal, error code and repairs that the parser path alone gives (the same
-Bridge with ``_blocks`` handing everything to the parser), for every direction whose upstream
-events take the lane (all but Chat → Chat, whose text runs have their own: passthrough.py)."""
+Bridge with ``_blocks`` handing everything to the parser), for every direction (Chat → Chat's
+text runs go first through their own lane, passthrough.py; what it leaves, through these)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from transformers.context import Ctx
 
 from .test_hostile_upstream import CHAT_FIXTURES, RESP_FIXTURES, load, sse_bytes, tool_info
 
-LANE = [(c, u) for (c, u) in DIRECTIONS if (c, u) != ("chat", "chat")]
+LANE = list(DIRECTIONS)
 
 # blocks the lane must leave to the parser, or hand to ``_event`` as the parser would
 ODD = [

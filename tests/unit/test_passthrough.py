@@ -138,9 +138,10 @@ def test_same_as_the_full_path(events, cuts, think, model, runs):
 
 
 def test_text_chunks_of_the_encoders_shape_take_it(monkeypatch):
-    events = [sse(chunk({"role": "assistant", "content": ""}))]
-    events += [sse(chunk({"content": t})) for t in ("one", " two", "a\nb", "é")]
-    events += [sse(chunk({}, finish="stop")), b"data: [DONE]\n\n"]
+    # CRLF line ends: each event through the SSE parser, and the check on its data
+    events = [sse(chunk({"role": "assistant", "content": ""})).replace(b"\n", b"\r\n")]
+    events += [sse(chunk({"content": t})).replace(b"\n\n", b"\r\n\r\n") for t in ("one", " two", "a\nb", "é")]
+    events += [sse(chunk({}, finish="stop")).replace(b"\n", b"\r\n"), b"data: [DONE]\r\n\r\n"]
     monkeypatch.setattr(bridge, "_LANE_MISSES", 0)  # each event on its own (no runs)
     ctx = Ctx(upstream_model="pub", public_model="pub")
     _, b = open_bridge(BODY, "chat", "chat", ctx)
@@ -155,7 +156,7 @@ def test_text_chunks_of_the_encoders_shape_take_it(monkeypatch):
     out = b.receive_data(b"".join(events)) + b.end()
     assert seen == [False, True, True, True, True, False, False]  # role chunk arms it; finish and [DONE] do not pass
     for e in events[1:5]:
-        assert e in out
+        assert e.replace(b"\r\n\r\n", b"\n\n") in out
 
 
 _OPENING = [sse(chunk({"role": "assistant", "content": ""})), sse(chunk({"content": "one"}))]
@@ -172,12 +173,11 @@ def test_runs_of_text_chunks_go_out_as_they_came(monkeypatch):
     feed = SSEParser.feed
     monkeypatch.setattr(SSEParser, "feed", lambda self, data: fed.append(data) or feed(self, data))
     assert b.receive_data(run_) == run_
-    assert fed == [b""]  # nothing was cut into events
+    assert fed == []  # nothing was cut into events
     # a run cut mid-event: the waiting event is finished by the parser, the rest is a run again
-    fed.clear()
     assert b.receive_data(run_[:30]) == b""
     assert b.receive_data(run_[30:]) == run_
-    assert fed[0] == run_[:30] and fed[-1] == b""
+    assert fed == [run_[:30], run_[30 : run_.index(b"\n\n") + 2]]
 
 
 @pytest.mark.parametrize(
