@@ -22,6 +22,9 @@ endpoint, so that "direct" and "through the proxy" see the same bytes:
   stream takes (N + 6) × MS instead of (N + 1) × MS;
 * ``rel`` in the model name (paced streams): a relative schedule (sleep ``MS`` after each
   write, so the writer's own lateness adds up) instead of the absolute one below;
+* ``vllm`` in the model name: Chat chunks laid out as vLLM writes them (``"logprobs": null``
+  in each choice), which is not the proxy's own encoder's layout, so its Chat → Chat
+  passthrough does not take them (what most real Chat upstreams send);
 * ``hosted`` in the model name: the answer's head also carries the 20 lines a hosted API
   sends besides its content headers (OpenAI's, through its CDN: date, request id, rate
   limits, cookies, …), which the proxy's HTTP client must parse; without it the head has
@@ -118,6 +121,7 @@ _N = re.compile(r"(?:^|[-_/:.])n(\d+)")
 _D = re.compile(r"(?:^|[-_/:.])d(\d+(?:\.\d+)?)")
 _PT = re.compile(r"(?:^|[-_/:.])pt(?:$|[-_/:.])")
 _HOSTED = re.compile(r"(?:^|[-_/:.])hosted(?:$|[-_/:.])")
+_VLLM = re.compile(r"(?:^|[-_/:.])vllm(?:$|[-_/:.])")
 _REL = re.compile(r"(?:^|[-_/:.])rel(?:$|[-_/:.])")
 
 
@@ -158,12 +162,15 @@ def _sse(obj: dict, event: str | None = None) -> bytes:
 
 # ----------------------------------------------------------------------------- Chat
 def _chat_chunk(model: str, delta: dict, finish: str | None = None) -> dict:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    if not _VLLM.search(model):
+        del choice["logprobs"]
     return {
         "id": "chatcmpl-bench",
         "object": "chat.completion.chunk",
         "created": CREATED,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "choices": [choice],
     }
 
 

@@ -63,6 +63,15 @@ CASES: dict[str, tuple[str, bytes]] = {
         "/v1/chat/completions",
         b'{"model":"bench-chat-n200-d0","stream":true,"messages":[{"role":"user","content":"hi"}]}',
     ),
+    # the same with vLLM's chunk layout (bench/fake_upstream.py: ``vllm``): no passthrough
+    "st-chatv-n20": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n20-d0-vllm","stream":true,"messages":[{"role":"user","content":"hi"}]}',
+    ),
+    "st-chatv-n200": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n200-d0-vllm","stream":true,"messages":[{"role":"user","content":"hi"}]}',
+    ),
     "st-resp-n20": ("/v1/responses", b'{"model":"bench-resp-n20-d0","stream":true,"store":false,"input":"hi"}'),
     "st-resp-n200": ("/v1/responses", b'{"model":"bench-resp-n200-d0","stream":true,"store":false,"input":"hi"}'),
     # a Responses client on a Chat upstream (Codex on Kimi): request and answer translated
@@ -228,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         got[case] = measure(args.proxy_cmd.split(), case, args.requests, work)
         print(f"| {case} | {got[case]:,} |", flush=True)
-    for proto in ("chat", "resp", "resp2chat", "ref-chat"):
+    for proto in ("chat", "chatv", "resp", "resp2chat", "ref-chat"):
         st = f"ref-st-{proto[4:]}" if proto.startswith("ref-") else f"st-{proto}"
         a, b = got.get(f"{st}-n20"), got.get(f"{st}-n200")
         if a and b:

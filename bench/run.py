@@ -120,6 +120,10 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
         n218 = EV218_N[cl]
         out.append(Scenario(f"ev218-{tag}-c1", f"{title}, 218 events, c=1", "lat", cl, up, True, n218, 0, 1, d))
+    # the same Chat stream with vLLM's chunk layout, which the Chat → Chat passthrough does
+    # not take (what most real Chat upstreams send): the text lane and the encoder's writer
+    title = "streaming chat, vLLM's chunk layout, 218 events, c=1"
+    out.append(Scenario("ev218-chatv-c1", title, "lat", "chat", "chat", True, EV218_N["chat"], 0, 1, d, pacing="vllm"))
     # a request as Codex sends it late in a session: 30 earlier turns, ~370 KB, one at a time
     for cl, up, title in (flows[1], flows[2]):
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
@@ -808,6 +812,25 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         _, p = pair(sc)
         add(f"218 events, c=1: events/s ({tag}, {what})", sc, _get(p, "events_s"), lim, ">=", "events/s")
         add(f"218 events, c=1: events/s vs direct ({tag})", sc, ratio(sc, "events_s"), None, "", "×")
+    _, p = pair("ev218-chatv-c1")
+    note = "not the encoder's layout: no passthrough"
+    add(
+        "218 events, c=1: events/s (chat, vLLM's chunk layout)",
+        "ev218-chatv-c1",
+        _get(p, "events_s"),
+        None,
+        "",
+        "events/s",
+        note,
+    )
+    add(
+        "218 events, c=1: events/s vs direct (chat, vLLM's chunk layout)",
+        "ev218-chatv-c1",
+        ratio("ev218-chatv-c1", "events_s"),
+        None,
+        "",
+        "×",
+    )
     for tag, lim, what in (
         ("chat", 50000, "same-protocol"),
         ("resp", 50000, "same-protocol"),

@@ -246,3 +246,16 @@ async def test_hosted_adds_a_hosted_apis_head_lines_and_nothing_else(fake, proto
     assert len(extra) == 20 == HOSTED_HEADERS.count(b"\r\n")
     assert hosted.headers["x-ratelimit-remaining-tokens"] == "29999456"
     assert plain.content.replace(b"bench-n3", b"") == hosted.content.replace(b"bench-n3-hosted", b"")
+
+
+def test_vllm_lays_chat_chunks_out_as_vllm_does():
+    """``vllm``: each choice carries ``logprobs: null`` (not the proxy's encoder's layout); the
+    stream is otherwise the same, and still validates."""
+    plain = [orjson.loads(e.data) for e in parse_all(b"".join(chat_steps("m", 3)))[:-1]]
+    vllm = parse_all(b"".join(chat_steps("m-vllm", 3)))
+    objs = [orjson.loads(e.data) for e in vllm[:-1]]
+    for p, v in zip(plain, objs, strict=True):
+        for c in v["choices"]:
+            assert list(c) == ["index", "delta", "logprobs", "finish_reason"] and c.pop("logprobs") is None
+        assert {**v, "model": "m"} == p
+    assert validate_stream("chat", vllm, 3) == []
