@@ -331,9 +331,11 @@ class ChatStreamEncoder:
 
     def text_template(self) -> tuple[str, str]:
         """(prefix, suffix): ``prefix + json_string(text) + suffix`` is the chunk ``feed(Text(text))``
-        writes once begun (transformers/passthrough.py)."""
+        writes once begun (transformers/passthrough.py).  The sentinel is found from the end:
+        the content is the chunk's last string, and the model's name (a client's, through a
+        glob route) may be that very string."""
         whole = orjson.dumps(self._chunk({"content": "\x00"})).decode()
-        prefix, _, suffix = whole.partition('"\\u0000"')
+        prefix, _, suffix = whole.rpartition('"\\u0000"')
         return prefix, suffix
 
     def end(self) -> list[dict[str, Any]]:

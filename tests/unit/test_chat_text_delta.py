@@ -102,3 +102,11 @@ def test_bridge_takes_it_for_plain_text():
     with spied(ChatStreamEncoder, "text_delta") as calls:
         _bridge("responses", _responses_upstream(["a", "b"]), [], True)
     assert [(t, r is not None) for t, r in calls] == [("a", True), ("b", True)]
+
+
+def test_a_model_name_with_the_sentinels_character():
+    """The template is cut at the content's sentinel, not at a model named the same."""
+    enc = ChatStreamEncoder(Ctx(public_model="\x00"), chunk_id="chatcmpl-1", created=7)
+    enc.frame_deltas(b"data: ", b"\n\n")
+    enc.feed(Start())
+    assert enc.text_delta("hi") == b"data: " + orjson.dumps(enc.feed(Text("hi"))[0]) + b"\n\n"
