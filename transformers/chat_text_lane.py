@@ -31,7 +31,8 @@ finish_reason, reasoning, refusal or tool call) hold as they did for the templat
 state check (``plain_text``) is the caller's, per chunk.  Duplicate ``content`` keys: the
 learnt one is the value orjson kept (the last), the others are constant bytes.  An upstream
 that varies a field per chunk (OpenAI's ``obfuscation``) never matches: every chunk takes
-the full path, as before.
+the full path; a lane whose template missed ``_MISSES`` text chunks gives up (the template
+was one chunk's only), so such a stream pays for neither the learning nor the look.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = ["ChatTextLane"]
 _PLAIN = re.compile(rb'[^"\\\x00-\x1f]++').fullmatch
 _KEY = b'"content":'
 _TRIES = 4  # text chunks offered before the lane gives up learning for this stream
+_MISSES = 8  # text chunks a learnt template may miss before the lane gives up
 
 
 class ChatTextLane:
@@ -60,10 +62,15 @@ class ChatTextLane:
         self._tries = _TRIES
 
     def learn(self, data: bytes, text: str) -> None:
-        """``data``: a chunk's JSON bytes that the decoder read as the plain ``text``."""
-        if self.armed or not self._tries:
+        """``data``: a chunk's JSON bytes that the decoder read as the plain ``text`` (and the
+        lane, when armed, did not)."""
+        if not self._tries:
             return
         self._tries -= 1
+        if self.armed:  # a text chunk the template missed
+            if not self._tries:
+                self.armed = False  # the upstream varies its chunks: give up
+            return
         key = _KEY + orjson.dumps(text)
         i = data.find(key)
         if i < 0 or data.find(key, i + 1) >= 0:
@@ -73,6 +80,7 @@ class ChatTextLane:
         self._np = len(self._prefix)
         self._ns = len(self._suffix)
         self.armed = True
+        self._tries = _MISSES  # now: the text chunks it may miss before it gives up
 
     def text(self, data: bytes) -> str | None:
         """The text of a chunk made on the template (see the table), else ``None``."""

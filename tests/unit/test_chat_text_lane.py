@@ -144,3 +144,22 @@ def test_learning():
     for _ in range(10):
         spaced.learn(b'{"choices": [{"delta": {"content": "a"}}]}', "a")
     assert not spaced.armed and spaced._tries == 0  # written otherwise: it stops trying
+
+
+def test_it_gives_up_on_an_upstream_that_varies_its_chunks():
+    """A field that changes per chunk (OpenAI's obfuscation): the template learnt from the
+    first text chunk misses the next ones; after _MISSES of them the lane is no longer tried."""
+    from transformers import chat_text_lane
+
+    def chunk(i: int, delta: dict, finish: str | None = None) -> bytes:
+        c = {**_chunk(delta, i, varying=False, finish=finish), "obfuscation": "o" * i}  # a new one each time
+        return b"data: " + orjson.dumps(c) + b"\n\n"
+
+    wire = chunk(0, {"role": "assistant", "content": ""})
+    wire += b"".join(chunk(i, {"content": f"t{i}"}) for i in range(1, 21))
+    wire += chunk(21, {}, "stop") + b"data: [DONE]\n\n"
+    with spied(ChatTextLane, "text") as tried:
+        out = _bridge(wire, [], True)
+    assert out == _bridge(wire, [], False)
+    assert tried and all(r is None for _, r in tried)  # never a hit
+    assert len(tried) == chat_text_lane._MISSES  # then not tried any more
