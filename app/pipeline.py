@@ -265,7 +265,7 @@ class ProxyResponse(Response):
         ttfb = None
         terminal = ""
         me = asyncio.current_task()
-        watch = asyncio.ensure_future(_wait_disconnect(receive))
+        watch: asyncio.Future[Any] | None = None
         cancelled_by_client = False
 
         def on_disconnect(t: asyncio.Future[Any]) -> None:
@@ -274,7 +274,12 @@ class ProxyResponse(Response):
                 cancelled_by_client = True
                 me.cancel()
 
-        watch.add_done_callback(on_disconnect)
+        def watch_client() -> None:
+            nonlocal watch
+            watch = asyncio.ensure_future(_wait_disconnect(receive))
+            watch.add_done_callback(on_disconnect)
+
+        watching = asyncio.get_running_loop().call_later(_WATCH_AFTER, watch_client)
         resp: httpx.Response | None = None
         drain: Any = None
         if p.drainer is not None:
@@ -342,8 +347,10 @@ class ProxyResponse(Response):
             p = self.p
             if p.drainer is not None:
                 p.drainer.unregister(self)
-            watch.remove_done_callback(on_disconnect)
-            watch.cancel()
+            watching.cancel()
+            if watch is not None:
+                watch.remove_done_callback(on_disconnect)
+                watch.cancel()
             _finish_log(p, status, ttfb, terminal or p.bridge.terminal or "failed")
             if p.resilience is not None and ttfb is not None and p.bridge.error_code in STREAM_FAULTS:
                 p.resilience.report(p.route, "failure")  # the upstream broke after its head
@@ -738,6 +745,13 @@ async def _drain(raw: Any) -> None:
         pass
 
 
+# The client is watched from _WATCH_AFTER on: an answer done sooner (most non-streamed ones,
+# short streams) costs a timer, not a task started and cancelled.  A disconnect before then
+# is found when the watch starts (uvicorn has marked the request disconnected meanwhile), so
+# the upstream exchange is cancelled at most _WATCH_AFTER late.
+_WATCH_AFTER = 0.02
+
+
 async def _wait_disconnect(receive: Any) -> None:
     while True:
         msg = await receive()
@@ -755,12 +769,7 @@ async def _send_error(send: Any, e: ProxyError, request_id: str) -> None:
 def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> None:
     dur = time.perf_counter() - p.started
     prov = p.route.provider.name
-    p.metrics.inc("switchboard_requests_total", route=p.route_name, client=p.client, provider=prov, status=str(status))
-    p.metrics.inc("switchboard_request_duration_seconds_sum", dur, route=p.route_name)
-    if ttfb is not None:
-        p.metrics.inc("switchboard_ttfb_seconds_sum", ttfb, route=p.route_name)
-    if p.stream:
-        p.metrics.inc("switchboard_stream_outcomes_total", outcome=terminal or "none", client=p.client)
+    p.metrics.answered(p.route_name, p.client, prov, status, dur, ttfb, (terminal or "none") if p.stream else None)
     repairs = p.ctx.repairs
     if repairs:
         for rule in repairs:

@@ -22,8 +22,9 @@ from app.main import create_app
 class SlowUpstream:
     """Streams one chat chunk every 50 ms for ~10 s (or waits before headers)."""
 
-    def __init__(self, delay_headers: float = 0.0) -> None:
+    def __init__(self, delay_headers: float = 0.0, chunks: int = 200) -> None:
         self.delay_headers = delay_headers
+        self.chunks = chunks
         self.closed_at: float | None = None
         self.connected = asyncio.Event()
 
@@ -41,7 +42,7 @@ class SlowUpstream:
                 await asyncio.wait_for(asyncio.shield(eof), self.delay_headers)
             else:
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-                for i in range(200):
+                for i in range(self.chunks):
                     chunk = {
                         "id": "c",
                         "object": "chat.completion.chunk",
@@ -143,5 +144,59 @@ async def test_disconnect_before_first_byte_closes_upstream() -> None:
             await asyncio.sleep(0.05)
         assert upstream.closed_at is not None, "the upstream request survived the client's disconnect"
         assert upstream.closed_at - left < 3
+    finally:
+        await _stop(up, srv)
+
+
+async def test_disconnect_before_the_watch_starts_still_closes_upstream(monkeypatch: Any) -> None:
+    """The client is watched from pipeline._WATCH_AFTER on: a client gone before then is
+    found when the watch starts (uvicorn marked the request disconnected meanwhile)."""
+    from app import pipeline
+
+    monkeypatch.setattr(pipeline, "_WATCH_AFTER", 0.3)
+    upstream = SlowUpstream(delay_headers=20)
+    up, srv, port = await _serve(upstream)
+    try:
+        async with httpx.AsyncClient() as c:
+            req = c.post(f"http://127.0.0.1:{port}/v1/responses", json={"model": "m", "stream": True, "input": "hi"})
+            task = asyncio.ensure_future(req)
+            await asyncio.wait_for(upstream.connected.wait(), 5)
+            task.cancel()
+            left = time.monotonic()
+        for _ in range(100):
+            if upstream.closed_at:
+                break
+            await asyncio.sleep(0.05)
+        assert upstream.closed_at is not None, "the upstream request survived the client's disconnect"
+        # not before the watch started, and not much after
+        assert 0.2 < upstream.closed_at - left < 3
+    finally:
+        await _stop(up, srv)
+
+
+async def test_an_answer_done_before_the_watch_starts_starts_no_watch(monkeypatch: Any) -> None:
+    from app import pipeline
+
+    started: list[int] = []
+    real = pipeline._wait_disconnect
+
+    async def counted(receive: Any) -> None:
+        started.append(1)
+        await real(receive)
+
+    monkeypatch.setattr(pipeline, "_wait_disconnect", counted)
+    upstream = SlowUpstream(chunks=2)  # two chunks 50 ms apart, then the connection's end
+    up, srv, port = await _serve(upstream)
+    try:
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        async with httpx.AsyncClient() as c:
+            monkeypatch.setattr(pipeline, "_WATCH_AFTER", 30.0)
+            r = await c.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
+            assert r.status_code == 200 and r.text.count("w1 ") == 1
+            assert started == []
+            monkeypatch.setattr(pipeline, "_WATCH_AFTER", 0.0)
+            r = await c.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
+            assert r.status_code == 200 and r.text.count("w1 ") == 1
+            assert started == [1]
     finally:
         await _stop(up, srv)
