@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from providers.retry import ATTEMPT_OUTCOMES
 from transformers import repairs
@@ -83,7 +84,7 @@ class Metrics:
     """The counters of one app instance (``create_app`` makes one: two apps in one process,
     as in the tests, never see each other's counts)."""
 
-    __slots__ = ("counters", "labels", "gauges", "_keys")
+    __slots__ = ("counters", "labels", "gauges", "_keys", "_answers")
 
     def __init__(self, providers: Iterable[str] = (), codes: Iterable[str] = (), models: Iterable[str] = ()) -> None:
         self.counters: dict[str, Series] = defaultdict(lambda: defaultdict(float))
@@ -100,6 +101,8 @@ class Metrics:
         # site passes its labels in one order): one lookup instead of a sort and a set test
         # per label on every request; bounded, as the series are
         self._keys: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+        # answered(): the series each (route, client, provider, status, outcome) adds to
+        self._answers: dict[tuple[str, str, str, int, str | None], tuple[tuple[Series, Any], ...]] = {}
 
     def _clean(self, labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
         sets = self.labels
@@ -125,6 +128,55 @@ class Metrics:
         if key not in series and len(series) >= MAX_SERIES:
             key = tuple((k, OTHER) for k, _ in key)
         series[key] += value
+
+    def answered(
+        self,
+        route: str,
+        client: str,
+        provider: str,
+        status: int,
+        duration: float,
+        ttfb: float | None,
+        outcome: str | None,
+    ) -> None:
+        """One proxied answer's counters: ``switchboard_requests_total``, the duration and
+        time-to-first-byte sums, and a stream's outcome (``outcome`` None: not a stream).
+        What ``inc`` does for each, with the four series found once per combination."""
+        at = (route, client, provider, status, outcome)
+        series = self._answers.get(at)
+        if series is None:
+            series = self._answer_series(at)
+        (s, k), (ds, dk), (ts, tk), *rest = series
+        s[k] += 1.0
+        ds[dk] += duration
+        if ttfb is not None:
+            ts[tk] += ttfb
+        for s, k in rest:
+            s[k] += 1.0
+
+    def _answer_series(self, at: tuple[str, str, str, int, str | None]) -> tuple[tuple[Series, Any], ...]:
+        route, client, provider, status, outcome = at
+        wanted: list[tuple[str, dict[str, str]]] = [
+            (
+                "switchboard_requests_total",
+                {"route": route, "client": client, "provider": provider, "status": str(status)},
+            ),
+            ("switchboard_request_duration_seconds_sum", {"route": route}),
+            ("switchboard_ttfb_seconds_sum", {"route": route}),
+        ]
+        if outcome is not None:
+            wanted.append(("switchboard_stream_outcomes_total", {"outcome": outcome, "client": client}))
+        series = []
+        for name, labels in wanted:
+            s = self.counters[name]
+            key = self._key(labels)
+            if key not in s and len(s) >= MAX_SERIES:
+                key = tuple((k, OTHER) for k, _ in key)
+            series.append((s, key))
+        out = tuple(series)
+        if len(self._answers) < _KEY_MEMO:
+            self._answers[at] = out
+        return out
 
     def set_gauge(self, name: str, value: float, **labels: str) -> None:
         series = self.gauges[name]
