@@ -625,21 +625,19 @@ class Bridge:
             if payload is None:
                 self._parsed(block + b"\n\n", out)
             else:
-                if lane is not None and lane.armed and decoder.plain_text:
-                    text = lane.text(payload)  # what orjson.loads + decoder.text would give
-                    if text is not None:
-                        self._text(text, out)
-                        if self.broken:
-                            return b""
-                        continue
-                try:
-                    obj = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    obj = None
-                if obj.__class__ is dict:
-                    self._object(obj, decoder, out, payload)
-                else:  # [DONE], a junk line, bytes that are not UTF-8: as the parser hands it
-                    self._event(payload.decode("utf-8", "replace"), decoder, out)
+                # what orjson.loads + decoder.text would give, read off the bytes
+                text = lane.text(payload) if lane is not None and lane.armed and decoder.plain_text else None
+                if text is not None:
+                    self._text(text, out)
+                else:
+                    try:
+                        obj = orjson.loads(payload)
+                    except orjson.JSONDecodeError:
+                        obj = None
+                    if obj.__class__ is dict:
+                        self._object(obj, decoder, out, payload)
+                    else:  # [DONE], a junk line, bytes that are not UTF-8: as the parser hands it
+                        self._event(payload.decode("utf-8", "replace"), decoder, out)
             if self.broken:
                 return b""
         return rest
