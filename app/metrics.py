@@ -122,11 +122,17 @@ class Metrics:
                 self._keys[given] = key
         return key
 
-    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
+    def _slot(self, name: str, labels: dict[str, str]) -> tuple[Series, tuple[tuple[str, str], ...]]:
+        """Counter ``name``'s series and the key ``labels`` count under: all-"other" once the
+        counter holds MAX_SERIES series and this one is not among them."""
         series = self.counters[name]
         key = self._key(labels)
         if key not in series and len(series) >= MAX_SERIES:
             key = tuple((k, OTHER) for k, _ in key)
+        return series, key
+
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
+        series, key = self._slot(name, labels)
         series[key] += value
 
     def answered(
@@ -166,14 +172,7 @@ class Metrics:
         ]
         if outcome is not None:
             wanted.append(("switchboard_stream_outcomes_total", {"outcome": outcome, "client": client}))
-        series = []
-        for name, labels in wanted:
-            s = self.counters[name]
-            key = self._key(labels)
-            if key not in s and len(s) >= MAX_SERIES:
-                key = tuple((k, OTHER) for k, _ in key)
-            series.append((s, key))
-        out = tuple(series)
+        out = tuple(self._slot(name, labels) for name, labels in wanted)
         if len(self._answers) < _KEY_MEMO:
             self._answers[at] = out
         return out
