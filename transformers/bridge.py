@@ -630,8 +630,8 @@ class Bridge:
                 if text is not None:
                     self._text(text, out)
                 else:
-                    try:
-                        obj = orjson.loads(payload)
+                    try:  # not for the Chat end, once a stream: orjson's refusal costs ~1.3 µs
+                        obj = orjson.loads(payload) if payload != b"[DONE]" else None
                     except orjson.JSONDecodeError:
                         obj = None
                     if obj.__class__ is dict:
