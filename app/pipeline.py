@@ -481,7 +481,7 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
     since = 0.0  # time of the last timed send
     clock = time.perf_counter
     waiting: list[Any] = [False, clock()]  # [blocked on the upstream, since when]
-    ticker = asyncio.ensure_future(_heartbeats(bridge, send, p.keepalive, waiting)) if p.keepalive > 0 else None
+    ticker = _Heartbeats(bridge, send, p.keepalive, waiting) if p.keepalive > 0 else None
     responses = p.client == "responses"
     try:
         try:
@@ -578,6 +578,27 @@ def _json_object(body: bytes) -> dict[str, Any]:
             code="upstream_bad_response",
         )
     return obj
+
+
+class _Heartbeats:
+    """A stream's heartbeat task (``_heartbeats``), started once the stream has lasted one
+    interval: the task's first act is to wait for the end of the first silent interval,
+    which cannot come sooner, so its beats are the same; a shorter stream (most are) costs a
+    timer instead of a task started, stepped and cancelled."""
+
+    __slots__ = ("timer", "task")
+
+    def __init__(self, bridge: Bridge, send: Any, interval: float, waiting: list[Any]) -> None:
+        self.task: asyncio.Future[None] | None = None
+        self.timer = asyncio.get_running_loop().call_later(interval, self._start, bridge, send, interval, waiting)
+
+    def _start(self, bridge: Bridge, send: Any, interval: float, waiting: list[Any]) -> None:
+        self.task = asyncio.ensure_future(_heartbeats(bridge, send, interval, waiting))
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
 
 
 async def _heartbeats(bridge: Bridge, send: Any, interval: float, waiting: list[Any]) -> None:

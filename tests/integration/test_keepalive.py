@@ -103,3 +103,29 @@ async def test_silence_never_exceeds_one_interval(client_factory: Any, mock: Any
     await app(scope, receive, send)
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert len(times) >= 5 and max(gaps) <= interval + 0.08, gaps
+
+
+async def test_a_stream_shorter_than_the_interval_starts_no_heartbeat_task(
+    client_factory: Any, mock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.pipeline as pipeline
+
+    started: list[float] = []
+    real = pipeline._heartbeats
+
+    def counted(bridge: Any, send: Any, interval: float, waiting: list[Any]) -> Any:
+        started.append(interval)
+        return real(bridge, send, interval, waiting)
+
+    monkeypatch.setattr(pipeline, "_heartbeats", counted)
+    c = await client_factory(server={"keepalive_seconds": 0.2})
+    mock.post(CHAT_URL).mock(side_effect=lambda req: silent_then_done(0.05))
+    r = await c.post("/v1/responses", json={"model": "chat-model", "stream": True, "input": "hi"})
+    assert [e["type"] for e in parse_sse(r.content)][-1] == "response.completed"
+    assert started == []  # done within one interval: a timer, cancelled; no task
+    await asyncio.sleep(0.3)  # past the interval: the cancelled timer does not start one either
+    assert started == []
+    mock.post(CHAT_URL).mock(side_effect=lambda req: silent_then_done(0.5))
+    r = await c.post("/v1/responses", json={"model": "chat-model", "stream": True, "input": "hi"})
+    types = [e["type"] for e in parse_sse(r.content)]
+    assert started == [0.2] and types.count("response.in_progress") >= 2, types
