@@ -113,21 +113,27 @@ def send(port: int, n: int, path: str, body: bytes) -> None:
     req = _request(path, body)
     with socket.create_connection((HOST, port), timeout=60) as s:
         for _ in range(n):
-            s.sendall(req)
-            buf = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    raise RuntimeError("the proxy closed the connection")
-                buf += chunk
-                head, sep, rest = buf.partition(b"\r\n\r\n")
-                if not sep:
-                    continue
-                if not head.startswith(b"HTTP/1.1 200"):
-                    raise RuntimeError(f"the proxy answered {head[:200]!r}")
-                m = re.search(rb"content-length: (\d+)", head, re.I)
-                if (m and len(rest) >= int(m.group(1))) or (not m and rest.endswith(b"0\r\n\r\n")):
-                    break
+            exchange(s, req)
+
+
+def exchange(s: socket.socket, req: bytes) -> None:
+    """One request (``_request``'s bytes) on the connection ``s``, its answer read to its end
+    (200 required)."""
+    s.sendall(req)
+    buf = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise RuntimeError("the proxy closed the connection")
+        buf += chunk
+        head, sep, rest = buf.partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"the proxy answered {head[:200]!r}")
+        m = re.search(rb"content-length: (\d+)", head, re.I)
+        if (m and len(rest) >= int(m.group(1))) or (not m and rest.endswith(b"0\r\n\r\n")):
+            return
 
 
 def total_instructions(dump: Path) -> int:

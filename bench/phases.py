@@ -1,6 +1,6 @@
 """Where one request's time goes inside the proxy: time stamps taken in the proxy process.
 
-    python -m bench.phases [--proxy-python PY] [--case CASE] [--requests N] [--gap S]
+    python -m bench.phases [--proxy-python PY] [--case CASE] [--requests N] [--gap S] [--steps]
 
 Starts the fake upstream (``bench/fake_upstream.py``) and ``switchboard serve`` as
 ``bench.phases --serve``: the proxy's own CLI in a process that first wraps four places
@@ -17,6 +17,11 @@ answer head          → the answer's head handed to the server (``http.response
 answer body          → the answer's last body handed to the server
 ===================  ===============================================================
 
+``--steps`` also cuts the request path at the start of each function of ``STEPS`` (the
+interpreter's ``sys.monitoring`` events on those functions alone) and times what the proxy
+does after the answer's last bytes, until its request task is done and until it reads the
+next request: work that a client sending its next request at once waits behind.
+
 The wrappers cost a few µs each, so figures are a little high, alike for every build.
 Medians and 90th percentiles are printed.  The paced streams' first text waits for the
 request path and the event's way back, not for the answer head: ``bench/README.md``, "What a
@@ -26,8 +31,11 @@ paced stream's first text waits for".  Loopback only; every child stopped by its
 from __future__ import annotations
 
 import argparse
+import importlib
+import math
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -38,11 +46,48 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("request path", "upstream", "answer head", "answer body")
+# The request path cut at the start of these functions, in the order a request reaches them
+# (one a request does not reach is "nan" in its row): each step is the time from the
+# previous cut, or from the request's first bytes.
+STEPS: tuple[tuple[str, str, str], ...] = (
+    ("uvicorn parses the request", "uvicorn.protocols.http.httptools_impl", "HttpToolsProtocol.on_message_complete"),
+    ("the request task's first step", "uvicorn.protocols.http.httptools_impl", "RequestResponseCycle.run_asgi"),
+    ("dispatch, request id, headers, key", "app.main", "Service.read_body"),
+    ("the body read (Responses: and checked)", "app.main", "Service.prepare"),
+    ("(Chat: the body checked), routed, translated, the Bridge", "app.pipeline", "ProxyResponse.__call__"),
+    ("the answer's timers, drain entry, failover", "app.pipeline", "_exchange"),
+    ("the upstream request built", "app.pipeline", "_open"),
+    ("first-byte timeout, the transport's shard", "providers.upstream_pool", "Pool.handle_async_request"),
+    ("the pool: a kept-alive connection", "app.http11", "Http11Connection._send"),
+)
+LAST_STEP = "the request head and body framed, written"  # → the request path's end
+TAIL = ("after the last bytes: → the request task done", "→ the next request read")
 
 
-def _install(out: str) -> None:
-    """In the proxy process: time stamps at the four places, one line per request to ``out``
-    when the process exits."""
+def _monitor(points: dict[Any, str], on_start: Any, returns: dict[Any, str], on_return: Any) -> None:
+    """``on_start(name)`` when a function of ``points`` (code → name) starts, ``on_return(name)``
+    when one of ``returns`` returns: ``sys.monitoring`` events on those code objects alone."""
+    mon = sys.monitoring
+    tool = next(i for i in range(6) if mon.get_tool(i) is None)
+    mon.use_tool_id(tool, "bench.phases")
+    mon.register_callback(tool, mon.events.PY_START, lambda code, _: on_start(points[code]))
+    mon.register_callback(tool, mon.events.PY_RETURN, lambda code, _, __: on_return(returns[code]))
+    for code in points.keys() | returns.keys():
+        events = (mon.events.PY_START if code in points else 0) | (mon.events.PY_RETURN if code in returns else 0)
+        mon.set_local_events(tool, code, events)
+
+
+def _code(module: str, qualname: str) -> Any:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj.__code__
+
+
+def _install(out: str, steps: bool = False) -> None:
+    """In the proxy process: time stamps at the four places (and with ``steps``, at each
+    function of ``STEPS`` and after the answer), one line per request to ``out`` when the
+    process exits."""
     import atexit
 
     import uvicorn.protocols.http.httptools_impl as server
@@ -52,6 +97,11 @@ def _install(out: str) -> None:
     clock = time.perf_counter
     t: dict[str, float] = {}
     rows: list[tuple[float, ...]] = []
+    # before any wrapping below: the functions' own code
+    points = {_code(module, fn): name for name, module, fn in STEPS} if steps else {}
+    asgi_task = {_code("uvicorn.protocols.http.httptools_impl", "RequestResponseCycle.run_asgi"): ""}
+    # the last request's row and the time its last bytes were handed to the server
+    last: list[Any] = [None, 0.0, 0.0]
 
     def wrap(cls: Any, name: str, before: Any) -> None:
         inner = getattr(cls, name)
@@ -64,8 +114,13 @@ def _install(out: str) -> None:
 
     def request_in(a: Any) -> None:
         if a[0][:4] == b"POST":
+            now = clock()
+            row, end, done = last
+            if row is not None and steps:  # the previous request's tail, now that it is known
+                rows[row] += ((done or now) - end, now - end)
+            last[0] = None
             t.clear()
-            t["in"] = clock()
+            t["in"] = now
 
     wrap(server.HttpToolsProtocol, "data_received", request_in)
     wrap(netio.LoopStream, "_uncork", lambda a: t.setdefault("up", clock()))
@@ -76,22 +131,48 @@ def _install(out: str) -> None:
         if msg["type"] == "http.response.start":
             t["out"] = clock()
         await send(self, msg)
-        if msg["type"] == "http.response.body" and not msg.get("more_body") and len(t) == 4:
-            rows.append((t["up"] - t["in"], t["head"] - t["up"], t["out"] - t["head"], clock() - t["out"]))
+        if msg["type"] == "http.response.body" and not msg.get("more_body") and t.keys() >= {"in", "up", "head", "out"}:
+            end = clock()
+            row = (t["up"] - t["in"], t["head"] - t["up"], t["out"] - t["head"], end - t["out"])
+            if steps:
+                prev = t["in"]
+                for name, _, _ in STEPS:
+                    x = t.get(name)
+                    row += (math.nan,) if x is None else (x - prev,)
+                    prev = prev if x is None else x
+                row += (t["up"] - prev,)
+            rows.append(row)
+            last[:] = [len(rows) - 1, end, 0.0]
 
     server.RequestResponseCycle.send = timed_send  # type: ignore[method-assign]
+    if steps:
+
+        def cut(name: str) -> None:
+            if "in" in t and "up" not in t:
+                t.setdefault(name, clock())
+
+        def task_done(_: str) -> None:
+            if last[0] is not None and not last[2]:
+                last[2] = clock()
+
+        _monitor(points, cut, asgi_task, task_done)
 
     def dump() -> None:
+        # a step a request did not take is written "nan"
         Path(out).write_text("".join(" ".join(f"{x * 1e6:.1f}" for x in r) + "\n" for r in rows))
 
     atexit.register(dump)
 
 
-def measure(proxy_python: str, case: str, n: int, gap: float, warm: int = 300) -> list[list[float]]:
-    """The four phases of each of the ``n`` measured requests, in µs."""
+def measure(
+    proxy_python: str, case: str, n: int, gap: float, warm: int = 300, steps: bool = False
+) -> list[list[float]]:
+    """The four phases of each of the ``n`` measured requests, in µs; with ``steps``, then
+    each step of ``STEPS`` (nan where the case does not take it), ``LAST_STEP`` and, for
+    every request that another followed, the two times of ``TAIL``."""
     import yaml
 
-    from bench.instructions import CASES, _free_port, proxy_config, send, start_fake, wait_listening
+    from bench.instructions import CASES, HOST, _free_port, _request, exchange, proxy_config, start_fake, wait_listening
     from bench.run import pinned
 
     path, body = CASES[case]
@@ -111,7 +192,7 @@ def measure(proxy_python: str, case: str, n: int, gap: float, warm: int = 300) -
             proxy_python,
             "-m",
             "bench.phases",
-            "--serve",
+            "--serve-steps" if steps else "--serve",
             str(rows),
             "serve",
             "--config",
@@ -122,11 +203,14 @@ def measure(proxy_python: str, case: str, n: int, gap: float, warm: int = 300) -
                 pinned(argv, proxy_core), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         wait_listening(proxy, port, 60, work / "proxy.log")
-        send(port, warm, path, body)
-        for _ in range(n):
-            send(port, 1, path, body)
-            if gap:
-                time.sleep(gap)
+        req = _request(path, body)
+        with socket.create_connection((HOST, port), timeout=60) as s:  # one kept-alive connection
+            for _ in range(warm):
+                exchange(s, req)
+            for _ in range(n):
+                exchange(s, req)
+                if gap:
+                    time.sleep(gap)
         proxy.send_signal(signal.SIGINT)
         proxy.wait(30)
         got = [[float(x) for x in line.split()] for line in rows.read_text().splitlines()]
@@ -150,10 +234,28 @@ def report(rows: list[list[float]]) -> str:
     return "\n".join(out)
 
 
+def report_steps(rows: list[list[float]], gap: float = 0.0) -> str:
+    """The request path step by step (rows of ``measure(..., steps=True)``), and the tail
+    (with a ``gap`` between requests, the next one's arrival says nothing: left out)."""
+    out = ["| request path, step: → at its end | median µs | p90 µs |", "|---|---|---|"]
+    names = [name for name, _, _ in STEPS] + [LAST_STEP]
+    base = len(PHASES)
+    for i, name in enumerate(names):
+        xs = sorted(r[base + i] for r in rows if not math.isnan(r[base + i]))
+        if xs:
+            out.append(f"| {name} | {statistics.median(xs):.1f} | {xs[int(len(xs) * 0.9)]:.1f} |")
+    tails = [r[base + len(names) :] for r in rows if len(r) == base + len(names) + len(TAIL)]
+    for i, name in enumerate(TAIL[:1] if gap else TAIL):
+        xs = sorted(r[i] for r in tails)
+        if xs:
+            out.append(f"| {name} | {statistics.median(xs):.1f} | {xs[int(len(xs) * 0.9)]:.1f} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--serve"]:  # the proxy process
-        _install(argv[1])
+    if argv[:1] in (["--serve"], ["--serve-steps"]):  # the proxy process
+        _install(argv[1], steps=argv[0] == "--serve-steps")
         from app.cli import main as cli
 
         return cli(argv[2:])
@@ -162,10 +264,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", default="st-chat-n20")
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--gap", type=float, default=0.0, help="seconds between two requests (0: back to back)")
+    ap.add_argument(
+        "--steps",
+        action="store_true",
+        help="also the request path step by step, and what follows the answer's last bytes",
+    )
     args = ap.parse_args(argv)
-    rows = measure(args.proxy_python, args.case, args.requests, args.gap)
+    rows = measure(args.proxy_python, args.case, args.requests, args.gap, steps=args.steps)
     print(f"{args.case}, {len(rows)} requests, {args.gap:g} s apart\n")
     print(report(rows))
+    if args.steps:
+        print()
+        print(report_steps(rows, args.gap))
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.phases import PHASES, measure, report
+from bench.phases import LAST_STEP, PHASES, STEPS, TAIL, measure, report, report_steps
 
 PYTHON = str(Path(sys.executable))
 
@@ -23,3 +23,21 @@ def test_every_measured_request_has_its_four_phases() -> None:
 def test_a_non_streamed_request_too() -> None:
     rows = measure(PYTHON, "ns-chat", 2, 0.01, warm=1)
     assert len(rows) == 2 and all(len(r) == 4 for r in rows)
+
+
+def test_steps_cut_the_request_path_and_time_the_tail() -> None:
+    rows = measure(PYTHON, "st-resp-n20", 3, 0.0, warm=2, steps=True)
+    assert len(rows) == 3
+    names = [name for name, _, _ in STEPS] + [LAST_STEP]
+    for r in rows[:-1]:  # every request another followed: its steps, then its tail
+        assert len(r) == len(PHASES) + len(names) + len(TAIL)
+    assert len(rows[-1]) == len(PHASES) + len(names)  # the last: nothing came after it
+    for r in rows:
+        steps = r[len(PHASES) : len(PHASES) + len(names)]
+        assert all(x > 0 for x in steps)  # a Responses request takes every step
+        # the steps are the request path, cut: they add up to its phase
+        assert abs(sum(steps) - r[0]) < 0.5
+    table = report_steps(rows).splitlines()
+    assert [line.split(" | ")[0].strip("| ") for line in table[2:]] == names + list(TAIL)
+    table = report_steps(rows, gap=0.1).splitlines()  # then the next request's arrival is the gap's
+    assert [line.split(" | ")[0].strip("| ") for line in table[2:]] == names + list(TAIL[:1])
