@@ -3,9 +3,10 @@
     python -m bench.phases [--proxy-python PY] [--case CASE] [--requests N] [--gap S] [--steps]
 
 Starts the fake upstream (``bench/fake_upstream.py``) and ``switchboard serve`` as
-``bench.phases --serve``: the proxy's own CLI in a process that first wraps four places
-with a time stamp, then sends N requests of a ``bench.instructions`` case on one kept-alive
-connection, one at a time, ``--gap`` seconds apart (0: back to back), after 300 of warm-up.
+``bench.phases --serve`` (``--serve-steps`` for ``--steps``): the proxy's own CLI in a
+process that first wraps four places with a time stamp, then sends N requests of a
+``bench.instructions`` case on one kept-alive connection, one at a time, ``--gap`` seconds
+apart (0: back to back), after 300 of warm-up.
 For each request, from the first bytes of the client's request:
 
 ===================  ===============================================================
