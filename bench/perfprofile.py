@@ -73,83 +73,49 @@ def report(n: int, counts: collections.Counter[str], top: int) -> str:
 
 def record(proxy_python: str, case: str, n: int, freq: int, warm: int = 300) -> tuple[int, collections.Counter[str]]:
     """The proxy's samples while ``n`` requests of ``case`` go through it, folded."""
-    import yaml
-
-    from bench.instructions import CASES, HOST, _free_port, _request, exchange, proxy_config, start_fake, wait_listening
-    from bench.run import pinned
+    from bench.instructions import CASES, HOST, _request, exchange
+    from bench.phases import serving
 
     perf = shutil.which("perf")
     if perf is None:
         raise RuntimeError("perf is not installed (Debian: apt-get install linux-perf)")
     path, body = CASES[case]
+    argv = [proxy_python, "-m", "app.cli"]
+    env = {**os.environ, "PYTHONPERFSUPPORT": "1"}
     work = Path(tempfile.mkdtemp(prefix="switchboard-perfprofile-"))
-    cores = sorted(os.sched_getaffinity(0))
-    proxy_core, other = (cores[0], cores[1]) if len(cores) > 1 else (None, None)
-    if other is not None:
-        os.sched_setaffinity(0, {other})
-    fake, base = start_fake(pinned([], other))
-    proxy = None
+    pid = None
     try:
-        port = _free_port()
-        (work / "config.yaml").write_text(yaml.safe_dump(proxy_config(base, port)))
-        argv = [proxy_python, "-m", "app.cli", "serve", "--config", str(work / "config.yaml")]
-        env = {**os.environ, "PYTHONPERFSUPPORT": "1"}
-        with open(work / "proxy.log", "wb") as log:
-            proxy = subprocess.Popen(
-                pinned(argv, proxy_core),
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        wait_listening(proxy, port, 60, work / "proxy.log")
-        req = _request(path, body)
-        data = work / "perf.data"
-        with socket.create_connection((HOST, port), timeout=60) as s:
-            for _ in range(warm):
-                exchange(s, req)
-            rec = subprocess.Popen(
-                [
-                    perf,
-                    "record",
-                    "-q",
-                    "-F",
-                    str(freq),
-                    "--call-graph",
-                    "dwarf,8192",
-                    "-p",
-                    str(proxy.pid),
-                    "-o",
-                    str(data),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-            time.sleep(0.5)  # perf attached
-            for _ in range(n):
-                exchange(s, req)
-            rec.send_signal(signal.SIGINT)
-            _, err = rec.communicate(timeout=120)
-        # perf writes its file at SIGINT, then ends by that signal, as a shell would see it
-        if rec.returncode not in (0, -signal.SIGINT) or not data.exists():
-            raise RuntimeError(f"perf record failed ({rec.returncode}): {err.decode(errors='replace').strip()[:500]}")
-        script = subprocess.run(
-            [perf, "script", "-i", str(data), "-F", "ip,sym"], capture_output=True, check=True, timeout=600
-        ).stdout.decode(errors="replace")
+        with serving(argv, work, env=env) as (proxy, port):
+            pid = proxy.pid
+            req = _request(path, body)
+            data = work / "perf.data"
+            with socket.create_connection((HOST, port), timeout=60) as s:
+                for _ in range(warm):
+                    exchange(s, req)
+                rec = subprocess.Popen(
+                    [perf, "record", "-q", "-F", str(freq), "--call-graph", "dwarf,8192"]
+                    + ["-p", str(pid), "-o", str(data)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+                time.sleep(0.5)  # perf attached
+                for _ in range(n):
+                    exchange(s, req)
+                rec.send_signal(signal.SIGINT)
+                _, err = rec.communicate(timeout=120)
+            # perf writes its file at SIGINT, then ends by that signal, as a shell would see it
+            if rec.returncode not in (0, -signal.SIGINT) or not data.exists():
+                raise RuntimeError(
+                    f"perf record failed ({rec.returncode}): {err.decode(errors='replace').strip()[:500]}"
+                )
+            script = subprocess.run(
+                [perf, "script", "-i", str(data), "-F", "ip,sym"], capture_output=True, check=True, timeout=600
+            ).stdout.decode(errors="replace")
         return fold(script)
     finally:
-        os.sched_setaffinity(0, cores)
-        for p in (proxy, fake):
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        if proxy is not None:
-            Path(f"/tmp/perf-{proxy.pid}.map").unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
+        if pid is not None:
+            Path(f"/tmp/perf-{pid}.map").unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

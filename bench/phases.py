@@ -32,6 +32,7 @@ paced stream's first text waits for".  Loopback only; every child stopped by its
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import os
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,14 +173,40 @@ def measure(
     """The four phases of each of the ``n`` measured requests, in µs; with ``steps``, then
     each step of ``STEPS`` (nan where the case does not take it), ``LAST_STEP`` and, for
     every request that another followed, the two times of ``TAIL``."""
-    import yaml
-
-    from bench.instructions import CASES, HOST, _free_port, _request, exchange, proxy_config, start_fake, wait_listening
-    from bench.run import pinned
+    from bench.instructions import CASES, HOST, _request, exchange
 
     path, body = CASES[case]
     work = Path(tempfile.mkdtemp(prefix="switchboard-phases-"))
-    # as bench/run pins them: the proxy alone on core 0, the fake upstream and the client on 1
+    rows = work / "phases.txt"
+    argv = [proxy_python, "-m", "bench.phases", "--serve-steps" if steps else "--serve", str(rows)]
+    with serving(argv, work) as (proxy, port):
+        req = _request(path, body)
+        with socket.create_connection((HOST, port), timeout=60) as s:  # one kept-alive connection
+            for _ in range(warm):
+                exchange(s, req)
+            for _ in range(n):
+                exchange(s, req)
+                if gap:
+                    time.sleep(gap)
+        proxy.send_signal(signal.SIGINT)  # its rows are written at exit
+        proxy.wait(30)
+        got = [[float(x) for x in line.split()] for line in rows.read_text().splitlines()]
+        return got[warm:]
+
+
+@contextlib.contextmanager
+def serving(
+    argv: list[str], work: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """The fake upstream and a proxy started as ``argv`` + ``serve --config`` (its config and
+    log in ``work``), pinned as bench/run pins them (the proxy alone on core 0, the fake
+    upstream and this process on core 1), once the proxy listens: the proxy and its port.
+    Both stopped by their pids on leaving."""
+    import yaml
+
+    from bench.instructions import _free_port, proxy_config, start_fake, wait_listening
+    from bench.run import pinned
+
     cores = sorted(os.sched_getaffinity(0))
     proxy_core, other = (cores[0], cores[1]) if len(cores) > 1 else (None, None)
     if other is not None:
@@ -188,34 +216,18 @@ def measure(
     try:
         port = _free_port()
         (work / "config.yaml").write_text(yaml.safe_dump(proxy_config(base, port)))
-        rows = work / "phases.txt"
-        argv = [
-            proxy_python,
-            "-m",
-            "bench.phases",
-            "--serve-steps" if steps else "--serve",
-            str(rows),
-            "serve",
-            "--config",
-            str(work / "config.yaml"),
-        ]
+        cmd = [*argv, "serve", "--config", str(work / "config.yaml")]
         with open(work / "proxy.log", "wb") as log:
             proxy = subprocess.Popen(
-                pinned(argv, proxy_core), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                pinned(cmd, proxy_core),
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         wait_listening(proxy, port, 60, work / "proxy.log")
-        req = _request(path, body)
-        with socket.create_connection((HOST, port), timeout=60) as s:  # one kept-alive connection
-            for _ in range(warm):
-                exchange(s, req)
-            for _ in range(n):
-                exchange(s, req)
-                if gap:
-                    time.sleep(gap)
-        proxy.send_signal(signal.SIGINT)
-        proxy.wait(30)
-        got = [[float(x) for x in line.split()] for line in rows.read_text().splitlines()]
-        return got[warm:]
+        yield proxy, port
     finally:
         os.sched_setaffinity(0, cores)
         for p in (proxy, fake):
