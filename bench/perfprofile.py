@@ -98,6 +98,11 @@ def record(proxy_python: str, case: str, n: int, freq: int, warm: int = 300) -> 
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
                 )
+                # perf catches SIGINT from before it creates its file: until then the signal
+                # would end it with nothing written (a loaded machine can take seconds)
+                deadline = time.monotonic() + 60
+                while not data.exists() and rec.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 time.sleep(0.5)  # perf attached
                 for _ in range(n):
                     exchange(s, req)
