@@ -20,7 +20,8 @@ answer body          → the answer's last body handed to the server
 
 ``--steps`` also cuts the request path at the start of each function of ``STEPS`` (the
 interpreter's ``sys.monitoring`` events on those functions alone) and times what the proxy
-does after the answer's last bytes, until its request task is done and until it reads the
+does after the answer's last bytes (``TAIL_CUTS``: its log line and counters, the rest of the
+upstream body, the upstream answer closed, its request task done) and until it reads the
 next request: work that a client sending its next request at once waits behind.
 
 The wrappers cost a few µs each, so figures are a little high, alike for every build.
@@ -64,7 +65,16 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("the pool: a kept-alive connection", "app.http11", "Http11Connection._send"),
 )
 LAST_STEP = "the request head and body framed, written"  # → the request path's end
-TAIL = ("after the last bytes: → the request task done", "→ the next request read")
+# What follows the answer's last bytes, each time from them: the returns of these functions
+# (a function a request does not call, as ``_drain`` for a whole answer, is "nan"), then the
+# next request's first bytes read
+TAIL_CUTS: tuple[tuple[str, str, str], ...] = (
+    ("after the last bytes: → the log line and counters written", "app.pipeline", "_finish_log"),
+    ("→ the rest of the upstream body read", "app.pipeline", "_drain"),
+    ("→ the upstream answer closed, the handler done", "app.pipeline", "ProxyResponse.__call__"),
+    ("→ the request task done", "uvicorn.protocols.http.httptools_impl", "RequestResponseCycle.run_asgi"),
+)
+TAIL = (*(name for name, _, _ in TAIL_CUTS), "→ the next request read")
 
 
 def _monitor(points: dict[Any, str], on_start: Any, returns: dict[Any, str], on_return: Any) -> None:
@@ -102,9 +112,10 @@ def _install(out: str, steps: bool = False) -> None:
     rows: list[tuple[float, ...]] = []
     # before any wrapping below: the functions' own code
     points = {_code(module, fn): name for name, module, fn in STEPS} if steps else {}
-    asgi_task = {_code("uvicorn.protocols.http.httptools_impl", "RequestResponseCycle.run_asgi"): ""}
-    # the last request's row and the time its last bytes were handed to the server
-    last: list[Any] = [None, 0.0, 0.0]
+    tail_cuts = {_code(module, fn): name for name, module, fn in TAIL_CUTS} if steps else {}
+    # the last request's row, the time its last bytes were handed to the server, and the
+    # times of its tail's cuts
+    last: list[Any] = [None, 0.0, {}]
 
     def wrap(cls: Any, name: str, before: Any) -> None:
         inner = getattr(cls, name)
@@ -118,9 +129,9 @@ def _install(out: str, steps: bool = False) -> None:
     def request_in(a: Any) -> None:
         if a[0][:4] == b"POST":
             now = clock()
-            row, end, done = last
+            row, end, cuts = last
             if row is not None and steps:  # the previous request's tail, now that it is known
-                rows[row] += ((done or now) - end, now - end)
+                rows[row] += (*(cuts[n] - end if n in cuts else math.nan for n, _, _ in TAIL_CUTS), now - end)
             last[0] = None
             t.clear()
             t["in"] = now
@@ -145,7 +156,7 @@ def _install(out: str, steps: bool = False) -> None:
                     prev = prev if x is None else x
                 row += (t["up"] - prev,)
             rows.append(row)
-            last[:] = [len(rows) - 1, end, 0.0]
+            last[:] = [len(rows) - 1, end, {}]
 
     server.RequestResponseCycle.send = timed_send  # type: ignore[method-assign]
     if steps:
@@ -154,11 +165,11 @@ def _install(out: str, steps: bool = False) -> None:
             if "in" in t and "up" not in t:
                 t.setdefault(name, clock())
 
-        def task_done(_: str) -> None:
-            if last[0] is not None and not last[2]:
-                last[2] = clock()
+        def tail_cut(name: str) -> None:
+            if last[0] is not None:
+                last[2].setdefault(name, clock())
 
-        _monitor(points, cut, asgi_task, task_done)
+        _monitor(points, cut, tail_cuts, tail_cut)
 
     def dump() -> None:
         # a step a request did not take is written "nan"
@@ -172,7 +183,8 @@ def measure(
 ) -> list[list[float]]:
     """The four phases of each of the ``n`` measured requests, in µs; with ``steps``, then
     each step of ``STEPS`` (nan where the case does not take it), ``LAST_STEP`` and, for
-    every request that another followed, the two times of ``TAIL``."""
+    every request that another followed, the times of ``TAIL`` (nan where it does not take
+    a cut)."""
     from bench.instructions import CASES, HOST, _request, exchange
 
     path, body = CASES[case]
@@ -258,8 +270,8 @@ def report_steps(rows: list[list[float]], gap: float = 0.0) -> str:
         if xs:
             out.append(f"| {name} | {statistics.median(xs):.1f} | {xs[int(len(xs) * 0.9)]:.1f} |")
     tails = [r[base + len(names) :] for r in rows if len(r) == base + len(names) + len(TAIL)]
-    for i, name in enumerate(TAIL[:1] if gap else TAIL):
-        xs = sorted(r[i] for r in tails)
+    for i, name in enumerate(TAIL[:-1] if gap else TAIL):
+        xs = sorted(r[i] for r in tails if not math.isnan(r[i]))
         if xs:
             out.append(f"| {name} | {statistics.median(xs):.1f} | {xs[int(len(xs) * 0.9)]:.1f} |")
     return "\n".join(out)

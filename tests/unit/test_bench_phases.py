@@ -3,6 +3,7 @@ four phases of every measured request.  Correctness only (no timing assertion)."
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -39,5 +40,17 @@ def test_steps_cut_the_request_path_and_time_the_tail() -> None:
         assert abs(sum(steps) - r[0]) < 0.5
     table = report_steps(rows).splitlines()
     assert [line.split(" | ")[0].strip("| ") for line in table[2:]] == names + list(TAIL)
+    for r in rows[:-1]:  # the tail's cuts come in their order, each after the answer's last bytes
+        tail = r[len(PHASES) + len(names) :]
+        assert tail[0] > 0 and tail == sorted(tail)
     table = report_steps(rows, gap=0.1).splitlines()  # then the next request's arrival is the gap's
-    assert [line.split(" | ")[0].strip("| ") for line in table[2:]] == names + list(TAIL[:1])
+    assert [line.split(" | ")[0].strip("| ") for line in table[2:]] == names + list(TAIL[:-1])
+
+
+def test_a_whole_answer_has_no_drain_in_its_tail() -> None:
+    rows = measure(PYTHON, "ns-chat", 3, 0.0, warm=2, steps=True)
+    drained = len(PHASES) + len(STEPS) + 1 + 1  # the tail's second cut: the rest of the upstream body
+    assert all(math.isnan(r[drained]) for r in rows[:-1])
+    table = report_steps(rows).splitlines()
+    assert "→ the rest of the upstream body read" not in [line.split(" | ")[0].strip("| ") for line in table[2:]]
+    assert table[-1].startswith("| → the next request read")
