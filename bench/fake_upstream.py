@@ -109,6 +109,9 @@ WORDS = (
     ":",
     "\n",
 )
+# the proxy's key for this upstream, as every hosted provider has one: its header goes
+# upstream and the proxy's log lines are masked for it (this upstream does not check it)
+KEY = "sk-bench-" + "0123456789abcdef" * 3
 TOOL_NAME = "shell"
 TOOL_CALL_ID = "call_bench_0"
 TOOL_ARG_PARTS = ('{"command":["ls",', '"-la"],', '"workdir":"/tmp"}')
