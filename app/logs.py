@@ -26,12 +26,16 @@ _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
 
 
 _MASK: SecretMask = NO_SECRETS
+# None when no secret is configured; else what a string value must be as long as to hold one
+# (calling the mask costs more than the test: a call through the class's ``__call__`` slot)
+_MASK_FROM: int | None = None
 
 
 def set_mask(mask: SecretMask) -> None:
     """The configured secrets, masked in every log line from now on."""
-    global _MASK
+    global _MASK, _MASK_FROM
     _MASK = mask
+    _MASK_FROM = mask.shortest if mask else None
 
 
 _NOT_SECRET = frozenset(("tokens", "input_tokens", "output_tokens"))
@@ -49,7 +53,8 @@ def _secret_name(k: str) -> bool:
 
 
 def redact(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
-    mask = _MASK if _MASK else None
+    mask = _MASK
+    shortest = _MASK_FROM
     names = _SECRET_NAME
     for k, v in event.items():  # values replaced in place: the keys do not change
         secret = names.get(k)
@@ -60,7 +65,7 @@ def redact(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
         elif isinstance(v, str):
             if "earer" in v:
                 v = event[k] = _BEARER.sub(r"\1[redacted]", v)
-            if mask is not None:
+            if shortest is not None and len(v) >= shortest:
                 event[k] = mask(v)
     return event
 

@@ -23,7 +23,7 @@ REDACTED = "[redacted]"
 
 
 class SecretMask:
-    __slots__ = ("_re", "_shortest", "secrets")
+    __slots__ = ("_re", "shortest", "secrets")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         found: set[str] = set()
@@ -41,10 +41,10 @@ class SecretMask:
         self._re = re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None
         # a text shorter than every secret holds none: most of a log line's values (names,
         # protocols, outcomes) are returned without a regex pass
-        self._shortest = len(ordered[-1]) if ordered else 0
+        self.shortest = len(ordered[-1]) if ordered else 0
 
     def __call__(self, text: str) -> str:
-        if self._re is None or len(text) < self._shortest:
+        if self._re is None or len(text) < self.shortest:
             return text
         return self._re.sub(REDACTED, text)
 

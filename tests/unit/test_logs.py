@@ -200,3 +200,18 @@ def test_exception_goes_through_structlog_with_its_traceback(monkeypatch: pytest
     (line,) = _lines(err.getvalue())
     assert line["event"] == "failed" and line["level"] == "error"
     assert "ValueError: boom" in line["exception"]
+
+
+def test_values_as_long_as_the_shortest_secret_are_masked_and_shorter_ones_kept() -> None:
+    logs.set_mask(SecretMask(["abcdef", "longer-secret-1"]))
+    event = {"a": "abcdef", "b": "xabcdefx", "c": "abcde", "d": "the longer-secret-1 here", "e": 7}
+    line = orjson.loads(logs.render(None, "info", event))
+    assert (line["a"], line["b"], line["c"], line["d"], line["e"]) == (
+        "[redacted]",
+        "x[redacted]x",
+        "abcde",
+        "the [redacted] here",
+        7,
+    )
+    logs.set_mask(NO_SECRETS)  # no secrets: values as they are
+    assert orjson.loads(logs.render(None, "info", {"a": "abcdef"}))["a"] == "abcdef"
