@@ -156,6 +156,9 @@ class Http11Connection(AsyncConnectionInterface):
         self._request_count = 0
         self._buf = ReceiveBuffer()
         self._reader: Any = None  # the answer body's reader
+        # its ``__call__``, bound: a call of the bound method runs in the interpreter's own loop,
+        # where calling the reader itself goes through its class's call slot (a new C frame)
+        self._step: Any = None
         self._reusable = False  # this exchange may leave the connection idle (set per exchange)
         self._body_done = False  # the answer's body was read to its end
 
@@ -169,7 +172,7 @@ class Http11Connection(AsyncConnectionInterface):
         self._request_count += 1
         self._state = ACTIVE
         self._expire_at = None
-        self._reader = None
+        self._reader = self._step = None
         self._body_done = False
         try:
             timeouts = request.extensions.get("timeout", {})
@@ -191,7 +194,8 @@ class Http11Connection(AsyncConnectionInterface):
                 content._done = True
             else:
                 framing, args = _body_framing(method, event)
-                self._reader = _BODY_READERS[framing](*args)
+                self._reader = reader = _BODY_READERS[framing](*args)
+                self._step = reader.__call__
                 self._reusable = keep and _keep_alive(event) and framing != "http/1.0"
                 content = ResponseBody(self, timeouts.get("read", None))
             return Response(
@@ -285,10 +289,11 @@ class Http11Connection(AsyncConnectionInterface):
     async def read(self, timeout: float | None) -> bytes:
         """The answer body's next bytes; ``b""`` at its end."""
         reader = self._reader
+        step = self._step
         buf = self._buf
         while True:
             try:
-                event = reader(buf)
+                event = step(buf)
                 if event is None:
                     if len(buf) > _MAX_INCOMPLETE:
                         raise RemoteProtocolError("Receive buffer too long")
@@ -314,7 +319,7 @@ class Http11Connection(AsyncConnectionInterface):
             return
         if self._reusable and self._body_done and not self._buf:
             self._state = IDLE
-            self._reader = None
+            self._reader = self._step = None
             if self._keepalive_expiry is not None:
                 self._expire_at = time.monotonic() + self._keepalive_expiry
         else:
@@ -322,7 +327,7 @@ class Http11Connection(AsyncConnectionInterface):
 
     async def aclose(self) -> None:
         self._state = CLOSED
-        self._reader = None
+        self._reader = self._step = None
         await self._network_stream.aclose()
 
     # -- what the pool asks ---------------------------------------------------------------
