@@ -112,6 +112,18 @@ WORDS = (
 # the proxy's key for this upstream, as every hosted provider has one: its header goes
 # upstream and the proxy's log lines are masked for it (this upstream does not check it)
 KEY = "sk-bench-" + "0123456789abcdef" * 3
+
+
+def proxy_providers(base: str) -> list[dict[str, str]]:
+    """The proxy's two providers in front of this upstream (``base``: its ``/v1`` URL), as every
+    bench config names them: ``fake-chat`` on its Chat side, ``fake-resp`` on its Responses side."""
+    common = {"profile": "openai-compatible", "base_url": base, "api_key": KEY}
+    return [
+        {"name": "fake-chat", "protocol": "chat", **common},
+        {"name": "fake-resp", "protocol": "responses", **common},
+    ]
+
+
 TOOL_NAME = "shell"
 TOOL_CALL_ID = "call_bench_0"
 TOOL_ARG_PARTS = ('{"command":["ls",', '"-la"],', '"workdir":"/tmp"}')

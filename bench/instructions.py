@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from bench.codex_body import codex_request
-from bench.fake_upstream import KEY
+from bench.fake_upstream import proxy_providers
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -175,16 +175,7 @@ def proxy_config(base: str, port: int) -> dict[str, Any]:
     return {
         "server": {"host": HOST, "port": port, "drain": {"announce_seconds": 0}},
         "store": {"enabled": False},
-        "providers": [
-            {"name": "fake-chat", "profile": "openai-compatible", "protocol": "chat", "base_url": base, "api_key": KEY},
-            {
-                "name": "fake-resp",
-                "profile": "openai-compatible",
-                "protocol": "responses",
-                "base_url": base,
-                "api_key": KEY,
-            },
-        ],
+        "providers": proxy_providers(base),
         "models": [
             {"name": "bench-chat-*", "provider": "fake-chat"},
             {"name": "bench-resp-*", "provider": "fake-resp"},

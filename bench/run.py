@@ -49,7 +49,7 @@ from pathlib import Path
 import orjson
 
 from bench.codex_body import codex_request
-from bench.fake_upstream import KEY, TOOL_NAME
+from bench.fake_upstream import TOOL_NAME, proxy_providers
 from bench.loadgen import LoadResult, LoadSpec, percentile, run_load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -322,16 +322,7 @@ def proxy_config(upstream_port: int, scs: list[Scenario]) -> dict:
     models = sorted({s.model: s for s in scs}.items())
     return {
         "server": {"host": HOST, "port": 0},
-        "providers": [
-            {"name": "fake-chat", "profile": "openai-compatible", "protocol": "chat", "base_url": base, "api_key": KEY},
-            {
-                "name": "fake-resp",
-                "profile": "openai-compatible",
-                "protocol": "responses",
-                "base_url": base,
-                "api_key": KEY,
-            },
-        ],
+        "providers": proxy_providers(base),
         "models": [{"name": m, "provider": "fake-chat" if s.upstream == "chat" else "fake-resp"} for m, s in models],
     }
 
