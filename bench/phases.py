@@ -19,7 +19,8 @@ answer body          → the answer's last body handed to the server
 ===================  ===============================================================
 
 ``--steps`` also cuts the request path at the start of each function of ``STEPS`` (the
-interpreter's ``sys.monitoring`` events on those functions alone) and times what the proxy
+interpreter's ``sys.monitoring`` events on those functions alone), the answer head at the
+returns of ``HEAD_CUTS``, and times what the proxy
 does after the answer's last bytes (``TAIL_CUTS``: its log line and counters, the rest of the
 upstream body, the upstream answer closed, its request task done) and until it reads the
 next request: work that a client sending its next request at once waits behind.
@@ -65,6 +66,18 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("the pool: a kept-alive connection", "app.http11", "Http11Connection._send"),
 )
 LAST_STEP = "the request head and body framed, written"  # → the request path's end
+# The answer head phase cut at the returns of these functions, in the order the upstream
+# answer's head goes back up through them: each from the previous cut, or from the
+# upstream answer's first bytes read; then HEAD_LAST, to ``http.response.start``
+HEAD_CUTS: tuple[tuple[str, str, str], ...] = (
+    ("the read woken, the head parsed", "app.http11", "Http11Connection._read_head"),
+    ("the connection's answer: framing, body reader", "app.http11", "Http11Connection.handle_async_request"),
+    ("the pool's answer", "providers.upstream_pool", "Pool.handle_async_request"),
+    ("httpx's answer, its headers", "providers.upstream", "_ShardedTransport.handle_async_request"),
+    ("the first-byte timeout left", "app.pipeline", "_open"),
+    ("the status checked (a whole answer: read, parsed)", "app.pipeline", "_attempt"),
+)
+HEAD_LAST = "the answer's head built, handed to the server"
 # What follows the answer's last bytes, each time from them: the returns of these functions
 # (a function a request does not call, as ``_drain`` for a whole answer, is "nan"), then the
 # next request's first bytes read
@@ -113,6 +126,7 @@ def _install(out: str, steps: bool = False) -> None:
     # before any wrapping below: the functions' own code
     points = {_code(module, fn): name for name, module, fn in STEPS} if steps else {}
     tail_cuts = {_code(module, fn): name for name, module, fn in TAIL_CUTS} if steps else {}
+    head_cuts = {_code(module, fn): name for name, module, fn in HEAD_CUTS} if steps else {}
     # the last request's row, the time its last bytes were handed to the server, and the
     # times of its tail's cuts
     last: list[Any] = [None, 0.0, {}]
@@ -155,6 +169,12 @@ def _install(out: str, steps: bool = False) -> None:
                     row += (math.nan,) if x is None else (x - prev,)
                     prev = prev if x is None else x
                 row += (t["up"] - prev,)
+                prev = t["head"]
+                for name, _, _ in HEAD_CUTS:
+                    x = t.get(name)
+                    row += (math.nan,) if x is None else (x - prev,)
+                    prev = prev if x is None else x
+                row += (t["out"] - prev,)
             rows.append(row)
             last[:] = [len(rows) - 1, end, {}]
 
@@ -165,11 +185,15 @@ def _install(out: str, steps: bool = False) -> None:
             if "in" in t and "up" not in t:
                 t.setdefault(name, clock())
 
-        def tail_cut(name: str) -> None:
-            if last[0] is not None:
+        def returned(name: str) -> None:
+            if name in head_names:
+                if "head" in t and "out" not in t:
+                    t.setdefault(name, clock())
+            elif last[0] is not None:
                 last[2].setdefault(name, clock())
 
-        _monitor(points, cut, tail_cuts, tail_cut)
+        head_names = set(head_cuts.values())
+        _monitor(points, cut, tail_cuts | head_cuts, returned)
 
     def dump() -> None:
         # a step a request did not take is written "nan"
@@ -182,7 +206,8 @@ def measure(
     proxy_python: str, case: str, n: int, gap: float, warm: int = 300, steps: bool = False
 ) -> list[list[float]]:
     """The four phases of each of the ``n`` measured requests, in µs; with ``steps``, then
-    each step of ``STEPS`` (nan where the case does not take it), ``LAST_STEP`` and, for
+    each step of ``STEPS`` (nan where the case does not take it), ``LAST_STEP``, each cut of
+    ``HEAD_CUTS`` and ``HEAD_LAST``, and, for
     every request that another followed, the times of ``TAIL`` (nan where it does not take
     a cut)."""
     from bench.instructions import CASES, HOST, _request, exchange
@@ -260,20 +285,28 @@ def report(rows: list[list[float]]) -> str:
 
 
 def report_steps(rows: list[list[float]], gap: float = 0.0) -> str:
-    """The request path step by step (rows of ``measure(..., steps=True)``), and the tail
-    (with a ``gap`` between requests, the next one's arrival says nothing: left out)."""
-    out = ["| request path, step: → at its end | median µs | p90 µs |", "|---|---|---|"]
+    """The request path and the answer head step by step (rows of ``measure(...,
+    steps=True)``), and the tail (with a ``gap`` between requests, the next one's arrival
+    says nothing: left out)."""
     names = [name for name, _, _ in STEPS] + [LAST_STEP]
+    heads = [name for name, _, _ in HEAD_CUTS] + [HEAD_LAST]
+    tails = list(TAIL[:-1] if gap else TAIL)
     base = len(PHASES)
-    for i, name in enumerate(names):
-        xs = sorted(r[base + i] for r in rows if not math.isnan(r[base + i]))
-        if xs:
-            out.append(f"| {name} | {statistics.median(xs):.1f} | {xs[int(len(xs) * 0.9)]:.1f} |")
-    tails = [r[base + len(names) :] for r in rows if len(r) == base + len(names) + len(TAIL)]
-    for i, name in enumerate(TAIL[:-1] if gap else TAIL):
-        xs = sorted(r[i] for r in tails if not math.isnan(r[i]))
-        if xs:
-            out.append(f"| {name} | {statistics.median(xs):.1f} | {xs[int(len(xs) * 0.9)]:.1f} |")
+    width = base + len(names) + len(heads)
+    after = [r[width:] for r in rows if len(r) == width + len(TAIL)]
+    out: list[str] = []
+    for title, table, cols in (
+        ("request path, step: → at its end", names, [r[base : base + len(names)] for r in rows]),
+        ("answer head, step: → at its end", heads, [r[base + len(names) : width] for r in rows]),
+        ("after the answer's last bytes", tails, after),
+    ):
+        lines = []
+        for i, name in enumerate(table):
+            xs = sorted(c[i] for c in cols if not math.isnan(c[i]))
+            if xs:
+                lines.append(f"| {name} | {statistics.median(xs):.1f} | {xs[int(len(xs) * 0.9)]:.1f} |")
+        if lines:
+            out += [*([""] if out else []), f"| {title} | median µs | p90 µs |", "|---|---|---|", *lines]
     return "\n".join(out)
 
 
