@@ -72,7 +72,7 @@ from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Text
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.passthrough import ChatPassthrough
-from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
+from transformers.request_c2r import chat_to_responses
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
@@ -123,7 +123,7 @@ class AnswerError(Exception):
 
 
 def _chat_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    ctx.tools = toolinfo_from_chat(body.get("tools"))
+    # ``ctx.tools``: the quirk table's same_protocol_toolinfo row
     return prepare_chat(body, ctx, translated=False)
 
 

@@ -9,7 +9,9 @@ goes through ONE table of small named passes, applied in order.  Each row is
 switched off, same-protocol only, or always) and the pass edits the body in place (the
 entry points work on a shallow copy, and every pass copies a nested dict or list before it
 changes it, so the client's parsed body is never mutated).  A pass that changes something
-records ``ctx.repaired(<rule>)``.
+records ``ctx.repaired(<rule>)``.  A gate reads the quirk set and whether the body was
+translated, never the body: ``plan`` decides once per (protocol, quirk set, translated)
+which passes run, and remembers it.
 
 Chat upstreams (``prepare_chat``):
 
@@ -584,23 +586,39 @@ QUIRK_TABLE: tuple[tuple[str, ProtocolName, Gate, Pass], ...] = (
     ("tool_schemas",              "responses", _always,                          _tool_schemas),
 )  # fmt: skip
 
-_CHAT_ROWS = tuple(r for r in QUIRK_TABLE if r[1] == "chat")
-_RESPONSES_ROWS = tuple(r for r in QUIRK_TABLE if r[1] == "responses")
+_ROWS = {protocol: tuple(r for r in QUIRK_TABLE if r[1] == protocol) for protocol in ("chat", "responses")}
+
+# Which passes run is the gates' decision, and a gate reads the quirk set and ``translated``
+# alone: decided once per (protocol, quirk set, translated) and remembered.  Quirk sets
+# come from the config's routes, a handful; the bound holds whatever a caller makes up.
+_PLANS: dict[tuple[str, frozenset[str], bool], tuple[Pass, ...]] = {}
+_PLANS_MAX = 256
 
 
-def _run(rows: tuple[tuple[str, ProtocolName, Gate, Pass], ...], body: Body, ctx: Ctx, translated: bool) -> Body:
+def plan(protocol: ProtocolName, ctx: Ctx, translated: bool) -> tuple[Pass, ...]:
+    """The passes of ``protocol``'s rows whose gates let them run for ``ctx``, in order."""
+    key = (protocol, ctx.quirks, translated)
+    passes = _PLANS.get(key)
+    if passes is None:
+        passes = tuple(fn for _rule, _protocol, gate, fn in _ROWS[protocol] if gate(ctx, translated))
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = passes
+    return passes
+
+
+def _run(protocol: ProtocolName, body: Body, ctx: Ctx, translated: bool) -> Body:
     out = dict(body)
-    for _rule, _protocol, gate, fn in rows:
-        if gate(ctx, translated):
-            fn(out, ctx)
+    for fn in plan(protocol, ctx, translated):
+        fn(out, ctx)
     return out
 
 
 def prepare_chat(body: Body, ctx: Ctx, *, translated: bool) -> Body:
     """The Chat request as the upstream must see it (a new dict; ``body`` is not mutated)."""
-    return _run(_CHAT_ROWS, body, ctx, translated)
+    return _run("chat", body, ctx, translated)
 
 
 def prepare_responses(body: Body, ctx: Ctx, *, translated: bool) -> Body:
     """The Responses request as the upstream must see it (a new dict; ``body`` untouched)."""
-    return _run(_RESPONSES_ROWS, body, ctx, translated)
+    return _run("responses", body, ctx, translated)

@@ -609,3 +609,38 @@ def test_responses_call_ids_same_protocol(raw, wire):
 
 def test_prepare_responses_leaves_string_input_alone():
     assert prepare_responses({"model": "m", "input": "hi"}, ctx(), translated=True) == {"model": "m", "input": "hi"}
+
+
+def test_plan_is_the_gates_decision_for_every_quirk_set():
+    """``plan`` remembers which passes run per (protocol, quirk set, translated): for any
+    quirk set, the passes whose gates say so, in the table's order; two quirk sets that the
+    gates tell apart get their own plans."""
+    import random
+
+    from transformers import request_quirks as rq
+
+    rng = random.Random(7)
+    names = sorted(QUIRKS)
+    sets = [frozenset(), frozenset(names)] + [frozenset(rng.sample(names, rng.randint(1, 8))) for _ in range(60)]
+    for quirks in sets:
+        c = ctx(*quirks)
+        for protocol in ("chat", "responses"):
+            for translated in (False, True):
+                want = tuple(
+                    fn for _r, p, gate, fn in QUIRK_TABLE if p == protocol and gate(Ctx(quirks=quirks), translated)
+                )
+                assert rq.plan(protocol, c, translated) == want
+                assert rq.plan(protocol, c, translated) == want  # remembered: the same answer
+    assert len(rq._PLANS) <= rq._PLANS_MAX
+
+
+def test_plans_stay_bounded():
+    from transformers import request_quirks as rq
+
+    names = sorted(QUIRKS)
+    for i in range(rq._PLANS_MAX + 10):
+        rq.plan("chat", ctx(*(n for b, n in enumerate(names) if i >> b & 1)), False)
+    assert 0 < len(rq._PLANS) <= rq._PLANS_MAX
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    out = prepare_chat(body, ctx(), translated=False)  # still right after the plans were dropped
+    assert out["stream_options"] == {"include_usage": True} and out["model"] == "up"
