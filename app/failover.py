@@ -87,6 +87,9 @@ class Resilience:
         # model forwards client-chosen names, which must not create state
         self.models = frozenset(models)
         self.breakers: dict[tuple[str, str], Breaker] = {}
+        # the state each breaker's gauge shows: written when the state moves from it (most
+        # reports leave a closed breaker closed, and write nothing)
+        self.shown: dict[tuple[str, str], str] = {}
         self.budgets: dict[str, RetryBudget] = {}
         self.metrics = metrics or Metrics()
         self.clock = clock
@@ -134,13 +137,17 @@ class Resilience:
         if not self.enabled:
             return
         now = self.clock()
+        shown = self.shown
         for k in self._keys(route):
             b = self._breaker(k)
             before = b.state
             getattr(b, _REPORTS[outcome])(now)
-            if b.state != before:
-                log.warning("breaker", provider=k[0], model=k[1], state=b.state, previous=before)
-            self.metrics.set_gauge("switchboard_breaker_state", STATES.index(b.state), provider=k[0], model=k[1])
+            state = b.state
+            if state != before:
+                log.warning("breaker", provider=k[0], model=k[1], state=state, previous=before)
+            if shown.get(k) != state:
+                shown[k] = state
+                self.metrics.set_gauge("switchboard_breaker_state", STATES.index(state), provider=k[0], model=k[1])
 
     def states(self) -> dict[str, str]:
         """Every breaker that is not closed, as ``provider`` or ``provider/model`` → state."""

@@ -144,3 +144,41 @@ def test_order_targets() -> None:
     share = sum(o[0] == 0 for o in firsts) / len(firsts)
     assert 0.7 < share < 0.8  # weight 3 of 4
     assert order_targets((0.0, 2.0), rng) == [1, 0]
+
+
+def test_the_breaker_gauge_shows_each_state_after_every_report() -> None:
+    """``Resilience.report`` writes a breaker's gauge only when its state moved from what the
+    gauge shows: after every report the gauge is the state, whatever ran before it (an
+    ``allow`` that opened a probe, a release that left it half-open), at random."""
+    from types import SimpleNamespace
+
+    from app.failover import Resilience
+    from app.metrics import Metrics
+    from providers.breaker import STATES
+    from providers.config import BreakerCfg, RetryCfg
+
+    writes: list[float] = []
+
+    class Counted(Metrics):
+        def set_gauge(self, name: str, value: float, **labels: str) -> None:
+            writes.append(value)
+            super().set_gauge(name, value, **labels)
+
+    now = [0.0]
+    m = Counted(["p"])
+    res = Resilience(RetryCfg(), BreakerCfg(failures=2, open_seconds=1.0), [("p", "m")], m, clock=lambda: now[0])
+    route = SimpleNamespace(provider=SimpleNamespace(name="p"), upstream_model="m")
+    rng = random.Random(3)
+    moves = 0
+    for _ in range(2000):
+        now[0] += rng.choice((0.0, 0.3, 1.2))
+        if not res.allow(route):  # type: ignore[arg-type]
+            continue
+        before = {k: res.shown.get(k) for k in (("p", "-"), ("p", "m"))}
+        res.report(route, rng.choice(("ok", "failure", "failure", "release")))  # type: ignore[arg-type]
+        for k in (("p", "-"), ("p", "m")):
+            state = res.breakers[k].state
+            assert m.get("switchboard_breaker_state", provider=k[0], model=k[1]) == STATES.index(state)
+            moves += before[k] != state
+    assert len(writes) == moves  # one write per change of what the gauge shows, none besides
+    assert 0 < moves < 2000
