@@ -61,6 +61,26 @@ class StaleConnection(httpcore.ReadError):
 _STALE_RESENDS = _MAX_KEEPALIVE
 
 
+class _TargetURL(httpcore.URL):
+    """An upstream endpoint's URL as httpcore takes it, shared by every request to it (the
+    transport remembers it per URL): built once, and its origin with it, which httpcore's
+    ``origin`` property builds anew, from a dict of default ports, each time the pool and
+    then the connection look."""
+
+    def __init__(self, url: httpx.URL) -> None:
+        super().__init__(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path)
+        self._origin = super().origin
+
+    @property
+    def origin(self) -> httpcore.Origin:
+        return self._origin
+
+
+# the URLs a transport remembers (an endpoint's path and query come from the config: a
+# few; the bound holds whatever else)
+_URLS_MAX = 1024
+
+
 class _ShardedTransport(httpx.AsyncBaseTransport):
     """Independent connection pools, the least busy one taken (see _POOL_SHARDS)."""
 
@@ -83,6 +103,7 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
         # each pool's requests in flight: httpcore adds a request to this list when it starts
         # and removes it when its response is closed (the list object is the pool's own)
         self._loads = [(shard, shard._pool._requests) for shard in self.shards]
+        self._urls: dict[Any, _TargetURL] = {}  # by httpx's parse of the URL (a NamedTuple)
 
     def pick(self) -> httpx.AsyncHTTPTransport:
         """The pool with the fewest requests in flight; the first of equals."""
@@ -99,10 +120,15 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """httpx's ``AsyncHTTPTransport.handle_async_request`` on the picked pool, the
         answer's headers handed to httpx as they are (``_httpx_headers``)."""
-        url = request.url
+        parsed = request.url._uri_reference
+        url = self._urls.get(parsed)
+        if url is None:
+            if len(self._urls) >= _URLS_MAX:
+                self._urls.clear()
+            url = self._urls[parsed] = _TargetURL(request.url)
         req = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+            url=url,
             headers=request.headers.raw,
             content=request.stream,
             extensions=request.extensions,
@@ -120,8 +146,13 @@ class _ShardedTransport(httpx.AsyncBaseTransport):
                         raise  # (a body that cannot be read twice)
                     resends += 1
         # the body read off the connection, not through four async generators (upstream_body.py)
-        out = httpx.Response(status_code=resp.status, stream=body_stream(resp.stream), extensions=resp.extensions)
-        out.headers = _httpx_headers(resp.headers)
+        headers = _httpx_headers(resp.headers)
+        # given as a Headers, httpx copies its list (not looked at as a mapping first); its
+        # encoding is kept by putting the object itself in place
+        out = httpx.Response(
+            status_code=resp.status, headers=headers, stream=body_stream(resp.stream), extensions=resp.extensions
+        )
+        out.headers = headers
         return out
 
     async def aclose(self) -> None:
@@ -133,12 +164,20 @@ def _httpx_headers(raw: list[tuple[bytes, bytes]]) -> httpx.Headers:
     """What ``httpx.Headers(raw)`` builds from httpcore's bytes pairs, and the encoding it
     would find on first use, without its two calls and two decodes per header: an answer's
     head (20-odd lines from a hosted API) is read once per request."""
-    h = httpx.Headers()
-    h._list = [(k, k.lower(), v) for k, v in raw]
     # httpx's own choice: ascii when every name and value decodes as ascii, else it tries
     # utf-8, then iso-8859-1 (left to it: the encoding property finds it on first use)
-    if b"".join(chain.from_iterable(raw)).isascii():
-        h.encoding = "ascii"
+    plain = b"".join(chain.from_iterable(raw)).isascii()
+    return _headers([(k, k.lower(), v) for k, v in raw], "ascii" if plain else None)
+
+
+def _headers(items: list[tuple[bytes, bytes, bytes]], encoding: str | None = None) -> httpx.Headers:
+    """An ``httpx.Headers`` holding ``items`` (name, lower-cased name, value), as httpx keeps
+    them; made without its ``__init__``, which asks whether its argument is a Mapping (an
+    ABC's check) before it looks at it.  ``httpx.Request`` and ``httpx.Response`` given one
+    copy its list (a Headers is the first thing they look for)."""
+    h = httpx.Headers.__new__(httpx.Headers)
+    h._list = items
+    h._encoding = encoding
     return h
 
 
@@ -366,8 +405,9 @@ class Target:
         for k, i, raw, low in self.slots:
             items[i] = (raw, low, forward[k].encode(self.encoding))
         items.append((b"Content-Length", b"content-length", b"%d" % len(payload)))
-        req = httpx.Request("POST", self.url, stream=ByteStream(payload), extensions={"timeout": self.timeout})
-        req.headers._list = items
+        req = httpx.Request(
+            "POST", self.url, headers=_headers(items), stream=ByteStream(payload), extensions={"timeout": self.timeout}
+        )
         req._content = payload  # what httpx.Request reads from a bytes body at once
         return req
 

@@ -232,3 +232,44 @@ async def test_the_upstream_request_is_what_httpx_builds(provider: dict, stream:
         assert t.headers._list == template
     finally:
         await r.aclose()
+
+
+URLS = [
+    "http://127.0.0.1:8000/v1/chat/completions",
+    "https://api.openai.com/v1/responses",
+    "https://example.openai.azure.com/openai/v1/responses?api-version=preview",
+    "http://[::1]:9/v1/chat/completions?a=1&b=%20",
+    "http://example.org/v1/chat/completions",  # the scheme's default port
+    "https://example.org:443/x",
+]
+
+
+async def test_the_transport_shares_one_httpcore_url_per_endpoint() -> None:
+    """Each endpoint's httpcore URL is built once and shared: what httpcore would build for
+    it (scheme, host, port, target, origin), a distinct one per URL, and the memo bounded."""
+    import providers.upstream as up
+
+    seen: list[httpcore.Request] = []
+
+    class Recorder:
+        async def handle_async_request(self, req: httpcore.Request) -> httpcore.Response:
+            seen.append(req)
+            return httpcore.Response(204)
+
+    t = _ShardedTransport(1)
+    t.shards[0]._pool = Recorder()  # type: ignore[assignment]
+    for url in URLS * 2:
+        await t.handle_async_request(httpx.Request("POST", url, content=b"{}"))
+    for req, url in zip(seen, URLS * 2, strict=True):
+        u = httpx.URL(url)
+        want = httpcore.URL(scheme=u.raw_scheme, host=u.raw_host, port=u.port, target=u.raw_path)
+        got = req.url
+        assert (got.scheme, got.host, got.port, got.target) == (want.scheme, want.host, want.port, want.target)
+        assert got.origin == want.origin and str(got.origin) == str(want.origin)
+        assert got == want
+    assert [id(r.url) for r in seen[: len(URLS)]] == [id(r.url) for r in seen[len(URLS) :]]  # shared
+    assert len({id(r.url) for r in seen}) == len(URLS)  # one per endpoint
+    for i in range(up._URLS_MAX + 5):
+        await t.handle_async_request(httpx.Request("POST", f"http://127.0.0.1:9/{i}", content=b"{}"))
+    assert 0 < len(t._urls) <= up._URLS_MAX
+    assert seen[-1].url.target == b"/%d" % (up._URLS_MAX + 4)
