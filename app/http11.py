@@ -21,7 +21,9 @@ request head            ``h11.Request`` (method, target, headers and Host checks
                         ``write_request`` (Host first, the headers' own case)
 request body framing    ``_body_framing`` (chunked or Content-Length, 0 when neither),
                         its ``WRITERS``' writer for each chunk and the end (too much or
-                        too little data: ``LocalProtocolError``)
+                        too little data: ``LocalProtocolError``); a body in hand of the
+                        Content-Length of a kept head: its bytes, as that writer
+                        writes them
 answer head             ``app.h11_head.read_response_head`` on a ``ReceiveBuffer`` (what
                         h11's reader table holds in this process); 1xx heads are read past,
                         as h11 does; 101 ends the exchange as httpcore's upgrade
@@ -217,13 +219,25 @@ class Http11Connection(AsyncConnectionInterface):
         proposes an upgrade."""
         out: list[bytes] = []
         write = out.append
+        stream = self._network_stream
+        body: Any = request.stream
         head = _known_head(request)
         if head is not None:
             pre, length, post, keep, upgrade = head
             write(pre)
             write(length)
             write(post)
-            writer: Any = ContentLengthWriter(int(length))
+            size = int(length)
+            if hasattr(body, "__iter__"):
+                chunks = list(body)
+                if sum(map(len, chunks)) == size:
+                    # what h11's Content-Length writer writes for a body of its length, and
+                    # for its end: the bytes as they are, then nothing; head, body, one write
+                    out += chunks
+                    await stream.write(b"".join(out), timeout=timeout)
+                    return keep, upgrade
+                body = chunks  # (its errors: the writer's, below)
+            writer: Any = ContentLengthWriter(size)
         else:
             try:
                 event = h11.Request(method=request.method, target=request.url.target, headers=request.headers)
@@ -233,8 +247,6 @@ class Http11Connection(AsyncConnectionInterface):
             except h11.LocalProtocolError as e:
                 raise LocalProtocolError(str(e)) from e
             keep, upgrade = _keep_alive(event), bool(get_comma_header(event.headers, b"upgrade"))
-        stream = self._network_stream
-        body: Any = request.stream
         if hasattr(body, "__iter__"):
             # bytes in hand (httpx's and httpcore's ByteStream are both kinds of iterable):
             # the head, the body and its end in one write

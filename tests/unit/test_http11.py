@@ -106,6 +106,20 @@ async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
         yield p
 
 
+class _Parts:
+    """A body in hand in several parts, iterable both ways (as httpx's ``ByteStream``)."""
+
+    def __init__(self, *parts: bytes) -> None:
+        self.parts = parts
+
+    def __iter__(self) -> Any:
+        return iter(self.parts)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for p in self.parts:
+            yield p
+
+
 def _request(port: int, method: bytes = b"POST", body: Any = b"{}", headers: list[Any] | None = None) -> Any:
     if headers is None:
         headers = [(b"Host", b"127.0.0.1"), (b"Content-Type", b"application/json")]
@@ -219,6 +233,7 @@ def _with(*headers: tuple[bytes, bytes], method: bytes = b"POST") -> Any:
 
 HOST = (b"Host", b"127.0.0.1")
 LEN = (b"Content-Length", lambda n: b"%d" % n)
+LEN_3 = (b"Content-Length", b"3")
 REQUESTS: dict[str, Any] = {
     "head": lambda port, i: _request(port, b"HEAD", b"", [HOST]),  # (the answer: no body)
     "get-no-body": lambda port, i: _request(port, b"GET", b"", [HOST, (b"Accept", b"*/*")]),
@@ -241,6 +256,13 @@ REQUESTS: dict[str, Any] = {
     "too-little-body": lambda port, i: _request(port, body=b"{}", headers=[HOST, (b"Content-Length", b"5")]),
     "too-much-body": lambda port, i: _request(port, body=b"{}", headers=[HOST, (b"Content-Length", b"1")]),
     "body-without-framing": lambda port, i: _request(port, body=b"{}", headers=[HOST]),
+    # a body in hand, in parts (an iterable), of its Content-Length, or not
+    "body-in-parts": lambda port, i: _request(
+        port, body=_Parts(b'{"a":', b"1}" if i == 0 else b"22}"), headers=[HOST, (b"Content-Length", b"%d" % (7 + i))]
+    ),
+    "body-in-parts-too-little": lambda port, i: _request(port, body=_Parts(b"{", b"}"), headers=[HOST, LEN_3]),
+    "body-in-parts-too-much": lambda port, i: _request(port, body=_Parts(b"{", b"", b"}}}"), headers=[HOST, LEN_3]),
+    "length-zero": lambda port, i: _request(port, body=b"", headers=[HOST, (b"Content-Length", b"0")]),
     "asks-to-close": _with(HOST, LEN, (b"Connection", b"close")),
     "asks-to-upgrade": _with(HOST, LEN, (b"Connection", b"upgrade"), (b"Upgrade", b"x")),
 }
@@ -256,6 +278,8 @@ FAILING = (
     "too-little-body",
     "too-much-body",
     "body-without-framing",
+    "body-in-parts-too-little",
+    "body-in-parts-too-much",
 )
 
 
@@ -286,8 +310,12 @@ def test_a_head_is_kept_only_as_h11_would_write_it_every_time() -> None:
     assert sorted(n for n, k in kept.items() if k) == [
         "asks-to-close",
         "asks-to-upgrade",
+        "body-in-parts",
+        "body-in-parts-too-little",
+        "body-in-parts-too-much",
         "length-first",
         "length-lower-case",
+        "length-zero",
         "length-zero-padded",
         "too-little-body",
         "too-much-body",
