@@ -289,7 +289,7 @@ class ProxyResponse(Response):
             p = self.p
             prov = p.route.provider
             ttfb = time.perf_counter() - p.started
-            head = [(b"x-request-id", p.request_id.encode()), *((k.encode(), v.encode()) for k, v in p.headers.items())]
+            head = [(b"x-request-id", p.request_id.encode()), *[(k.encode(), v.encode()) for k, v in p.headers.items()]]
             if not p.stream:
                 out = _complete(p, whole)  # type: ignore[arg-type]
                 if p.reshape is not None:
