@@ -69,6 +69,22 @@ def _is_json(ctype: str) -> bool:
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
+# Content-Type values already decided: a client sends the same one on every request
+_JSON_TYPES: dict[bytes, bool] = {}
+_JSON_TYPES_MAX = 256
+
+
+def _is_json_header(value: bytes) -> bool:
+    """``_is_json`` of a raw header value, remembered (bounded, whatever values come)."""
+    hit = _JSON_TYPES.get(value)
+    if hit is None:
+        hit = _is_json(value.decode("latin-1"))
+        if len(_JSON_TYPES) >= _JSON_TYPES_MAX:
+            _JSON_TYPES.clear()
+        _JSON_TYPES[value] = hit
+    return hit
+
+
 class Guard:
     __slots__ = ("origins", "any_origin", "hosts", "any_host", "open_proxy")
 
@@ -117,7 +133,7 @@ class Guard:
             scope["type"] == "http"
             and scope["method"] == "POST"
             and path in JSON_POSTS
-            and not _is_json((ctype or b"").decode("latin-1"))
+            and not _is_json_header(ctype or b"")
         ):
             return ProxyError(
                 415,
