@@ -72,9 +72,12 @@ class _Reader:
 
     def first(self, *vals: Any) -> int:
         for v in vals:
-            n = self.count(v)
-            if n is not None:
-                return n
+            if v.__class__ is int and 0 <= v <= _MAX_COUNT:
+                return v  # (what ``count`` answers for it, without the call: the usual case)
+            if v is not None:
+                n = self.count(v)
+                if n is not None:
+                    return n
         return 0
 
     def done(self, ctx: Any) -> None:

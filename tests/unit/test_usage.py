@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transformers.context import Ctx
 from transformers.usage import from_chat, normalize_responses, to_chat
@@ -138,3 +140,32 @@ def test_counts_outside_the_64_bit_range_or_negative_are_malformed(bad: Any) -> 
     u = from_chat({"prompt_tokens": bad, "completion_tokens": 2}, ctx)
     assert u["input_tokens"] == 0 and u["total_tokens"] == 2
     assert "usage_malformed_field_dropped" in ctx.repairs
+
+
+_COUNTS = st.one_of(
+    st.none(),
+    st.integers(min_value=-5, max_value=2**64),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=3),
+    st.just({}),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_COUNTS, max_size=5))
+def test_first_is_the_first_usable_count_and_notes_bad_ones_before_it(vals: list[Any]) -> None:
+    """``_Reader.first``: the count of the first value ``count`` makes something of (0 when
+    none), each value before it looked at by ``count`` as well (its verdict on a bad one)."""
+    from transformers.usage import _Reader
+
+    r, ref = _Reader(), _Reader()
+    want = 0
+    for v in vals:
+        n = ref.count(v)
+        if n is not None:
+            want = n
+            break
+    got = r.first(*vals)
+    assert got == want and type(got) is int
+    assert r.bad is ref.bad
