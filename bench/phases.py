@@ -155,6 +155,17 @@ def _install(out: str, steps: bool = False) -> None:
     wrap(netio.LoopStream, "data_received", lambda a: t.setdefault("head", clock()))
     send = server.RequestResponseCycle.send
 
+    def between(cuts: tuple[tuple[str, str, str], ...], start: float, stop: float) -> tuple[float, ...]:
+        """Each cut's time from the previous one taken (or ``start``), nan for one not
+        taken, then ``stop``'s from the last one taken."""
+        out: tuple[float, ...] = ()
+        prev = start
+        for name, _, _ in cuts:
+            x = t.get(name)
+            out += (math.nan,) if x is None else (x - prev,)
+            prev = prev if x is None else x
+        return (*out, stop - prev)
+
     async def timed_send(self: Any, msg: Any) -> None:
         if msg["type"] == "http.response.start":
             t["out"] = clock()
@@ -163,18 +174,7 @@ def _install(out: str, steps: bool = False) -> None:
             end = clock()
             row = (t["up"] - t["in"], t["head"] - t["up"], t["out"] - t["head"], end - t["out"])
             if steps:
-                prev = t["in"]
-                for name, _, _ in STEPS:
-                    x = t.get(name)
-                    row += (math.nan,) if x is None else (x - prev,)
-                    prev = prev if x is None else x
-                row += (t["up"] - prev,)
-                prev = t["head"]
-                for name, _, _ in HEAD_CUTS:
-                    x = t.get(name)
-                    row += (math.nan,) if x is None else (x - prev,)
-                    prev = prev if x is None else x
-                row += (t["out"] - prev,)
+                row += between(STEPS, t["in"], t["up"]) + between(HEAD_CUTS, t["head"], t["out"])
             rows.append(row)
             last[:] = [len(rows) - 1, end, {}]
 
