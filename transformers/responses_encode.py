@@ -352,7 +352,7 @@ class ResponsesStreamEncoder:
         self._usage: dict[str, Any] | None = None
         self._final: dict[str, Any] | None = None
         self._delta_key: list[str] | None = None  # the open part's text list, when _delta_head is its
-        self._delta_head = b""  # the delta event's JSON up to its text, for _delta_key
+        self._delta_head = b""  # the delta event's format (``%b`` the text's JSON), for _delta_key
         self._delta_frame = b""  # what text_delta writes before the event's JSON (frame_deltas)
         self._delta_tail = b',"logprobs":[],"sequence_number":%d}'  # after its text, %d the number
 
@@ -398,11 +398,14 @@ class ResponsesStreamEncoder:
                 "output_index": m.oi,
                 "content_index": len(m.parts),
             }
-            self._delta_head = self._delta_frame + orjson.dumps(head)[:-1] + b',"delta":'
+            # one format per event: the head's own '%' doubled, the text's JSON and the number
+            # put in by the one '%' operation (the tail's '%' are doubled already)
+            head_bytes = self._delta_frame + orjson.dumps(head)[:-1] + b',"delta":'
+            self._delta_head = head_bytes.replace(b"%", b"%%") + b"%b" + self._delta_tail
         m.text.append(text)
         seq = self._seq
         self._seq = seq + 1
-        return b"".join((self._delta_head, orjson.dumps(text), self._delta_tail % seq))
+        return self._delta_head % (orjson.dumps(text), seq)
 
     def end(self) -> list[dict]:
         if self.done:
