@@ -15,7 +15,8 @@ route and opens the Bridge, which translates the body for the upstream.
    (quirk ``encrypted_content_retry``).
 2. **Answer.**  Non-streaming: ``bridge.complete(body)``.  Streaming: upstream chunks go to
    ``bridge.receive_data`` and its bytes to the client, coalesced only when upstream
-   chunks are already buffered (``_FLUSH_*``); heartbeats during long upstream silences;
+   chunks are already buffered (``_FLUSH_*``), a large read fed a slice at a time so its
+   first events go out while the rest is transformed (``_SLICE_BYTES``); heartbeats during long upstream silences;
    transport faults become ``bridge.fail(...)``; after the terminal event the answer is
    closed at once and the rest of the upstream body drained (bounded) so its connection
    goes back to the pool.  From the first byte on, every failure is the protocol's own
@@ -483,36 +484,44 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
     waiting: list[Any] = [False, clock()]  # [blocked on the upstream, since when]
     ticker = _Heartbeats(bridge, send, p.keepalive, waiting) if p.keepalive > 0 else None
     responses = p.client == "responses"
+    left = b""  # the rest of a large read, for the Bridge a slice at a time (_SLICE_BYTES)
     try:
         try:
             while True:
-                # Run the next read eagerly: it completes at once while upstream chunks are
-                # already buffered; only then is the client's output held back.
-                step = raw.__anext__()
-                try:
-                    blocked = step.send(None)  # type: ignore[attr-defined]
-                except StopIteration as ready:
-                    chunk = ready.value
-                except StopAsyncIteration:
-                    break
-                else:  # the read waits for the network: send what we have, then wait
-                    if pending:
-                        body = b"".join(pending)
-                        pending.clear()
-                        size = 0
-                        await send({"type": "http.response.body", "body": body, "more_body": True})
-                    waiting[0] = True
+                if left:  # the rest of a large read: its next slice
+                    chunk, left = _slice(left)
+                else:
+                    # Run the next read eagerly: it completes at once while upstream chunks are
+                    # already buffered; only then is the client's output held back.
+                    step = raw.__anext__()
                     try:
-                        chunk = await _Resume(step, blocked)
+                        blocked = step.send(None)  # type: ignore[attr-defined]
+                    except StopIteration as ready:
+                        chunk = ready.value
                     except StopAsyncIteration:
                         break
-                    finally:
-                        waiting[0] = False
-                        waiting[1] = clock()
+                    else:  # the read waits for the network: send what we have, then wait
+                        if pending:
+                            body = b"".join(pending)
+                            pending.clear()
+                            size = 0
+                            await send({"type": "http.response.body", "body": body, "more_body": True})
+                        waiting[0] = True
+                        try:
+                            chunk = await _Resume(step, blocked)
+                        except StopAsyncIteration:
+                            break
+                        finally:
+                            waiting[0] = False
+                            waiting[1] = clock()
+                    if len(chunk) > _SLICE_BYTES:
+                        chunk, left = _slice(chunk)
                 out = bridge.receive_data(chunk)
                 if bridge.finished or (bridge.terminal and responses):
                     if out:
                         pending.append(out)
+                    if left:  # the read's rest in one piece, as if it had not been sliced
+                        pending.append(bridge.receive_data(left))
                     rest = raw
                     break  # terminal event: answer and close right away (PAINS 2)
                 if out:
@@ -664,6 +673,23 @@ async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
 # event, and every event at a token rate (chunks arriving one by one), go out as before.
 _FLUSH_BYTES = 16 * 1024
 _FLUSH_SECONDS = 0.0001
+# Slicing.  A read of many events (a burst the upstream sent at once: up to 64 KiB) goes
+# through the Bridge a slice of about _SLICE_BYTES at a time, cut after an event's blank
+# line, each slice's output going out by the coalescing rule above: the client reads (and
+# parses) the first events while the proxy transforms the rest, instead of waiting for the
+# whole read.  The Bridge gives the same bytes at any cut (tests/unit/test_bridge_blocks.py).
+_SLICE_BYTES = 16 * 1024
+
+
+def _slice(chunk: bytes) -> tuple[bytes, bytes]:
+    """``chunk`` cut after the first blank line past _SLICE_BYTES: (slice, rest); the whole
+    chunk and b"" when it is no longer than that or has no such line."""
+    if len(chunk) <= _SLICE_BYTES:
+        return chunk, b""
+    j = chunk.find(b"\n\n", _SLICE_BYTES - 2)
+    if j < 0 or j + 2 >= len(chunk):
+        return chunk, b""
+    return chunk[: j + 2], chunk[j + 2 :]
 
 
 class _Resume:
