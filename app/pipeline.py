@@ -16,10 +16,10 @@ route and opens the Bridge, which translates the body for the upstream.
 2. **Answer.**  Non-streaming: ``bridge.complete(body)``.  Streaming: upstream chunks go to
    ``bridge.receive_data`` and its bytes to the client, coalesced only when upstream
    chunks are already buffered (``_FLUSH_*``), a large read fed a slice at a time so its
-   first events go out while the rest is transformed (``_SLICE_BYTES``); heartbeats during long upstream silences;
-   transport faults become ``bridge.fail(...)``; after the terminal event the answer is
-   closed at once and the rest of the upstream body drained (bounded) so its connection
-   goes back to the pool.  From the first byte on, every failure is the protocol's own
+   first events go out while the rest is transformed (``_SLICE_BYTES``); heartbeats
+   during long upstream silences; transport faults become ``bridge.fail(...)``; after the
+   terminal event the answer is closed at once and the rest of the upstream body drained
+   (bounded) so its connection goes back to the pool.  From the first byte on, every failure is the protocol's own
    error event, never a cut stream; a client disconnect cancels the task, which closes
    the upstream response.
 3. **Account.**  One log line and the counters, saying what the client received.
@@ -677,13 +677,14 @@ _FLUSH_SECONDS = 0.0001
 # through the Bridge a slice of about _SLICE_BYTES at a time, cut after an event's blank
 # line, each slice's output going out by the coalescing rule above: the client reads (and
 # parses) the first events while the proxy transforms the rest, instead of waiting for the
-# whole read.  The Bridge gives the same bytes at any cut (tests/unit/test_bridge_blocks.py).
+# whole read.  The Bridge gives the same bytes at any cut (tests/unit/test_bridge_blocks.py;
+# through the app: tests/integration/test_stream_slices.py).
 _SLICE_BYTES = 16 * 1024
 
 
 def _slice(chunk: bytes) -> tuple[bytes, bytes]:
     """``chunk`` cut after the first blank line past _SLICE_BYTES: (slice, rest); the whole
-    chunk and b"" when it is no longer than that or has no such line."""
+    chunk and b"" when it is no longer than that or has no such line before its end."""
     if len(chunk) <= _SLICE_BYTES:
         return chunk, b""
     j = chunk.find(b"\n\n", _SLICE_BYTES - 2)
