@@ -19,9 +19,9 @@ route and opens the Bridge, which translates the body for the upstream.
    first events go out while the rest is transformed (``_SLICE_BYTES``); heartbeats
    during long upstream silences; transport faults become ``bridge.fail(...)``; after the
    terminal event the answer is closed at once and the rest of the upstream body drained
-   (bounded) so its connection goes back to the pool.  From the first byte on, every failure is the protocol's own
-   error event, never a cut stream; a client disconnect cancels the task, which closes
-   the upstream response.
+   (bounded) so its connection goes back to the pool.  From the first byte on, every
+   failure is the protocol's own error event, never a cut stream; a client disconnect
+   cancels the task, which closes the upstream response.
 3. **Account.**  One log line and the counters, saying what the client received.
 """
 
