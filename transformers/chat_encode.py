@@ -202,7 +202,7 @@ class ChatStreamEncoder:
         key = upstream_key(ctx)
         self._also = key if key != "reasoning_content" else None
         self._frame = (b"", b"")  # what text_delta writes around a chunk's JSON (frame_deltas)
-        self._delta: tuple[bytes, bytes] | None = None  # text_delta's bytes before and after the text
+        self._delta: bytes | None = None  # text_delta's format: its chunk, ``%b`` the text's JSON
 
     # -- chunk builders -------------------------------------------------------------------
 
@@ -326,8 +326,9 @@ class ChatStreamEncoder:
         d = self._delta
         if d is None:  # the chunk's id, created and model are fixed once begun
             prefix, suffix = self.text_template()
-            d = self._delta = (self._frame[0] + prefix.encode(), suffix.encode() + self._frame[1])
-        return b"".join((d[0], orjson.dumps(text), d[1]))
+            before = (self._frame[0] + prefix.encode()).replace(b"%", b"%%")
+            d = self._delta = before + b"%b" + (suffix.encode() + self._frame[1]).replace(b"%", b"%%")
+        return d % orjson.dumps(text)  # one format: cheaper than a join of three parts
 
     def text_template(self) -> tuple[str, str]:
         """(prefix, suffix): ``prefix + json_string(text) + suffix`` is the chunk ``feed(Text(text))``

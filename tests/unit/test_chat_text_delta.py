@@ -59,6 +59,16 @@ def test_taken_only_when_the_chunk_goes_out_at_once():
     assert enc.text_delta("") == b"data: " + orjson.dumps(enc.feed(Text(""))[0]) + b"\n\n"  # as feed: a chunk
 
 
+def test_a_percent_sign_in_the_chunk_is_written_as_it_is():
+    """The chunk's own bytes (a model named with '%', an id) around the text are a format's
+    literal text: written as they are, whatever the text."""
+    enc = ChatStreamEncoder(Ctx(public_model="m%s%%d%"), chunk_id="chatcmpl-%d", created=7)
+    enc.frame_deltas(b"%b", b"%")
+    enc.feed(Start())
+    for text in ("50%", "%s", "%%", "x"):
+        assert enc.text_delta(text) == b"%b" + orjson.dumps(enc.feed(Text(text))[0]) + b"%"
+
+
 _MINTED = re.compile(rb"chatcmpl-[0-9A-Za-z]{8,}|\"created\":\d{6,}")
 
 
