@@ -1,6 +1,6 @@
 """For the test upstreams that speak HTTP/1.1 on an asyncio stream: one request read, a
-connection's requests answered one after the other, and the app in front of such an
-upstream."""
+connection's requests answered one after the other, the app in front of such an upstream,
+and a POST to that app called as ASGI."""
 
 from __future__ import annotations
 
@@ -78,3 +78,33 @@ class CountingUpstream:
 
     async def answer(self, w: asyncio.StreamWriter) -> bool:
         raise NotImplementedError
+
+
+async def asgi_post(app: Any, path: str, body: bytes, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+    """``app`` called as ASGI with a JSON POST of ``body`` to ``path`` from a client that
+    stays connected; ``send`` sees each message the app sends.  At most 20 s."""
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8080),
+    }
+    await asyncio.wait_for(app(scope, receive, send), 20)

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.upstream_io import CountingUpstream, app_before
+from tests.upstream_io import CountingUpstream, app_before, asgi_post
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -86,36 +86,13 @@ async def test_the_connection_goes_back_kept_alive(
         for _ in range(3):  # turns one after the other, as an agent sends them
             sent: list[dict[str, Any]] = []
             at_end: list[int] = []
-            delivered = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal delivered
-                if not delivered:
-                    delivered = True
-                    return {"type": "http.request", "body": raw, "more_body": False}
-                await asyncio.Event().wait()  # the client stays
-                raise AssertionError("unreachable")
 
             async def send(msg: dict[str, Any]) -> None:
                 if msg["type"] == "http.response.body" and not msg.get("more_body"):
                     at_end.append(_in_flight(app))  # noqa: B023 (one turn's list, read at once)
                 sent.append(msg)  # noqa: B023
 
-            scope = {
-                "type": "http",
-                "asgi": {"version": "3.0"},
-                "http_version": "1.1",
-                "method": "POST",
-                "scheme": "http",
-                "path": path,
-                "raw_path": path.encode(),
-                "query_string": b"",
-                "root_path": "",
-                "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
-                "client": ("127.0.0.1", 1),
-                "server": ("127.0.0.1", 8080),
-            }
-            await asyncio.wait_for(app(scope, receive, send), 10)
+            await asgi_post(app, path, raw, send)
             assert sent[0]["status"] == 200
             text = b"".join(m.get("body", b"") for m in sent[1:])
             assert b"w0 " in text and b"w2 " in text

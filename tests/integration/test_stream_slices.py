@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from app import pipeline
-from tests.upstream_io import CountingUpstream, app_before
+from tests.upstream_io import CountingUpstream, app_before, asgi_post
 from transformers.bridge import Bridge
 
 _N = 600  # text chunks in the burst: ~100 KB, several reads of 64 KiB and many slices
@@ -67,39 +67,15 @@ async def _turn(path: str, body: dict[str, Any]) -> tuple[bytes, list[int], int]
         return real(self, data)
 
     sent: list[dict[str, Any]] = []
-    raw = orjson.dumps(body)
-    delivered = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
 
     async def send(msg: dict[str, Any]) -> None:
         sent.append(msg)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 8080),
-    }
     up = _Burst()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Bridge, "receive_data", spy)
         async with app_before(up.handle) as app:
-            await asyncio.wait_for(app(scope, receive, send), 20)
+            await asgi_post(app, path, orjson.dumps(body), send)
     assert sent[0]["status"] == 200
     out = b"".join(m.get("body", b"") for m in sent[1:])
     return _MINTED.sub(b"<minted>", out), fed, len(sent) - 1
