@@ -142,9 +142,11 @@ def compact_handler(svc: Any) -> Any:
             err = (
                 orjson.loads(e.body(rid))["error"] if isinstance(e, ProxyError) else {**e.to_dict(), "request_id": rid}
             )
-            headers = [(b"content-type", b"application/json"), (b"x-request-id", rid.encode())]
+            body = orjson.dumps({"error": err})
+            headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+            headers.append((b"x-request-id", rid.encode()))
             await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": orjson.dumps({"error": err})})
+            await send({"type": "http.response.body", "body": body})
             svc.counters.inc("switchboard_requests_total", route=PATH, client="-", provider="-", status=str(status))
             return
         p.route_name = PATH

@@ -302,7 +302,11 @@ class ProxyResponse(Response):
                     {
                         "type": "http.response.start",
                         "status": status,
-                        "headers": [(b"content-type", b"application/json"), *head],
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", b"%d" % len(out)),
+                            *head,
+                        ],
                     }
                 )
                 await send({"type": "http.response.body", "body": out})
@@ -808,10 +812,11 @@ async def _wait_disconnect(receive: Any) -> None:
 
 
 async def _send_error(send: Any, e: ProxyError, request_id: str) -> None:
-    hdrs = [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode())]
-    hdrs += [(k.encode(), v.encode()) for k, v in e.headers.items()]
+    body = e.body(request_id)
+    hdrs = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    hdrs += [(b"x-request-id", request_id.encode()), *[(k.encode(), v.encode()) for k, v in e.headers.items()]]
     await send({"type": "http.response.start", "status": e.status, "headers": hdrs})
-    await send({"type": "http.response.body", "body": e.body(request_id)})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> None:
