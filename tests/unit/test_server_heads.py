@@ -57,7 +57,7 @@ async def test_sized_answer_one_write_where_uvicorn_makes_two() -> None:
         await c.send({"type": "http.response.body", "body": b"{}"})
         assert len(t.writes) == writes
         assert b"".join(t.writes) == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
-        assert c.response_complete and c.transport is t
+        assert c.response_complete
 
 
 async def test_head_held_until_the_body() -> None:
@@ -115,4 +115,24 @@ async def test_a_wrong_message_after_a_held_head_raises_as_uvicorn_does() -> Non
     await c.send(SIZED)
     with pytest.raises(RuntimeError, match="Expected ASGI message 'http.response.body'"):
         await c.send(SIZED)
-    assert t.writes == [] and c.transport is t
+    assert t.writes == []
+
+
+async def test_a_100_continue_goes_at_once_then_the_answer_in_one_write() -> None:
+    c, t = cycle(SizedHeadCycle)
+    c.waiting_for_100_continue = True
+    c.more_body = False
+    c.message_event.set()  # the body is in
+    await c.receive()
+    assert t.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    await c.send(SIZED)
+    await c.send({"type": "http.response.body", "body": b"{}"})
+    assert t.writes[1:] == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
+
+
+async def test_a_sized_204_or_chunked_and_sized_head_goes_at_once() -> None:
+    # uvicorn frames by the first of the two headers: chunked first means a chunked body
+    both = [(b"transfer-encoding", b"chunked"), (b"content-length", b"2")]
+    c, t = cycle(SizedHeadCycle)
+    await c.send({"type": "http.response.start", "status": 200, "headers": both})
+    assert t.writes == [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 2\r\n\r\n"]
