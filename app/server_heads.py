@@ -32,10 +32,11 @@ the app fails between head and body      nothing: uvicorn closes the connection,
                                          (it saw a head and no body before)
 =======================================  ===============================================
 
-Cost (``docs/performance.md``): a non-streamed answer ~7,000 instructions more (its
-``Content-Length`` through uvicorn's header checks ~5,700, the property and the join) and
-one ``write`` less (~5 µs of the kernel's time with a client waiting on the other core:
-more than those instructions take); a stream ~1,000 more per write (the property).
+Cost (``docs/performance.md``): a non-streamed request ~9,700 instructions more (its
+``Content-Length`` through uvicorn's header checks ~5,700 of them, the property and the
+join the rest) and one ``write`` less (~5 µs of the kernel's time with a client waiting on
+the other core: more than those instructions take); a stream ~1,000 more per write (the
+property).
 
 ``install()`` makes uvicorn's httptools protocol build this cycle for every request (it
 looks the class up by its module's name at each request's head); the proxy serves with
