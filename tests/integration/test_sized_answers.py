@@ -18,20 +18,12 @@ import uvicorn.protocols.http.httptools_impl as httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.server_heads import install
-from tests.upstream_io import answer_each, app_before
+from tests.upstream_io import answer_each, app_before, read_request
+
+from .test_stale_connection import ANSWER as COMPLETION
 
 WRITES: list[bytes] = []
 
-COMPLETION = orjson.dumps(
-    {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
-)
 CHUNK = orjson.dumps(
     {
         "id": "c",
@@ -72,22 +64,18 @@ def installed() -> Iterator[None]:
 
 async def _upstream(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
     async def answer(w: asyncio.StreamWriter) -> bool:
-        await asyncio.sleep(0)
         w.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(COMPLETION))
         w.write(COMPLETION)
         return True
 
-    async def stream(w: asyncio.StreamWriter) -> bool:
+    async def stream(w: asyncio.StreamWriter) -> None:
         w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
         await w.drain()
         await asyncio.sleep(0.2)  # the first event comes late: the head must not wait for it
         ev = b"data: " + CHUNK + b"\n\ndata: [DONE]\n\n"
         w.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(ev), ev))
-        return True
 
-    head = await r.readuntil(b"\r\n\r\n")
-    size = next(int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:"))
-    body = await r.readexactly(size)
+    _, body = await read_request(r)
     if orjson.loads(body).get("stream"):
         await stream(w)
     else:
