@@ -363,16 +363,33 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLK_TCK
 
 
-def system_busy_seconds() -> float:
-    """CPU-seconds all cores spent busy (not idle/iowait) since boot, from /proc/stat."""
+def cpu_stat(path: str = "/proc/stat") -> tuple[float, list[float]]:
+    """From /proc/stat: the CPU-seconds all cores spent busy since boot (not idle, iowait or
+    steal), and each core's steal: the seconds its virtual CPU wanted to run while the
+    hypervisor ran something else (a shared host's other guests, which no process here
+    shows).  Steal is kept apart from busy: it is time no process of this machine used."""
+    busy = 0.0
+    steal: list[float] = []
     try:
-        with open("/proc/stat", "rb") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0.0
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    # guest time is already counted in user/nice
-    return (sum(fields[:8]) - idle) / CLK_TCK
+        with open(path, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return 0.0, []
+    for line in lines:
+        if not line.startswith(b"cpu"):
+            break
+        try:
+            fields = [int(x) for x in line.split()[1:]]
+        except ValueError:
+            return 0.0, []
+        st = fields[7] if len(fields) > 7 else 0
+        if line[3:4] == b" ":  # the first line: all cores together
+            idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+            # guest time is already counted in user/nice
+            busy = (sum(fields[:8]) - idle - st) / CLK_TCK
+        else:
+            steal.append(st / CLK_TCK)
+    return busy, steal
 
 
 def mem_kb(pids: list[int]) -> tuple[int, int]:
@@ -605,13 +622,15 @@ async def measure(
     hwm_reset = reset_hwm(ppids) if ppids else False
     pcpu0 = cpu_seconds(ppids) if ppids else 0.0
     fcpu0 = cpu_seconds([fake.pid])
-    sys0 = system_busy_seconds()
+    sys0, steal0 = cpu_stat()
     st0 = await fake_stats(fake_port)
     res: LoadResult = await run_load(spec)
     st1 = await fake_stats(fake_port)
     pcpu = (cpu_seconds(ppids) - pcpu0) if ppids else None
     fcpu = cpu_seconds([fake.pid]) - fcpu0
-    others = system_busy_seconds() - sys0 - fcpu - res.cpu - (pcpu or 0.0)
+    sys1, steal1 = cpu_stat()
+    others = sys1 - sys0 - fcpu - res.cpu - (pcpu or 0.0)
+    stolen = [b - a for a, b in zip(steal0, steal1, strict=False)]
     rss, hwm = mem_kb(ppids) if ppids else (None, None)
     recs = res.records
     ok = [r for r in recs if r[5]]
@@ -648,6 +667,10 @@ async def measure(
         "loadgen_core_pct": 100 * (res.cpu + fcpu) / wall,
         # CPU used by processes that are not ours (other work on a shared machine)
         "others_cpu_pct": max(0.0, 100 * others / wall),
+        # the hypervisor's time away from this machine's cores (steal), summed over them and on
+        # the most stolen one, as % of a core: the host's other guests, no process here
+        "steal_pct": 100 * sum(stolen) / wall if stolen else None,
+        "steal_core_max_pct": 100 * max(stolen) / wall if stolen else None,
         # connections the fake upstream accepted per request it answered: ~0 when the
         # caller (load generator or proxy) keeps its upstream connections alive
         # (less the /stats connection itself, and the load generator's own when direct)
@@ -721,6 +744,8 @@ METRICS = (
     "proxy_hwm_mb",
     "loadgen_core_pct",
     "others_cpu_pct",
+    "steal_pct",
+    "steal_core_max_pct",
     "upstream_conns_per_req",
     "requests",
     "errors",
@@ -1105,6 +1130,15 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
             f"Other processes on this machine used {_fmt(statistics.median(oth))}% of a core "
             f"(median over scenarios; worst {_fmt(worst)}%)"
             + (" — figures are perturbed; rerun on a quiet machine." if worst >= 10 else ".")
+        )
+        L.append("")
+    stl = [v["steal_core_max_pct"]["median"] for v in summ.values() if v.get("steal_core_max_pct")]
+    if stl:
+        worst = max(stl)
+        L.append(
+            f"The hypervisor took {_fmt(statistics.median(stl))}% of this machine's most stolen core "
+            f"(steal; median over scenarios; worst {_fmt(worst)}%)"
+            + (" — the host is shared and busy: figures are perturbed; rerun later." if worst >= 5 else ".")
         )
         L.append("")
     if meta.get("proxy_error"):

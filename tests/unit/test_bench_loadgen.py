@@ -313,6 +313,24 @@ def test_proc_readers_on_self():
     assert 0 < rss <= hwm
 
 
+def test_cpu_stat_keeps_steal_apart_from_busy(tmp_path):
+    # user nice system idle iowait irq softirq steal guest guest_nice, in ticks
+    stat = tmp_path / "stat"
+    stat.write_bytes(
+        b"cpu  300 0 100 900 50 0 20 70 0 0\n"
+        b"cpu0 100 0 40 500 20 0 10 60 0 0\n"
+        b"cpu1 200 0 60 400 30 0 10 10 0 0\n"
+        b"intr 12345 0 0\n"
+    )
+    busy, steal = benchrun.cpu_stat(str(stat))
+    # busy: user + system + softirq, neither idle, iowait nor steal
+    assert busy == pytest.approx(420 / benchrun.CLK_TCK)
+    assert steal == [pytest.approx(60 / benchrun.CLK_TCK), pytest.approx(10 / benchrun.CLK_TCK)]
+    assert benchrun.cpu_stat(str(tmp_path / "absent")) == (0.0, [])
+    busy, steal = benchrun.cpu_stat()  # this machine's own
+    assert busy > 0 and len(steal) == os.cpu_count() and all(x >= 0 for x in steal)
+
+
 def test_proxy_config_routes_models_to_protocols():
     scs = benchrun.scenarios(quick=True)
     cfg = benchrun.proxy_config(4321, scs)
@@ -401,21 +419,26 @@ def test_summary_and_targets():
     floor = T["Switchboard ÷ reference forwarder: CPU per request (ns-chat-c1)"]
     assert floor["value"] == pytest.approx(0.8) and floor["pass"] is None
     assert T["reference forwarder, paced 4 streams (chat): added TTFT p50"]["value"] == pytest.approx(2.0)
-    md = benchrun.markdown(
-        benchrun.scenarios(quick=True),
-        summ,
-        list(T.values()),
-        {
-            "mode": "quick",
-            "rounds": 3,
-            "date": "d",
-            "commit": "c",
-            "cpu": "x",
-            "cpus": 2,
-            "python": "3",
-            "proxy_core": 0,
-            "loadgen_core": 1,
-        },
-    )
+    meta = {
+        "mode": "quick",
+        "rounds": 3,
+        "date": "d",
+        "commit": "c",
+        "cpu": "x",
+        "cpus": 2,
+        "python": "3",
+        "proxy_core": 0,
+        "loadgen_core": 1,
+    }
+    md = benchrun.markdown(benchrun.scenarios(quick=True), summ, list(T.values()), meta)
     assert "| ns-chat-c1 | direct |" in md and "**MISS**" in md and "0.900 (0.600–2.00)" in md
     assert "|  | reference |" in md  # the forwarder's row is named for what it is
+
+    # steal (the host's other guests) is its own note, apart from other processes
+    assert "The hypervisor took" not in md
+    summ[("ns-chat-c1", "direct")] = benchrun.summarize(
+        [_sample("ns-chat-c1", "direct", 0, steal_pct=40.0, steal_core_max_pct=30.0, others_cpu_pct=2.0)]
+    )[0]
+    md = benchrun.markdown(benchrun.scenarios(quick=True), summ, list(T.values()), meta)
+    assert "The hypervisor took 30.0% of this machine's most stolen core" in md and "perturbed" in md
+    assert "Other processes on this machine used 2.00% of a core" in md
