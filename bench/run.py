@@ -1104,6 +1104,9 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
                 L.append(f"| {t['target']} | {_fmt(t['value'], t['unit'] == '×')}{t['unit']} | – | reported |")
                 continue
             res = "n/a" if t["pass"] is None else ("pass" if t["pass"] else "**MISS**")
+            stolen = (summ.get((t["scenario"], "switchboard")) or {}).get("steal_core_max_pct")
+            if t["pass"] is False and stolen and stolen["max"] >= 5:
+                res += f" (steal up to {_fmt(stolen['max'])}% of a core in its rounds)"
             unit = f" {t['unit']}" if t["unit"] and t["unit"] != "×" else t["unit"]
             r = t["unit"] == "×"
             L.append(

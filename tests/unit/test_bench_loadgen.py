@@ -436,9 +436,23 @@ def test_summary_and_targets():
 
     # steal (the host's other guests) is its own note, apart from other processes
     assert "The hypervisor took" not in md
+    assert "steal up to" not in md
     summ[("ns-chat-c1", "direct")] = benchrun.summarize(
         [_sample("ns-chat-c1", "direct", 0, steal_pct=40.0, steal_core_max_pct=30.0, others_cpu_pct=2.0)]
     )[0]
     md = benchrun.markdown(benchrun.scenarios(quick=True), summ, list(T.values()), meta)
     assert "The hypervisor took 30.0% of this machine's most stolen core" in md and "perturbed" in md
     assert "Other processes on this machine used 2.00% of a core" in md
+    assert "steal up to" not in md  # direct's rounds: not the proxy's
+    # a missed target says how much of a core was stolen in its scenario's rounds through the proxy
+    summ[("ns-chat-c1", "switchboard")] = benchrun.summarize(
+        [
+            _sample("ns-chat-c1", "switchboard", r, lat_p50_ms=0.9, steal_core_max_pct=st)
+            for r, st in enumerate((1.0, 17.0, 3.0))
+        ]
+    )[0]
+    md = benchrun.markdown(benchrun.scenarios(quick=True), summ, list(T.values()), meta)
+    row = next(x for x in md.splitlines() if x.startswith("| non-streaming, c=1: added latency p50 |"))
+    assert row.endswith("| **MISS** (steal up to 17.0% of a core in its rounds) |")
+    row = next(x for x in md.splitlines() if x.startswith("| start to ready |"))
+    assert "steal" not in row
