@@ -1048,6 +1048,24 @@ def _side_name(s: Scenario, side: str) -> str:
     return "reference" if s.reference else "relay" if s.relay else side
 
 
+# what else used the machine's cores during the rounds, as the report names it: (metric, its
+# line's start, the median that makes a run perturbed, % of a core, what to do then)
+_SHARERS = (
+    (
+        "others_cpu_pct",
+        "Other processes on this machine used %s%% of a core (",
+        10,
+        "figures are perturbed; rerun on a quiet machine.",
+    ),
+    (
+        "steal_core_max_pct",
+        "The hypervisor took %s%% of this machine's most stolen core (steal; ",
+        5,
+        "the host is shared and busy: figures are perturbed; rerun later.",
+    ),
+)
+
+
 def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dict], meta: dict) -> str:
     L = []
     L.append(
@@ -1126,24 +1144,16 @@ def markdown(scs: list[Scenario], summ: dict[tuple[str, str], dict], T: list[dic
             + " through Switchboard; there the proxy may not be the only limit."
         )
         L.append("")
-    oth = [v["others_cpu_pct"]["median"] for v in summ.values() if v.get("others_cpu_pct")]
-    if oth:
-        worst = max(oth)
-        L.append(
-            f"Other processes on this machine used {_fmt(statistics.median(oth))}% of a core "
-            f"(median over scenarios; worst {_fmt(worst)}%)"
-            + (" — figures are perturbed; rerun on a quiet machine." if worst >= 10 else ".")
-        )
-        L.append("")
-    stl = [v["steal_core_max_pct"]["median"] for v in summ.values() if v.get("steal_core_max_pct")]
-    if stl:
-        worst = max(stl)
-        L.append(
-            f"The hypervisor took {_fmt(statistics.median(stl))}% of this machine's most stolen core "
-            f"(steal; median over scenarios; worst {_fmt(worst)}%)"
-            + (" — the host is shared and busy: figures are perturbed; rerun later." if worst >= 5 else ".")
-        )
-        L.append("")
+    for metric, lead, perturbed_from, advice in _SHARERS:
+        vals = [v[metric]["median"] for v in summ.values() if v.get(metric)]
+        if vals:
+            worst = max(vals)
+            L.append(
+                lead % _fmt(statistics.median(vals))
+                + f"median over scenarios; worst {_fmt(worst)}%)"
+                + (f" — {advice}" if worst >= perturbed_from else ".")
+            )
+            L.append("")
     if meta.get("proxy_error"):
         L.append(f"Through Switchboard: not measured ({meta['proxy_error']}).")
         L.append("")
