@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import sdk_checks
+from procs import installing
 from scenarios import SDK_TOOLS_CHAT, SDK_TOOLS_RESPONSES
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -87,8 +88,13 @@ class SdkUnavailable(RuntimeError):
 def ensure_openai3(repo: Path) -> Path:
     """The python of ``<repo>/.e2e/openai3``: a venv with ``requirements-openai3.lock`` installed
     (hash-checked), made once per lock file and reused while the lock is unchanged."""
-    digest = hashlib.sha256(OPENAI3_LOCK.read_bytes()).hexdigest()
     home = repo / ".e2e" / "openai3"
+    with installing(home):
+        return _ensure_openai3(home)
+
+
+def _ensure_openai3(home: Path) -> Path:
+    digest = hashlib.sha256(OPENAI3_LOCK.read_bytes()).hexdigest()
     python = home / "bin" / "python"
     stamp = home / ".lock-sha256"
     if python.exists() and stamp.exists() and stamp.read_text().strip() == digest:

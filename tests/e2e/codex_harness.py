@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from procs import describe_run, json_lines, run_group, toml_str
+from procs import describe_run, installing, json_lines, run_group, toml_str
 
 CODEX_VERSION = "0.169.0"  # the default version (the tool-list fixtures were captured with it)
 CODEX_LATEST = "0.171.0"  # the newest release the suite is checked against
@@ -79,6 +79,11 @@ def _installed_version(prefix: Path) -> str | None:
 def ensure_codex(repo: Path, version: str = CODEX_VERSION, timeout: float = 300) -> Path:
     """Install Codex CLI ``version`` under ``<repo>/.e2e/codex-<version>`` if needed; return the launcher."""
     prefix = codex_prefix(repo, version)
+    with installing(prefix):
+        return _ensure_codex(prefix, version, timeout)
+
+
+def _ensure_codex(prefix: Path, version: str, timeout: float) -> Path:
     package = f"@openai/codex@{version}"
     launcher = prefix / "node_modules" / ".bin" / "codex"
     if _installed_version(prefix) == version and launcher.exists():
@@ -126,7 +131,10 @@ def builtin_catalog(launcher: Path) -> dict:
         raise CodexUnavailable("built-in model catalogue not found in the codex binary")
     text = data[start : start + 8_000_000].decode("utf-8", "replace")
     obj, _ = json.JSONDecoder().raw_decode(text)
-    cache.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
+    # written whole, then renamed: another test process may read the cache meanwhile
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, cache)
     return obj
 
 

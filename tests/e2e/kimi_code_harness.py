@@ -63,7 +63,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from procs import describe_run, json_lines, run_group, toml_str
+from procs import describe_run, installing, json_lines, run_group, toml_str
 
 KIMI_CODE_VERSION = "2.1.0"
 KIMI_CODE_PACKAGE = "@moonshot-ai/kimi-code"
@@ -120,6 +120,11 @@ def ensure_kimi_code(
 ) -> KimiCode:
     """Install Kimi Code ``version`` and Node ``node_version`` under ``.e2e/kimi-code-<version>``."""
     prefix = kimi_code_prefix(repo, version)
+    with installing(prefix):
+        return _ensure_kimi_code(prefix, version, node_version, timeout)
+
+
+def _ensure_kimi_code(prefix: Path, version: str, node_version: str, timeout: float) -> KimiCode:
     found = _installed(prefix, version, node_version)
     if found:
         return found

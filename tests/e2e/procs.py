@@ -1,15 +1,34 @@
 """Running a real client in the e2e tests: its own process group, bounded in time, and
-nothing of it left behind (the tools it ran included), stopped by that group's PID only."""
+nothing of it left behind (the tools it ran included), stopped by that group's PID only;
+installing one under ``.e2e/`` while no other test process installs into the same folder."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+
+@contextmanager
+def installing(prefix: Path) -> Iterator[None]:
+    """Held while a client is looked for and, if missing, installed under ``prefix``: the
+    suite runs on several pytest-xdist workers, and the first tests of two of them must not
+    install into one folder at once. The second waits on the first's lock file, then finds
+    the install made."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.parent / f".{prefix.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass
