@@ -31,7 +31,8 @@ TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # --------------------------------------------------------------------------- openai SDK
 
 SDK_PROMPT = "read a.py and b.py"
-OPENAI3_LOCK = Path(__file__).resolve().parent / "requirements-openai3.lock"
+# each openai SDK a venv of its own under .e2e/<name>, from its hash-locked requirements
+SDK_LOCKS = {name: Path(__file__).resolve().parent / f"requirements-{name}.lock" for name in ("openai2", "openai3")}
 INSTALL_TIMEOUT = 300  # seconds for pip to install the locked SDK
 RUN_TIMEOUT = 90  # seconds for one driver run in the other interpreter
 
@@ -85,16 +86,24 @@ class SdkUnavailable(RuntimeError):
     pass
 
 
-def ensure_openai3(repo: Path) -> Path:
-    """The python of ``<repo>/.e2e/openai3``: a venv with ``requirements-openai3.lock`` installed
+def locked_sdk_version(name: str) -> str:
+    """The openai release that ``SDK_LOCKS[name]`` pins."""
+    for line in SDK_LOCKS[name].read_text().splitlines():
+        if line.startswith("openai=="):
+            return line.removeprefix("openai==").split()[0]
+    raise SdkUnavailable(f"{SDK_LOCKS[name]} pins no openai release")
+
+
+def ensure_sdk(repo: Path, name: str) -> Path:
+    """The python of ``<repo>/.e2e/<name>``: a venv with ``SDK_LOCKS[name]`` installed
     (hash-checked), made once per lock file and reused while the lock is unchanged."""
-    home = repo / ".e2e" / "openai3"
+    home = repo / ".e2e" / name
     with installing(home):
-        return _ensure_openai3(home)
+        return _ensure_sdk(home, SDK_LOCKS[name])
 
 
-def _ensure_openai3(home: Path) -> Path:
-    digest = hashlib.sha256(OPENAI3_LOCK.read_bytes()).hexdigest()
+def _ensure_sdk(home: Path, lock: Path) -> Path:
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
     python = home / "bin" / "python"
     stamp = home / ".lock-sha256"
     if python.exists() and stamp.exists() and stamp.read_text().strip() == digest:
@@ -102,7 +111,7 @@ def _ensure_openai3(home: Path) -> Path:
     shutil.rmtree(home, ignore_errors=True)  # a stale or half-made one: start over
     steps = [
         [sys.executable, "-m", "venv", str(home)],
-        [str(python), "-m", "pip", "install", "-q", "--require-hashes", "--no-deps", "-r", str(OPENAI3_LOCK)],
+        [str(python), "-m", "pip", "install", "-q", "--require-hashes", "--no-deps", "-r", str(lock)],
     ]
     for cmd in steps:
         try:

@@ -11,9 +11,9 @@ Theory of operation
   ``tmp_path`` and attached to assertion messages via ``Proxy.log()``.
   ``proxy_for(upstream, profile=..., protocol=..., model=...)`` is the one-provider,
   one-model shortcut used by most tests.
-* ``openai3`` (session) installs ``requirements-openai3.lock`` (the newest openai SDK
-  major) into ``<repo>/.e2e/openai3`` and gives its python; the SDK checks run there as a
-  subprocess (``client_checks.run_sdk_checks``).
+* ``openai_sdk(name)`` (session) installs ``requirements-<name>.lock`` (``openai2``: the
+  newest 2.x SDK, ``openai3``: the newest 3.x) into ``<repo>/.e2e/<name>`` and gives its
+  python; the SDK checks run there as a subprocess (``client_checks.run_sdk_checks``).
 * ``codex`` (session) installs ``@openai/codex@0.169.0`` under ``<repo>/.e2e/codex-0.169.0``
   (a missing node/npm FAILS the test); ``codex_at(version)`` does the same for any version
   (``codex_harness.CODEX_VERSIONS``: 0.169.0 and the newest, 0.171.0);
@@ -131,19 +131,26 @@ def proxy_for(proxy):
     return make
 
 
-# --------------------------------------------------------------------------- openai SDK 3.x
+# --------------------------------------------------------------------------- openai SDKs in venvs
 
 
 @pytest.fixture(scope="session")
-def openai3() -> Path:
-    """The python of ``<repo>/.e2e/openai3``, where ``requirements-openai3.lock`` (the newest
-    openai SDK major, hash-locked) is installed on first use."""
-    from client_checks import SdkUnavailable, ensure_openai3
+def openai_sdk():
+    """``get(name)``: the python of ``<repo>/.e2e/<name>``, where ``requirements-<name>.lock``
+    (an openai SDK release, hash-locked) is installed on first use."""
+    from client_checks import SdkUnavailable, ensure_sdk
 
-    try:
-        return ensure_openai3(REPO)
-    except SdkUnavailable as exc:
-        pytest.fail(str(exc))
+    installed: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in installed:
+            try:
+                installed[name] = ensure_sdk(REPO, name)
+            except SdkUnavailable as exc:
+                pytest.fail(str(exc))
+        return installed[name]
+
+    return get
 
 
 # --------------------------------------------------------------------------- Codex

@@ -1,6 +1,6 @@
-"""openai SDK -> Switchboard -> scripted upstream: both SDK majors (the pinned 2.14 in
-process, the newest 3.x from ``.e2e/openai3`` in a subprocess) x both client APIs x both
-upstream protocols x stream/non-stream.  Every chunk, event and object must pass the SDK's
+"""openai SDK -> Switchboard -> scripted upstream: three SDK releases (2.14, which kosong pins,
+in process; the newest 2.x and the newest 3.x from ``.e2e/openai2`` and ``.e2e/openai3`` in a
+subprocess) x both client APIs x both upstream protocols x stream/non-stream.  Every chunk, event and object must pass the SDK's
 own validation and a strict re-validation with its types (``sdk_checks``), and the
 accumulated text, reasoning and the 2 parallel tool calls must equal the script.  The usage
 cases send cache figures upstream and expect them, in each SDK's usage type, at the client.
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
 import scenarios as sc
-from client_checks import sdk_chat, sdk_responses
+from client_checks import locked_sdk_version, sdk_chat, sdk_responses
 from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY
 
 pytestmark = pytest.mark.e2e
@@ -39,13 +40,22 @@ CASES = [
 ]
 
 
-SDKS = ["sdk2", "sdk3"]
+# test id: the venv of that SDK release (None: the suite's own interpreter)
+SDKS = {"sdk2.14": None, "sdk2": "openai2", "sdk3": "openai3"}
 
 
-@pytest.fixture(params=SDKS)
-def sdk_python(request) -> Path | None:
-    """None: the suite's own interpreter (openai 2.14); else the python of the 3.x venv."""
-    return None if request.param == "sdk2" else request.getfixturevalue("openai3")
+@pytest.fixture(params=sorted(SDKS))
+def sdk_python(request, openai_sdk) -> Path | None:
+    """None: the suite's own interpreter (openai 2.14); else the python of that SDK's venv."""
+    venv = SDKS[request.param]
+    return None if venv is None else openai_sdk(venv)
+
+
+@pytest.fixture
+def sdk_version(request, sdk_python) -> str:
+    """The openai release the case must run under."""
+    venv = SDKS[request.node.callspec.params["sdk_python"]]
+    return openai.__version__ if venv is None else locked_sdk_version(venv)
 
 
 def _drive(client_api: str, px, python: Path | None, stream: bool) -> dict:
@@ -54,7 +64,7 @@ def _drive(client_api: str, px, python: Path | None, stream: bool) -> dict:
 
 
 @pytest.mark.parametrize("client_api,upstream_kind,stream", CASES)
-def test_sdk_through_proxy(upstream, proxy_for, sdk_python, client_api, upstream_kind, stream):
+def test_sdk_through_proxy(upstream, proxy_for, sdk_python, sdk_version, client_api, upstream_kind, stream):
     upstream_protocol, profile, quirks = UPSTREAMS[upstream_kind]
     up = upstream(sc.sdk_parallel(upstream_protocol, model=MODEL, **quirks), f"sdk-{upstream_kind}")
     px = proxy_for(up, model=MODEL, profile=profile, protocol=upstream_protocol)
@@ -82,7 +92,7 @@ def test_sdk_through_proxy(upstream, proxy_for, sdk_python, client_api, upstream
             assert all(got["output_ids"]), info  # every output item has an id
             assert got["events"][0] == "response.created" and got["events"][-1] == "response.completed", info
     assert got["usage"], info
-    assert got["sdk"].startswith("2." if sdk_python is None else "3."), info
+    assert got["sdk"] == sdk_version, info
     # every chunk/event (stream) or the object (non-stream) and the final response, strictly
     assert got["validated"] >= (len(got["events"]) if stream else 1), info
 
@@ -117,7 +127,7 @@ CACHE_USAGE = {
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
 @pytest.mark.parametrize("client_api", ["chat", "responses"])
 @pytest.mark.parametrize("usage_kind", sorted(CACHE_USAGE))
-def test_sdk_usage_cache_figures(upstream, proxy_for, sdk_python, usage_kind, client_api, stream):
+def test_sdk_usage_cache_figures(upstream, proxy_for, sdk_python, sdk_version, usage_kind, client_api, stream):
     upstream_protocol = usage_kind.split("-")[0]
     turns = sc.sdk_parallel(upstream_protocol, model=MODEL, usage=CACHE_USAGE[usage_kind])
     up = upstream(turns, f"sdk-usage-{usage_kind}")
@@ -127,6 +137,7 @@ def test_sdk_usage_cache_figures(upstream, proxy_for, sdk_python, usage_kind, cl
     except Exception as exc:
         pytest.fail(f"{client_api} client failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{px.log()}")
     u, info = got["usage"], f"{got['usage']}\n--- proxy log ---\n{px.log()}"
+    assert got["sdk"] == sdk_version, info
     if client_api == "chat":
         assert (u["prompt_tokens"], u["completion_tokens"], u["total_tokens"]) == (40, 7, 47), info
         assert u["prompt_tokens_details"]["cached_tokens"] == 16, info
