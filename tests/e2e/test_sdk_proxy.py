@@ -1,7 +1,8 @@
 """openai SDK -> Switchboard -> scripted upstream: three SDK releases (2.14, which kosong pins,
 in process; the newest 2.x and the newest 3.x from ``.e2e/openai2`` and ``.e2e/openai3`` in a
-subprocess) x both client APIs x both upstream protocols x stream/non-stream.  Every chunk, event and object must pass the SDK's
-own validation and a strict re-validation with its types (``sdk_checks``), and the
+subprocess) x both client APIs x both upstream protocols x stream/non-stream.  Every chunk,
+event and object must pass the SDK's own validation and a strict re-validation with its
+types (``sdk_checks``), the release that answered must be the one meant, and the
 accumulated text, reasoning and the 2 parallel tool calls must equal the script.  The usage
 cases send cache figures upstream and expect them, in each SDK's usage type, at the client.
 """
@@ -41,12 +42,12 @@ CASES = [
 
 
 # test id: the venv of that SDK release (None: the suite's own interpreter)
-SDKS = {"sdk2.14": None, "sdk2": "openai2", "sdk3": "openai3"}
+SDKS = {"sdk2-in-process": None, "sdk2": "openai2", "sdk3": "openai3"}
 
 
 @pytest.fixture(params=sorted(SDKS))
 def sdk_python(request, openai_sdk) -> Path | None:
-    """None: the suite's own interpreter (openai 2.14); else the python of that SDK's venv."""
+    """None: the suite's own interpreter (its openai, kosong's pin); else the python of that SDK's venv."""
     venv = SDKS[request.param]
     return None if venv is None else openai_sdk(venv)
 
