@@ -77,6 +77,7 @@ from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
 from transformers.responses_encode import ResponsesStreamEncoder, encode_response
+from transformers.responses_runs import ResponsesTextRuns
 from transformers.tool_stage import ToolStage, needed
 from transformers.vocab import ProtocolName
 
@@ -107,6 +108,9 @@ ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_ti
 _BAD = frozenset({"upstream_bad_response", "upstream_bad_event"})
 # Chat passthrough: events in a row that were no run before a read's rest goes to the parser whole
 _LANE_MISSES = 3
+# Responses runs: the same, past a stream's opening (created, in_progress, the item and its part
+# added, the first delta, which teaches the template)
+_RUN_MISSES = 6
 
 
 class AnswerError(Exception):
@@ -273,6 +277,7 @@ class Bridge:
         "_chat",
         "passthrough",
         "lane",
+        "runs",
     )
 
     def __init__(
@@ -320,6 +325,9 @@ class Bridge:
         # (transformers/chat_text_lane.py), where _blocks reads them (on Chat → Chat, the
         # chunks the passthrough does not take: an upstream's own key order or fields)
         self.lane = ChatTextLane() if direction.upstream == "chat" else None
+        # a Responses upstream's runs of text deltas read off their bytes against the stream's
+        # own template (transformers/responses_runs.py), learnt where _blocks reads a delta
+        self.runs = ResponsesTextRuns() if direction.upstream == "responses" else None
 
     @property
     def framing(self) -> SSEFraming | WSFraming:
@@ -345,6 +353,8 @@ class Bridge:
         try:
             if self.passthrough is not None:
                 chunk = self._run(chunk, out)
+            elif self.runs is not None:
+                chunk = self._text_runs(chunk, out)
             self._feed(chunk, out)
         except sse.SSEOverflow as e:
             self._crash(out, e, "upstream_bad_event", str(e))
@@ -503,9 +513,12 @@ class Bridge:
             return
         self._object(obj, decoder, out)
 
-    def _object(self, obj: dict[str, Any], decoder: Any, out: list[bytes], data: bytes | None = None) -> None:
+    def _object(
+        self, obj: dict[str, Any], decoder: Any, out: list[bytes], data: bytes | None = None, block: bytes = b""
+    ) -> None:
         """An upstream event's JSON object through the decoder, the stages and the encoder
-        (``data``: its JSON's bytes, when read off them, for the text lane to learn from)."""
+        (``data``: its JSON's bytes, when read off them, for the text lane to learn from;
+        ``block``: its whole event's, for a Responses upstream's runs)."""
         # the commonest event, a plain text delta, without the decoder's dispatch and, when
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
@@ -513,8 +526,11 @@ class Bridge:
             self._encode(decoder.feed(obj), out)
             return
         lane = self.lane
-        if lane is not None and data is not None:
-            lane.learn(data, text)
+        if lane is not None:
+            if data is not None:
+                lane.learn(data, text)
+        elif block and self.runs is not None:
+            self.runs.learn(block, obj, text)
         self._text(text, out)
 
     def _text(self, text: str, out: list[bytes]) -> None:
@@ -573,6 +589,61 @@ class Bridge:
                 return b""
             pos = j + 2
         return chunk[pos:]
+
+    def _text_runs(self, chunk: bytes, out: list[bytes]) -> bytes:
+        """A Responses upstream's runs of text deltas in ``chunk`` through the decoder and the
+        encoder at once (``responses_runs.py``); what is left, for the parser.  As ``_run``:
+        an event the parser holds unfinished is finished first; between runs one event at a
+        time goes through the full path (where ``_blocks`` learns the template from a delta),
+        until ``_RUN_MISSES`` in a row were no run (a stream's opening, its end, reasoning),
+        then the rest goes to the parser at once."""
+        runs: ResponsesTextRuns = self.runs  # type: ignore[assignment]
+        if runs.spent:
+            self.runs = None
+            return chunk
+        pos = 0
+        n = len(chunk)
+        if self.parser.pending:
+            j = chunk.find(b"\n\n")
+            if j < 0:
+                return chunk
+            pos = j + 2
+            self._feed(chunk[:pos], out)
+            if self.broken:
+                return b""
+        misses = 0
+        while pos < n and misses < _RUN_MISSES:
+            if runs.armed:
+                end, iid, texts = runs.take(chunk, pos)
+                if texts:
+                    written = self._texts(iid, texts)
+                    if written is not None:
+                        out.append(written)
+                        pos = end
+                        misses = 0
+                        continue
+            misses += 1
+            j = chunk.find(b"\n\n", pos)
+            if j < 0:
+                break
+            self._feed(chunk[pos : j + 2], out)
+            if self.broken:
+                return b""
+            pos = j + 2
+        return chunk[pos:]
+
+    def _texts(self, iid: bytes, quoted: list[bytes]) -> bytes | None:
+        """A run's text deltas (item ``iid``, each text's JSON) as ``_object`` would take each
+        one: through ``decoder.text`` and ``_text`` to the encoder's delta writer, all at once,
+        when every one of them would go that way (the stages handing text on as it is, the
+        decoder and the encoder in their text state); ``None``, nothing changed, when not."""
+        stage = self.stage
+        if (stage is not None and not stage.plain_text) or self.compaction is not None or not self.encoder.text_open:
+            return None
+        texts = orjson.loads(b"[" + b",".join(quoted) + b"]")
+        if not self.decoder.texts(iid.decode(), texts):
+            return None
+        return self.encoder.text_deltas(quoted, texts)
 
     def _feed(self, data: bytes, out: list[bytes]) -> None:
         """The events of ``data`` through the full path, until the Bridge breaks.  The events
@@ -635,7 +706,7 @@ class Bridge:
                     except orjson.JSONDecodeError:
                         obj = None
                     if obj.__class__ is dict:
-                        self._object(obj, decoder, out, payload)
+                        self._object(obj, decoder, out, payload, block)
                     else:  # [DONE], a junk line, bytes that are not UTF-8: as the parser hands it
                         self._event(payload.decode("utf-8", "replace"), decoder, out)
             if self.broken:

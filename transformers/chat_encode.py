@@ -324,11 +324,33 @@ class ChatStreamEncoder:
         if not self._begun or self._finished or self._queue:
             return None
         d = self._delta
-        if d is None:  # the chunk's id, created and model are fixed once begun
-            prefix, suffix = self.text_template()
-            before = (self._frame[0] + prefix.encode()).replace(b"%", b"%%")
-            d = self._delta = before + b"%b" + (suffix.encode() + self._frame[1]).replace(b"%", b"%%")
+        if d is None:
+            d = self._new_delta()
         return d % orjson.dumps(text)  # one format: cheaper than a join of three parts
+
+    @property
+    def text_open(self) -> bool:
+        """``text_delta`` takes a text (``text_deltas`` a run)."""
+        return self._begun and not self._finished and not self._queue
+
+    def text_deltas(self, quoted: list[bytes], texts: list[str]) -> bytes | None:
+        """``text_delta`` for each of ``texts``, at once, given each one's JSON as
+        ``orjson.dumps`` writes it (``quoted``, read off the upstream's bytes by
+        ``responses_runs.py``): the same bytes, or ``None`` where ``text_delta`` gives it."""
+        if not self.text_open:
+            return None
+        d = self._delta
+        if d is None:
+            d = self._new_delta()
+        return b"".join(map(d.__mod__, quoted))
+
+    def _new_delta(self) -> bytes:
+        """The text chunk's format (``text_delta``): its id, created and model are fixed once
+        begun."""
+        prefix, suffix = self.text_template()
+        before = (self._frame[0] + prefix.encode()).replace(b"%", b"%%")
+        d = self._delta = before + b"%b" + (suffix.encode() + self._frame[1]).replace(b"%", b"%%")
+        return d
 
     def text_template(self) -> tuple[str, str]:
         """(prefix, suffix): ``prefix + json_string(text) + suffix`` is the chunk ``feed(Text(text))``

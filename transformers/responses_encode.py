@@ -390,22 +390,47 @@ class ResponsesStreamEncoder:
         # the open part's text list stands for the part (a new list per part, kept referenced
         # here, so no later list can take its identity): the head is made once per part
         if m.text is not self._delta_key:
-            self._delta_key = m.text
-            # the dict _on_text builds, up to its text: same keys, same order
-            head = {
-                "type": "response.output_text.delta",
-                "item_id": m.id,
-                "output_index": m.oi,
-                "content_index": len(m.parts),
-            }
-            # one format per event: the head's own '%' doubled, the text's JSON and the number
-            # put in by the one '%' operation (the tail's '%' are doubled already)
-            head_bytes = self._delta_frame + orjson.dumps(head)[:-1] + b',"delta":'
-            self._delta_head = head_bytes.replace(b"%", b"%%") + b"%b" + self._delta_tail
+            self._new_delta_head(m)
         m.text.append(text)
         seq = self._seq
         self._seq = seq + 1
         return self._delta_head % (orjson.dumps(text), seq)
+
+    @property
+    def text_open(self) -> bool:
+        """A text part is open: ``text_delta`` takes a non-empty text (``text_deltas`` a run)."""
+        m = self._msg
+        return m is not None and m.kind == "text" and not self.done
+
+    def text_deltas(self, quoted: list[bytes], texts: list[str]) -> bytes | None:
+        """``text_delta`` for each of ``texts`` (non-empty), at once, given each one's JSON as
+        ``orjson.dumps`` writes it (``quoted``, read off the upstream's bytes by
+        ``responses_runs.py``): the same state change and the same bytes, or ``None``, nothing
+        changed, in every state where ``text_delta`` would give ``None``."""
+        m = self._msg
+        if m is None or m.kind != "text" or self.done:
+            return None
+        if m.text is not self._delta_key:
+            self._new_delta_head(m)
+        m.text.extend(texts)
+        seq = self._seq
+        self._seq = seq + len(texts)
+        return b"".join(map(self._delta_head.__mod__, zip(quoted, range(seq, self._seq))))
+
+    def _new_delta_head(self, m: _Msg) -> None:
+        """The open part's delta event format (``text_delta``), made once per part."""
+        self._delta_key = m.text
+        # the dict _on_text builds, up to its text: same keys, same order
+        head = {
+            "type": "response.output_text.delta",
+            "item_id": m.id,
+            "output_index": m.oi,
+            "content_index": len(m.parts),
+        }
+        # one format per event: the head's own '%' doubled, the text's JSON and the number
+        # put in by the one '%' operation (the tail's '%' are doubled already)
+        head_bytes = self._delta_frame + orjson.dumps(head)[:-1] + b',"delta":'
+        self._delta_head = head_bytes.replace(b"%", b"%%") + b"%b" + self._delta_tail
 
     def end(self) -> list[dict]:
         if self.done:

@@ -1,0 +1,177 @@
+"""A Responses upstream's runs of plain text deltas read off their bytes, against the stream's own template.
+
+Theory of operation
+-------------------
+Most events of a Responses stream are ``response.output_text.delta`` events that differ from
+one another only in their text and their ``sequence_number`` (OpenAI adds ``obfuscation``,
+another string that changes every event).  The full path parses each one's JSON, asks the
+decoder for its text (``ResponsesStreamDecoder.text``) and has the encoder write the client's
+own delta (``ResponsesStreamEncoder.text_delta``: the text's JSON and a number of its own put
+into a cached head).  The upstream's number, its ``obfuscation`` and every field but
+``type``, ``item_id``, ``delta`` (and the absence of ``item``) are read by nobody.
+
+``ResponsesTextRuns`` learns a template from a delta the full path read off its bytes (the
+Bridge's ``_blocks``: the block as it came, ``data:`` line and any ``event:`` line before it):
+the block with holes where the varying values are, each found as its key, a colon and its
+value, the key exactly once in the block:
+
+=====================  ====================================================================
+hole                   matches (the template does not learn when the block's value is not
+                       already such)
+=====================  ====================================================================
+``delta``              a non-empty JSON string written exactly as orjson writes one (UTF-8
+                       as it is, the escapes orjson uses and no other), quotes included:
+                       captured; then it is the very ``orjson.dumps`` of its own value
+``item_id``            a non-empty string with no escape and no control character: captured
+``sequence_number``    an integer of at most 18 digits, no sign, no leading zero (if present)
+``obfuscation``        a string with no escape and no control character (if present)
+=====================  ====================================================================
+
+Every other byte of the block is constant.  A block that matches is therefore the same JSON
+object as the learnt one but for those values: a ``type`` of ``response.output_text.delta``,
+no ``item``, a non-empty ``item_id`` string and a non-empty ``delta`` string, which is all
+that ``decoder.text`` asks of an event; and it is one of ``_blocks``' fast shapes (one
+``data:`` line, or an ``event:`` line and one ``data:`` line), ends at its first blank line
+and holds no CR.  ``take(data, pos)`` finds, with one regular expression, the longest run
+of whole such events at ``pos`` (valid UTF-8 checked on the run when the read is not
+ASCII: cut before an invalid byte), and returns each event's captured (text JSON, item id)
+in order, with one more expression; the Bridge hands the run's texts to the decoder and the
+encoder at once (``ResponsesStreamDecoder.texts``, ``ResponsesStreamEncoder.text_deltas``),
+which leave every machine where the full path would and write the same bytes.
+
+The template's expressions are compiled once per template in the process (~0.4 ms each):
+the holes keep a template the same from one stream to the next (the item id and the numbers
+are holes), and at most ``_KEEP`` templates are kept; beyond that a stream does not learn,
+so an upstream whose deltas vary in another field per stream costs no compiling.  A stream
+learns at most ``_LEARN`` times (again when a new part's deltas no longer match), then
+keeps what it has; one that learnt nothing by then is ``spent`` and the Bridge drops it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+__all__ = ["ResponsesTextRuns"]
+
+# a non-empty JSON string exactly as orjson writes it, quotes included: UTF-8 as it is but
+# '"', '\' and the controls, which are escaped (\b \t \n \f \r, the others \u00xx in lower
+# case); possessive, so a miss never backtracks into the text
+_TEXT = rb'"(?:[^"\\\x00-\x1f]++|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a-f]))++"'
+_IID = rb'[^"\\\x00-\x1f]++'  # an item id's inside: no escape, no control
+_INT = rb"(?:0|[1-9][0-9]{0,17})"  # what orjson reads as an int of 64 bits
+_PLAIN = rb'[^"\\\x00-\x1f]*+'  # a string's inside: no escape, no control
+_WS = rb"[ \t]*"  # JSON's blanks in a fast-shape block: no line ending
+# key → its value (group 1) in a block; the hole's expression in the template
+_HOLES: tuple[tuple[bytes, re.Pattern[bytes], bytes], ...] = (
+    (b'"delta"', re.compile(rb'"delta"' + _WS + b":" + _WS + rb'("(?:[^"\\]|\\.)*+")'), _TEXT),
+    (b'"item_id"', re.compile(rb'"item_id"' + _WS + b":" + _WS + b'"(' + _IID + b')"'), _IID),
+    (b'"sequence_number"', re.compile(rb'"sequence_number"' + _WS + b":" + _WS + rb"([0-9]++)"), _INT),
+    (b'"obfuscation"', re.compile(rb'"obfuscation"' + _WS + b":" + _WS + rb'"(' + _PLAIN + rb')"'), _PLAIN),
+)
+_OPTIONAL = frozenset({b'"sequence_number"', b'"obfuscation"'})
+_LEARN = 8  # templates a stream may learn
+_KEEP = 64  # templates compiled in the process
+
+
+class _Template:
+    """What a run is read with: its expression, the texts' expression, the item id's lead."""
+
+    __slots__ = ("run", "texts", "first_iid", "iid_lead")
+
+    def __init__(self, run: bytes, text_lead: bytes, iid_lead: bytes) -> None:
+        self.run = re.compile(b"(?:" + run + b")++").match  # the longest run of whole events
+        # within a run, the text's key and colon are found at its hole only (the key is once
+        # in the template; a hole holds no unescaped quote), and so is the item id's
+        self.texts = re.compile(re.escape(text_lead) + b"(" + _TEXT + b")").findall
+        self.first_iid = re.compile(re.escape(iid_lead) + b"(" + _IID + b")").search
+        self.iid_lead = iid_lead
+
+
+_COMPILED: dict[bytes, _Template] = {}  # the run's expression → its template
+
+
+def _template(block: bytes, text: str, iid: str) -> _Template | None:
+    """The block's template (``None``: none can be made of it)."""
+    holes: list[tuple[int, int, bytes]] = []
+    leads: list[bytes] = []
+    for key, value, hole in _HOLES:
+        n = block.count(key)
+        if n == 0 and key in _OPTIONAL:
+            continue
+        if n != 1:
+            return None
+        m = value.search(block)
+        if m is None:
+            return None
+        holes.append((m.start(1), m.end(1), hole))
+        leads.append(block[m.start() : m.start(1)])
+    # the values the decoder read are the ones found: the text exactly as orjson writes it
+    (d0, d1, _), (i0, i1, _) = holes[0], holes[1]
+    if block[d0:d1] != orjson.dumps(text) or block[i0:i1] != iid.encode():
+        return None
+    holes.sort()
+    parts: list[bytes] = []
+    at = 0
+    for start, end, hole in holes:
+        parts += (re.escape(block[at:start]), hole)
+        at = end
+    parts += (re.escape(block[at:]), b"\n\n")
+    run = b"".join(parts)
+    got = _COMPILED.get(run)
+    if got is None and len(_COMPILED) < _KEEP:
+        got = _COMPILED[run] = _Template(run, leads[0], leads[1])
+    return got
+
+
+class ResponsesTextRuns:
+    """One stream's template, and the runs of events read against it."""
+
+    __slots__ = ("armed", "_tpl", "_learnt")
+
+    def __init__(self) -> None:
+        self.armed = False
+        self._tpl: _Template | None = None
+        self._learnt = 0
+
+    @property
+    def spent(self) -> bool:
+        """Nothing learnt and no learning left: the Bridge drops this stream's runs."""
+        return not self.armed and self._learnt >= _LEARN
+
+    def learn(self, block: bytes, obj: dict[str, Any], text: str) -> None:
+        """A plain text delta the full path read off its block (``decoder.text`` gave ``text``):
+        its template becomes the stream's, when one can be made of it."""
+        if self._learnt >= _LEARN:
+            return
+        self._learnt += 1
+        tpl = _template(block, text, obj["item_id"])
+        if tpl is not None:
+            self._tpl = tpl
+            self.armed = True
+
+    def take(self, data: bytes, pos: int) -> tuple[int, bytes, list[bytes]]:
+        """The end of the longest run of whole template events in ``data`` from ``pos`` of one
+        item, that item's id and each event's text JSON, in order (``pos``, ``b""`` and
+        ``[]`` when there is none)."""
+        tpl: _Template = self._tpl  # type: ignore[assignment]
+        m = tpl.run(data, pos)
+        if m is None:
+            return pos, b"", []
+        end = m.end()
+        if not data.isascii():
+            try:
+                data[pos:end].decode()
+            except UnicodeDecodeError as e:  # the events before the invalid byte
+                j = data.rfind(b"\n\n", pos, pos + e.start)
+                if j < 0:
+                    return pos, b"", []
+                end = j + 2
+        texts = tpl.texts(data, pos, end)
+        iid = tpl.first_iid(data, pos, end).group(1)  # type: ignore[union-attr]
+        # each event holds its item id's key once: as many of them with this id, all of them
+        if data.count(tpl.iid_lead + iid + b'"', pos, end) != len(texts):
+            return pos, b"", []
+        return end, iid, texts
