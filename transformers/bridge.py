@@ -108,9 +108,9 @@ ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_ti
 _BAD = frozenset({"upstream_bad_response", "upstream_bad_event"})
 # Chat passthrough: events in a row that were no run before a read's rest goes to the parser whole
 _LANE_MISSES = 3
-# Responses runs: the same, past a stream's opening (created, in_progress, the item and its part
-# added, the first delta, which teaches the template)
-_RUN_MISSES = 6
+# Responses runs: events read one at a time until the template is learnt (a stream's opening:
+# created, in_progress, the item and its part added, the first delta, which teaches it)
+_RUN_OPENING = 6
 
 
 class AnswerError(Exception):
@@ -592,11 +592,12 @@ class Bridge:
 
     def _text_runs(self, chunk: bytes, out: list[bytes]) -> bytes:
         """A Responses upstream's runs of text deltas in ``chunk`` through the decoder and the
-        encoder at once (``responses_runs.py``); what is left, for the parser.  As ``_run``:
-        an event the parser holds unfinished is finished first; between runs one event at a
-        time goes through the full path (where ``_blocks`` learns the template from a delta),
-        until ``_RUN_MISSES`` in a row were no run (a stream's opening, its end, reasoning),
-        then the rest goes to the parser at once."""
+        encoder at once (``responses_runs.py``); what is left, for the parser.  An event the
+        parser holds unfinished is finished first.  Until the template is learnt (where
+        ``_blocks`` reads a delta), one event at a time goes the full way, at most
+        ``_RUN_OPENING`` of them (a stream's opening: created, in_progress, the item and its
+        part added, the first delta); then a run is taken wherever one starts, and the events
+        between two runs go the full way together."""
         runs: ResponsesTextRuns = self.runs  # type: ignore[assignment]
         if runs.spent:
             self.runs = None
@@ -611,38 +612,47 @@ class Bridge:
             self._feed(chunk[:pos], out)
             if self.broken:
                 return b""
-        misses = 0
-        while pos < n and misses < _RUN_MISSES:
-            if runs.armed:
-                end, iid, texts = runs.take(chunk, pos)
-                if texts:
-                    written = self._texts(iid, texts)
-                    if written is not None:
-                        out.append(written)
+        opening = 0
+        while pos < n:
+            if not runs.armed:
+                j = chunk.find(b"\n\n", pos) if opening < _RUN_OPENING else -1
+                if j < 0:
+                    break
+                opening += 1
+                j += 2
+            else:
+                if self._texts_open():
+                    end, iid, quoted = runs.take(chunk, pos)
+                    if quoted:
+                        out.append(self._texts(iid, quoted))
                         pos = end
-                        misses = 0
                         continue
-            misses += 1
-            j = chunk.find(b"\n\n", pos)
-            if j < 0:
-                break
-            self._feed(chunk[pos : j + 2], out)
+                j = runs.next_start(chunk, pos)
+                if j < 0:
+                    break
+            self._feed(chunk[pos:j], out)
             if self.broken:
                 return b""
-            pos = j + 2
+            pos = j
         return chunk[pos:]
 
-    def _texts(self, iid: bytes, quoted: list[bytes]) -> bytes | None:
-        """A run's text deltas (item ``iid``, each text's JSON) as ``_object`` would take each
-        one: through ``decoder.text`` and ``_text`` to the encoder's delta writer, all at once,
-        when every one of them would go that way (the stages handing text on as it is, the
-        decoder and the encoder in their text state); ``None``, nothing changed, when not."""
+    def _texts_open(self) -> bool:
+        """Would a text delta go from ``decoder.text`` through ``_text`` to the encoder's delta
+        writer (the stages handing text on as it is, the decoder and the encoder in their text
+        state)?"""
         stage = self.stage
-        if (stage is not None and not stage.plain_text) or self.compaction is not None or not self.encoder.text_open:
-            return None
+        return (
+            (stage is None or stage.plain_text)
+            and self.compaction is None
+            and self.decoder.text_open
+            and self.encoder.text_open
+        )
+
+    def _texts(self, iid: bytes, quoted: list[bytes]) -> bytes:
+        """A run's text deltas (item ``iid``, each text's JSON), ``_texts_open``, as
+        ``_object`` would take each one, all at once: the same state change, the same bytes."""
         texts = orjson.loads(b"[" + b",".join(quoted) + b"]")
-        if not self.decoder.texts(iid.decode(), texts):
-            return None
+        self.decoder.texts(iid.decode(), texts)
         return self.encoder.text_deltas(quoted, texts)
 
     def _feed(self, data: bytes, out: list[bytes]) -> None:

@@ -333,12 +333,10 @@ class ChatStreamEncoder:
         """``text_delta`` takes a text (``text_deltas`` a run)."""
         return self._begun and not self._finished and not self._queue
 
-    def text_deltas(self, quoted: list[bytes], texts: list[str]) -> bytes | None:
-        """``text_delta`` for each of ``texts``, at once, given each one's JSON as
-        ``orjson.dumps`` writes it (``quoted``, read off the upstream's bytes by
-        ``responses_runs.py``): the same bytes, or ``None`` where ``text_delta`` gives it."""
-        if not self.text_open:
-            return None
+    def text_deltas(self, quoted: list[bytes], texts: list[str]) -> bytes:
+        """``text_delta`` for each of ``texts``, at once, ``text_open``, given each one's JSON
+        as ``orjson.dumps`` writes it (``quoted``, read off the upstream's bytes by
+        ``responses_runs.py``): the same bytes."""
         d = self._delta
         if d is None:
             d = self._new_delta()

@@ -263,18 +263,19 @@ class ResponsesStreamDecoder:
         m[0].append(d)
         return d
 
-    def texts(self, iid: str, texts: list[str]) -> bool:
+    @property
+    def text_open(self) -> bool:
+        """``text`` may take a delta: the stream has started and not finished."""
+        return self._started and not self._finished
+
+    def texts(self, iid: str, texts: list[str]) -> None:
         """``text`` for a run of ``output_text.delta`` events of item ``iid`` and non-empty
-        texts ``texts`` (``responses_runs.py``), at once: the same state change, when ``text``
-        would take them (the stream started, not finished); ``False``, nothing changed, when
-        not."""
-        if not self._started or self._finished:
-            return False
+        texts ``texts`` (``responses_runs.py``), at once, ``text_open``: the same state
+        change."""
         m = self._msgs.get(iid)
         if m is None:
             m = self._msgs[iid] = ([], [])
         m[0].extend(texts)
-        return True
 
     def end(self) -> list[Event]:
         if self._finished:

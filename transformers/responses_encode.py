@@ -402,14 +402,11 @@ class ResponsesStreamEncoder:
         m = self._msg
         return m is not None and m.kind == "text" and not self.done
 
-    def text_deltas(self, quoted: list[bytes], texts: list[str]) -> bytes | None:
-        """``text_delta`` for each of ``texts`` (non-empty), at once, given each one's JSON as
-        ``orjson.dumps`` writes it (``quoted``, read off the upstream's bytes by
-        ``responses_runs.py``): the same state change and the same bytes, or ``None``, nothing
-        changed, in every state where ``text_delta`` would give ``None``."""
-        m = self._msg
-        if m is None or m.kind != "text" or self.done:
-            return None
+    def text_deltas(self, quoted: list[bytes], texts: list[str]) -> bytes:
+        """``text_delta`` for each of ``texts`` (non-empty), at once, ``text_open``, given each
+        one's JSON as ``orjson.dumps`` writes it (``quoted``, read off the upstream's bytes by
+        ``responses_runs.py``): the same state change and the same bytes."""
+        m: _Msg = self._msg  # type: ignore[assignment]
         if m.text is not self._delta_key:
             self._new_delta_head(m)
         m.text.extend(texts)

@@ -77,26 +77,34 @@ _KEEP = 64  # templates compiled in the process
 
 
 class _Template:
-    """What a run is read with: its expression, the texts' expression, the item id's lead."""
+    """What a run is read with, made once per template in the process."""
 
-    __slots__ = ("run", "texts", "first_iid", "iid_lead")
+    __slots__ = ("run", "texts", "lead")
 
-    def __init__(self, run: bytes, text_lead: bytes, iid_lead: bytes) -> None:
-        self.run = re.compile(b"(?:" + run + b")++").match  # the longest run of whole events
-        # within a run, the text's key and colon are found at its hole only (the key is once
-        # in the template; a hole holds no unescaped quote), and so is the item id's
+    def __init__(self, consts: tuple[bytes, ...], holes: tuple[bytes, ...], text_lead: bytes) -> None:
+        # the first event captures its item id; the next ones must repeat it
+        first: list[bytes] = []
+        more: list[bytes] = []
+        for const, hole in zip(consts, holes, strict=False):
+            const = re.escape(const)
+            first += (const, b"(?P<iid>" + hole + b")" if hole is _IID else hole)
+            more += (const, b"(?P=iid)" if hole is _IID else hole)
+        end = re.escape(consts[-1]) + b"\n\n"
+        # the longest run of whole events of one item
+        self.run = re.compile(b"".join(first) + end + b"(?:" + b"".join(more) + end + b")*+").match
+        # within a run, the text's key and colon are at its hole only: the key is once in
+        # the template, and a hole holds no unescaped quote
         self.texts = re.compile(re.escape(text_lead) + b"(" + _TEXT + b")").findall
-        self.first_iid = re.compile(re.escape(iid_lead) + b"(" + _IID + b")").search
-        self.iid_lead = iid_lead
+        self.lead = consts[0]  # where an event that may start a run starts
 
 
-_COMPILED: dict[bytes, _Template] = {}  # the run's expression → its template
+_COMPILED: dict[tuple[tuple[bytes, ...], tuple[bytes, ...]], _Template] = {}  # template → what reads it
 
 
 def _template(block: bytes, text: str, iid: str) -> _Template | None:
     """The block's template (``None``: none can be made of it)."""
     holes: list[tuple[int, int, bytes]] = []
-    leads: list[bytes] = []
+    text_lead = b""
     for key, value, hole in _HOLES:
         n = block.count(key)
         if n == 0 and key in _OPTIONAL:
@@ -107,22 +115,23 @@ def _template(block: bytes, text: str, iid: str) -> _Template | None:
         if m is None:
             return None
         holes.append((m.start(1), m.end(1), hole))
-        leads.append(block[m.start() : m.start(1)])
+        if hole is _TEXT:
+            text_lead = block[m.start() : m.start(1)]
     # the values the decoder read are the ones found: the text exactly as orjson writes it
     (d0, d1, _), (i0, i1, _) = holes[0], holes[1]
     if block[d0:d1] != orjson.dumps(text) or block[i0:i1] != iid.encode():
         return None
     holes.sort()
-    parts: list[bytes] = []
+    consts: list[bytes] = []
     at = 0
-    for start, end, hole in holes:
-        parts += (re.escape(block[at:start]), hole)
+    for start, end, _ in holes:
+        consts.append(block[at:start])
         at = end
-    parts += (re.escape(block[at:]), b"\n\n")
-    run = b"".join(parts)
-    got = _COMPILED.get(run)
+    consts.append(block[at:])
+    shape = (tuple(consts), tuple(h for _, _, h in holes))
+    got = _COMPILED.get(shape)
     if got is None and len(_COMPILED) < _KEEP:
-        got = _COMPILED[run] = _Template(run, leads[0], leads[1])
+        got = _COMPILED[shape] = _Template(shape[0], shape[1], text_lead)
     return got
 
 
@@ -153,8 +162,8 @@ class ResponsesTextRuns:
             self.armed = True
 
     def take(self, data: bytes, pos: int) -> tuple[int, bytes, list[bytes]]:
-        """The end of the longest run of whole template events in ``data`` from ``pos`` of one
-        item, that item's id and each event's text JSON, in order (``pos``, ``b""`` and
+        """The end of the longest run of whole template events of one item in ``data`` from
+        ``pos``, that item's id and each event's text JSON, in order (``pos``, ``b""`` and
         ``[]`` when there is none)."""
         tpl: _Template = self._tpl  # type: ignore[assignment]
         m = tpl.run(data, pos)
@@ -169,9 +178,13 @@ class ResponsesTextRuns:
                 if j < 0:
                     return pos, b"", []
                 end = j + 2
-        texts = tpl.texts(data, pos, end)
-        iid = tpl.first_iid(data, pos, end).group(1)  # type: ignore[union-attr]
-        # each event holds its item id's key once: as many of them with this id, all of them
-        if data.count(tpl.iid_lead + iid + b'"', pos, end) != len(texts):
-            return pos, b"", []
-        return end, iid, texts
+        return end, m.group("iid"), tpl.texts(data, pos, end)
+
+    def next_start(self, data: bytes, pos: int) -> int:
+        """Where, after ``pos``, the next event that may start a run starts (-1: nowhere): its
+        bytes begin as the template's, right after a blank line."""
+        lead = self._tpl.lead  # type: ignore[union-attr]
+        j = data.find(lead, pos + 1)
+        while j >= 0 and data[j - 2 : j] != b"\n\n":
+            j = data.find(lead, j + 1)
+        return j

@@ -305,7 +305,7 @@ def test_a_run_stops_before_an_invalid_byte_and_at_another_item() -> None:
     assert runs.take(good + b"\n\n" + good + b"\n\n" + bad + b"\n\n", 0)[0] == 2 * len(good) + 4
     assert runs.take(bad + b"\n\n" + good + b"\n\n", 0) == (0, b"", [])
     other = good.replace(b"msg_1", b"msg_2")
-    assert runs.take(good + b"\n\n" + other + b"\n\n", 0) == (0, b"", [])
+    assert runs.take(good + b"\n\n" + other + b"\n\n", 0) == (len(good) + 2, b"msg_1", [orjson.dumps("éa")])
     assert runs.take(other + b"\n\n" + other + b"\n\n", 0)[1:] == (b"msg_2", [orjson.dumps("éa")] * 2)
 
 
