@@ -20,7 +20,9 @@ and ``_event`` would; every other event, a read with a CR, and an event cut acro
 go through the parser (a differential test holds the two to the same bytes at every cut:
 ``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
 (``transformers/passthrough.py``); so do a Chat upstream's text chunks, once the stream's own
-template is learnt (``transformers/chat_text_lane.py``).
+template is learnt (``transformers/chat_text_lane.py``), and a Responses upstream's runs of
+text deltas, which go to the decoder and the encoder a run at a time
+(``transformers/responses_runs.py``).
 
 =====================  ==================================================================
 call                   returns
