@@ -599,7 +599,8 @@ class Bridge:
         ``_blocks`` reads a delta), one event at a time goes the full way, at most
         ``_RUN_OPENING`` of them (a stream's opening: created, in_progress, the item and its
         part added, the first delta); then a run is taken wherever one starts, and the events
-        between two runs go the full way together."""
+        between two runs go the full way together.  A read that is not valid UTF-8 goes the
+        full way whole."""
         runs: ResponsesTextRuns = self.runs  # type: ignore[assignment]
         if runs.spent:
             self.runs = None
@@ -614,6 +615,8 @@ class Bridge:
             self._feed(chunk[:pos], out)
             if self.broken:
                 return b""
+        if not runs.valid(chunk, pos):
+            return chunk[pos:]
         opening = 0
         while pos < n:
             if not runs.armed:

@@ -33,11 +33,12 @@ no ``item``, a non-empty ``item_id`` string and a non-empty ``delta`` string, wh
 that ``decoder.text`` asks of an event; and it is one of ``_blocks``' fast shapes (one
 ``data:`` line, or an ``event:`` line and one ``data:`` line), ends at its first blank line
 and holds no CR.  ``take(data, pos)`` finds, with one regular expression, the longest run
-of whole such events at ``pos`` (valid UTF-8 checked on the run when the read is not
-ASCII: cut before an invalid byte), and returns each event's captured (text JSON, item id)
-in order, with one more expression; the Bridge hands the run's texts to the decoder and the
-encoder at once (``ResponsesStreamDecoder.texts``, ``ResponsesStreamEncoder.text_deltas``),
-which leave every machine where the full path would and write the same bytes.
+of whole such events of one item at ``pos`` (the first event's item id a backreference for
+the others), and reads each event's text JSON with one more; a read that is not valid UTF-8
+up to its last blank line (``valid``, once a read) is left to the full path whole.  The
+Bridge hands the run's texts to the decoder and the encoder at once
+(``ResponsesStreamDecoder.texts``, ``ResponsesStreamEncoder.text_deltas``), which leave
+every machine where the full path would and write the same bytes.
 
 The template's expressions are compiled once per template in the process (~0.4 ms each):
 the holes keep a template the same from one stream to the next (the item id and the numbers
@@ -164,21 +165,27 @@ class ResponsesTextRuns:
     def take(self, data: bytes, pos: int) -> tuple[int, bytes, list[bytes]]:
         """The end of the longest run of whole template events of one item in ``data`` from
         ``pos``, that item's id and each event's text JSON, in order (``pos``, ``b""`` and
-        ``[]`` when there is none)."""
+        ``[]`` when there is none).  ``data`` from ``pos`` to its last blank line must be
+        valid UTF-8, as the parser would find it (``valid``): a run ends at a blank line."""
         tpl: _Template = self._tpl  # type: ignore[assignment]
         m = tpl.run(data, pos)
         if m is None:
             return pos, b"", []
         end = m.end()
-        if not data.isascii():
-            try:
-                data[pos:end].decode()
-            except UnicodeDecodeError as e:  # the events before the invalid byte
-                j = data.rfind(b"\n\n", pos, pos + e.start)
-                if j < 0:
-                    return pos, b"", []
-                end = j + 2
         return end, m.group("iid"), tpl.texts(data, pos, end)
+
+    @staticmethod
+    def valid(data: bytes, pos: int) -> bool:
+        """Are ``data``'s bytes from ``pos`` to its last blank line valid UTF-8?  (No event that
+        ends there is cut inside a character.)  A read that is not is left to the full path
+        whole, which reads invalid bytes as the parser decodes them."""
+        if data.isascii():
+            return True
+        try:
+            data[pos : data.rfind(b"\n\n") + 2].decode()
+        except UnicodeDecodeError:
+            return False
+        return True
 
     def next_start(self, data: bytes, pos: int) -> int:
         """Where, after ``pos``, the next event that may start a run starts (-1: nowhere): its

@@ -61,6 +61,8 @@ _step = st.one_of(
     st.tuples(st.just("odd"), st.sampled_from([b"data: ping", b": keep-alive", b"", b"data: 42", b"event: x"])),
     st.tuples(st.just("crlf"), _text),  # a delta whose lines end with CRLF
     st.tuples(st.just("done"), st.booleans()),  # the message done: its text and more (True), or another
+    # a delta's lines after another line of the same event: one event, not a delta
+    st.tuples(st.just("prefixed"), st.sampled_from([b"data: 1\n", b"id: 5\n", b": note\n", b"data: {}\n"])),
 )
 
 
@@ -142,6 +144,8 @@ def _wire(steps: list[tuple[str, object]], style: str, named: bool, obfuscated: 
             out.append(ev({"type": "response.output_item.done", "output_index": 0, "item": item}))
         elif kind == "odd":
             out.append(v + b"\n\n")  # type: ignore[operator]
+        elif kind == "prefixed":
+            out.append(v + ev(delta("p")))  # type: ignore[operator]
         else:  # crlf
             out.append(ev(delta(v), nl=b"\r\n"))  # type: ignore[arg-type]
     if end == "completed":
@@ -194,6 +198,7 @@ _CASES = {
     "a new part": [("text", "a"), ("text", "b"), ("new_part", ""), ("text", "c"), ("text", "d")],
     "another item's deltas": [("text", "a"), ("text_other_item", "b"), ("text_other_item", "c"), ("text", "d")],
     "odd blocks between": [("text", "a"), ("odd", b": keep-alive"), ("text", "b"), ("odd", b""), ("text", "c")],
+    "a line before a delta's": [("text", "a"), ("prefixed", b"data: 1\n"), ("text", "b"), ("prefixed", b"id: 5\n")],
     "junk in a run": [("text", "a"), ("text", "b"), ("junk", b"\xc3"), ("text", "c"), ("seq", b"07"), ("text", "d")],
     "the item done": [("text", "a"), ("text", "b"), ("done", True), ("text", "c")],
 }
@@ -297,16 +302,48 @@ def test_learning(block: bytes, learns: bool) -> None:
         assert (end, iid, texts) == (2 * len(block) + 4, b"msg_1", [orjson.dumps(obj["delta"])] * 2)
 
 
-def test_a_run_stops_before_an_invalid_byte_and_at_another_item() -> None:
+def test_a_run_stops_at_another_item() -> None:
     runs = ResponsesTextRuns()
     good = _block(dict(_DELTA, delta="éa", sequence_number=1))
     runs.learn(good, orjson.loads(good.partition(b"data: ")[2]), "éa")
-    bad = good.replace("é".encode(), b"\xc3\x28")
-    assert runs.take(good + b"\n\n" + good + b"\n\n" + bad + b"\n\n", 0)[0] == 2 * len(good) + 4
-    assert runs.take(bad + b"\n\n" + good + b"\n\n", 0) == (0, b"", [])
     other = good.replace(b"msg_1", b"msg_2")
     assert runs.take(good + b"\n\n" + other + b"\n\n", 0) == (len(good) + 2, b"msg_1", [orjson.dumps("éa")])
     assert runs.take(other + b"\n\n" + other + b"\n\n", 0)[1:] == (b"msg_2", [orjson.dumps("éa")] * 2)
+
+
+@pytest.mark.parametrize(
+    ("data", "pos", "valid"),
+    [
+        (b"data: a\n\n", 0, True),
+        ("data: é\n\n".encode(), 0, True),
+        (b"data: \xc3\x28\n\n", 0, False),  # an invalid sequence in a whole event
+        ("data: é\n\ndata: é".encode()[:-1], 0, True),  # a character cut after the last blank line
+        ("é\n\ndata: é\n\n".encode()[1:], 1, True),  # ... and before pos (a pending event's end)
+        ("é\n\ndata: é\n\n".encode()[1:], 0, False),
+    ],
+)
+def test_a_read_is_checked_up_to_its_last_blank_line(data: bytes, pos: int, valid: bool) -> None:
+    assert ResponsesTextRuns.valid(data, pos) is valid
+
+
+def test_a_read_that_is_not_utf8_goes_the_full_way_whole() -> None:
+    steps = [("text", f"w{i}") for i in range(6)] + [("junk", b"\xc3\x28")] + [("text", f"v{i}") for i in range(6)]
+    wire = _wire(steps, "orjson", True, False, "completed")
+    with mock.patch.object(
+        ResponsesStreamDecoder, "texts", autospec=True, side_effect=ResponsesStreamDecoder.texts
+    ) as many:
+        fast = _bridge(wire, [], True)
+    assert many.call_count == 0
+    assert fast == _bridge(wire, [], False)
+    # cut at the invalid byte: the first read has its run; the second finishes the event it
+    # cut the full way, invalid bytes and all, then has its own run
+    cut = wire.index(b"\xc3\x28")
+    with mock.patch.object(
+        ResponsesStreamDecoder, "texts", autospec=True, side_effect=ResponsesStreamDecoder.texts
+    ) as many:
+        fast = _bridge(wire, [cut], True)
+    assert [len(c.args[2]) for c in many.call_args_list] == [5, 6]
+    assert fast == _bridge(wire, [cut], False)
 
 
 def test_learning_is_bounded() -> None:
