@@ -20,9 +20,9 @@ and ``_event`` would; every other event, a read with a CR, and an event cut acro
 go through the parser (a differential test holds the two to the same bytes at every cut:
 ``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
 (``transformers/passthrough.py``); so do a Chat upstream's text chunks, once the stream's own
-template is learnt (``transformers/chat_text_lane.py``), and a Responses upstream's runs of
-text deltas, which go to the decoder and the encoder a run at a time
-(``transformers/responses_runs.py``).
+template is learnt (``transformers/chat_text_lane.py``); and runs of text events (a
+Responses upstream's deltas, a Chat upstream's chunks to a Responses client) go to the
+decoder and the encoder a run at a time (``transformers/text_runs.py``).
 
 =====================  ==================================================================
 call                   returns
@@ -79,7 +79,7 @@ from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
 from transformers.responses_encode import ResponsesStreamEncoder, encode_response
-from transformers.responses_runs import ResponsesTextRuns
+from transformers.text_runs import TextRuns
 from transformers.tool_stage import ToolStage, needed
 from transformers.vocab import ProtocolName
 
@@ -110,8 +110,9 @@ ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_ti
 _BAD = frozenset({"upstream_bad_response", "upstream_bad_event"})
 # Chat passthrough: events in a row that were no run before a read's rest goes to the parser whole
 _LANE_MISSES = 3
-# Responses runs: events read one at a time until the template is learnt (a stream's opening:
-# created, in_progress, the item and its part added, the first delta, which teaches it)
+# text runs: events read one at a time until the template is learnt (a stream's opening: a
+# Responses upstream's created, in_progress, the item and its part added, the first delta,
+# which teaches it; a Chat upstream's role chunk and first text)
 _RUN_OPENING = 6
 
 
@@ -327,9 +328,10 @@ class Bridge:
         # (transformers/chat_text_lane.py), where _blocks reads them (on Chat → Chat, the
         # chunks the passthrough does not take: an upstream's own key order or fields)
         self.lane = ChatTextLane() if direction.upstream == "chat" else None
-        # a Responses upstream's runs of text deltas read off their bytes against the stream's
-        # own template (transformers/responses_runs.py), learnt where _blocks reads a delta
-        self.runs = ResponsesTextRuns() if direction.upstream == "responses" else None
+        # runs of text events read off their bytes against the stream's own template
+        # (transformers/text_runs.py), learnt where _blocks reads one; on Chat → Chat the
+        # passthrough and the lane take them
+        self.runs = None if direction.client == direction.upstream == "chat" else TextRuns(direction.upstream)
 
     @property
     def framing(self) -> SSEFraming | WSFraming:
@@ -520,7 +522,7 @@ class Bridge:
     ) -> None:
         """An upstream event's JSON object through the decoder, the stages and the encoder
         (``data``: its JSON's bytes, when read off them, for the text lane to learn from;
-        ``block``: its whole event's, for a Responses upstream's runs)."""
+        ``block``: its whole event's, for the text runs to learn from)."""
         # the commonest event, a plain text delta, without the decoder's dispatch and, when
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
@@ -528,10 +530,9 @@ class Bridge:
             self._encode(decoder.feed(obj), out)
             return
         lane = self.lane
-        if lane is not None:
-            if data is not None:
-                lane.learn(data, text)
-        elif block and self.runs is not None:
+        if lane is not None and data is not None:
+            lane.learn(data, text)
+        if block and self.runs is not None:
             self.runs.learn(block, obj, text)
         self._text(text, out)
 
@@ -593,15 +594,14 @@ class Bridge:
         return chunk[pos:]
 
     def _text_runs(self, chunk: bytes, out: list[bytes]) -> bytes:
-        """A Responses upstream's runs of text deltas in ``chunk`` through the decoder and the
-        encoder at once (``responses_runs.py``); what is left, for the parser.  An event the
+        """The runs of text events in ``chunk`` through the decoder and the encoder at once
+        (``text_runs.py``); what is left, for the parser.  An event the
         parser holds unfinished is finished first.  Until the template is learnt (where
-        ``_blocks`` reads a delta), one event at a time goes the full way, at most
-        ``_RUN_OPENING`` of them (a stream's opening: created, in_progress, the item and its
-        part added, the first delta); then a run is taken wherever one starts, and the events
+        ``_blocks`` reads a text event), one event at a time goes the full way, at most
+        ``_RUN_OPENING`` of them (a stream's opening); then a run is taken wherever one starts, and the events
         between two runs go the full way together.  A read that is not valid UTF-8 goes the
         full way whole."""
-        runs: ResponsesTextRuns = self.runs  # type: ignore[assignment]
+        runs: TextRuns = self.runs  # type: ignore[assignment]
         if runs.spent:
             self.runs = None
             return chunk
@@ -642,7 +642,7 @@ class Bridge:
         return chunk[pos:]
 
     def _texts_open(self) -> bool:
-        """Would a text delta go from ``decoder.text`` through ``_text`` to the encoder's delta
+        """Would a text event go from ``decoder.text`` through ``_text`` to the encoder's text
         writer (the stages handing text on as it is, the decoder and the encoder in their text
         state)?"""
         stage = self.stage
@@ -654,8 +654,9 @@ class Bridge:
         )
 
     def _texts(self, iid: bytes, quoted: list[bytes]) -> bytes:
-        """A run's text deltas (item ``iid``, each text's JSON), ``_texts_open``, as
-        ``_object`` would take each one, all at once: the same state change, the same bytes."""
+        """A run's text events (a Responses item ``iid``, each text's JSON), ``_texts_open``,
+        as ``_object`` would take each one, all at once: the same state change, the same
+        bytes."""
         texts = orjson.loads(b"[" + b",".join(quoted) + b"]")
         self.decoder.texts(iid.decode(), texts)
         return self.encoder.text_deltas(quoted, texts)

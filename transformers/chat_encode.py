@@ -336,7 +336,7 @@ class ChatStreamEncoder:
     def text_deltas(self, quoted: list[bytes], texts: list[str]) -> bytes:
         """``text_delta`` for each of ``texts``, at once, ``text_open``, given each one's JSON
         as ``orjson.dumps`` writes it (``quoted``, read off the upstream's bytes by
-        ``responses_runs.py``): the same bytes."""
+        ``text_runs.py``): the same bytes."""
         d = self._delta
         if d is None:
             d = self._new_delta()

@@ -270,7 +270,7 @@ class ResponsesStreamDecoder:
 
     def texts(self, iid: str, texts: list[str]) -> None:
         """``text`` for a run of ``output_text.delta`` events of item ``iid`` and non-empty
-        texts ``texts`` (``responses_runs.py``), at once, ``text_open``: the same state
+        texts ``texts`` (``text_runs.py``), at once, ``text_open``: the same state
         change."""
         m = self._msgs.get(iid)
         if m is None:

@@ -405,7 +405,7 @@ class ResponsesStreamEncoder:
     def text_deltas(self, quoted: list[bytes], texts: list[str]) -> bytes:
         """``text_delta`` for each of ``texts`` (non-empty), at once, ``text_open``, given each
         one's JSON as ``orjson.dumps`` writes it (``quoted``, read off the upstream's bytes by
-        ``responses_runs.py``): the same state change and the same bytes."""
+        ``text_runs.py``): the same state change and the same bytes."""
         m: _Msg = self._msg  # type: ignore[assignment]
         if m.text is not self._delta_key:
             self._new_delta_head(m)

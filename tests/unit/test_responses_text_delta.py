@@ -173,7 +173,7 @@ def bridged(body: dict, client: str, upstream: str, wire: bytes, cuts: list[int]
     """The client's bytes for ``wire`` read in pieces ``cuts`` make (minted ids masked);
     ``without``: an encoder class whose ``text_delta`` is put out of use (None: in use).  A
     Responses upstream's runs, which take such deltas by the run, are out of use: what is
-    tested here is the one delta's way (the runs': tests/unit/test_responses_runs.py)."""
+    tested here is the one delta's way (the runs': tests/unit/test_text_runs.py)."""
     _, b = open_bridge(body, client, upstream, Ctx(upstream_model="m", public_model="pub"))
     b.runs = None
     if ws:

@@ -1,8 +1,9 @@
-"""transformers/responses_runs.py: a Responses upstream's runs of text deltas read off their
-bytes against the stream's own template give the client the very bytes, terminal and repairs
-that reading every event gives (the same Bridge with its runs out of use), whatever the
-deltas hold, however the upstream writes them and wherever the reads cut them; and the runs
-are taken, in bulk, where they can be."""
+"""transformers/text_runs.py: runs of text events (a Responses upstream's deltas, a Chat
+upstream's chunks to a Responses client) read off their bytes against the stream's own
+template give the client the very bytes, terminal and repairs that reading every event
+gives (the same Bridge with its runs out of use), whatever the events hold, however the
+upstream writes them and wherever the reads cut them; and the runs are taken, in bulk,
+where they can be."""
 
 from __future__ import annotations
 
@@ -16,13 +17,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit import test_chat_text_lane as chat_lane
+from tests.unit import test_responses_text_delta as text_delta
 from tests.unit.cuts import pieces
+from tests.unit.test_hostile_upstream import tool_info
 from tests.unit.test_responses_text_delta import spied
-from transformers import ids, responses_runs
-from transformers.bridge import open_bridge
-from transformers.context import Ctx
+from transformers import ids, text_runs
+from transformers.bridge import DIRECTIONS, Bridge, open_bridge
+from transformers.context import Ctx, ToolInfo
 from transformers.responses_decode import ResponsesStreamDecoder
-from transformers.responses_runs import ResponsesTextRuns
+from transformers.responses_encode import ResponsesStreamEncoder
+from transformers.text_runs import TextRuns
+
+@pytest.fixture(autouse=True)
+def _templates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process's templates are kept up to _KEEP: each test starts with none kept."""
+    monkeypatch.setattr(text_runs, "_COMPILED", {})
+
 
 _text = st.one_of(
     st.sampled_from(["hi", " the", "a\nb", 'say "x"', "back\\slash", "\x00", "\x7f", "\u2028", "é東京", "🧑‍💻", "/"]),
@@ -293,7 +304,7 @@ _DELTA = {"type": "response.output_text.delta", "item_id": "msg_1", "output_inde
     ],
 )
 def test_learning(block: bytes, learns: bool) -> None:
-    runs = ResponsesTextRuns()
+    runs = TextRuns("responses")
     obj = orjson.loads(block.partition(b"data: ")[2])
     runs.learn(block, obj, obj["delta"])
     assert runs.armed is learns
@@ -303,7 +314,7 @@ def test_learning(block: bytes, learns: bool) -> None:
 
 
 def test_a_run_stops_at_another_item() -> None:
-    runs = ResponsesTextRuns()
+    runs = TextRuns("responses")
     good = _block(dict(_DELTA, delta="éa", sequence_number=1))
     runs.learn(good, orjson.loads(good.partition(b"data: ")[2]), "éa")
     other = good.replace(b"msg_1", b"msg_2")
@@ -323,7 +334,7 @@ def test_a_run_stops_at_another_item() -> None:
     ],
 )
 def test_a_read_is_checked_up_to_its_last_blank_line(data: bytes, pos: int, valid: bool) -> None:
-    assert ResponsesTextRuns.valid(data, pos) is valid
+    assert TextRuns.valid(data, pos) is valid
 
 
 def test_a_read_that_is_not_utf8_goes_the_full_way_whole() -> None:
@@ -349,15 +360,15 @@ def test_a_read_that_is_not_utf8_goes_the_full_way_whole() -> None:
 def test_learning_is_bounded() -> None:
     """A stream learns at most _LEARN times; past _KEEP templates in the process nothing new
     is compiled, and a stream that learnt nothing is spent."""
-    runs = ResponsesTextRuns()
+    runs = TextRuns("responses")
     block = _block(dict(_DELTA, delta="hi", unseen_field=1))
     obj = orjson.loads(block.partition(b"data: ")[2])
-    full = dict.fromkeys(range(responses_runs._KEEP))
-    with mock.patch.object(responses_runs, "_COMPILED", full):
-        for _ in range(responses_runs._LEARN):
+    full = dict.fromkeys(range(text_runs._KEEP))
+    with mock.patch.object(text_runs, "_COMPILED", full):
+        for _ in range(text_runs._LEARN):
             assert not runs.spent
             runs.learn(block, obj, "hi")
-        assert len(full) == responses_runs._KEEP and not runs.armed and runs.spent
+        assert len(full) == text_runs._KEEP and not runs.armed and runs.spent
     runs.learn(block, obj, "hi")  # no learning left
     assert not runs.armed
 
@@ -384,3 +395,111 @@ def test_the_fake_upstreams_stream_is_one_run() -> None:
         fast = _bridge(wire, [], True)
     assert [len(c.args[2]) for c in many.call_args_list] == [199]
     assert fast == _bridge(wire, [], False)
+
+
+# -- a Chat upstream's text chunks (tests/unit/test_chat_text_lane.py's streams) -----------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(chat_lane._step, min_size=2, max_size=30),
+    st.sampled_from(["orjson", "spaced", "ascii"]),
+    st.booleans(),
+    st.lists(st.integers(1, 200), max_size=8),
+    st.sampled_from([frozenset(), frozenset({"inline_think"})]),
+)
+def test_chat_upstream_same_as_reading_every_chunk(steps, style, varying, cuts, quirks):
+    """A Responses client of a Chat upstream, with the lane as it is (a Chat client of a
+    Chat upstream has the passthrough and the lane, no runs)."""
+    wire = chat_lane._wire(steps, style, varying)
+    fast = chat_lane._bridge(wire, cuts, True, "responses", quirks, runs=True)
+    assert fast == chat_lane._bridge(wire, cuts, True, "responses", quirks, runs=False)
+
+
+def test_chat_upstream_run_is_read_at_once() -> None:
+    wire = chat_lane._wire([("text", f"t{i} é\n") for i in range(30)], "orjson", False)
+    with mock.patch.object(
+        ResponsesStreamEncoder, "text_deltas", autospec=True, side_effect=ResponsesStreamEncoder.text_deltas
+    ) as many:
+        fast = chat_lane._bridge(wire, [], True, "responses", runs=True)
+    assert [len(c.args[1]) for c in many.call_args_list] == [29]
+    assert fast == chat_lane._bridge(wire, [], True, "responses", runs=False)
+    _, b = open_bridge({"model": "m", "stream": True, "messages": []}, "chat", "chat", Ctx())
+    assert b.runs is None  # Chat → Chat: the passthrough and the lane
+
+
+def _chat_answer(wire: bytes, cuts: list[int], runs: bool, tools: bool) -> tuple[bytes, str, list[str]]:
+    n = itertools.count()
+    with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
+        ctx = Ctx(upstream_model="m", public_model="pub", tools=tool_info("responses") if tools else ToolInfo())
+        b = Bridge(DIRECTIONS[("responses", "chat")], ctx)
+        assert (b.stage is not None) is tools
+        if not runs:
+            b.runs = None
+        out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
+        out.append(b.end())
+    return _MINTED.sub(b"<minted>", b"".join(out)), b.terminal, list(b.repairs)
+
+
+def _call_chunk(args: str, first: bool, name: str = "apply_patch", index: int = 0) -> bytes:
+    call: dict = {"index": index, "function": {"arguments": args}}
+    if first:
+        call.update(id=f"call_{index}", type="function", function={"name": name, "arguments": args})
+    return text_delta._chat_chunk({"tool_calls": [call]})
+
+
+_HELD = (
+    text_delta._chat_chunk({"role": "assistant", "content": ""})
+    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("a", "b", "c"))
+    + _call_chunk('{"input":"*** Begin', True)
+    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("d", "e", "f"))
+    + _call_chunk(' Patch"}', False)
+    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("g", "h"))
+    + text_delta._chat_chunk({}, finish="tool_calls")
+    + b"data: [DONE]\n\n"
+)
+
+# a call whose arguments are not JSON, ended by the next call: the tool stage holds
+# everything after it to the end
+_INVALID = (
+    text_delta._chat_chunk({"role": "assistant", "content": ""})
+    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("a", "b", "c"))
+    + _call_chunk('{"a"', True, "mcp__fs__read")
+    + _call_chunk("{}", True, "f", 1)
+    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("d", "e", "f"))
+    + text_delta._chat_chunk({}, finish="tool_calls")
+    + b"data: [DONE]\n\n"
+)
+
+
+def _odd_chunk(raw: bytes) -> bytes:
+    """A text chunk whose ``created`` or ``id`` is written ``raw``."""
+    c = orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"})
+    c = c[:-1] + b',"choices":[{"index":0,"delta":{"content":"odd"},"finish_reason":null}]}'
+    return b"data: " + c.replace(b'"created":7', b'"created":' + raw, 1).replace(b'"chatcmpl-1"', raw, 1) + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("wire", "tools"),
+    [
+        # a custom tool's call (its item between two messages)
+        (_HELD, True),
+        (_HELD, False),
+        (_INVALID, True),
+        (text_delta._chat_upstream(["a", "b", "c"]), True),
+        # values the holes must refuse as orjson does: a run stops before them
+        (
+            text_delta._chat_chunk({"role": "assistant", "content": ""})
+            + b"".join(text_delta._chat_chunk({"content": t}) for t in ("a", "b", "c"))
+            + b"".join(_odd_chunk(raw) for raw in (b"07", b"-1", b"123456789012345678901", b'"\\u0063hatcmpl-1"'))
+            + b"".join(text_delta._chat_chunk({"content": t}) for t in ("d", "e"))
+            + text_delta._chat_chunk({}, finish="stop")
+            + b"data: [DONE]\n\n",
+            False,
+        ),
+    ],
+)
+def test_chat_upstream_cut_at_every_event(wire: bytes, tools: bool) -> None:
+    ends = [m.end() for m in re.finditer(rb"\n\n", wire)]
+    for cuts in ([], *([e] for e in ends)):
+        assert _chat_answer(wire, cuts, True, tools) == _chat_answer(wire, cuts, False, tools), cuts
