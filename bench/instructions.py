@@ -88,6 +88,10 @@ CASES: dict[str, tuple[str, bytes]] = {
         "/v1/responses",
         b'{"model":"bench-chat-n20-d5","stream":true,"store":false,"input":"hi"}',
     ),
+    "st-resp-paced-n20": (
+        "/v1/responses",
+        b'{"model":"bench-resp-n20-d5","stream":true,"store":false,"input":"hi"}',
+    ),
     # the request Codex sends late in a session (bench/codex_body.py: 30 turns, ~370 KB)
     "big-resp-n20": ("/v1/responses", codex_request("bench-resp-n20-d0")),
     "big-resp2chat-n20": ("/v1/responses", codex_request("bench-chat-n20-d0")),
@@ -248,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             per = (b - a) // 180
             print(f"| {st}: per text event | {per:,} |")
             print(f"| {st}: per stream, less its 20 text events | {a - 20 * per:,} |")
-    for proto in ("chat", "resp2chat"):
+    for proto in ("chat", "resp", "resp2chat"):
         a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-paced-n20")
         if a and b:
             print(f"| st-{proto}-paced: per chunk read alone (paced less unpaced, over 20) | {(b - a) // 20:,} |")

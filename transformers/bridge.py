@@ -20,9 +20,8 @@ and ``_event`` would; every other event, a read with a CR, and an event cut acro
 go through the parser (a differential test holds the two to the same bytes at every cut:
 ``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
 (``transformers/passthrough.py``); so do a Chat upstream's text chunks, once the stream's own
-template is learnt (``transformers/chat_text_lane.py``); and runs of text events (a
-Responses upstream's deltas, a Chat upstream's chunks to a Responses client) go to the
-decoder and the encoder a run at a time (``transformers/text_runs.py``).
+template is learnt (``transformers/chat_text_lane.py``); and a Responses upstream's runs of
+text deltas go to the decoder and the encoder a run at a time (``transformers/text_runs.py``).
 
 =====================  ==================================================================
 call                   returns
@@ -110,9 +109,8 @@ ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_ti
 _BAD = frozenset({"upstream_bad_response", "upstream_bad_event"})
 # Chat passthrough: events in a row that were no run before a read's rest goes to the parser whole
 _LANE_MISSES = 3
-# text runs: events read one at a time until the template is learnt (a stream's opening: a
-# Responses upstream's created, in_progress, the item and its part added, the first delta,
-# which teaches it; a Chat upstream's role chunk and first text)
+# text runs: the events a read may offer to teach the template before its rest goes the full
+# way
 _RUN_OPENING = 6
 
 
@@ -328,10 +326,10 @@ class Bridge:
         # (transformers/chat_text_lane.py), where _blocks reads them (on Chat → Chat, the
         # chunks the passthrough does not take: an upstream's own key order or fields)
         self.lane = ChatTextLane() if direction.upstream == "chat" else None
-        # runs of text events read off their bytes against the stream's own template
-        # (transformers/text_runs.py), learnt where _blocks reads one; on Chat → Chat the
-        # passthrough and the lane take them
-        self.runs = None if direction.client == direction.upstream == "chat" else TextRuns(direction.upstream)
+        # a Responses upstream's runs of text deltas read off their bytes against the stream's
+        # own template (transformers/text_runs.py), learnt where _blocks reads one (a Chat
+        # upstream's text chunks have the passthrough and the lane)
+        self.runs = TextRuns(direction.upstream) if direction.upstream == "responses" else None
 
     @property
     def framing(self) -> SSEFraming | WSFraming:
@@ -357,7 +355,8 @@ class Bridge:
         try:
             if self.passthrough is not None:
                 chunk = self._run(chunk, out)
-            elif self.runs is not None:
+            elif self.runs is not None and chunk.find(b"\n\n") != chunk.rfind(b"\n\n"):
+                # (a read of one event, as at token rate, is cheaper the full way)
                 chunk = self._text_runs(chunk, out)
             self._feed(chunk, out)
         except sse.SSEOverflow as e:
@@ -595,12 +594,12 @@ class Bridge:
 
     def _text_runs(self, chunk: bytes, out: list[bytes]) -> bytes:
         """The runs of text events in ``chunk`` through the decoder and the encoder at once
-        (``text_runs.py``); what is left, for the parser.  An event the
-        parser holds unfinished is finished first.  Until the template is learnt (where
-        ``_blocks`` reads a text event), one event at a time goes the full way, at most
-        ``_RUN_OPENING`` of them (a stream's opening); then a run is taken wherever one starts, and the events
-        between two runs go the full way together.  A read that is not valid UTF-8 goes the
-        full way whole."""
+        (``text_runs.py``); what is left, for the parser.  An event the parser holds
+        unfinished is finished first.  Until the template is learnt (where ``_blocks`` reads a
+        text event), the events before one that may teach it go the full way together, and
+        that one alone, for at most ``_RUN_OPENING`` of them; then a run is taken wherever
+        one starts, and the events between two runs go the full way together.  From a run
+        that is not valid UTF-8 on, the rest goes the full way."""
         runs: TextRuns = self.runs  # type: ignore[assignment]
         if runs.spent:
             self.runs = None
@@ -615,15 +614,21 @@ class Bridge:
             self._feed(chunk[:pos], out)
             if self.broken:
                 return b""
-        if not runs.valid(chunk, pos):
-            return chunk[pos:]
-        opening = 0
+        tries = 0
         while pos < n:
-            if not runs.armed:
-                j = chunk.find(b"\n\n", pos) if opening < _RUN_OPENING else -1
+            if not runs.armed:  # the events before the next one that may teach it, together
+                start = runs.candidate(chunk, pos) if tries < _RUN_OPENING else -1
+                if start < 0:
+                    break
+                if start > pos:
+                    self._feed(chunk[pos:start], out)
+                    if self.broken:
+                        return b""
+                    pos = start
+                j = chunk.find(b"\n\n", pos)
                 if j < 0:
                     break
-                opening += 1
+                tries += 1
                 j += 2
             else:
                 if self._texts_open():
@@ -632,6 +637,8 @@ class Bridge:
                         out.append(self._texts(iid, quoted))
                         pos = end
                         continue
+                    if end < 0:  # not valid UTF-8: the rest the full way
+                        break
                 j = runs.next_start(chunk, pos)
                 if j < 0:
                     break

@@ -43,8 +43,8 @@ holds for it as it held for the learnt one, and it is one of ``_blocks``' fast s
 ``data:`` line, or an ``event:`` line and one ``data:`` line), ends at its first blank line
 and holds no CR.  ``take(data, pos)`` finds, with one regular expression, the longest run
 of whole such events at ``pos`` (of one item), and reads each event's text JSON with one
-more; a read that is not valid UTF-8 up to its last blank line (``valid``, once a read) is
-left to the full path whole.  The Bridge hands the run's texts to the decoder and the
+more; from a run that is not valid UTF-8 on, the read is left to the full path, which reads
+invalid bytes as the parser decodes them.  The Bridge hands the run's texts to the decoder and the
 encoder at once (``decoder.texts``, ``encoder.text_deltas``), which leave every machine
 where the full path would and write the same bytes.  Between runs, ``next_start`` finds the
 next event that holds the template's longest constant.
@@ -53,8 +53,8 @@ The template's expressions are compiled once per template in the process (~0.4 m
 the holes keep a template the same from one stream, model and item to the next (what is
 left is the upstream's way of writing its JSON), and at most ``_KEEP`` templates are kept;
 beyond that a stream does not learn, so an upstream whose events vary in another field per
-stream costs no compiling.  A stream learns at most ``_LEARN`` times
-(again when a new part's deltas no longer match), then keeps what it has; one that learnt
+stream costs no compiling.  A stream keeps the first template it learns (the holes make it
+hold for its later items and parts), and tries at most ``_LEARN`` events; one that learnt
 nothing by then is ``spent`` and the Bridge drops it.
 """
 
@@ -94,16 +94,10 @@ _HOLES: dict[str, tuple[tuple[bytes, re.Pattern[bytes], bytes, bool], ...]] = {
         (*_hole(b"content_index", rb"([0-9]++)"), _INT, False),
         (*_hole(b"obfuscation", rb'"(' + _PLAIN + rb')"'), _PLAIN, False),
     ),
-    "chat": (
-        (*_hole(b"content", _STRING), _TEXT, True),
-        (*_hole(b"id", rb'"(' + _PLAIN + rb')"'), _PLAIN, False),
-        (*_hole(b"created", rb"([0-9]++)"), _INT, False),
-        (*_hole(b"model", rb'"(' + _PLAIN + rb')"'), _PLAIN, False),
-        (*_hole(b"system_fingerprint", rb'"(' + _PLAIN + rb')"'), _PLAIN, False),
-        (*_hole(b"obfuscation", rb'"(' + _PLAIN + rb')"'), _PLAIN, False),
-    ),
 }
-_LEARN = 8  # templates a stream may learn
+# what an event that may teach the template holds, per upstream protocol
+_MARK = {"responses": b'"response.output_text.delta"'}
+_LEARN = 8  # events a stream may learn from
 _KEEP = 64  # templates compiled in the process
 
 
@@ -189,7 +183,7 @@ class TextRuns:
     def learn(self, block: bytes, obj: dict[str, Any], text: str) -> None:
         """A plain text event the full path read off its block (``decoder.text`` gave
         ``text``): its template becomes the stream's, when one can be made of it."""
-        if self._learnt >= _LEARN:
+        if self.armed or self._learnt >= _LEARN:
             return
         self._learnt += 1
         tpl = _template(self._protocol, block, text, obj.get("item_id", ""))
@@ -200,28 +194,28 @@ class TextRuns:
     def take(self, data: bytes, pos: int) -> tuple[int, bytes, list[bytes]]:
         """The end of the longest run of whole template events (of one item) in ``data`` from
         ``pos``, that item's id (``b""`` for a Chat upstream) and each event's text JSON, in
-        order (``pos``, ``b""`` and ``[]`` when there is none).  ``data`` from ``pos`` to its
-        last blank line must be valid UTF-8, as the parser would find it (``valid``): a run
-        ends at a blank line."""
+        order (``pos``, ``b""`` and ``[]`` when there is none; -1 when the run is not valid
+        UTF-8: the parser would read its bytes otherwise, so the rest of the read is left to
+        the full path)."""
         tpl: _Template = self._tpl  # type: ignore[assignment]
         m = tpl.run(data, pos)
         if m is None:
             return pos, b"", []
         end = m.end()
+        if not data.isascii():
+            try:
+                data[pos:end].decode()
+            except UnicodeDecodeError:
+                return -1, b"", []
         return end, m.group("iid") if tpl.iid else b"", tpl.texts(data, pos, end)
 
-    @staticmethod
-    def valid(data: bytes, pos: int) -> bool:
-        """Are ``data``'s bytes from ``pos`` to its last blank line valid UTF-8?  (No event that
-        ends there is cut inside a character.)  A read that is not is left to the full path
-        whole, which reads invalid bytes as the parser decodes them."""
-        if data.isascii():
-            return True
-        try:
-            data[pos : data.rfind(b"\n\n") + 2].decode()
-        except UnicodeDecodeError:
-            return False
-        return True
+    def candidate(self, data: bytes, pos: int) -> int:
+        """Unlearnt: where the next event from ``pos`` that may teach the template starts (it
+        names its kind: a Responses text delta, a Chat chunk with a ``content``), -1: none."""
+        j = data.find(_MARK[self._protocol], pos)
+        if j < 0:
+            return -1
+        return max(pos, data.rfind(b"\n\n", pos, j) + 2)
 
     def next_start(self, data: bytes, pos: int) -> int:
         """Where the next event after the one at ``pos`` that may start a run starts (-1:

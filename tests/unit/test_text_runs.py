@@ -1,5 +1,4 @@
-"""transformers/text_runs.py: runs of text events (a Responses upstream's deltas, a Chat
-upstream's chunks to a Responses client) read off their bytes against the stream's own
+"""transformers/text_runs.py: a Responses upstream's runs of text deltas read off their bytes against the stream's own
 template give the client the very bytes, terminal and repairs that reading every event
 gives (the same Bridge with its runs out of use), whatever the events hold, however the
 upstream writes them and wherever the reads cut them; and the runs are taken, in bulk,
@@ -17,17 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit import test_chat_text_lane as chat_lane
-from tests.unit import test_responses_text_delta as text_delta
 from tests.unit.cuts import pieces
-from tests.unit.test_hostile_upstream import tool_info
 from tests.unit.test_responses_text_delta import spied
 from transformers import ids, text_runs
-from transformers.bridge import DIRECTIONS, Bridge, open_bridge
-from transformers.context import Ctx, ToolInfo
+from transformers.bridge import open_bridge
+from transformers.context import Ctx
 from transformers.responses_decode import ResponsesStreamDecoder
-from transformers.responses_encode import ResponsesStreamEncoder
 from transformers.text_runs import TextRuns
+
 
 @pytest.fixture(autouse=True)
 def _templates(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -265,18 +261,23 @@ def test_a_synthesised_compaction_takes_every_delta_the_full_way() -> None:
     assert answer(True) == answer(False)
 
 
-def test_token_rate_reads_take_one_event_each() -> None:
-    """One event per read, as an upstream at token rate writes them: each delta after the
-    first is a run of one."""
+def test_token_rate_reads_go_the_full_way() -> None:
+    """One event per read, as an upstream at token rate writes them: a run of one costs more
+    than the full way, which each delta takes."""
     steps = [("text", f"w{i}") for i in range(10)]
     wire = _wire(steps, "orjson", False, False, "completed")
     cuts = [len(e) + 2 for e in wire.split(b"\n\n")[:-1]]
+    with mock.patch.object(ResponsesStreamDecoder, "texts", autospec=True, side_effect=AssertionError) as many:
+        fast = _bridge(wire, cuts, True)
+    assert many.call_count == 0
+    assert fast == _bridge(wire, cuts, False)
+    two = [cuts[0] + cuts[1] + cuts[2] + cuts[3] + cuts[4], *[c + d for c, d in itertools.pairwise(cuts[5:])][::2]]
     with mock.patch.object(
         ResponsesStreamDecoder, "texts", autospec=True, side_effect=ResponsesStreamDecoder.texts
     ) as many:
-        fast = _bridge(wire, cuts, True)
-    assert [len(c.args[2]) for c in many.call_args_list] == [1] * 9
-    assert fast == _bridge(wire, cuts, False)
+        fast = _bridge(wire, two, True)  # two deltas a read: a run of two
+    assert many.call_count > 0 and {len(c.args[2]) for c in many.call_args_list} <= {1, 2}
+    assert fast == _bridge(wire, two, False)
 
 
 def _block(obj: dict, style: str = "orjson") -> bytes:
@@ -322,32 +323,19 @@ def test_a_run_stops_at_another_item() -> None:
     assert runs.take(other + b"\n\n" + other + b"\n\n", 0)[1:] == (b"msg_2", [orjson.dumps("éa")] * 2)
 
 
-@pytest.mark.parametrize(
-    ("data", "pos", "valid"),
-    [
-        (b"data: a\n\n", 0, True),
-        ("data: é\n\n".encode(), 0, True),
-        (b"data: \xc3\x28\n\n", 0, False),  # an invalid sequence in a whole event
-        ("data: é\n\ndata: é".encode()[:-1], 0, True),  # a character cut after the last blank line
-        ("é\n\ndata: é\n\n".encode()[1:], 1, True),  # ... and before pos (a pending event's end)
-        ("é\n\ndata: é\n\n".encode()[1:], 0, False),
-    ],
-)
-def test_a_read_is_checked_up_to_its_last_blank_line(data: bytes, pos: int, valid: bool) -> None:
-    assert TextRuns.valid(data, pos) is valid
-
-
-def test_a_read_that_is_not_utf8_goes_the_full_way_whole() -> None:
+def test_from_a_run_that_is_not_utf8_on_a_read_goes_the_full_way() -> None:
     steps = [("text", f"w{i}") for i in range(6)] + [("junk", b"\xc3\x28")] + [("text", f"v{i}") for i in range(6)]
     wire = _wire(steps, "orjson", True, False, "completed")
     with mock.patch.object(
         ResponsesStreamDecoder, "texts", autospec=True, side_effect=ResponsesStreamDecoder.texts
     ) as many:
         fast = _bridge(wire, [], True)
+    # the run from "w1" holds the invalid bytes (the junk delta's "QQ" replaced by them): from
+    # it on, the read goes the full way
     assert many.call_count == 0
     assert fast == _bridge(wire, [], False)
-    # cut at the invalid byte: the first read has its run; the second finishes the event it
-    # cut the full way, invalid bytes and all, then has its own run
+    # cut at the invalid byte: the second read finishes the event it cut the full way,
+    # invalid bytes and all, then has its own run
     cut = wire.index(b"\xc3\x28")
     with mock.patch.object(
         ResponsesStreamDecoder, "texts", autospec=True, side_effect=ResponsesStreamDecoder.texts
@@ -380,7 +368,7 @@ def test_a_spent_stream_drops_its_runs() -> None:
     _, b = open_bridge({"model": "pub", "stream": True, "input": "hi"}, "responses", "responses", Ctx())
     b.receive_data(wire)
     assert b.runs is None or b.runs.spent
-    b.receive_data(b"")
+    b.receive_data(b": keep-alive\n\n: keep-alive\n\n")  # the next read of more than one event
     assert b.runs is None
 
 
@@ -395,111 +383,3 @@ def test_the_fake_upstreams_stream_is_one_run() -> None:
         fast = _bridge(wire, [], True)
     assert [len(c.args[2]) for c in many.call_args_list] == [199]
     assert fast == _bridge(wire, [], False)
-
-
-# -- a Chat upstream's text chunks (tests/unit/test_chat_text_lane.py's streams) -----------
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(chat_lane._step, min_size=2, max_size=30),
-    st.sampled_from(["orjson", "spaced", "ascii"]),
-    st.booleans(),
-    st.lists(st.integers(1, 200), max_size=8),
-    st.sampled_from([frozenset(), frozenset({"inline_think"})]),
-)
-def test_chat_upstream_same_as_reading_every_chunk(steps, style, varying, cuts, quirks):
-    """A Responses client of a Chat upstream, with the lane as it is (a Chat client of a
-    Chat upstream has the passthrough and the lane, no runs)."""
-    wire = chat_lane._wire(steps, style, varying)
-    fast = chat_lane._bridge(wire, cuts, True, "responses", quirks, runs=True)
-    assert fast == chat_lane._bridge(wire, cuts, True, "responses", quirks, runs=False)
-
-
-def test_chat_upstream_run_is_read_at_once() -> None:
-    wire = chat_lane._wire([("text", f"t{i} é\n") for i in range(30)], "orjson", False)
-    with mock.patch.object(
-        ResponsesStreamEncoder, "text_deltas", autospec=True, side_effect=ResponsesStreamEncoder.text_deltas
-    ) as many:
-        fast = chat_lane._bridge(wire, [], True, "responses", runs=True)
-    assert [len(c.args[1]) for c in many.call_args_list] == [29]
-    assert fast == chat_lane._bridge(wire, [], True, "responses", runs=False)
-    _, b = open_bridge({"model": "m", "stream": True, "messages": []}, "chat", "chat", Ctx())
-    assert b.runs is None  # Chat → Chat: the passthrough and the lane
-
-
-def _chat_answer(wire: bytes, cuts: list[int], runs: bool, tools: bool) -> tuple[bytes, str, list[str]]:
-    n = itertools.count()
-    with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
-        ctx = Ctx(upstream_model="m", public_model="pub", tools=tool_info("responses") if tools else ToolInfo())
-        b = Bridge(DIRECTIONS[("responses", "chat")], ctx)
-        assert (b.stage is not None) is tools
-        if not runs:
-            b.runs = None
-        out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
-        out.append(b.end())
-    return _MINTED.sub(b"<minted>", b"".join(out)), b.terminal, list(b.repairs)
-
-
-def _call_chunk(args: str, first: bool, name: str = "apply_patch", index: int = 0) -> bytes:
-    call: dict = {"index": index, "function": {"arguments": args}}
-    if first:
-        call.update(id=f"call_{index}", type="function", function={"name": name, "arguments": args})
-    return text_delta._chat_chunk({"tool_calls": [call]})
-
-
-_HELD = (
-    text_delta._chat_chunk({"role": "assistant", "content": ""})
-    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("a", "b", "c"))
-    + _call_chunk('{"input":"*** Begin', True)
-    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("d", "e", "f"))
-    + _call_chunk(' Patch"}', False)
-    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("g", "h"))
-    + text_delta._chat_chunk({}, finish="tool_calls")
-    + b"data: [DONE]\n\n"
-)
-
-# a call whose arguments are not JSON, ended by the next call: the tool stage holds
-# everything after it to the end
-_INVALID = (
-    text_delta._chat_chunk({"role": "assistant", "content": ""})
-    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("a", "b", "c"))
-    + _call_chunk('{"a"', True, "mcp__fs__read")
-    + _call_chunk("{}", True, "f", 1)
-    + b"".join(text_delta._chat_chunk({"content": t}) for t in ("d", "e", "f"))
-    + text_delta._chat_chunk({}, finish="tool_calls")
-    + b"data: [DONE]\n\n"
-)
-
-
-def _odd_chunk(raw: bytes) -> bytes:
-    """A text chunk whose ``created`` or ``id`` is written ``raw``."""
-    c = orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"})
-    c = c[:-1] + b',"choices":[{"index":0,"delta":{"content":"odd"},"finish_reason":null}]}'
-    return b"data: " + c.replace(b'"created":7', b'"created":' + raw, 1).replace(b'"chatcmpl-1"', raw, 1) + b"\n\n"
-
-
-@pytest.mark.parametrize(
-    ("wire", "tools"),
-    [
-        # a custom tool's call (its item between two messages)
-        (_HELD, True),
-        (_HELD, False),
-        (_INVALID, True),
-        (text_delta._chat_upstream(["a", "b", "c"]), True),
-        # values the holes must refuse as orjson does: a run stops before them
-        (
-            text_delta._chat_chunk({"role": "assistant", "content": ""})
-            + b"".join(text_delta._chat_chunk({"content": t}) for t in ("a", "b", "c"))
-            + b"".join(_odd_chunk(raw) for raw in (b"07", b"-1", b"123456789012345678901", b'"\\u0063hatcmpl-1"'))
-            + b"".join(text_delta._chat_chunk({"content": t}) for t in ("d", "e"))
-            + text_delta._chat_chunk({}, finish="stop")
-            + b"data: [DONE]\n\n",
-            False,
-        ),
-    ],
-)
-def test_chat_upstream_cut_at_every_event(wire: bytes, tools: bool) -> None:
-    ends = [m.end() for m in re.finditer(rb"\n\n", wire)]
-    for cuts in ([], *([e] for e in ends)):
-        assert _chat_answer(wire, cuts, True, tools) == _chat_answer(wire, cuts, False, tools), cuts
