@@ -90,11 +90,8 @@ def _bridge(
     lane: bool,
     client: str = "responses",
     quirks: frozenset[str] = frozenset(),
-    runs: bool = False,
 ) -> tuple[bytes, str, list[str]]:
-    """The client's answer to ``wire`` read in pieces ``cuts``, with the lane or without; the
-    text runs, which take a Responses client's text chunks by the run, only with ``runs``
-    (tests/unit/test_text_runs.py): what is tested here is the one chunk's way."""
+    """The client's answer to ``wire`` read in pieces ``cuts``, with the lane or without."""
     n = itertools.count()
     with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
         body: dict = {"model": "pub", "stream": True}
@@ -105,8 +102,6 @@ def _bridge(
         _, b = open_bridge(body, client, "chat", Ctx(quirks=quirks, upstream_model="m", public_model="pub"))
         if not lane:
             b.lane = None
-        if not runs:
-            b.runs = None
         out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
         out.append(b.end())
     return _MINTED.sub(b"<minted>", b"".join(out)), b.terminal, list(b.repairs)
