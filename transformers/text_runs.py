@@ -215,7 +215,8 @@ class TextRuns:
         j = data.find(_MARK[self._protocol], pos)
         if j < 0:
             return -1
-        return max(pos, data.rfind(b"\n\n", pos, j) + 2)
+        k = data.rfind(b"\n\n", pos, j)
+        return pos if k < 0 else k + 2
 
     def next_start(self, data: bytes, pos: int) -> int:
         """Where the next event after the one at ``pos`` that may start a run starts (-1:
