@@ -336,11 +336,6 @@ class ChatStreamDecoder:
         and change nothing here (transformers/passthrough.py)."""
         return self._started and not self._done and self._tstate == _TEXT and not self._held
 
-    text_open = plain_text  # ``text`` may take a chunk (text_runs.py: the Bridge's check)
-
-    def texts(self, iid: str, texts: list[str]) -> None:
-        """``text`` for a run of plain text chunks (``text_runs.py``): nothing changes here."""
-
     def end(self) -> list[Event]:
         if self._done:
             return []
