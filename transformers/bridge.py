@@ -546,22 +546,30 @@ class Bridge:
                 return
         self._encode([Text(text)], out)
 
+    def _held_end(self, chunk: bytes, out: list[bytes]) -> int:
+        """The event the parser holds unfinished, finished from ``chunk`` the full way: where
+        ``chunk``'s own events start (0 when it holds none; -1 when ``chunk`` does not finish
+        it: all of it is the parser's)."""
+        if not self.parser.pending:
+            return 0
+        j = chunk.find(b"\n\n")
+        if j < 0:
+            return -1
+        self._feed(chunk[: j + 2], out)
+        return j + 2
+
     def _run(self, chunk: bytes, out: list[bytes]) -> bytes:
         """Forward the runs of passthrough events in ``chunk`` as their bytes (passthrough.py);
         what is left, for the parser.  An event the parser holds unfinished is finished
         first; between runs one event at a time goes through the full path, until
         ``_LANE_MISSES`` in a row were no run (a stream's opening: its role chunk and first
         text; its end: finish and usage), then the rest goes to the parser at once."""
-        pos = 0
+        pos = self._held_end(chunk, out)
+        if pos < 0:
+            return chunk
+        if self.broken:
+            return b""
         n = len(chunk)
-        if self.parser.pending:
-            j = chunk.find(b"\n\n")
-            if j < 0:
-                return chunk
-            pos = j + 2
-            self._feed(chunk[:pos], out)
-            if self.broken:
-                return b""
         pt: ChatPassthrough = self.passthrough  # type: ignore[assignment]
         enc = self.encoder
         misses = 0
@@ -604,16 +612,12 @@ class Bridge:
         if runs.spent:
             self.runs = None
             return chunk
-        pos = 0
+        pos = self._held_end(chunk, out)
+        if pos < 0:
+            return chunk
+        if self.broken:
+            return b""
         n = len(chunk)
-        if self.parser.pending:
-            j = chunk.find(b"\n\n")
-            if j < 0:
-                return chunk
-            pos = j + 2
-            self._feed(chunk[:pos], out)
-            if self.broken:
-                return b""
         tries = 0
         while pos < n:
             if not runs.armed:  # the events before the next one that may teach it, together
