@@ -13,7 +13,7 @@ USER switchboard
 
 # the locked dependencies first, in their own layer: a change to the sources does not
 # install them again
-COPY --chown=switchboard:switchboard pyproject.toml README.md requirements.lock ./
+COPY --chown=switchboard:switchboard pyproject.toml README.md requirements-pip.lock requirements.lock ./
 COPY --chown=switchboard:switchboard scripts ./scripts
 RUN scripts/dev install --deps-only
 
