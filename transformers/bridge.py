@@ -21,7 +21,8 @@ go through the parser (a differential test holds the two to the same bytes at ev
 ``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
 (``transformers/passthrough.py``); so do a Chat upstream's text chunks, once the stream's own
 template is learnt (``transformers/chat_text_lane.py``); and a Responses upstream's runs of
-text deltas go to the decoder and the encoder a run at a time (``transformers/text_runs.py``).
+text deltas go to the decoder and the encoder a run at a time (``transformers/text_runs.py``),
+in a read long enough for a run to pay (``_RUN_READ``).
 
 =====================  ==================================================================
 call                   returns
@@ -112,6 +113,14 @@ _LANE_MISSES = 3
 # text runs: the events a read may offer to teach the template before its rest goes the full
 # way
 _RUN_OPENING = 6
+# text runs: a read is offered to them when it is at least this long (some three deltas: an
+# OpenAI delta is ~250 bytes); a shorter one, as an upstream at token rate writes them, goes
+# the full way, which is cheaper for an event or two (the Bridge alone, 200 deltas read k at a
+# time, instructions with runs against without: k=1 +46%, k=2 +9%, k=3 -4%, k=4 -12%, k=8
+# -25%; docs/performance.md).  Only the length: counting a read's events costs ~3
+# instructions a byte, and a long read of one big event (the item done, the response
+# completed) costs the runs no more than a search
+_RUN_READ = 640
 
 
 class AnswerError(Exception):
@@ -279,6 +288,7 @@ class Bridge:
         "passthrough",
         "lane",
         "runs",
+        "_learning",
     )
 
     def __init__(
@@ -327,9 +337,10 @@ class Bridge:
         # chunks the passthrough does not take: an upstream's own key order or fields)
         self.lane = ChatTextLane() if direction.upstream == "chat" else None
         # a Responses upstream's runs of text deltas read off their bytes against the stream's
-        # own template (transformers/text_runs.py), learnt where _blocks reads one (a Chat
-        # upstream's text chunks have the passthrough and the lane)
+        # own template (transformers/text_runs.py), learnt where _blocks reads one that
+        # _text_runs offers (a Chat upstream's text chunks have the passthrough and the lane)
         self.runs = TextRuns(direction.upstream) if direction.upstream == "responses" else None
+        self._learning = False  # the event _text_runs offers to teach the runs' template
 
     @property
     def framing(self) -> SSEFraming | WSFraming:
@@ -355,8 +366,8 @@ class Bridge:
         try:
             if self.passthrough is not None:
                 chunk = self._run(chunk, out)
-            elif self.runs is not None and chunk.find(b"\n\n") != chunk.rfind(b"\n\n"):
-                # (a read of one event, as at token rate, is cheaper the full way)
+            elif self.runs is not None and len(chunk) >= _RUN_READ:
+                # (a read of an event or two, as at token rate, is cheaper the full way)
                 chunk = self._text_runs(chunk, out)
             self._feed(chunk, out)
         except sse.SSEOverflow as e:
@@ -521,7 +532,8 @@ class Bridge:
     ) -> None:
         """An upstream event's JSON object through the decoder, the stages and the encoder
         (``data``: its JSON's bytes, when read off them, for the text lane to learn from;
-        ``block``: its whole event's, for the text runs to learn from)."""
+        ``block``: its whole event's, for the text runs to learn from when ``_text_runs``
+        offers it)."""
         # the commonest event, a plain text delta, without the decoder's dispatch and, when
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
@@ -531,8 +543,8 @@ class Bridge:
         lane = self.lane
         if lane is not None and data is not None:
             lane.learn(data, text)
-        if block and self.runs is not None:
-            self.runs.learn(block, obj, text)
+        if block and self._learning:
+            self.runs.learn(block, obj, text)  # type: ignore[union-attr]
         self._text(text, out)
 
     def _text(self, text: str, out: list[bytes]) -> None:
@@ -604,13 +616,15 @@ class Bridge:
         """The runs of text events in ``chunk`` through the decoder and the encoder at once
         (``text_runs.py``); what is left, for the parser.  An event the parser holds
         unfinished is finished first.  Until the template is learnt (where ``_blocks`` reads a
-        text event), the events before one that may teach it go the full way together, and
-        that one alone, for at most ``_RUN_OPENING`` of them; then a run is taken wherever
-        one starts, and the events between two runs go the full way together.  From a run
-        that is not valid UTF-8 on, the rest goes the full way."""
+        text event this offers it: ``_learning``), the events before one that may teach it
+        go the full way together, and that one alone, for at most ``_RUN_OPENING`` of them;
+        then a run is taken wherever one starts, and the events between two runs go the full
+        way together.  From a run that is not valid UTF-8 on, the rest goes the full way."""
         runs: TextRuns = self.runs  # type: ignore[assignment]
         if runs.spent:
             self.runs = None
+            return chunk
+        if runs.mark not in chunk:  # no event of it may teach the template or start a run
             return chunk
         pos = self._held_end(chunk, out)
         if pos < 0:
@@ -633,7 +647,15 @@ class Bridge:
                 if j < 0:
                     break
                 tries += 1
-                j += 2
+                self._learning = True  # (_object hands its block to runs.learn)
+                try:
+                    self._feed(chunk[pos : j + 2], out)
+                finally:
+                    self._learning = False
+                if self.broken:
+                    return b""
+                pos = j + 2
+                continue
             else:
                 if self._texts_open():
                     end, iid, quoted = runs.take(chunk, pos)

@@ -56,6 +56,12 @@ beyond that a stream does not learn, so an upstream whose events vary in another
 stream costs no compiling.  A stream keeps the first template it learns (the holes make it
 hold for its later items and parts), and tries at most ``_LEARN`` events; one that learnt
 nothing by then is ``spent`` and the Bridge drops it.
+
+The Bridge offers a read to the runs only when it is long enough for a run to pay (its
+``_RUN_READ``: a read of an event or two, as an upstream at token rate writes them, is
+cheaper the full way) and holds ``mark`` (unlearnt, the name of the event that may teach
+the template; learnt, the template's longest constant); the template learns only from the
+events such a read offers it, so a stream read at token rate never pays for learning.
 """
 
 from __future__ import annotations
@@ -167,18 +173,17 @@ def _template(protocol: str, block: bytes, text: str, iid: str) -> _Template | N
 class TextRuns:
     """One stream's template, and the runs of events read against it."""
 
-    __slots__ = ("armed", "_protocol", "_tpl", "_learnt")
+    __slots__ = ("armed", "spent", "mark", "_protocol", "_tpl", "_learnt")
 
     def __init__(self, protocol: str) -> None:
         self.armed = False
+        self.spent = False  # nothing learnt and no learning left: the Bridge drops the runs
+        # what a read holds when an event of it may teach the template (unlearnt) or start a
+        # run (learnt: the template's longest constant); a read without it goes the full way
+        self.mark = _MARK[protocol]
         self._protocol = protocol  # the upstream's
         self._tpl: _Template | None = None
         self._learnt = 0
-
-    @property
-    def spent(self) -> bool:
-        """Nothing learnt and no learning left: the Bridge drops this stream's runs."""
-        return not self.armed and self._learnt >= _LEARN
 
     def learn(self, block: bytes, obj: dict[str, Any], text: str) -> None:
         """A plain text event the full path read off its block (``decoder.text`` gave
@@ -190,6 +195,9 @@ class TextRuns:
         if tpl is not None:
             self._tpl = tpl
             self.armed = True
+            self.mark = tpl.key
+        else:
+            self.spent = self._learnt >= _LEARN
 
     def take(self, data: bytes, pos: int) -> tuple[int, bytes, list[bytes]]:
         """The end of the longest run of whole template events (of one item) in ``data`` from
@@ -212,7 +220,7 @@ class TextRuns:
     def candidate(self, data: bytes, pos: int) -> int:
         """Unlearnt: where the next event from ``pos`` that may teach the template starts (it
         names its kind: a Responses text delta, a Chat chunk with a ``content``), -1: none."""
-        j = data.find(_MARK[self._protocol], pos)
+        j = data.find(self.mark, pos)
         if j < 0:
             return -1
         k = data.rfind(b"\n\n", pos, j)
@@ -221,7 +229,7 @@ class TextRuns:
     def next_start(self, data: bytes, pos: int) -> int:
         """Where the next event after the one at ``pos`` that may start a run starts (-1:
         none): an event that holds the template's longest constant."""
-        key = self._tpl.key  # type: ignore[union-attr]
+        key = self.mark
         j = data.find(key, pos + 1)
         while j >= 0:
             start = data.rfind(b"\n\n", pos, j) + 2

@@ -261,23 +261,33 @@ def test_a_synthesised_compaction_takes_every_delta_the_full_way() -> None:
     assert answer(True) == answer(False)
 
 
-def test_token_rate_reads_go_the_full_way() -> None:
-    """One event per read, as an upstream at token rate writes them: a run of one costs more
-    than the full way, which each delta takes."""
-    steps = [("text", f"w{i}") for i in range(10)]
-    wire = _wire(steps, "orjson", False, False, "completed")
-    cuts = [len(e) + 2 for e in wire.split(b"\n\n")[:-1]]
-    with mock.patch.object(ResponsesStreamDecoder, "texts", autospec=True, side_effect=AssertionError) as many:
+def _per_read(wire: bytes, k: int) -> list[int]:
+    """Cuts that make each read ``k`` whole events of ``wire``."""
+    ends = [m.end() for m in re.finditer(rb"\n\n", wire)][k - 1 :: k]
+    return [b - a for a, b in itertools.pairwise([0, *ends])]
+
+
+@pytest.mark.parametrize(
+    ("k", "text", "runs"),
+    [(1, "w", False), (2, "w", False), (3, "w", False), (3, "w" * 150, True), (1, "w" * 600, True), (5, "w", True)],
+)
+def test_which_reads_are_offered_to_the_runs(k: int, text: str, runs: bool) -> None:
+    """A read shorter than _RUN_READ bytes (an event or two, as an upstream at token rate
+    writes them) goes the full way, where a run of one or two costs more than it saves, and
+    nothing of it teaches the template: a stream read so never learns.  A longer read is
+    offered, however many events it holds (the length alone is the gate)."""
+    wire = _wire([("text", f"{text}{i}") for i in range(12)], "orjson", False, False, "completed")  # ~146 B a delta
+    cuts = _per_read(wire, k)
+    with (
+        mock.patch.object(TextRuns, "learn", autospec=True, side_effect=TextRuns.learn) as learn,
+        mock.patch.object(
+            ResponsesStreamDecoder, "texts", autospec=True, side_effect=ResponsesStreamDecoder.texts
+        ) as many,
+    ):
         fast = _bridge(wire, cuts, True)
-    assert many.call_count == 0
+    assert (many.call_count > 0) is runs and (learn.call_count > 0) is runs
+    assert all(len(c.args[2]) <= k for c in many.call_args_list)  # a run within a read
     assert fast == _bridge(wire, cuts, False)
-    two = [cuts[0] + cuts[1] + cuts[2] + cuts[3] + cuts[4], *[c + d for c, d in itertools.pairwise(cuts[5:])][::2]]
-    with mock.patch.object(
-        ResponsesStreamDecoder, "texts", autospec=True, side_effect=ResponsesStreamDecoder.texts
-    ) as many:
-        fast = _bridge(wire, two, True)  # two deltas a read: a run of two
-    assert many.call_count > 0 and {len(c.args[2]) for c in many.call_args_list} <= {1, 2}
-    assert fast == _bridge(wire, two, False)
 
 
 def _block(obj: dict, style: str = "orjson") -> bytes:
@@ -364,11 +374,14 @@ def test_learning_is_bounded() -> None:
 def test_a_spent_stream_drops_its_runs() -> None:
     """An upstream that writes its deltas with escapes orjson does not use never gives a
     template: after _LEARN deltas the Bridge stops looking for runs."""
-    wire = _wire([("text", "é")] * 12, "ascii", False, False, "completed")
+    wire = _wire([("text", "é")] * 20, "ascii", False, False, "completed")
     _, b = open_bridge({"model": "pub", "stream": True, "input": "hi"}, "responses", "responses", Ctx())
-    b.receive_data(wire)
+    half = wire.index(b"\n\n", len(wire) // 2) + 2
+    b.receive_data(wire[:half])  # (a read offers at most _RUN_OPENING deltas)
+    assert b.runs is not None and not b.runs.spent
+    b.receive_data(wire[half:])
     assert b.runs is None or b.runs.spent
-    b.receive_data(b": keep-alive\n\n: keep-alive\n\n")  # the next read of more than one event
+    b.receive_data(b": keep-alive\n\n" * 50)  # the next read offered to the runs (>= _RUN_READ)
     assert b.runs is None
 
 
