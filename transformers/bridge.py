@@ -116,7 +116,7 @@ _RUN_OPENING = 6
 # text runs: a read is offered to them when it is at least this long (some three deltas: an
 # OpenAI delta is ~250 bytes); a shorter one, as an upstream at token rate writes them, goes
 # the full way, which is cheaper for an event or two (the Bridge alone, 200 deltas read k at a
-# time, instructions with runs against without: k=1 +46%, k=2 +9%, k=3 -4%, k=4 -12%, k=8
+# time, instructions with runs against without: k=1 +46%, k=2 +9%, k=3 -4%, k=4 -12.5%, k=8
 # -25%; docs/performance.md).  Only the length: counting a read's events costs ~3
 # instructions a byte, and a long read of one big event (the item done, the response
 # completed) costs the runs no more than a search

@@ -219,7 +219,7 @@ class TextRuns:
 
     def candidate(self, data: bytes, pos: int) -> int:
         """Unlearnt: where the next event from ``pos`` that may teach the template starts (it
-        names its kind: a Responses text delta, a Chat chunk with a ``content``), -1: none."""
+        names its kind: a Responses text delta, ``mark``), -1: none."""
         j = data.find(self.mark, pos)
         if j < 0:
             return -1
