@@ -19,10 +19,14 @@ lines and parses each such event's JSON from its bytes, handing the object on as
 and ``_event`` would; every other event, a read with a CR, and an event cut across reads
 go through the parser (a differential test holds the two to the same bytes at every cut:
 ``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
-(``transformers/passthrough.py``); so do a Chat upstream's text chunks, once the stream's own
-template is learnt (``transformers/chat_text_lane.py``); and a Responses upstream's runs of
-text deltas go to the decoder and the encoder a run at a time (``transformers/text_runs.py``),
-in a read long enough for a run to pay (``_RUN_READ``).
+(``transformers/passthrough.py``); so do a Chat upstream's text chunks and its reasoning
+chunks, once the stream's own template of each is learnt (``transformers/chat_text_lane.py``:
+``lane`` and ``rlane``); and a Responses upstream's runs of text deltas go to the decoder and
+the encoder a run at a time (``transformers/text_runs.py``), in a read long enough for a run
+to pay (``_RUN_READ``).  A plain text or reasoning delta (``decoder.text``, a Chat
+upstream's ``decoder.reasoning``) goes straight to the encoder's own writer
+(``text_delta``, ``reasoning_delta``: the event's bytes from a format made once per part)
+when the stages would hand it on as it is.
 
 =====================  ==================================================================
 call                   returns
@@ -71,7 +75,7 @@ from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.chat_text_lane import ChatTextLane
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
-from transformers.events import Event, Finish, Text
+from transformers.events import Event, Finish, Reasoning, Text
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.passthrough import ChatPassthrough
 from transformers.request_c2r import chat_to_responses
@@ -169,14 +173,17 @@ class SSEFraming:
     """Server-Sent Events for one client protocol: Chat chunks as bare ``data:`` lines ending
     with ``[DONE]``; Responses events with their ``event:`` line."""
 
-    __slots__ = ("chat", "delta_frame")
+    __slots__ = ("chat",)
 
     def __init__(self, client: ProtocolName) -> None:
         self.chat = client == "chat"
-        # around a text delta the encoder writes itself (``frame_deltas``)
-        self.delta_frame = (
-            (b"data: ", b"\n\n") if self.chat else (b"event: response.output_text.delta\ndata: ", b"\n\n")
-        )
+
+    def delta_frame(self, kind: str) -> tuple[bytes, bytes]:
+        """What goes around the JSON of an event of type ``kind`` that the encoder writes
+        itself (``frame_deltas``: a text or reasoning delta)."""
+        if self.chat:
+            return b"data: ", b"\n\n"
+        return b"event: " + kind.encode() + b"\ndata: ", b"\n\n"
 
     def frame(self, obj: dict[str, Any]) -> bytes:
         if self.chat:
@@ -200,7 +207,8 @@ class WSFraming:
     def frame(self, obj: dict[str, Any]) -> bytes:
         return orjson.dumps(obj) + b"\n"
 
-    delta_frame = (b"", b"\n")
+    def delta_frame(self, kind: str) -> tuple[bytes, bytes]:
+        return b"", b"\n"
 
     def done(self) -> bytes:
         return b""
@@ -287,6 +295,7 @@ class Bridge:
         "_chat",
         "passthrough",
         "lane",
+        "rlane",
         "runs",
         "_learning",
     )
@@ -336,6 +345,8 @@ class Bridge:
         # (transformers/chat_text_lane.py), where _blocks reads them (on Chat → Chat, the
         # chunks the passthrough does not take: an upstream's own key order or fields)
         self.lane = ChatTextLane() if direction.upstream == "chat" else None
+        # and its reasoning chunks (``decoder.reasoning``), against a template of their own
+        self.rlane = ChatTextLane("reasoning") if direction.upstream == "chat" else None
         # a Responses upstream's runs of text deltas read off their bytes against the stream's
         # own template (transformers/text_runs.py), learnt where _blocks reads one that
         # _text_runs offers (a Chat upstream's text chunks have the passthrough and the lane)
@@ -351,7 +362,7 @@ class Bridge:
     @framing.setter
     def framing(self, framing: SSEFraming | WSFraming) -> None:
         self._framing = framing
-        self.encoder.frame_deltas(*framing.delta_frame)
+        self.encoder.frame_deltas(framing.delta_frame)
 
     @property
     def repairs(self) -> list[str]:
@@ -538,6 +549,14 @@ class Bridge:
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
         if text is None:
+            rlane = self.rlane
+            if rlane is not None:  # a Chat upstream's plain reasoning chunk, the same way
+                text = decoder.reasoning(obj)
+                if text is not None:
+                    if data is not None:
+                        rlane.learn(data, text)
+                    self._reasoning(text, out)
+                    return
             self._encode(decoder.feed(obj), out)
             return
         lane = self.lane
@@ -557,6 +576,16 @@ class Bridge:
                 out.append(written)
                 return
         self._encode([Text(text)], out)
+
+    def _reasoning(self, text: str, out: list[bytes]) -> None:
+        """A Chat upstream's plain reasoning delta (``decoder.reasoning``), as ``_text``."""
+        stage = self.stage
+        if (stage is None or stage.plain_text) and self.compaction is None:
+            written = self.encoder.reasoning_delta(text)  # framed (the framing setter)
+            if written is not None:
+                out.append(written)
+                return
+        self._encode([Reasoning(text)], out)
 
     def _held_end(self, chunk: bytes, out: list[bytes]) -> int:
         """The event the parser holds unfinished, finished from ``chunk`` the full way: where
@@ -731,6 +760,7 @@ class Bridge:
         ``in``: ``find`` and ``startswith`` parse their arguments, ~500 instructions a call.)"""
         decoder = self.decoder
         lane = self.lane
+        rlane = self.rlane
         blocks = data.split(b"\n\n")
         rest = blocks.pop()
         for block in blocks:
@@ -749,6 +779,8 @@ class Bridge:
                 text = lane.text(payload) if lane is not None and lane.armed and decoder.plain_text else None
                 if text is not None:
                     self._text(text, out)
+                elif rlane is not None and rlane.armed and decoder.plain_reasoning and (text := rlane.text(payload)):
+                    self._reasoning(text, out)
                 else:
                     try:  # not for the Chat end, once a stream: orjson's refusal costs ~1.3 µs
                         obj = orjson.loads(payload) if payload != b"[DONE]" else None

@@ -330,6 +330,48 @@ class ChatStreamDecoder:
                     return None
         return c
 
+    def reasoning(self, chunk: dict[str, Any]) -> str | None:
+        """``feed(chunk)`` for a chunk that gives one ``Reasoning`` and nothing else, as
+        ``text`` is for a ``Text``: the reasoning text (``reasoning_keys.reasoning_text``;
+        nothing here changes for it).  ``None`` for any other chunk or state: the caller
+        takes ``feed``.  That is in the ``plain_reasoning`` state, for a chunk with no
+        ``error``, ``usage`` or ``finish_reason``, whose first choice's delta has reasoning
+        text, a ``content`` and a ``refusal`` that are null or empty strings, and no tool
+        call field that is not null."""
+        if not (self._started and not self._done and not self._held):
+            return None
+        choices = chunk.get("choices")
+        if choices.__class__ is not list or not choices:
+            return None
+        choice = choices[0]
+        if choice.__class__ is not dict:
+            return None
+        d = choice.get("delta")
+        if d.__class__ is not dict:
+            return None
+        r = reasoning_text(d)
+        if r is None:
+            return None
+        c = d.get("content")
+        if c is not None and c != "":
+            return None
+        c = d.get("refusal")
+        if c is not None and c != "":
+            return None
+        if d.get("tool_calls") is not None or d.get("function_call") is not None:
+            return None
+        if chunk.get("error") or chunk.get("usage") is not None:
+            return None
+        if choice.get("finish_reason") or choice.get("usage") is not None:
+            return None
+        return r
+
+    @property
+    def plain_reasoning(self) -> bool:
+        """A chunk that is only reasoning would now become one ``Reasoning`` and change
+        nothing here (``reasoning``)."""
+        return self._started and not self._done and not self._held
+
     @property
     def plain_text(self) -> bool:
         """A chunk whose delta is only a non-empty ``content`` would now become one ``Text``

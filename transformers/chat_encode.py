@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import orjson
@@ -175,6 +175,7 @@ class ChatStreamEncoder:
         "_also",
         "_frame",
         "_delta",
+        "_rdelta",
     )
 
     def __init__(
@@ -203,6 +204,7 @@ class ChatStreamEncoder:
         self._also = key if key != "reasoning_content" else None
         self._frame = (b"", b"")  # what text_delta writes around a chunk's JSON (frame_deltas)
         self._delta: bytes | None = None  # text_delta's format: its chunk, ``%b`` the text's JSON
+        self._rdelta: bytes | None = None  # reasoning_delta's, ``%b`` the text's JSON (twice with _also)
 
     # -- chunk builders -------------------------------------------------------------------
 
@@ -311,10 +313,12 @@ class ChatStreamEncoder:
         (transformers/passthrough.py)."""
         return self._begun and not self._finished and not self._queue
 
-    def frame_deltas(self, before: bytes, after: bytes) -> None:
-        """Make ``text_delta`` write its chunk framed: ``before`` + the JSON + ``after``."""
-        self._frame = (before, after)
+    def frame_deltas(self, framer: Callable[[str], tuple[bytes, bytes]]) -> None:
+        """Make ``text_delta`` and ``reasoning_delta`` write their chunk framed: what
+        ``framer("chat.completion.chunk")`` gives before and after the JSON."""
+        self._frame = framer("chat.completion.chunk")
         self._delta = None
+        self._rdelta = None
 
     def text_delta(self, text: str) -> bytes | None:
         """``feed(Text(text))`` already serialized, when it is the one chunk that feed would
@@ -345,10 +349,33 @@ class ChatStreamEncoder:
     def _new_delta(self) -> bytes:
         """The text chunk's format (``text_delta``): its id, created and model are fixed once
         begun."""
-        prefix, suffix = self.text_template()
-        before = (self._frame[0] + prefix.encode()).replace(b"%", b"%%")
-        d = self._delta = before + b"%b" + (suffix.encode() + self._frame[1]).replace(b"%", b"%%")
+        d = self._delta = self._format(self.text_template())
         return d
+
+    def _format(self, parts: Sequence[str]) -> bytes:
+        """A chunk's format from its JSON cut where its text goes (``%b`` there), framed; the
+        chunk's and the frame's own '%' doubled."""
+        before, after = self._frame
+        pieces = [p.encode() for p in parts]
+        pieces[0] = before + pieces[0]
+        pieces[-1] += after
+        return b"%b".join(p.replace(b"%", b"%%") for p in pieces)
+
+    def reasoning_delta(self, text: str) -> bytes | None:
+        """``feed(Reasoning(text))`` already serialized, as ``text_delta`` is ``feed(Text)``'s:
+        once begun, with nothing queued, the one reasoning chunk (``reasoning_content``, and
+        the same text under the upstream's own key when that is another: ``_piece``), framed
+        as ``frame_deltas`` said.  ``None`` otherwise: the caller takes ``feed``."""
+        if not self._begun or self._finished or self._queue:
+            return None
+        d = self._rdelta
+        if d is None:
+            # the text is the chunk's last string (twice: its last two), whatever the model's name
+            holes = 1 if self._also is None else 2
+            whole = orjson.dumps(self._chunk(self._piece("reasoning_content", "\x00"))).decode()
+            d = self._rdelta = self._format(whole.rsplit('"\\u0000"', holes))
+        q = orjson.dumps(text)
+        return d % ((q,) if self._also is None else (q, q))
 
     def text_template(self) -> tuple[str, str]:
         """(prefix, suffix): ``prefix + json_string(text) + suffix`` is the chunk ``feed(Text(text))``

@@ -33,28 +33,64 @@ learnt one is the value orjson kept (the last), the others are constant bytes.  
 that varies a field per chunk (OpenAI's ``obfuscation``) never matches: every chunk takes
 the full path; a lane whose template missed ``_MISSES`` text chunks gives up (the template
 was one chunk's only), so such a stream pays for neither the learning nor the look.
+
+A lane reads one kind of chunk (``_KINDS``): the text chunks, or the reasoning ones (the
+Bridge keeps one lane of each; the decoder's ``reasoning`` says which chunks are plain
+reasoning, ``reasoning_keys.reasoning_text`` what their text is):
+
+=============  ==========================================  ================================
+kind           the keys the text may follow, in the order  what the decoder reads of the
+               the decoder reads them                      first choice's ``delta``
+=============  ==========================================  ================================
+text           ``content``                                 ``content``
+reasoning      ``reasoning_content``, ``reasoning``        the first of those keys with
+                                                           non-empty string text
+=============  ==========================================  ================================
+
+The template is learnt only once the hole is shown to be the value the decoder reads: the
+template with a sentinel text in the hole, parsed, must give that sentinel where the decoder
+looks (not a nested object's key of the same name, nor a key the decoder reads after
+another; a string's inside never changes the JSON's shape, so what holds for the sentinel
+holds for every text).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import orjson
+
+from .reasoning_keys import reasoning_text
 
 __all__ = ["ChatTextLane"]
 
 # a JSON string's inside with no escape: any character but '"', '\' and the controls
 _PLAIN = re.compile(rb'[^"\\\x00-\x1f]++').fullmatch
-_KEY = b'"content":'
+
+
+def _content(delta: dict[str, Any]) -> Any:
+    return delta.get("content")
+
+
+# kind → (the keys its text may follow, as bytes before the string; what the decoder reads
+# of a delta)
+_KINDS: dict[str, tuple[tuple[bytes, ...], Callable[[dict[str, Any]], Any]]] = {
+    "text": ((b'"content":',), _content),
+    "reasoning": ((b'"reasoning_content":', b'"reasoning":'), reasoning_text),
+}
+_SENTINEL = b"\\u0000"  # the inside of the JSON string "\x00"
 _TRIES = 4  # text chunks offered before the lane gives up learning for this stream
 _MISSES = 8  # text chunks a learnt template may miss before the lane gives up
 
 
 class ChatTextLane:
-    __slots__ = ("armed", "_prefix", "_suffix", "_np", "_ns", "_tries")
+    __slots__ = ("armed", "_keys", "_read", "_prefix", "_suffix", "_np", "_ns", "_tries")
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "text") -> None:
         self.armed = False
+        self._keys, self._read = _KINDS[kind]
         self._prefix = b""  # the template's bytes through the text's opening quote
         self._suffix = b""  # from its closing quote to the end
         self._np = 0
@@ -71,16 +107,36 @@ class ChatTextLane:
             if not self._tries:
                 self.armed = False  # the upstream varies its chunks: give up
             return
-        key = _KEY + orjson.dumps(text)
-        i = data.find(key)
-        if i < 0 or data.find(key, i + 1) >= 0:
-            return  # the text written otherwise than orjson writes it, or twice
-        self._prefix = data[: i + len(_KEY) + 1]
-        self._suffix = data[i + len(key) - 1 :]
-        self._np = len(self._prefix)
-        self._ns = len(self._suffix)
-        self.armed = True
-        self._tries = _MISSES  # now: the text chunks it may miss before it gives up
+        quoted = orjson.dumps(text)
+        for key in self._keys:
+            i = data.find(key + quoted)
+            if i < 0:
+                continue
+            if data.find(key + quoted, i + 1) >= 0:
+                return  # twice: which one is read is not for bytes to tell
+            at = i + len(key) + 1  # the string's inside
+            prefix, suffix = data[:at], data[at + len(quoted) - 2 :]
+            if not self._is_read(prefix + _SENTINEL + suffix):
+                continue  # not the value read (a nested object's key): perhaps the next key's
+            self._prefix, self._suffix = prefix, suffix
+            self._np = len(prefix)
+            self._ns = len(suffix)
+            self.armed = True
+            self._tries = _MISSES  # now: the chunks of its kind it may miss before it gives up
+            return
+        # the text written otherwise than orjson writes it
+
+    def _is_read(self, probe: bytes) -> bool:
+        """Does the decoder read the sentinel in ``probe`` (the template with the sentinel in
+        its hole) as the chunk's text?"""
+        try:
+            obj = orjson.loads(probe)
+        except orjson.JSONDecodeError:
+            return False
+        choices = obj.get("choices") if obj.__class__ is dict else None
+        choice = choices[0] if choices.__class__ is list and choices else None
+        delta = choice.get("delta") if choice.__class__ is dict else None
+        return delta.__class__ is dict and self._read(delta) == "\x00"
 
     def text(self, data: bytes) -> str | None:
         """The text of a chunk made on the template (see the table), else ``None``."""

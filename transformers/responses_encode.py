@@ -49,9 +49,11 @@ Items and their output slots:
   when the open part is output_text, the delta's JSON is a template fixed per part (item
   id, ``output_index``, ``content_index``) with the text and ``sequence_number`` put in,
   the very bytes ``orjson.dumps`` writes for the dict; in any other state it returns
-  ``None`` and the caller takes ``feed``.  ``frame_deltas(before, after)`` has it write the
-  transport's framing of the event around the JSON in the same join (the Bridge's SSE or
-  WebSocket framing: one copy of the event's bytes less).
+  ``None`` and the caller takes ``feed``.  ``reasoning_delta(text)`` is the same for
+  ``feed(Reasoning(text))`` as a Chat upstream gives it (a summary's text, index 0) into
+  the open summary part.  ``frame_deltas(framer)`` has both write the transport's framing
+  of the event around the JSON in the same join (the Bridge's SSE or WebSocket framing:
+  one copy of the event's bytes less).
 
 Reasoning replay: the reasoning item's ``encrypted_content`` is the upstream's blob when
 one came with ``ReasoningEnd``, else — when ``ctx.envelope_key`` is set — the full
@@ -156,6 +158,16 @@ _RS_PART: dict[str, tuple[str, str, str, str, str, str]] = {
         "response.content_part.done",
     ),
 }
+
+# the reasoning part a Chat upstream's reasoning goes into (``Reasoning``'s defaults):
+# ``reasoning_delta`` writes its deltas
+_CHAT_SUMMARY = ("summary", 0)
+
+
+def _unframed(_type: str) -> tuple[bytes, bytes]:
+    """No framing around a delta event's JSON (until ``frame_deltas``)."""
+    return b"", b""
+
 
 # Response object field → value when the request did not set it (request_echo overrides).
 # Every field is required by the Open Responses ResponseResource schema.  The mutable
@@ -322,8 +334,9 @@ class ResponsesStreamEncoder:
         "_final",
         "_delta_key",
         "_delta_head",
-        "_delta_frame",
-        "_delta_tail",
+        "_framer",
+        "_rdelta_key",
+        "_rdelta_head",
     )
 
     def __init__(
@@ -353,8 +366,9 @@ class ResponsesStreamEncoder:
         self._final: dict[str, Any] | None = None
         self._delta_key: list[str] | None = None  # the open part's text list, when _delta_head is its
         self._delta_head = b""  # the delta event's format (``%b`` the text's JSON), for _delta_key
-        self._delta_frame = b""  # what text_delta writes before the event's JSON (frame_deltas)
-        self._delta_tail = b',"logprobs":[],"sequence_number":%d}'  # after its text, %d the number
+        self._framer: Callable[[str], tuple[bytes, bytes]] = _unframed  # around a delta's JSON (frame_deltas)
+        self._rdelta_key: list[str] | None = None  # the open reasoning part's text list, when _rdelta_head is its
+        self._rdelta_head = b""  # its delta event's format (``%b`` the text's JSON, ``%d`` the number)
 
     # ------------------------------------------------------------------ public API
 
@@ -371,12 +385,13 @@ class ResponsesStreamEncoder:
         _DISPATCH[type(ev)](self, out, ev)
         return out
 
-    def frame_deltas(self, before: bytes, after: bytes) -> None:
-        """Make ``text_delta`` write its event framed: ``before`` + the JSON + ``after`` (the
-        transport's framing of that one event, written in the same join as the JSON)."""
-        self._delta_frame = before
-        self._delta_tail = b',"logprobs":[],"sequence_number":%d}' + after.replace(b"%", b"%%")
-        self._delta_key = None  # the head is made again with its frame
+    def frame_deltas(self, framer: Callable[[str], tuple[bytes, bytes]]) -> None:
+        """Make ``text_delta`` and ``reasoning_delta`` write their event framed: ``framer(type)``
+        is what goes before and after the JSON of an event of that type (the transport's
+        framing of that one event, written in the same join as the JSON)."""
+        self._framer = framer
+        self._delta_key = None  # the heads are made again with their frame
+        self._rdelta_key = None
 
     def text_delta(self, text: str) -> bytes | None:
         """``feed(Text(text))`` already serialized, when it is one ``output_text.delta`` into
@@ -424,10 +439,38 @@ class ResponsesStreamEncoder:
             "output_index": m.oi,
             "content_index": len(m.parts),
         }
-        # one format per event: the head's own '%' doubled, the text's JSON and the number
-        # put in by the one '%' operation (the tail's '%' are doubled already)
-        head_bytes = self._delta_frame + orjson.dumps(head)[:-1] + b',"delta":'
-        self._delta_head = head_bytes.replace(b"%", b"%%") + b"%b" + self._delta_tail
+        self._delta_head = self._format(head, b',"logprobs":[]')
+
+    def _format(self, head: dict[str, Any], rest: bytes) -> bytes:
+        """A delta event's format: ``head``'s JSON, its ``delta`` (``%b``), ``rest`` and its
+        ``sequence_number`` (``%d``), framed; the head's and the frame's own '%' doubled, so
+        the text's JSON and the number are put in by the one '%' operation."""
+        before, after = self._framer(head["type"])
+        fixed = before + orjson.dumps(head)[:-1] + b',"delta":'
+        tail = rest + b',"sequence_number":'
+        return fixed.replace(b"%", b"%%") + b"%b" + tail + b"%d}" + after.replace(b"%", b"%%")
+
+    def reasoning_delta(self, text: str) -> bytes | None:
+        """``feed(Reasoning(text))`` (a summary's, index 0: a Chat upstream's reasoning) already
+        serialized, when it is one delta into the open reasoning part of that key: the same
+        state change (text kept, sequence number taken) and the very bytes ``orjson.dumps``
+        writes for that event's dict, framed as ``frame_deltas`` said.  ``None`` (nothing
+        changed) in every other state (no reasoning item open, another part, an empty text):
+        the caller takes ``feed``."""
+        r = self._rs
+        if r is None or r.key != _CHAT_SUMMARY or not text or self.done:
+            return None
+        if r.text is not self._rdelta_key:  # (a new list per part, as text_delta's key)
+            self._rdelta_key = r.text
+            # the dict _on_reasoning builds, up to its text: same keys, same order
+            _, ikey, delta, _, _, _ = _RS_PART["summary"]
+            head = {"type": delta, "item_id": r.id, "output_index": r.oi, ikey: len(r.summary)}
+            self._rdelta_head = self._format(head, b"")
+        r.text.append(text)
+        r.all.append(text)
+        seq = self._seq
+        self._seq = seq + 1
+        return self._rdelta_head % (orjson.dumps(text), seq)
 
     def end(self) -> list[dict]:
         if self.done:

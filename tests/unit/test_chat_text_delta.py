@@ -31,28 +31,36 @@ from transformers.events import Start, Text
 _frame = st.sampled_from([(b"", b""), (b"data: ", b"\n\n"), (b"%s<", b">%d")])
 
 
-def _encode(events: list, fast: bool, frame: tuple[bytes, bytes]) -> list[bytes]:
+def _encode(events: list, fast: bool, frame: tuple[bytes, bytes], quirks: frozenset[str] = frozenset()) -> list[bytes]:
     """Each chunk's JSON; the fast path's chunks come framed, checked and unframed here."""
     n = itertools.count()
     with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
-        return _chunks(events, fast, frame)
+        return _chunks(events, fast, frame, quirks)
 
 
-def _chunks(events: list, fast: bool, frame: tuple[bytes, bytes]) -> list[bytes]:
-    enc = ChatStreamEncoder(Ctx(public_model="pub"), include_usage=True, chunk_id="chatcmpl-1", created=7)
+def _chunks(events: list, fast: bool, frame: tuple[bytes, bytes], quirks: frozenset[str] = frozenset()) -> list[bytes]:
+    ctx = Ctx(public_model="pub", quirks=quirks)
+    enc = ChatStreamEncoder(ctx, include_usage=True, chunk_id="chatcmpl-1", created=7)
     return encoded(enc, events, fast, {0: frame})
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_event, max_size=25), _finish, _frame, st.booleans())
-def test_same_bytes_as_feed(events, finish, frame, start):
+@given(
+    st.lists(_event, max_size=25),
+    _finish,
+    _frame,
+    st.booleans(),
+    # reasoning written under the upstream's key too (reasoning_delta's two holes)
+    st.sampled_from([frozenset(), frozenset({"reasoning_key_reasoning"})]),
+)
+def test_same_bytes_as_feed(events, finish, frame, start, quirks):
     events = ([Start()] if start else []) + events + ([finish] if finish else [])
-    assert _encode(events, True, frame) == _encode(events, False, frame)
+    assert _encode(events, True, frame, quirks) == _encode(events, False, frame, quirks)
 
 
 def test_taken_only_when_the_chunk_goes_out_at_once():
     enc = ChatStreamEncoder(Ctx(public_model="pub"), chunk_id="chatcmpl-1", created=7)
-    enc.frame_deltas(b"data: ", b"\n\n")
+    enc.frame_deltas(lambda _kind: (b"data: ", b"\n\n"))
     assert enc.text_delta("x") is None  # not begun: the role chunk comes first
     enc.feed(Start())
     assert enc.text_delta('a"\n') == b"data: " + orjson.dumps(enc.feed(Text('a"\n'))[0]) + b"\n\n"
@@ -63,7 +71,7 @@ def test_a_percent_sign_in_the_chunk_is_written_as_it_is():
     """The chunk's own bytes (a model named with '%', an id) around the text are a format's
     literal text: written as they are, whatever the text."""
     enc = ChatStreamEncoder(Ctx(public_model="m%s%%d%"), chunk_id="chatcmpl-%d", created=7)
-    enc.frame_deltas(b"%b", b"%")
+    enc.frame_deltas(lambda _kind: (b"%b", b"%"))
     enc.feed(Start())
     for text in ("50%", "%s", "%%", "x"):
         assert enc.text_delta(text) == b"%b" + orjson.dumps(enc.feed(Text(text))[0]) + b"%"
@@ -117,6 +125,6 @@ def test_bridge_takes_it_for_plain_text():
 def test_a_model_name_with_the_sentinels_character():
     """The template is cut at the content's sentinel, not at a model named the same."""
     enc = ChatStreamEncoder(Ctx(public_model="\x00"), chunk_id="chatcmpl-1", created=7)
-    enc.frame_deltas(b"data: ", b"\n\n")
+    enc.frame_deltas(lambda _kind: (b"data: ", b"\n\n"))
     enc.feed(Start())
     assert enc.text_delta("hi") == b"data: " + orjson.dumps(enc.feed(Text("hi"))[0]) + b"\n\n"

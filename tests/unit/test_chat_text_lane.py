@@ -1,6 +1,8 @@
-"""transformers/chat_text_lane.py: a Chat upstream's text chunks read off their bytes against
-the stream's own template give the client the very bytes, terminal and repairs that parsing
-every chunk gives, whatever the chunks hold and wherever the reads cut them."""
+"""transformers/chat_text_lane.py: a Chat upstream's text and reasoning chunks read off their
+bytes against the stream's own templates (and a plain reasoning chunk written by the
+encoder's ``reasoning_delta``) give the client the very bytes, terminal and repairs that
+parsing every chunk and feeding its events gives, whatever the chunks hold and wherever the
+reads cut them."""
 
 from __future__ import annotations
 
@@ -51,6 +53,16 @@ _step = st.one_of(
     st.tuples(st.just("text"), _text),
     st.tuples(st.just("text"), _text),
     st.tuples(st.just("reasoning"), _text),
+    st.tuples(st.just("reasoning"), _text),
+    st.tuples(st.just("reasoning"), _text),
+    # how upstreams write reasoning: vLLM's newer key, DeepSeek's null content, both keys
+    # (vLLM in between), an empty one before the other, reasoning with text in one chunk
+    st.tuples(st.sampled_from(["reasoning_key", "null_content", "both_keys", "empty_first", "with_text"]), _text),
+    # reasoning in a chunk that also finishes, carries the usage, or a refusal
+    st.tuples(st.sampled_from(["reasoning_finish", "reasoning_usage", "reasoning_refusal"]), _text),
+    # a key of the same name in a nested object (the sentinel check): never the text read,
+    # which stays "N" while the nested one changes
+    st.tuples(st.just("nested"), st.sampled_from(["N", "N", "M"])),
     st.tuples(st.just("call"), st.sampled_from(['{"a"', ":1}", ""])),
     st.tuples(st.just("dup"), _text),  # two content keys: the last one counts
     st.tuples(st.just("finish"), st.just("")),  # text after it: the decoder has ended
@@ -65,6 +77,26 @@ def _wire(steps: list[tuple[str, object]], style: str, varying: bool) -> bytes:
             data = _raw(_chunk({"content": v}, n, varying=varying), style)
         elif kind == "reasoning":
             data = _raw(_chunk({"reasoning_content": v}, n, varying=varying), style)
+        elif kind == "reasoning_key":
+            data = _raw(_chunk({"reasoning": v}, n, varying=varying), style)
+        elif kind == "null_content":
+            data = _raw(_chunk({"content": None, "reasoning_content": v}, n, varying=varying), style)
+        elif kind == "both_keys":
+            data = _raw(_chunk({"reasoning_content": v, "reasoning": v}, n, varying=varying), style)
+        elif kind == "empty_first":
+            data = _raw(_chunk({"reasoning_content": "", "reasoning": v}, n, varying=varying), style)
+        elif kind == "with_text":
+            data = _raw(_chunk({"reasoning_content": v, "content": v}, n, varying=varying), style)
+        elif kind == "reasoning_finish":
+            data = _raw(_chunk({"reasoning_content": v}, n, varying=varying, finish="stop"), style)
+        elif kind == "reasoning_refusal":
+            data = _raw(_chunk({"reasoning_content": v, "refusal": "no"}, n, varying=varying), style)
+        elif kind == "reasoning_usage":
+            c = _chunk({"reasoning_content": v}, n, varying=varying)
+            c["usage"] = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+            data = _raw(c, style)
+        elif kind == "nested":
+            data = _raw(_chunk({"reasoning": "N", "x": {"reasoning_content": v}}, n, varying=varying), style)
         elif kind == "call":
             call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": v}}
             data = _raw(_chunk({"tool_calls": [call]}, n, varying=varying), style)
@@ -90,6 +122,7 @@ def _bridge(
     lane: bool,
     client: str = "responses",
     quirks: frozenset[str] = frozenset(),
+    key: bytes = b"",
 ) -> tuple[bytes, str, list[str]]:
     """The client's answer to ``wire`` read in pieces ``cuts``, with the lane or without."""
     n = itertools.count()
@@ -99,9 +132,11 @@ def _bridge(
             body["input"] = "hi"
         else:
             body["messages"] = [{"role": "user", "content": "hi"}]
-        _, b = open_bridge(body, client, "chat", Ctx(quirks=quirks, upstream_model="m", public_model="pub"))
+        _, b = open_bridge(
+            body, client, "chat", Ctx(quirks=quirks, upstream_model="m", public_model="pub", envelope_key=key)
+        )
         if not lane:
-            b.lane = None
+            b.lane = b.rlane = None
         out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
         out.append(b.end())
     return _MINTED.sub(b"<minted>", b"".join(out)), b.terminal, list(b.repairs)
@@ -114,12 +149,70 @@ def _bridge(
     st.booleans(),
     st.lists(st.integers(1, 120), max_size=8),
     st.sampled_from(["responses", "chat"]),
-    st.sampled_from([frozenset(), frozenset({"inline_think"})]),
+    st.sampled_from([frozenset(), frozenset({"inline_think"}), frozenset({"reasoning_key_reasoning"})]),
+    st.sampled_from([b"", b"k" * 32]),
 )
-def test_same_as_parsing_every_chunk(steps, style, varying, cuts, client, quirks):
-    """(A Chat client of a Chat upstream has the passthrough, not the lane: the same.)"""
+def test_same_as_parsing_every_chunk(steps, style, varying, cuts, client, quirks, key):
+    """(A Chat client of a Chat upstream has the passthrough for its text chunks: the same.
+    ``key``: reasoning sealed into the reasoning item's envelope, all of its text.)"""
     wire = _wire(steps, style, varying)
-    assert _bridge(wire, cuts, True, client, quirks) == _bridge(wire, cuts, False, client, quirks)
+    assert _bridge(wire, cuts, True, client, quirks, key) == _bridge(wire, cuts, False, client, quirks, key)
+
+
+def _steps_wire(*steps: tuple[str, str]) -> bytes:
+    return _wire(list(steps), "orjson", False)
+
+
+def test_reasoning_where_the_decoder_holds_a_think_tag():
+    """``inline_think`` holding a content that may begin ``<think>``: a reasoning chunk then
+    releases it first (the full path), on either client."""
+    held_first = _steps_wire(("text", "<thi"), ("reasoning", "r1"), ("reasoning", "r2"), ("text", "nk>"))
+    learnt_first = _steps_wire(("reasoning", "r0"), ("reasoning", "r1"), ("text", "<thi"), ("reasoning", "r2"))
+    for wire in (held_first, learnt_first):
+        for client in ("responses", "chat"):
+            fast = _bridge(wire, [], True, client, frozenset({"inline_think"}))
+            assert fast == _bridge(wire, [], False, client, frozenset({"inline_think"}))
+            assert fast[0].index(b"<thi") < fast[0].index(b"r2")
+
+
+def test_reasoning_in_the_chunk_that_finishes():
+    """The finish reason of a chunk that also holds reasoning is the stream's (the full path):
+    no finish chunk after it."""
+    role = _chunk({"role": "assistant", "content": ""}, 0, varying=False)
+    chunks = [
+        role,
+        _chunk({"reasoning_content": "a"}, 1, varying=False),
+        _chunk({"reasoning_content": "b"}, 2, varying=False),
+    ]
+    chunks.append(_chunk({"reasoning_content": "c"}, 3, varying=False, finish="length"))
+    wire = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    for client in ("responses", "chat"):
+        fast = _bridge(wire, [], True, client)
+        assert fast == _bridge(wire, [], False, client)
+        assert fast[1] == "incomplete"
+
+
+def test_a_nested_key_of_the_same_name_is_not_learnt():
+    """The text found once, but in a nested object's key, not where the decoder reads it: the
+    sentinel check refuses that template (the lane learns the key read, ``reasoning``, where
+    the nested value is constant bytes), so a later nested value is never taken for the text."""
+    wire = _steps_wire(*[("nested", "N")] * 3, *[("nested", "M")] * 3)
+    with spied(ChatTextLane, "text") as got:
+        out = _bridge(wire, [], True)
+    assert out == _bridge(wire, [], False)
+    assert out[0].count(b'"delta":"N"') == 6 and b'"delta":"M"' not in out[0]
+    # the first "N" teaches the lane; the "M" ones, the finish chunk and [DONE] are not the template
+    assert [r for _, r in got] == ["N", "N", None, None, None, None, None]
+
+
+def test_reasoning_chunks_after_the_first_are_read_off_their_bytes():
+    wire = _steps_wire(("reasoning", "a"), ("reasoning", "b"), ("reasoning_key", "c"), ("reasoning", "d"))
+    with spied(ChatTextLane, "text") as got:
+        out = _bridge(wire, [], True, "chat")
+    assert out == _bridge(wire, [], False, "chat")
+    # the text lane is not offered reasoning; the reasoning lane, learnt from "a", reads "b"
+    # and "d", not "c" (another key), the finish nor [DONE]
+    assert [r for _, r in got] == ["b", None, "d", None, None]
 
 
 def test_it_takes_the_text_chunks_after_the_first():

@@ -45,6 +45,8 @@ _event = st.one_of(
     st.builds(Text, _text),
     st.builds(Refusal, _text),
     st.builds(Reasoning, _text, kind=st.sampled_from(["summary", "raw"]), summary_index=st.integers(0, 1)),
+    st.builds(Reasoning, _text),
+    st.builds(Reasoning, _text),
     st.builds(ReasoningEnd),
     st.builds(ToolCall, st.integers(0, 1), arguments=st.sampled_from(["", '{"a"', ":1}"]), name=st.just("f")),
     st.builds(ToolCallEnd, st.integers(0, 1)),
@@ -72,22 +74,26 @@ def _encode(events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | N
 
 
 def encoded(enc: Any, events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | None) -> list[bytes]:
-    """Each event's bytes from encoder ``enc``, a text by ``text_delta`` when ``fast`` (and
-    ``feed`` when it declines), framed as ``frames`` says from the i-th event on, the frame
-    checked and taken off."""
+    """Each event's bytes from encoder ``enc``, a text by ``text_delta`` and a Chat upstream's
+    reasoning (a summary's, index 0) by ``reasoning_delta`` when ``fast`` (and ``feed`` when
+    it declines), framed as ``frames`` says from the i-th event on, the frame checked and
+    taken off."""
     out: list[bytes] = []
     frame = (b"", b"")
     for i, ev in enumerate(events):
         if frames and i in frames:
             frame = frames[i]
-            enc.frame_deltas(*frame)
+            enc.frame_deltas(lambda _kind, frame=frame: frame)
+        data = None
         if fast and type(ev) is Text:
             data = enc.text_delta(ev.text)
-            if data is not None:
-                before, after = frame
-                assert data.startswith(before) and data.endswith(after)
-                out.append(data[len(before) : len(data) - len(after)])
-                continue
+        elif fast and type(ev) is Reasoning and ev.kind == "summary" and ev.summary_index == 0:
+            data = enc.reasoning_delta(ev.text)  # (a Chat upstream's reasoning: the only one it writes)
+        if data is not None:
+            before, after = frame
+            assert data.startswith(before) and data.endswith(after)
+            out.append(data[len(before) : len(data) - len(after)])
+            continue
         out.extend(orjson.dumps(o) for o in enc.feed(ev))
     out.extend(orjson.dumps(o) for o in enc.end())
     return out
