@@ -22,6 +22,10 @@ endpoint, so that "direct" and "through the proxy" see the same bytes:
   stream takes (N + 6) × MS instead of (N + 1) × MS;
 * ``rel`` in the model name (paced streams): a relative schedule (sleep ``MS`` after each
   write, so the writer's own lateness adds up) instead of the absolute one below;
+* ``think<R>`` in the model name (streams): R reasoning chunks before the text, one step
+  each: Chat ``delta.reasoning_content`` chunks (as Kimi K2, DeepSeek, GLM and MiMo stream
+  their thinking), Responses a reasoning item's summary deltas (the item's done events and
+  the message's opening written with the last one);
 * ``vllm`` in the model name: Chat chunks laid out as vLLM writes them (``"logprobs": null``
   in each choice), which is not the proxy's own encoder's layout, so its Chat → Chat
   passthrough does not take them (what most real Chat upstreams send);
@@ -76,6 +80,7 @@ __all__ = [
     "PROMPT_TOKENS",
     "chunk_text",
     "expected_text",
+    "parse_reasoning",
     "parse_model",
     "parse_pacing",
     "chat_steps",
@@ -137,6 +142,7 @@ _D = re.compile(r"(?:^|[-_/:.])d(\d+(?:\.\d+)?)")
 _PT = re.compile(r"(?:^|[-_/:.])pt(?:$|[-_/:.])")
 _HOSTED = re.compile(r"(?:^|[-_/:.])hosted(?:$|[-_/:.])")
 _VLLM = re.compile(r"(?:^|[-_/:.])vllm(?:$|[-_/:.])")
+_THINK = re.compile(r"(?:^|[-_/:.])think(\d+)(?:$|[-_/:.])")
 _REL = re.compile(r"(?:^|[-_/:.])rel(?:$|[-_/:.])")
 
 
@@ -152,6 +158,12 @@ def parse_model(model: str) -> tuple[int, float]:
 def parse_pacing(model: str) -> tuple[bool, bool]:
     """``(paced_tail, relative)`` from a model name: ``pt`` and ``rel`` (module docstring)."""
     return bool(_PT.search(model)), bool(_REL.search(model))
+
+
+def parse_reasoning(model: str) -> int:
+    """Reasoning chunks before a Chat stream's text: ``think<R>`` in the model name (0: none)."""
+    m = _THINK.search(model)
+    return int(m.group(1)) if m else 0
 
 
 def chunk_text(i: int) -> str:
@@ -192,6 +204,8 @@ def _chat_chunk(model: str, delta: dict, finish: str | None = None) -> dict:
 def chat_steps(model: str, n: int) -> list[bytes]:
     """The streamed Chat answer as N + 2 steps (see the module docstring)."""
     steps = [_sse(_chat_chunk(model, {"role": "assistant", "content": ""}))]
+    for i in range(parse_reasoning(model)):
+        steps.append(_sse(_chat_chunk(model, {"reasoning_content": chunk_text(i)})))
     for i in range(n):
         steps.append(_sse(_chat_chunk(model, {"content": chunk_text(i)})))
     inp, out, tot = usage_for(n)
@@ -276,6 +290,7 @@ def chat_json(model: str, n: int) -> dict:
 _RESP_ID = "resp_bench"
 _MSG_ID = "msg_bench_0"
 _FC_ID = "fc_" + TOOL_CALL_ID
+_RS_ID = "rs_bench_0"
 
 
 def _resp_usage(n: int) -> dict:
@@ -289,8 +304,9 @@ def _resp_usage(n: int) -> dict:
     }
 
 
-def _resp_output(n: int) -> list[dict]:
-    return [
+def _resp_output(n: int, r: int = 0) -> list[dict]:
+    """The answer's output items: a reasoning item when ``r`` reasoning chunks came first."""
+    out = [
         {
             "id": _MSG_ID,
             "type": "message",
@@ -307,6 +323,13 @@ def _resp_output(n: int) -> list[dict]:
             "arguments": TOOL_ARGS,
         },
     ]
+    if r:
+        out.insert(0, {"id": _RS_ID, "type": "reasoning", "summary": [_summary(expected_text(r))]})
+    return out
+
+
+def _summary(text: str) -> dict:
+    return {"type": "summary_text", "text": text}
 
 
 def responses_json(model: str, n: int) -> dict:
@@ -343,43 +366,57 @@ def responses_steps(model: str, n: int) -> list[bytes]:
     msg_open = {"id": _MSG_ID, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
     part_empty = {"type": "output_text", "text": "", "annotations": []}
     part_full = {"type": "output_text", "text": text, "annotations": []}
-    steps = [
-        b"".join(
+    r = parse_reasoning(model)
+    m = 1 if r else 0  # the message's output index (after the reasoning item)
+    out = _resp_output(n, r)
+    head = [ev({"type": "response.created", "response": base}), ev({"type": "response.in_progress", "response": base})]
+    opening = [
+        ev({"type": "response.output_item.added", "output_index": m, "item": msg_open}),
+        ev(
+            {
+                "type": "response.content_part.added",
+                "item_id": _MSG_ID,
+                "output_index": m,
+                "content_index": 0,
+                "part": part_empty,
+            }
+        ),
+    ]
+    steps = [b"".join(head + ([] if r else opening))]
+    if r:  # the reasoning item's summary, a delta a step, then the message opens
+        rs = {"item_id": _RS_ID, "output_index": 0, "summary_index": 0}
+        steps[0] += b"".join(
             (
-                ev({"type": "response.created", "response": base}),
-                ev({"type": "response.in_progress", "response": base}),
-                ev({"type": "response.output_item.added", "output_index": 0, "item": msg_open}),
-                ev(
-                    {
-                        "type": "response.content_part.added",
-                        "item_id": _MSG_ID,
-                        "output_index": 0,
-                        "content_index": 0,
-                        "part": part_empty,
-                    }
-                ),
+                ev({"type": "response.output_item.added", "output_index": 0, "item": {**out[0], "summary": []}}),
+                ev({"type": "response.reasoning_summary_part.added", **rs, "part": _summary("")}),
             )
         )
-    ]
+        for i in range(r):
+            steps.append(ev({"type": "response.reasoning_summary_text.delta", **rs, "delta": chunk_text(i)}))
+        done = [
+            ev({"type": "response.reasoning_summary_text.done", **rs, "text": expected_text(r)}),
+            ev({"type": "response.reasoning_summary_part.done", **rs, "part": _summary(expected_text(r))}),
+            ev({"type": "response.output_item.done", "output_index": 0, "item": out[0]}),
+        ]
+        steps[-1] += b"".join(done + opening)  # (written with the last delta: one step, as Chat's)
     for i in range(n):
         steps.append(
             ev(
                 {
                     "type": "response.output_text.delta",
                     "item_id": _MSG_ID,
-                    "output_index": 0,
+                    "output_index": m,
                     "content_index": 0,
                     "delta": chunk_text(i),
                 }
             )
         )
-    out = _resp_output(n)
     tail = [
         ev(
             {
                 "type": "response.output_text.done",
                 "item_id": _MSG_ID,
-                "output_index": 0,
+                "output_index": m,
                 "content_index": 0,
                 "text": text,
             }
@@ -388,16 +425,16 @@ def responses_steps(model: str, n: int) -> list[bytes]:
             {
                 "type": "response.content_part.done",
                 "item_id": _MSG_ID,
-                "output_index": 0,
+                "output_index": m,
                 "content_index": 0,
                 "part": part_full,
             }
         ),
-        ev({"type": "response.output_item.done", "output_index": 0, "item": out[0]}),
+        ev({"type": "response.output_item.done", "output_index": m, "item": out[m]}),
         ev(
             {
                 "type": "response.output_item.added",
-                "output_index": 1,
+                "output_index": m + 1,
                 "item": {
                     "id": _FC_ID,
                     "type": "function_call",
@@ -411,18 +448,25 @@ def responses_steps(model: str, n: int) -> list[bytes]:
     ]
     for part in TOOL_ARG_PARTS:
         tail.append(
-            ev({"type": "response.function_call_arguments.delta", "item_id": _FC_ID, "output_index": 1, "delta": part})
+            ev(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": _FC_ID,
+                    "output_index": m + 1,
+                    "delta": part,
+                }
+            )
         )
     tail += [
         ev(
             {
                 "type": "response.function_call_arguments.done",
                 "item_id": _FC_ID,
-                "output_index": 1,
+                "output_index": m + 1,
                 "arguments": TOOL_ARGS,
             }
         ),
-        ev({"type": "response.output_item.done", "output_index": 1, "item": out[1]}),
+        ev({"type": "response.output_item.done", "output_index": m + 1, "item": out[m + 1]}),
         ev(
             {
                 "type": "response.completed",

@@ -15,7 +15,8 @@ own cost: checks, translation, upstream exchange, the answer's head and tail); t
 Codex-sized body's own cost = its 20-chunk case less the short request's; per chunk read
 alone = a ``-paced`` stream (the same 20 chunks 5 ms apart: each its own read, as at token
 rate; under valgrind each read still takes less than the pacing) less the unpaced one, over
-20.  The ``ref-*``
+20; per reasoning event = a ``-think180`` stream (180 reasoning chunks before the same 20
+text chunks) less the 20-chunk one, over 180.  The ``ref-*``
 cases count the reference forwarder (``bench/reference.py``) on the Chat cases, the floor
 under any proxy on uvicorn and httpx, and the report divides Switchboard's count by it.
 A/B two builds with ``--proxy-cmd``; valgrind makes each case take about a minute.
@@ -91,6 +92,16 @@ CASES: dict[str, tuple[str, bytes]] = {
     "st-resp-paced-n20": (
         "/v1/responses",
         b'{"model":"bench-resp-n20-d5","stream":true,"store":false,"input":"hi"}',
+    ),
+    # the 20 text chunks after 180 reasoning chunks (``think180``: a reasoning model's), to a
+    # Chat client (Kimi Code on Kimi K2) and a Responses one (Codex on it)
+    "st-chat-think180": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n20-d0-think180","stream":true,"messages":[{"role":"user","content":"hi"}]}',
+    ),
+    "st-resp2chat-think180": (
+        "/v1/responses",
+        b'{"model":"bench-chat-n20-d0-think180","stream":true,"store":false,"input":"hi"}',
     ),
     # the request Codex sends late in a session (bench/codex_body.py: 30 turns, ~370 KB)
     "big-resp-n20": ("/v1/responses", codex_request("bench-resp-n20-d0")),
@@ -252,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             per = (b - a) // 180
             print(f"| {st}: per text event | {per:,} |")
             print(f"| {st}: per stream, less its 20 text events | {a - 20 * per:,} |")
+    for proto in ("chat", "resp2chat"):
+        a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-think180")
+        if a and b:
+            print(f"| st-{proto}: per reasoning event (think180 less n20, over 180) | {(b - a) // 180:,} |")
     for proto in ("chat", "resp", "resp2chat"):
         a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-paced-n20")
         if a and b:

@@ -144,7 +144,7 @@ class StreamScan:
 def _chat_stream_parts(events: list[SSEEvent]) -> tuple[list, dict]:
     text: list[str] = []
     calls: dict[int, dict] = {}
-    info: dict = {"finish": None, "usage": None, "done": False, "errors": []}
+    info: dict = {"finish": None, "usage": None, "done": False, "errors": [], "reasoning": []}
     for ev in events:
         if ev.data == "[DONE]":
             info["done"] = True
@@ -165,6 +165,9 @@ def _chat_stream_parts(events: list[SSEEvent]) -> tuple[list, dict]:
             c = delta.get("content")
             if isinstance(c, str):
                 text.append(c)
+            r = delta.get("reasoning_content")
+            if isinstance(r, str):
+                info["reasoning"].append(r)
             for tc in delta.get("tool_calls") or ():
                 slot = calls.setdefault(tc.get("index", 0), {"id": None, "name": None, "args": []})
                 if tc.get("id"):
@@ -179,20 +182,25 @@ def _chat_stream_parts(events: list[SSEEvent]) -> tuple[list, dict]:
     return text, {**info, "calls": calls}
 
 
-def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool = True) -> list[str]:
+def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool = True, reasoning: int = 0) -> list[str]:
     """Problems with one streamed answer, compared with what the fake upstream sent.
 
     ``same_ids``: the tool-call id must be the upstream's (same-protocol Chat keeps ids;
-    bridges may mint their own, then only its presence is checked).
+    bridges may mint their own, then only its presence is checked).  ``reasoning``: the
+    reasoning chunks the fake sent (``think<R>``), whose text must arrive whole (as
+    ``reasoning_content``, or a Responses client's reasoning summary deltas).
     """
     problems: list[str] = []
     want_text = expected_text(n)
+    want_reasoning = expected_text(reasoning)
     _, want_out, _ = usage_for(n)
     if proto == "chat":
         text, info = _chat_stream_parts(events)
         problems += info["errors"]
         if "".join(text) != want_text:
             problems.append(f"text differs: {len(''.join(text))} chars, want {len(want_text)}")
+        if reasoning and "".join(info["reasoning"]) != want_reasoning:
+            problems.append(f"reasoning differs: {len(''.join(info['reasoning']))} chars, want {len(want_reasoning)}")
         calls = info["calls"]
         if len(calls) != 1:
             problems.append(f"{len(calls)} tool calls, want 1")
@@ -214,6 +222,7 @@ def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool =
         return problems
     # Responses
     text = []
+    thought: list[str] = []
     args: list[str] = []
     items: list[dict] = []
     completed = None
@@ -227,6 +236,8 @@ def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool =
             problems.append(f"event line {ev.event!r} != type {t!r}")
         if t == "response.output_text.delta":
             text.append(obj.get("delta", ""))
+        elif t == "response.reasoning_summary_text.delta":
+            thought.append(obj.get("delta", ""))
         elif t == "response.function_call_arguments.delta":
             args.append(obj.get("delta", ""))
         elif t == "response.output_item.done":
@@ -237,6 +248,8 @@ def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool =
             problems.append(f"{t}: {ev.data[:200]}")
     if "".join(text) != want_text:
         problems.append(f"text differs: {len(''.join(text))} chars, want {len(want_text)}")
+    if reasoning and "".join(thought) != want_reasoning:
+        problems.append(f"reasoning differs: {len(''.join(thought))} chars, want {len(want_reasoning)}")
     if "".join(args) != TOOL_ARGS:
         problems.append(f"argument deltas {''.join(args)!r}")
     fcs = [i for i in items if i.get("type") == "function_call"]
@@ -339,6 +352,7 @@ class LoadSpec:
     duration: float | None = None  # stop sending new requests after this many seconds
     per_worker: int | None = None  # or after this many requests per connection
     n: int = 20  # text chunks the fake sends (for validation)
+    reasoning: int = 0  # reasoning chunks it sends before them (``think<R>``: for validation)
     same_ids: bool = True
     validate: bool = True  # check the first answer in full
     timeout: float = 60.0
@@ -486,7 +500,7 @@ async def _worker(
                     res.errors.append(f"stream not complete: {scan.error or (scan.last and scan.last.data[:200])}")
             res.records.append((t_send, conn.ttfb, ttft, total, events, ok))
             if keep and scan is not None:
-                res.problems += validate_stream(spec.proto, scan.kept, spec.n, spec.same_ids)
+                res.problems += validate_stream(spec.proto, scan.kept, spec.n, spec.same_ids, spec.reasoning)
         else:
             body = b"".join(conn.body)
             ok = body[:1] == b"{"

@@ -80,11 +80,13 @@ class Scenario:
     reference: bool = False  # the proxy side is bench/reference.py (uvicorn + httpx alone), pinned alike
     relay: bool = False  # the proxy side is bench/relay.py (bytes copied, no HTTP), pinned alike
     turns: int = 0  # > 0: a Codex-sized request with this many earlier turns (bench/codex_body.py)
+    reasoning: int = 0  # > 0: this many reasoning chunks before a Chat upstream's text (``think<R>``)
 
     @property
     def model(self) -> str:
         tail = f"-{self.pacing}" if self.pacing else ""
-        return f"bench-{SHORT[self.upstream]}-n{self.n}-d{self.delay_ms}{tail}"
+        think = f"-think{self.reasoning}" if self.reasoning else ""
+        return f"bench-{SHORT[self.upstream]}-n{self.n}-d{self.delay_ms}{tail}{think}"
 
     @property
     def bridged(self) -> bool:
@@ -124,6 +126,15 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
     # not take (what most real Chat upstreams send): the text lane and the encoder's writer
     title = "streaming chat, vLLM's chunk layout, 218 events, c=1"
     out.append(Scenario("ev218-chatv-c1", title, "lat", "chat", "chat", True, EV218_N["chat"], 0, 1, d, pacing="vllm"))
+    # a reasoning model's stream (Kimi K2, DeepSeek, GLM, MiMo on vLLM): half of the same 218
+    # upstream events are reasoning chunks, to a Chat client (Kimi Code) and a Responses one (Codex)
+    half = EV218_N["chat"] // 2
+    for cl, tag in (("chat", "chatv"), ("responses", "resp2chatv")):
+        title = f"{'streaming chat' if cl == 'chat' else 'bridged Responses→Chat'}, vLLM's chunk layout, "
+        title += f"{half} reasoning + {half} text chunks (218 upstream events), c=1"
+        out.append(
+            Scenario(f"think-{tag}-c1", title, "lat", cl, "chat", True, half, 0, 1, d, pacing="vllm", reasoning=half)
+        )
     # a request as Codex sends it late in a session: 30 earlier turns, ~370 KB, one at a time
     for cl, up, title in (flows[1], flows[2]):
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
@@ -614,6 +625,7 @@ async def measure(
         duration=s.duration,
         per_worker=s.per_worker,
         n=s.n,
+        reasoning=s.reasoning,
         same_ids=not s.bridged,
         validate=True,
         timeout=max(30.0, 4 * s.n * s.delay_ms / 1000.0),
@@ -853,6 +865,24 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         "",
         "×",
     )
+    for name, what in (("think-chatv-c1", "chat"), ("think-resp2chatv-c1", "resp2chat")):
+        _, p = pair(name)
+        add(
+            f"reasoning model's 218 events (half reasoning), c=1: events/s ({what}, vLLM's chunk layout)",
+            name,
+            _get(p, "events_s"),
+            None,
+            "",
+            "events/s",
+        )
+        add(
+            f"reasoning model's 218 events (half reasoning), c=1: events/s vs direct ({what})",
+            name,
+            ratio(name, "events_s"),
+            None,
+            "",
+            "×",
+        )
     for tag, lim, what in (
         ("chat", 50000, "same-protocol"),
         ("resp", 50000, "same-protocol"),

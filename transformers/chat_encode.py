@@ -54,7 +54,9 @@ cannot raise.
 ``text_delta(text)`` is ``feed(Text(text))`` already serialized, for the commonest event:
 once begun, with nothing queued, a text chunk is the one template (``text_template``) with
 the text's JSON string put in, framed as ``frame_deltas`` said (the Bridge's ``data:`` line);
-in any other state it returns ``None`` and the caller takes ``feed``.
+in any other state it returns ``None`` and the caller takes ``feed``.  ``reasoning_delta``
+is the same for ``feed(Reasoning(text))`` (its text in one or, with the upstream's own key,
+two places of its template).
 
 ``encode_chat_completion(events, ctx)`` builds the non-stream ``chat.completion`` (its
 message always has ``content``, ``refusal`` and ``annotations: []``, as OpenAI's does); for

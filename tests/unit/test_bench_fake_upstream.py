@@ -259,3 +259,23 @@ def test_vllm_lays_chat_chunks_out_as_vllm_does():
             assert list(c) == ["index", "delta", "logprobs", "finish_reason"] and c.pop("logprobs") is None
         assert {**v, "model": "m"} == p
     assert validate_stream("chat", vllm, 3) == []
+
+
+@pytest.mark.parametrize("steps, proto", [(chat_steps, "chat"), (responses_steps, "responses")])
+def test_think_sends_reasoning_before_the_text(steps, proto):
+    """``think<R>``: R reasoning steps between the opening and the text (Chat
+    ``reasoning_content`` chunks, a Responses reasoning item's summary deltas), one step each;
+    the answer validates with its reasoning, and a stream missing it does not."""
+    plain, think = steps("m-n3", 3), steps("m-n3-think4", 3)
+    assert len(think) == len(plain) + 4
+    events = parse_all(b"".join(think))
+    assert validate_stream(proto, events, 3, True, 4) == []
+    assert validate_stream(proto, parse_all(b"".join(plain)), 3, True, 4) != []  # no reasoning came
+    if proto == "chat":
+        deltas = [orjson.loads(e.data)["choices"][0]["delta"] for e in events[1:5]]
+        assert all(list(d) == ["reasoning_content"] for d in deltas)
+        assert "".join(d["reasoning_content"] for d in deltas) == expected_text(4)
+    else:
+        items = [orjson.loads(e.data)["item"] for e in events if e.event == "response.output_item.done"]
+        assert [i["type"] for i in items] == ["reasoning", "message", "function_call"]
+        assert items[0]["summary"][0]["text"] == expected_text(4)
