@@ -23,10 +23,10 @@ go through the parser (a differential test holds the two to the same bytes at ev
 chunks, once the stream's own template of each is learnt (``transformers/chat_text_lane.py``:
 ``lane`` and ``rlane``); and a Responses upstream's runs of text deltas go to the decoder and
 the encoder a run at a time (``transformers/text_runs.py``), in a read long enough for a run
-to pay (``_RUN_READ``).  A plain text or reasoning delta (``decoder.text``, a Chat
-upstream's ``decoder.reasoning``) goes straight to the encoder's own writer
-(``text_delta``, ``reasoning_delta``: the event's bytes from a format made once per part)
-when the stages would hand it on as it is.
+to pay (``_RUN_READ``).  A plain text or reasoning delta (``decoder.text``,
+``decoder.reasoning``) goes straight to the encoder's own writer (``text_delta``,
+``reasoning_delta``: the event's bytes from a format made once per part) when the stages
+would hand it on as it is.
 
 =====================  ==================================================================
 call                   returns
@@ -549,15 +549,14 @@ class Bridge:
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
         if text is None:
+            ev = decoder.reasoning(obj)  # a plain reasoning delta, the same way
+            if ev is None:
+                self._encode(decoder.feed(obj), out)
+                return
             rlane = self.rlane
-            if rlane is not None:  # a Chat upstream's plain reasoning chunk, the same way
-                text = decoder.reasoning(obj)
-                if text is not None:
-                    if data is not None:
-                        rlane.learn(data, text)
-                    self._reasoning(text, out)
-                    return
-            self._encode(decoder.feed(obj), out)
+            if rlane is not None and data is not None:
+                rlane.learn(data, ev.text)
+            self._reasoning(ev, out)
             return
         lane = self.lane
         if lane is not None and data is not None:
@@ -577,15 +576,15 @@ class Bridge:
                 return
         self._encode([Text(text)], out)
 
-    def _reasoning(self, text: str, out: list[bytes]) -> None:
-        """A Chat upstream's plain reasoning delta (``decoder.reasoning``), as ``_text``."""
+    def _reasoning(self, ev: Reasoning, out: list[bytes]) -> None:
+        """A plain reasoning delta (``decoder.reasoning``), as ``_text``."""
         stage = self.stage
         if (stage is None or stage.plain_text) and self.compaction is None:
-            written = self.encoder.reasoning_delta(text)  # framed (the framing setter)
+            written = self.encoder.reasoning_delta(ev)  # framed (the framing setter)
             if written is not None:
                 out.append(written)
                 return
-        self._encode([Reasoning(text)], out)
+        self._encode([ev], out)
 
     def _held_end(self, chunk: bytes, out: list[bytes]) -> int:
         """The event the parser holds unfinished, finished from ``chunk`` the full way: where
@@ -780,7 +779,7 @@ class Bridge:
                 if text is not None:
                     self._text(text, out)
                 elif rlane is not None and rlane.armed and decoder.plain_reasoning and (text := rlane.text(payload)):
-                    self._reasoning(text, out)
+                    self._reasoning(Reasoning(text), out)
                 else:
                     try:  # not for the Chat end, once a stream: orjson's refusal costs ~1.3 µs
                         obj = orjson.loads(payload) if payload != b"[DONE]" else None

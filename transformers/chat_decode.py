@@ -330,9 +330,9 @@ class ChatStreamDecoder:
                     return None
         return c
 
-    def reasoning(self, chunk: dict[str, Any]) -> str | None:
+    def reasoning(self, chunk: dict[str, Any]) -> Reasoning | None:
         """``feed(chunk)`` for a chunk that gives one ``Reasoning`` and nothing else, as
-        ``text`` is for a ``Text``: the reasoning text (``reasoning_keys.reasoning_text``;
+        ``text`` is for a ``Text``: that event (its text ``reasoning_keys.reasoning_text``'s;
         nothing here changes for it).  ``None`` for any other chunk or state: the caller
         takes ``feed``.  That is in the ``plain_reasoning`` state, for a chunk with no
         ``error``, ``usage`` or ``finish_reason``, whose first choice's delta has reasoning
@@ -364,7 +364,7 @@ class ChatStreamDecoder:
             return None
         if choice.get("finish_reason") or choice.get("usage") is not None:
             return None
-        return r
+        return Reasoning(r)
 
     @property
     def plain_reasoning(self) -> bool:

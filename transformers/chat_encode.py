@@ -55,7 +55,7 @@ cannot raise.
 once begun, with nothing queued, a text chunk is the one template (``text_template``) with
 the text's JSON string put in, framed as ``frame_deltas`` said (the Bridge's ``data:`` line);
 in any other state it returns ``None`` and the caller takes ``feed``.  ``reasoning_delta``
-is the same for ``feed(Reasoning(text))`` (its text in one or, with the upstream's own key,
+is the same for ``feed(Reasoning(…))`` (its text in one or, with the upstream's own key,
 two places of its template).
 
 ``encode_chat_completion(events, ctx)`` builds the non-stream ``chat.completion`` (its
@@ -363,8 +363,8 @@ class ChatStreamEncoder:
         pieces[-1] += after
         return b"%b".join(p.replace(b"%", b"%%") for p in pieces)
 
-    def reasoning_delta(self, text: str) -> bytes | None:
-        """``feed(Reasoning(text))`` already serialized, as ``text_delta`` is ``feed(Text)``'s:
+    def reasoning_delta(self, ev: Reasoning) -> bytes | None:
+        """``feed(ev)`` already serialized, as ``text_delta`` is ``feed(Text)``'s:
         once begun, with nothing queued, the one reasoning chunk (``reasoning_content``, and
         the same text under the upstream's own key when that is another: ``_piece``), framed
         as ``frame_deltas`` said.  ``None`` otherwise: the caller takes ``feed``."""
@@ -376,7 +376,7 @@ class ChatStreamEncoder:
             holes = 1 if self._also is None else 2
             whole = orjson.dumps(self._chunk(self._piece("reasoning_content", "\x00"))).decode()
             d = self._rdelta = self._format(whole.rsplit('"\\u0000"', holes))
-        q = orjson.dumps(text)
+        q = orjson.dumps(ev.text)
         return d % ((q,) if self._also is None else (q, q))
 
     def text_template(self) -> tuple[str, str]:

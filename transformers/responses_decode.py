@@ -263,6 +263,26 @@ class ResponsesStreamDecoder:
         m[0].append(d)
         return d
 
+    def reasoning(self, event: dict[str, Any]) -> Reasoning | None:
+        """``feed(event)`` for a reasoning delta (a summary's or the raw text's) that gives
+        one ``Reasoning`` and nothing else, as ``text`` is for a text delta: the same state
+        change, and the event.  ``None`` (nothing changed) for any other event or state:
+        the caller takes ``feed``."""
+        t = event.get("type")
+        if t == "response.reasoning_summary_text.delta":
+            kind, index_key = "summary", "summary_index"
+        elif t == "response.reasoning_text.delta":
+            kind, index_key = "raw", "content_index"
+        else:
+            return None
+        if not self._started or self._finished or "item" in event:
+            return None
+        iid = event.get("item_id")
+        if iid.__class__ is not str or not iid:
+            return None
+        got = self._on_reasoning_delta(event, kind, index_key)
+        return got[0] if got else None  # type: ignore[return-value]
+
     @property
     def text_open(self) -> bool:
         """``text`` may take a delta: the stream has started and not finished."""

@@ -49,9 +49,8 @@ Items and their output slots:
   when the open part is output_text, the delta's JSON is a template fixed per part (item
   id, ``output_index``, ``content_index``) with the text and ``sequence_number`` put in,
   the very bytes ``orjson.dumps`` writes for the dict; in any other state it returns
-  ``None`` and the caller takes ``feed``.  ``reasoning_delta(text)`` is the same for
-  ``feed(Reasoning(text))`` as a Chat upstream gives it (a summary's text, index 0) into
-  the open summary part.  ``frame_deltas(framer)`` has both write the transport's framing
+  ``None`` and the caller takes ``feed``.  ``reasoning_delta(ev)`` is the same for
+  ``feed(ev)`` of a ``Reasoning`` into the open reasoning part of its kind and index.  ``frame_deltas(framer)`` has both write the transport's framing
   of the event around the JSON in the same join (the Bridge's SSE or WebSocket framing:
   one copy of the event's bytes less).
 
@@ -158,10 +157,6 @@ _RS_PART: dict[str, tuple[str, str, str, str, str, str]] = {
         "response.content_part.done",
     ),
 }
-
-# the reasoning part a Chat upstream's reasoning goes into (``Reasoning``'s defaults):
-# ``reasoning_delta`` writes its deltas
-_CHAT_SUMMARY = ("summary", 0)
 
 
 def _unframed(_type: str) -> tuple[bytes, bytes]:
@@ -450,21 +445,25 @@ class ResponsesStreamEncoder:
         tail = rest + b',"sequence_number":'
         return fixed.replace(b"%", b"%%") + b"%b" + tail + b"%d}" + after.replace(b"%", b"%%")
 
-    def reasoning_delta(self, text: str) -> bytes | None:
-        """``feed(Reasoning(text))`` (a summary's, index 0: a Chat upstream's reasoning) already
-        serialized, when it is one delta into the open reasoning part of that key: the same
-        state change (text kept, sequence number taken) and the very bytes ``orjson.dumps``
-        writes for that event's dict, framed as ``frame_deltas`` said.  ``None`` (nothing
-        changed) in every other state (no reasoning item open, another part, an empty text):
-        the caller takes ``feed``."""
+    def reasoning_delta(self, ev: Reasoning) -> bytes | None:
+        """``feed(ev)`` already serialized, as ``text_delta`` is ``feed(Text)``'s, when it is
+        one delta into the open reasoning part of its kind and index: the same state change
+        (text kept, sequence number taken) and the very bytes ``orjson.dumps`` writes for
+        that event's dict, framed as ``frame_deltas`` said.  ``None`` (nothing changed) in
+        every other state (no reasoning item open, another part, an empty text): the caller
+        takes ``feed``."""
         r = self._rs
-        if r is None or r.key != _CHAT_SUMMARY or not text or self.done:
+        text = ev.text
+        if r is None or not text or self.done:
+            return None
+        kind = "raw" if ev.kind == "raw" else "summary"
+        if r.key != (kind, ev.summary_index):
             return None
         if r.text is not self._rdelta_key:  # (a new list per part, as text_delta's key)
             self._rdelta_key = r.text
             # the dict _on_reasoning builds, up to its text: same keys, same order
-            _, ikey, delta, _, _, _ = _RS_PART["summary"]
-            head = {"type": delta, "item_id": r.id, "output_index": r.oi, ikey: len(r.summary)}
+            _, ikey, delta, _, _, _ = _RS_PART[kind]
+            head = {"type": delta, "item_id": r.id, "output_index": r.oi, ikey: self._rs_part_index(r)}
             self._rdelta_head = self._format(head, b"")
         r.text.append(text)
         r.all.append(text)

@@ -6,6 +6,7 @@ reads cut them."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 from unittest import mock
@@ -18,6 +19,7 @@ from tests.unit.cuts import pieces
 from tests.unit.test_responses_text_delta import spied
 from transformers import ids
 from transformers.bridge import open_bridge
+from transformers.chat_decode import ChatStreamDecoder
 from transformers.chat_text_lane import ChatTextLane
 from transformers.context import Ctx
 
@@ -116,6 +118,10 @@ def _wire(steps: list[tuple[str, object]], style: str, varying: bool) -> bytes:
 _MINTED = re.compile(rb"(msg|rs|fc|call|resp)_[0-9a-f]{16,}|\"(created_at|completed_at)\":\d{6,}")
 
 
+def _none(*_: object) -> None:
+    return None
+
+
 def _bridge(
     wire: bytes,
     cuts: list[int],
@@ -124,7 +130,8 @@ def _bridge(
     quirks: frozenset[str] = frozenset(),
     key: bytes = b"",
 ) -> tuple[bytes, str, list[str]]:
-    """The client's answer to ``wire`` read in pieces ``cuts``, with the lane or without."""
+    """The client's answer to ``wire`` read in pieces ``cuts``, with the lanes and the
+    decoder's ``reasoning`` or without."""
     n = itertools.count()
     with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
         body: dict = {"model": "pub", "stream": True}
@@ -137,8 +144,11 @@ def _bridge(
         )
         if not lane:
             b.lane = b.rlane = None
-        out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
-        out.append(b.end())
+        # without: every reasoning chunk through the decoder's feed too
+        off = contextlib.nullcontext() if lane else mock.patch.object(ChatStreamDecoder, "reasoning", _none)
+        with off:
+            out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
+            out.append(b.end())
     return _MINTED.sub(b"<minted>", b"".join(out)), b.terminal, list(b.repairs)
 
 

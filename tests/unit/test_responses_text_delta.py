@@ -74,10 +74,9 @@ def _encode(events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | N
 
 
 def encoded(enc: Any, events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | None) -> list[bytes]:
-    """Each event's bytes from encoder ``enc``, a text by ``text_delta`` and a Chat upstream's
-    reasoning (a summary's, index 0) by ``reasoning_delta`` when ``fast`` (and ``feed`` when
-    it declines), framed as ``frames`` says from the i-th event on, the frame checked and
-    taken off."""
+    """Each event's bytes from encoder ``enc``, a text by ``text_delta`` and a reasoning delta
+    by ``reasoning_delta`` when ``fast`` (and ``feed`` when they decline), framed as
+    ``frames`` says from the i-th event on, the frame checked and taken off."""
     out: list[bytes] = []
     frame = (b"", b"")
     for i, ev in enumerate(events):
@@ -87,8 +86,8 @@ def encoded(enc: Any, events: list, fast: bool, frames: dict[int, tuple[bytes, b
         data = None
         if fast and type(ev) is Text:
             data = enc.text_delta(ev.text)
-        elif fast and type(ev) is Reasoning and ev.kind == "summary" and ev.summary_index == 0:
-            data = enc.reasoning_delta(ev.text)  # (a Chat upstream's reasoning: the only one it writes)
+        elif fast and type(ev) is Reasoning:
+            data = enc.reasoning_delta(ev)
         if data is not None:
             before, after = frame
             assert data.startswith(before) and data.endswith(after)
