@@ -103,6 +103,11 @@ CASES: dict[str, tuple[str, bytes]] = {
         "/v1/responses",
         b'{"model":"bench-chat-n20-d0-think180","stream":true,"store":false,"input":"hi"}',
     ),
+    # and on a Responses upstream: a reasoning item's 180 summary deltas (Codex on OpenAI)
+    "st-resp-think180": (
+        "/v1/responses",
+        b'{"model":"bench-resp-n20-d0-think180","stream":true,"store":false,"input":"hi"}',
+    ),
     # the request Codex sends late in a session (bench/codex_body.py: 30 turns, ~370 KB)
     "big-resp-n20": ("/v1/responses", codex_request("bench-resp-n20-d0")),
     "big-resp2chat-n20": ("/v1/responses", codex_request("bench-chat-n20-d0")),
@@ -263,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             per = (b - a) // 180
             print(f"| {st}: per text event | {per:,} |")
             print(f"| {st}: per stream, less its 20 text events | {a - 20 * per:,} |")
-    for proto in ("chat", "resp2chat"):
+    for proto in ("chat", "resp2chat", "resp"):
         a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-think180")
         if a and b:
             print(f"| st-{proto}: per reasoning event (think180 less n20, over 180) | {(b - a) // 180:,} |")
