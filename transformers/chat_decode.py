@@ -349,8 +349,11 @@ class ChatStreamDecoder:
         d = choice.get("delta")
         if d.__class__ is not dict:
             return None
-        r = reasoning_text(d)
-        if r is None:
+        if "reasoning_content" in d or "reasoning" in d or "reasoning_details" in d:  # (as feed reads)
+            r = reasoning_text(d)
+            if r is None:
+                return None
+        else:
             return None
         c = d.get("content")
         if c is not None and c != "":
