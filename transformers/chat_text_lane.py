@@ -47,11 +47,12 @@ reasoning      ``reasoning_content``, ``reasoning``        the first of those ke
                                                            non-empty string text
 =============  ==========================================  ================================
 
-The template is learnt only once the hole is shown to be the value the decoder reads: the
-template with a sentinel text in the hole, parsed, must give that sentinel where the decoder
-looks (not a nested object's key of the same name, nor a key the decoder reads after
-another; a string's inside never changes the JSON's shape, so what holds for the sentinel
-holds for every text).
+The template is learnt only once the hole is shown to be the value the decoder reads: when
+the chunk holds no other of the names the decoder reads and no ``\\u`` escape outside the
+hole, the hole's key is the only one it can read; otherwise the template with a sentinel
+text in the hole, parsed, must give that sentinel where the decoder looks (not a nested
+object's key of the same name, nor a key the decoder reads after another; a string's inside
+never changes the JSON's shape, so what holds for the sentinel holds for every text).
 """
 
 from __future__ import annotations
@@ -80,17 +81,20 @@ _KINDS: dict[str, tuple[tuple[bytes, ...], Callable[[dict[str, Any]], Any]]] = {
     "text": ((b'"content":',), _content),
     "reasoning": ((b'"reasoning_content":', b'"reasoning":'), reasoning_text),
 }
+# kind → the names the decoder reads, as JSON strings (the hole's key, the others it reads)
+_NAMES = {"text": (b'"content"',), "reasoning": (b'"reasoning_content"', b'"reasoning"', b'"reasoning_details"')}
 _SENTINEL = b"\\u0000"  # the inside of the JSON string "\x00"
 _TRIES = 4  # text chunks offered before the lane gives up learning for this stream
 _MISSES = 8  # text chunks a learnt template may miss before the lane gives up
 
 
 class ChatTextLane:
-    __slots__ = ("armed", "_keys", "_read", "_prefix", "_suffix", "_np", "_ns", "_tries")
+    __slots__ = ("armed", "_keys", "_names", "_read", "_prefix", "_suffix", "_np", "_ns", "_tries")
 
     def __init__(self, kind: str = "text") -> None:
         self.armed = False
         self._keys, self._read = _KINDS[kind]
+        self._names = _NAMES[kind]
         self._prefix = b""  # the template's bytes through the text's opening quote
         self._suffix = b""  # from its closing quote to the end
         self._np = 0
@@ -116,7 +120,7 @@ class ChatTextLane:
                 return  # twice: which one is read is not for bytes to tell
             at = i + len(key) + 1  # the string's inside
             prefix, suffix = data[:at], data[at + len(quoted) - 2 :]
-            if not self._is_read(prefix + _SENTINEL + suffix):
+            if not self._alone(data[:i], suffix) and not self._is_read(prefix + _SENTINEL + suffix):
                 continue  # not the value read (a nested object's key): perhaps the next key's
             self._prefix, self._suffix = prefix, suffix
             self._np = len(prefix)
@@ -125,6 +129,15 @@ class ChatTextLane:
             self._tries = _MISSES  # now: the chunks of its kind it may miss before it gives up
             return
         # the text written otherwise than orjson writes it
+
+    def _alone(self, before: bytes, after: bytes) -> bool:
+        """Is the hole's key the chunk's only key of the kind's names (``before`` the key and
+        ``after`` the hole: the rest of the chunk)?  Then it is the one the decoder reads
+        (which exists: the decoder read the text): no other place holds one of those names,
+        and no ``\\u`` escape could spell one (a key's letters can be written no other way)."""
+        if b"\\u" in before or b"\\u" in after:
+            return False
+        return not any(name in before or name in after for name in self._names)
 
     def _is_read(self, probe: bytes) -> bool:
         """Does the decoder read the sentinel in ``probe`` (the template with the sentinel in

@@ -215,6 +215,20 @@ def test_a_nested_key_of_the_same_name_is_not_learnt():
     assert [r for _, r in got] == ["N", "N", None, None, None, None, None]
 
 
+def test_a_key_spelt_with_an_escape_is_not_mistaken_for_another():
+    """The delta's own key written with a ``\\u`` escape (the same key to JSON) and a nested
+    key of that name in plain letters holding the same text: the text is found once, at the
+    nested one, which is not what the decoder reads; the escape sends the template to the
+    sentinel check, which refuses it."""
+    for name, kind in (("content", "text"), ("reasoning_content", "reasoning")):
+        spelt = "\\u00" + format(ord(name[0]), "x") + name[1:]
+        data = b'{"choices":[{"index":0,"delta":{"%s":"a"},"x":{"%s":"a"}}]}' % (spelt.encode(), name.encode())
+        assert orjson.loads(data)["choices"][0]["delta"] == {name: "a"}
+        lane = ChatTextLane(kind)
+        lane.learn(data, "a")
+        assert not lane.armed, name
+
+
 def test_reasoning_chunks_after_the_first_are_read_off_their_bytes():
     wire = _steps_wire(("reasoning", "a"), ("reasoning", "b"), ("reasoning_key", "c"), ("reasoning", "d"))
     with spied(ChatTextLane, "text") as got:
