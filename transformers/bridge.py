@@ -549,7 +549,9 @@ class Bridge:
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
         if text is None:
-            ev = decoder.reasoning(obj)  # a plain reasoning delta, the same way
+            # a plain reasoning delta, the same way (one whose bytes do not name reasoning, or
+            # name it only by a key with an escape, goes the full way: the same, and rare)
+            ev = decoder.reasoning(obj) if data is None or b"reasoning" in data else None
             if ev is None:
                 self._encode(decoder.feed(obj), out)
                 return
