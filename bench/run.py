@@ -135,6 +135,11 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
         out.append(
             Scenario(f"think-{tag}-c1", title, "lat", cl, "chat", True, half, 0, 1, d, pacing="vllm", reasoning=half)
         )
+    # and on a Responses upstream (Codex on OpenAI): a reasoning item's summary deltas first
+    # (the 218-event stream's 204 deltas, half of them reasoning, and its 5 events: 223 events)
+    half = EV218_N["responses"] // 2
+    title = f"streaming Responses, {half} reasoning summary + {half} text deltas (223 upstream events), c=1"
+    out.append(Scenario("think-resp-c1", title, "lat", "responses", "responses", True, half, 0, 1, d, reasoning=half))
     # a request as Codex sends it late in a session: 30 earlier turns, ~370 KB, one at a time
     for cl, up, title in (flows[1], flows[2]):
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
@@ -865,10 +870,11 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         "",
         "×",
     )
-    for name, what in (("think-chatv-c1", "chat"), ("think-resp2chatv-c1", "resp2chat")):
+    for name, what in (("think-chatv-c1", "chat"), ("think-resp2chatv-c1", "resp2chat"), ("think-resp-c1", "resp")):
         _, p = pair(name)
+        layout = "" if what == "resp" else ", vLLM's chunk layout"
         add(
-            f"reasoning model's 218 events (half reasoning), c=1: events/s ({what}, vLLM's chunk layout)",
+            f"reasoning model's stream (half reasoning), c=1: events/s ({what}{layout})",
             name,
             _get(p, "events_s"),
             None,
@@ -876,7 +882,7 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
             "events/s",
         )
         add(
-            f"reasoning model's 218 events (half reasoning), c=1: events/s vs direct ({what})",
+            f"reasoning model's stream (half reasoning), c=1: events/s vs direct ({what})",
             name,
             ratio(name, "events_s"),
             None,
