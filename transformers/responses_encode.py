@@ -50,9 +50,10 @@ Items and their output slots:
   id, ``output_index``, ``content_index``) with the text and ``sequence_number`` put in,
   the very bytes ``orjson.dumps`` writes for the dict; in any other state it returns
   ``None`` and the caller takes ``feed``.  ``reasoning_delta(ev)`` is the same for
-  ``feed(ev)`` of a ``Reasoning`` into the open reasoning part of its kind and index.  ``frame_deltas(framer)`` has both write the transport's framing
-  of the event around the JSON in the same join (the Bridge's SSE or WebSocket framing:
-  one copy of the event's bytes less).
+  ``feed(ev)`` of a ``Reasoning`` into the open reasoning part of its kind and index.
+  ``frame_deltas(framer)`` has both write the transport's framing of the event around the
+  JSON in the same join (the Bridge's SSE or WebSocket framing: one copy of the event's
+  bytes less).
 
 Reasoning replay: the reasoning item's ``encrypted_content`` is the upstream's blob when
 one came with ``ReasoningEnd``, else — when ``ctx.envelope_key`` is set — the full
