@@ -26,6 +26,10 @@ endpoint, so that "direct" and "through the proxy" see the same bytes:
   each: Chat ``delta.reasoning_content`` chunks (as Kimi K2, DeepSeek, GLM and MiMo stream
   their thinking), Responses a reasoning item's summary deltas (the item's done events and
   the message's opening written with the last one);
+* ``args<A>`` in the model name (streams): the tool call's argument text is a command of A
+  words, one argument delta a step (A + 2 of them: its opening, a word each, its close)
+  between the call's start and the stream's end (``tool_arg_parts``), as a model writing a
+  long shell command or patch streams it (``pt`` is ignored with it);
 * ``vllm`` in the model name: Chat chunks laid out as vLLM writes them (``"logprobs": null``
   in each choice), which is not the proxy's own encoder's layout, so its Chat → Chat
   passthrough does not take them (what most real Chat upstreams send);
@@ -81,6 +85,9 @@ __all__ = [
     "chunk_text",
     "expected_text",
     "parse_reasoning",
+    "parse_args",
+    "tool_arg_parts",
+    "tool_args",
     "parse_model",
     "parse_pacing",
     "chat_steps",
@@ -143,6 +150,7 @@ _PT = re.compile(r"(?:^|[-_/:.])pt(?:$|[-_/:.])")
 _HOSTED = re.compile(r"(?:^|[-_/:.])hosted(?:$|[-_/:.])")
 _VLLM = re.compile(r"(?:^|[-_/:.])vllm(?:$|[-_/:.])")
 _THINK = re.compile(r"(?:^|[-_/:.])think(\d+)(?:$|[-_/:.])")
+_ARGS = re.compile(r"(?:^|[-_/:.])args(\d+)(?:$|[-_/:.])")
 _REL = re.compile(r"(?:^|[-_/:.])rel(?:$|[-_/:.])")
 
 
@@ -166,6 +174,27 @@ def parse_reasoning(model: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def parse_args(model: str) -> int:
+    """Words of a stream's tool call command: ``args<A>`` in the model name (0: the default
+    three argument deltas)."""
+    m = _ARGS.search(model)
+    return int(m.group(1)) if m else 0
+
+
+def tool_arg_parts(a: int = 0) -> tuple[str, ...]:
+    """The tool call's argument deltas: ``TOOL_ARG_PARTS``, or for ``args<A>`` the opening of a
+    ``printf`` command, its A words (``chunk_text``, as JSON string insides) and its close."""
+    if not a:
+        return TOOL_ARG_PARTS
+    words = tuple(orjson.dumps(chunk_text(i)).decode()[1:-1] for i in range(a))
+    return ('{"command":["printf","', *words, '"],"workdir":"/tmp"}')
+
+
+def tool_args(a: int = 0) -> str:
+    """The tool call's whole argument text (``tool_arg_parts`` joined)."""
+    return "".join(tool_arg_parts(a))
+
+
 def chunk_text(i: int) -> str:
     return WORDS[i % len(WORDS)]
 
@@ -174,9 +203,10 @@ def expected_text(n: int) -> str:
     return "".join(chunk_text(i) for i in range(n))
 
 
-def usage_for(n: int) -> tuple[int, int, int]:
-    """(input, output, total) tokens: one token per text chunk plus the tool call's parts."""
-    out = n + len(TOOL_ARG_PARTS)
+def usage_for(n: int, a: int = 0) -> tuple[int, int, int]:
+    """(input, output, total) tokens: one token per text chunk plus the tool call's parts
+    (``a``: ``args<A>``)."""
+    out = n + len(tool_arg_parts(a))
     return PROMPT_TOKENS, out, PROMPT_TOKENS + out
 
 
@@ -202,13 +232,15 @@ def _chat_chunk(model: str, delta: dict, finish: str | None = None) -> dict:
 
 
 def chat_steps(model: str, n: int) -> list[bytes]:
-    """The streamed Chat answer as N + 2 steps (see the module docstring)."""
+    """The streamed Chat answer as N + 2 steps (see the module docstring; with ``args<A>``,
+    N + A + 5)."""
     steps = [_sse(_chat_chunk(model, {"role": "assistant", "content": ""}))]
     for i in range(parse_reasoning(model)):
         steps.append(_sse(_chat_chunk(model, {"reasoning_content": chunk_text(i)})))
     for i in range(n):
         steps.append(_sse(_chat_chunk(model, {"content": chunk_text(i)})))
-    inp, out, tot = usage_for(n)
+    a = parse_args(model)
+    inp, out, tot = usage_for(n, a)
     tail = [
         _sse(
             _chat_chunk(
@@ -226,8 +258,11 @@ def chat_steps(model: str, n: int) -> list[bytes]:
             )
         ),
     ]
-    for part in TOOL_ARG_PARTS:
+    for part in tool_arg_parts(a):
         tail.append(_sse(_chat_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": part}}]})))
+    if a:  # the call's start and each argument delta a step of its own
+        steps += tail
+        tail = []
     tail.append(_sse(_chat_chunk(model, {}, "tool_calls")))
     tail.append(
         _sse(
@@ -293,8 +328,8 @@ _FC_ID = "fc_" + TOOL_CALL_ID
 _RS_ID = "rs_bench_0"
 
 
-def _resp_usage(n: int) -> dict:
-    inp, out, tot = usage_for(n)
+def _resp_usage(n: int, a: int = 0) -> dict:
+    inp, out, tot = usage_for(n, a)
     return {
         "input_tokens": inp,
         "input_tokens_details": {"cached_tokens": 0},
@@ -304,8 +339,9 @@ def _resp_usage(n: int) -> dict:
     }
 
 
-def _resp_output(n: int, r: int = 0) -> list[dict]:
-    """The answer's output items: a reasoning item when ``r`` reasoning chunks came first."""
+def _resp_output(n: int, r: int = 0, a: int = 0) -> list[dict]:
+    """The answer's output items: a reasoning item when ``r`` reasoning chunks came first
+    (``a``: ``args<A>``)."""
     out = [
         {
             "id": _MSG_ID,
@@ -320,7 +356,7 @@ def _resp_output(n: int, r: int = 0) -> list[dict]:
             "status": "completed",
             "call_id": TOOL_CALL_ID,
             "name": TOOL_NAME,
-            "arguments": TOOL_ARGS,
+            "arguments": tool_args(a),
         },
     ]
     if r:
@@ -345,7 +381,8 @@ def responses_json(model: str, n: int) -> dict:
 
 
 def responses_steps(model: str, n: int) -> list[bytes]:
-    """The streamed Responses answer as N + 2 steps (see the module docstring)."""
+    """The streamed Responses answer as N + 2 steps (see the module docstring; with
+    ``args<A>``, N + A + 5)."""
     seq = 0
 
     def ev(obj: dict) -> bytes:
@@ -368,7 +405,8 @@ def responses_steps(model: str, n: int) -> list[bytes]:
     part_full = {"type": "output_text", "text": text, "annotations": []}
     r = parse_reasoning(model)
     m = 1 if r else 0  # the message's output index (after the reasoning item)
-    out = _resp_output(n, r)
+    a = parse_args(model)
+    out = _resp_output(n, r, a)
     head = [ev({"type": "response.created", "response": base}), ev({"type": "response.in_progress", "response": base})]
     opening = [
         ev({"type": "response.output_item.added", "output_index": m, "item": msg_open}),
@@ -446,7 +484,7 @@ def responses_steps(model: str, n: int) -> list[bytes]:
             }
         ),
     ]
-    for part in TOOL_ARG_PARTS:
+    for part in tool_arg_parts(a):
         tail.append(
             ev(
                 {
@@ -457,20 +495,24 @@ def responses_steps(model: str, n: int) -> list[bytes]:
                 }
             )
         )
+    if a:  # the message's end with the call's start, then each argument delta a step of its own
+        steps.append(b"".join(tail[:4]))
+        steps += tail[4:]
+        tail = []
     tail += [
         ev(
             {
                 "type": "response.function_call_arguments.done",
                 "item_id": _FC_ID,
                 "output_index": m + 1,
-                "arguments": TOOL_ARGS,
+                "arguments": tool_args(a),
             }
         ),
         ev({"type": "response.output_item.done", "output_index": m + 1, "item": out[m + 1]}),
         ev(
             {
                 "type": "response.completed",
-                "response": {**base, "status": "completed", "output": out, "usage": _resp_usage(n)},
+                "response": {**base, "status": "completed", "output": out, "usage": _resp_usage(n, a)},
             }
         ),
     ]
@@ -550,7 +592,7 @@ def _build(kind: str, model: str, stream: bool) -> _Answer:
     if stream:
         raw = chat_steps(model, n) if kind == "chat" else responses_steps(model, n)
         paced_tail, relative = parse_pacing(model)
-        if paced_tail:
+        if paced_tail and not parse_args(model):
             raw = raw[:-1] + _tail_steps(raw[-1], kind)
         steps = [_chunked(s) for s in raw]
         steps[0] = _STREAM_HEAD[:-2] + extra + b"\r\n" + steps[0]

@@ -16,8 +16,9 @@ Codex-sized body's own cost = its 20-chunk case less the short request's; per ch
 alone = a ``-paced`` stream (the same 20 chunks 5 ms apart: each its own read, as at token
 rate; under valgrind each read still takes less than the pacing) less the unpaced one, over
 20; per reasoning event = a ``-think180`` stream (180 reasoning chunks before the same 20
-text chunks) less the 20-chunk one, over 180.  The ``ref-*``
-cases count the reference forwarder (``bench/reference.py``) on the Chat cases, the floor
+text chunks) less the 20-chunk one, over 180; per argument event = an ``-args180`` stream
+(its tool call's 182 argument deltas instead of 3) less the 20-chunk one, over 179.  The
+``ref-*`` cases count the reference forwarder (``bench/reference.py``) on the Chat cases, the floor
 under any proxy on uvicorn and httpx, and the report divides Switchboard's count by it.
 A/B two builds with ``--proxy-cmd``; valgrind makes each case take about a minute.
 Listens and connects on 127.0.0.1 only; every child is stopped by its pid, also on error.
@@ -107,6 +108,21 @@ CASES: dict[str, tuple[str, bytes]] = {
     "st-resp-think180": (
         "/v1/responses",
         b'{"model":"bench-resp-n20-d0-think180","stream":true,"store":false,"input":"hi"}',
+    ),
+    # the 20 text chunks, then a tool call whose command streams as 182 argument deltas
+    # (``args180``: a long shell command or patch) instead of 3, to a Chat client and a
+    # Responses one, from a Chat upstream and a Responses one
+    "st-chat-args180": (
+        "/v1/chat/completions",
+        b'{"model":"bench-chat-n20-d0-args180","stream":true,"messages":[{"role":"user","content":"hi"}]}',
+    ),
+    "st-resp2chat-args180": (
+        "/v1/responses",
+        b'{"model":"bench-chat-n20-d0-args180","stream":true,"store":false,"input":"hi"}',
+    ),
+    "st-resp-args180": (
+        "/v1/responses",
+        b'{"model":"bench-resp-n20-d0-args180","stream":true,"store":false,"input":"hi"}',
     ),
     # the request Codex sends late in a session (bench/codex_body.py: 30 turns, ~370 KB)
     "big-resp-n20": ("/v1/responses", codex_request("bench-resp-n20-d0")),
@@ -272,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-think180")
         if a and b:
             print(f"| st-{proto}: per reasoning event (think180 less n20, over 180) | {(b - a) // 180:,} |")
+    for proto in ("chat", "resp2chat", "resp"):
+        a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-args180")
+        if a and b:
+            print(f"| st-{proto}: per argument event (args180 less n20, over 179) | {(b - a) // 179:,} |")
     for proto in ("chat", "resp", "resp2chat"):
         a, b = got.get(f"st-{proto}-n20"), got.get(f"st-{proto}-paced-n20")
         if a and b:

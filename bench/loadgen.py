@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import httptools
 import orjson
 
-from bench.fake_upstream import TOOL_ARGS, TOOL_CALL_ID, TOOL_NAME, expected_text, usage_for
+from bench.fake_upstream import TOOL_ARGS, TOOL_CALL_ID, TOOL_NAME, expected_text, tool_args, usage_for
 from transformers.sse import SSEEvent, SSEParser
 
 __all__ = [
@@ -182,18 +182,22 @@ def _chat_stream_parts(events: list[SSEEvent]) -> tuple[list, dict]:
     return text, {**info, "calls": calls}
 
 
-def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool = True, reasoning: int = 0) -> list[str]:
+def validate_stream(
+    proto: str, events: list[SSEEvent], n: int, same_ids: bool = True, reasoning: int = 0, args: int = 0
+) -> list[str]:
     """Problems with one streamed answer, compared with what the fake upstream sent.
 
     ``same_ids``: the tool-call id must be the upstream's (same-protocol Chat keeps ids;
     bridges may mint their own, then only its presence is checked).  ``reasoning``: the
     reasoning chunks the fake sent (``think<R>``), whose text must arrive whole (as
-    ``reasoning_content``, or a Responses client's reasoning summary deltas).
+    ``reasoning_content``, or a Responses client's reasoning summary deltas).  ``args``: the
+    words of the tool call's command (``args<A>``), whose argument text must arrive whole.
     """
     problems: list[str] = []
     want_text = expected_text(n)
     want_reasoning = expected_text(reasoning)
-    _, want_out, _ = usage_for(n)
+    want_args = tool_args(args)
+    _, want_out, _ = usage_for(n, args)
     if proto == "chat":
         text, info = _chat_stream_parts(events)
         problems += info["errors"]
@@ -208,7 +212,7 @@ def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool =
             c = next(iter(calls.values()))
             if c["name"] != TOOL_NAME:
                 problems.append(f"tool name {c['name']!r}")
-            if "".join(c["args"]) != TOOL_ARGS:
+            if "".join(c["args"]) != want_args:
                 problems.append(f"tool arguments {''.join(c['args'])!r}")
             if not c["id"] or (same_ids and c["id"] != TOOL_CALL_ID):
                 problems.append(f"tool call id {c['id']!r}")
@@ -223,7 +227,7 @@ def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool =
     # Responses
     text = []
     thought: list[str] = []
-    args: list[str] = []
+    deltas: list[str] = []
     items: list[dict] = []
     completed = None
     for ev in events:
@@ -239,7 +243,7 @@ def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool =
         elif t == "response.reasoning_summary_text.delta":
             thought.append(obj.get("delta", ""))
         elif t == "response.function_call_arguments.delta":
-            args.append(obj.get("delta", ""))
+            deltas.append(obj.get("delta", ""))
         elif t == "response.output_item.done":
             items.append(obj.get("item") or {})
         elif t == "response.completed":
@@ -250,14 +254,14 @@ def validate_stream(proto: str, events: list[SSEEvent], n: int, same_ids: bool =
         problems.append(f"text differs: {len(''.join(text))} chars, want {len(want_text)}")
     if reasoning and "".join(thought) != want_reasoning:
         problems.append(f"reasoning differs: {len(''.join(thought))} chars, want {len(want_reasoning)}")
-    if "".join(args) != TOOL_ARGS:
-        problems.append(f"argument deltas {''.join(args)!r}")
+    if "".join(deltas) != want_args:
+        problems.append(f"argument deltas {''.join(deltas)!r}")
     fcs = [i for i in items if i.get("type") == "function_call"]
     if len(fcs) != 1:
         problems.append(f"{len(fcs)} function_call items, want 1")
     else:
         fc = fcs[0]
-        if fc.get("name") != TOOL_NAME or fc.get("arguments") != TOOL_ARGS:
+        if fc.get("name") != TOOL_NAME or fc.get("arguments") != want_args:
             problems.append(f"function_call item {fc!r}")
         if not fc.get("call_id") or (same_ids and fc.get("call_id") != TOOL_CALL_ID):
             problems.append(f"call_id {fc.get('call_id')!r}")
@@ -353,6 +357,7 @@ class LoadSpec:
     per_worker: int | None = None  # or after this many requests per connection
     n: int = 20  # text chunks the fake sends (for validation)
     reasoning: int = 0  # reasoning chunks it sends before them (``think<R>``: for validation)
+    args: int = 0  # words of its tool call's command (``args<A>``: for validation)
     same_ids: bool = True
     validate: bool = True  # check the first answer in full
     timeout: float = 60.0
@@ -500,7 +505,7 @@ async def _worker(
                     res.errors.append(f"stream not complete: {scan.error or (scan.last and scan.last.data[:200])}")
             res.records.append((t_send, conn.ttfb, ttft, total, events, ok))
             if keep and scan is not None:
-                res.problems += validate_stream(spec.proto, scan.kept, spec.n, spec.same_ids, spec.reasoning)
+                res.problems += validate_stream(spec.proto, scan.kept, spec.n, spec.same_ids, spec.reasoning, spec.args)
         else:
             body = b"".join(conn.body)
             ok = body[:1] == b"{"

@@ -25,6 +25,8 @@ from bench.fake_upstream import (
     responses_json,
     responses_steps,
     serve,
+    tool_arg_parts,
+    tool_args,
     usage_for,
 )
 from bench.loadgen import validate_json, validate_stream
@@ -279,3 +281,27 @@ def test_think_sends_reasoning_before_the_text(steps, proto):
         items = [orjson.loads(e.data)["item"] for e in events if e.event == "response.output_item.done"]
         assert [i["type"] for i in items] == ["reasoning", "message", "function_call"]
         assert items[0]["summary"][0]["text"] == expected_text(4)
+
+
+@pytest.mark.parametrize("steps, proto", [(chat_steps, "chat"), (responses_steps, "responses")])
+def test_args_streams_a_long_command_a_delta_a_step(steps, proto):
+    """``args<A>``: the tool call's command of A words as A + 2 argument deltas, one step
+    each after the call's start; the answer validates with those arguments (and the usage
+    that counts them), and the default answer does not."""
+    plain, args = steps("m-n3", 3), steps("m-n3-args4", 3)
+    assert len(args) == len(plain) + 4 + 2 + 1
+    assert orjson.loads(tool_args(4)) == {"command": ["printf", expected_text(4)], "workdir": "/tmp"}
+    assert len(tool_arg_parts(4)) == 6 and tool_arg_parts(0) == TOOL_ARG_PARTS
+    events = parse_all(b"".join(args))
+    assert validate_stream(proto, events, 3, True, 0, 4) == []
+    assert validate_stream(proto, parse_all(b"".join(plain)), 3, True, 0, 4) != []
+    assert validate_stream(proto, events, 3) != []
+    if proto == "chat":
+        objs = [orjson.loads(e.data) for e in events if e.data != "[DONE]"]
+        deltas = [c["delta"] for o in objs for c in o["choices"] if "tool_calls" in c["delta"]]
+        assert [d["tool_calls"][0]["function"]["arguments"] for d in deltas[1:]] == list(tool_arg_parts(4))
+    else:
+        got = [orjson.loads(e.data)["delta"] for e in events if e.event == "response.function_call_arguments.delta"]
+        assert got == list(tool_arg_parts(4))
+    # each argument delta is a step of its own (the call's start the one before them)
+    assert all(s.count(b"\n\n") == 1 for s in args[-7:-1])
