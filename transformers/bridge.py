@@ -23,10 +23,10 @@ go through the parser (a differential test holds the two to the same bytes at ev
 chunks, once the stream's own template of each is learnt (``transformers/chat_text_lane.py``:
 ``lane`` and ``rlane``); and a Responses upstream's runs of text deltas go to the decoder and
 the encoder a run at a time (``transformers/text_runs.py``), in a read long enough for a run
-to pay (``_RUN_READ``).  A plain text or reasoning delta (``decoder.text``,
-``decoder.reasoning``) goes straight to the encoder's own writer (``text_delta``,
-``reasoning_delta``: the event's bytes from a format made once per part) when the stages
-would hand it on as it is.
+to pay (``_RUN_READ``).  A plain text, reasoning or argument delta (``decoder.text``,
+``decoder.reasoning``, ``decoder.args``) goes straight to the encoder's own writer
+(``text_delta``, ``reasoning_delta``, ``args_delta``: the event's bytes from a format made
+once per part or call) when the stages would hand it on as it is.
 
 =====================  ==================================================================
 call                   returns
@@ -75,7 +75,7 @@ from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.chat_text_lane import ChatTextLane
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
-from transformers.events import Event, Finish, Reasoning, Text
+from transformers.events import Event, Finish, Reasoning, Text, ToolCall
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.passthrough import ChatPassthrough
 from transformers.request_c2r import chat_to_responses
@@ -553,7 +553,13 @@ class Bridge:
             # name it only by a key with an escape, goes the full way: the same, and rare)
             ev = decoder.reasoning(obj) if data is None or b"reasoning" in data else None
             if ev is None:
-                self._encode(decoder.feed(obj), out)
+                # and a tool call's plain argument delta (its bytes name "tool_calls",
+                # "function_call_arguments" or "custom_tool_call_input")
+                call = decoder.args(obj) if data is None or b"_call" in data else None
+                if call is None:
+                    self._encode(decoder.feed(obj), out)
+                else:
+                    self._args(call, out)
                 return
             rlane = self.rlane
             if rlane is not None and data is not None:
@@ -583,6 +589,17 @@ class Bridge:
         stage = self.stage
         if (stage is None or stage.plain_text) and self.compaction is None:
             written = self.encoder.reasoning_delta(ev)  # framed (the framing setter)
+            if written is not None:
+                out.append(written)
+                return
+        self._encode([ev], out)
+
+    def _args(self, ev: ToolCall, out: list[bytes]) -> None:
+        """A plain argument delta (``decoder.args``), as ``_text``: straight to the encoder's
+        writer when the tool stage would hand it on as it is (a ``plain`` call)."""
+        stage = self.stage
+        if (stage is None or stage.plain_call(ev.index)) and self.compaction is None:
+            written = self.encoder.args_delta(ev)  # framed (the framing setter)
             if written is not None:
                 out.append(written)
                 return

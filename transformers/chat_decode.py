@@ -102,6 +102,8 @@ _CLOSE = "</think>"
 _PROBE, _THINK, _TEXT = 0, 1, 2
 # delta fields that make a chunk more than its text (``text`` leaves such a chunk to ``feed``)
 _NOT_TEXT = ("reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls", "function_call")
+# delta fields that make a tool call's chunk more than its argument text (``args``)
+_NOT_ARGS = ("content", "reasoning_content", "reasoning", "reasoning_details", "refusal")
 
 
 def _scalar_text(v: Any) -> str | None:
@@ -368,6 +370,61 @@ class ChatStreamDecoder:
         if choice.get("finish_reason") or choice.get("usage") is not None:
             return None
         return Reasoning(r)
+
+    def args(self, chunk: dict[str, Any]) -> ToolCall | None:
+        """``feed(chunk)`` for a chunk that only adds argument text to a call the stream
+        already has, as ``text`` is for a ``Text``: that ``ToolCall`` (the call's ordinal and
+        the text, no identity) after the same state change.  ``None`` (nothing changed) for
+        any other chunk or state: the caller takes ``feed``.  That is in the
+        ``plain_reasoning`` state, for a chunk with no ``error``, ``usage`` or
+        ``finish_reason``, whose first choice's delta has one tool call: an integer ``index``
+        the stream has seen, no ``id`` but that call's own, a ``function`` whose non-empty
+        string ``arguments`` are the news (a ``name`` only when the call has one already: the
+        first one wins), and no text, refusal or reasoning that is not null or empty."""
+        if not (self._started and not self._done and not self._held):
+            return None
+        choices = chunk.get("choices")
+        if choices.__class__ is not list or not choices:
+            return None
+        choice = choices[0]
+        if choice.__class__ is not dict:
+            return None
+        d = choice.get("delta")
+        if d.__class__ is not dict:
+            return None
+        tcs = d.get("tool_calls")
+        if tcs.__class__ is not list or len(tcs) != 1:
+            return None
+        tc = tcs[0]
+        if tc.__class__ is not dict:
+            return None
+        fn = tc.get("function")
+        if fn.__class__ is not dict:
+            return None
+        a = fn.get("arguments")
+        if a.__class__ is not str or not a:
+            return None
+        idx = tc.get("index")
+        n = self._by_index.get(idx) if idx.__class__ is int else None
+        if n is None:
+            return None
+        call = self._calls[n]
+        cid = tc.get("id")
+        if cid is not None and (cid != call.call_id or cid.__class__ is not str):
+            return None
+        if fn.get("name") and call.name is None:
+            return None
+        for k in _NOT_ARGS:
+            v = d.get(k)
+            if v is not None and v != "":
+                return None
+        if chunk.get("error") or chunk.get("usage") is not None:
+            return None
+        if choice.get("finish_reason") or choice.get("usage") is not None:
+            return None
+        self._last = n
+        call.args.append(a)
+        return ToolCall(n, a)
 
     @property
     def plain_reasoning(self) -> bool:

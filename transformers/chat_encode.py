@@ -56,7 +56,8 @@ once begun, with nothing queued, a text chunk is the one template (``text_templa
 the text's JSON string put in, framed as ``frame_deltas`` said (the Bridge's ``data:`` line);
 in any other state it returns ``None`` and the caller takes ``feed``.  ``reasoning_delta``
 is the same for ``feed(Reasoning(…))`` (its text in one or, with the upstream's own key,
-two places of its template).
+two places of its template), ``args_delta`` for a ``ToolCall``'s argument text to the call
+that streams live (a format per call: its client ``index``).
 
 ``encode_chat_completion(events, ctx)`` builds the non-stream ``chat.completion`` (its
 message always has ``content``, ``refusal`` and ``annotations: []``, as OpenAI's does); for
@@ -147,7 +148,7 @@ _ZERO_USAGE = normalize_responses(None)
 
 
 class _Call:
-    __slots__ = ("call_id", "name", "namespace", "buf", "released", "ended", "cindex")
+    __slots__ = ("call_id", "name", "namespace", "buf", "released", "ended", "cindex", "fmt")
 
     def __init__(self) -> None:
         self.call_id: str | None = None
@@ -157,6 +158,7 @@ class _Call:
         self.released = False
         self.ended = False
         self.cindex = -1  # client index once released
+        self.fmt: bytes | None = None  # args_delta's format once released, ``%b`` the text's JSON
 
 
 class ChatStreamEncoder:
@@ -321,6 +323,8 @@ class ChatStreamEncoder:
         self._frame = framer("chat.completion.chunk")
         self._delta = None
         self._rdelta = None
+        for c in self._calls.values():
+            c.fmt = None
 
     def text_delta(self, text: str) -> bytes | None:
         """``feed(Text(text))`` already serialized, when it is the one chunk that feed would
@@ -378,6 +382,24 @@ class ChatStreamEncoder:
             d = self._rdelta = self._format(whole.rsplit('"\\u0000"', holes))
         q = orjson.dumps(ev.text)
         return d % ((q,) if self._also is None else (q, q))
+
+    def args_delta(self, ev: ToolCall) -> bytes | None:
+        """``feed(ev)`` already serialized, as ``text_delta`` is ``feed(Text)``'s, for a
+        ``ToolCall`` with argument text for a call that streams live (released, not ended):
+        the one chunk of its ``index`` and ``arguments`` (identity is never repeated), from a
+        format made once per call, framed as ``frame_deltas`` said.  ``None`` otherwise: the
+        caller takes ``feed``."""
+        if self._finished or not ev.arguments:
+            return None
+        c = self._calls.get(ev.index)
+        if c is None or not c.released or c.ended:
+            return None
+        f = c.fmt
+        if f is None:
+            # the text is the chunk's last string, whatever the model's name
+            delta = {"tool_calls": [{"index": c.cindex, "function": {"arguments": "\x00"}}]}
+            f = c.fmt = self._format(orjson.dumps(self._chunk(delta)).decode().rsplit('"\\u0000"', 1))
+        return f % orjson.dumps(ev.arguments)
 
     def text_template(self) -> tuple[str, str]:
         """(prefix, suffix): ``prefix + json_string(text) + suffix`` is the chunk ``feed(Text(text))``

@@ -9,7 +9,8 @@ and every placeable per-item event has an ``item_id``; nothing below looks for a
 id again.  ``decode_response(obj, ctx)`` turns a non-streaming Responses object into the
 same events a stream would have given, so the encoders serve both.  ``text(event)`` is
 ``feed`` for the commonest event, a plain ``output_text.delta``, without the dispatch (the
-Bridge asks it first; ``None`` sends the event through ``feed``).
+Bridge asks it first; ``None`` sends the event through ``feed``); ``reasoning(event)`` and
+``args(event)`` are the same for a reasoning delta and a tool call's argument delta.
 
 Dispatch table (``_HANDLERS``; an unknown type carries nothing we model and is ignored):
 
@@ -281,6 +282,33 @@ class ResponsesStreamDecoder:
         if iid.__class__ is not str or not iid:
             return None
         got = self._on_reasoning_delta(event, kind, index_key)
+        return got[0] if got else None  # type: ignore[return-value]
+
+    def args(self, event: dict[str, Any]) -> ToolCall | None:
+        """``feed(event)`` for an argument (or custom input) delta that gives one
+        ``ToolCall`` and nothing else, as ``text`` is for a text delta: the same state change,
+        and the event.  ``None`` (nothing changed) for any other event or state: the caller
+        takes ``feed``.  That is when the stream has started and not finished, the normalizer
+        leaves the event as it is (no ``item``; an ``item_id`` that is a non-empty string),
+        the ``call_id`` is absent or a string and the delta a non-empty string, and the call
+        has not ended."""
+        t = event.get("type")
+        if t == "response.function_call_arguments.delta":
+            custom = False
+        elif t == "response.custom_tool_call_input.delta":
+            custom = True
+        else:
+            return None
+        if not self._started or self._finished or "item" in event:
+            return None
+        iid = event.get("item_id")
+        d = event.get("delta")
+        if iid.__class__ is not str or not iid or d.__class__ is not str or not d:
+            return None
+        cid = event.get("call_id")
+        if cid is not None and cid.__class__ is not str:
+            return None
+        got = self._args_delta(event, custom)
         return got[0] if got else None  # type: ignore[return-value]
 
     @property

@@ -50,8 +50,10 @@ Items and their output slots:
   id, ``output_index``, ``content_index``) with the text and ``sequence_number`` put in,
   the very bytes ``orjson.dumps`` writes for the dict; in any other state it returns
   ``None`` and the caller takes ``feed``.  ``reasoning_delta(ev)`` is the same for
-  ``feed(ev)`` of a ``Reasoning`` into the open reasoning part of its kind and index.
-  ``frame_deltas(framer)`` has both write the transport's framing of the event around the
+  ``feed(ev)`` of a ``Reasoning`` into the open reasoning part of its kind and index, and
+  ``args_delta(ev)`` for a ``ToolCall``'s argument text to a call that streams live (a
+  format per call).
+  ``frame_deltas(framer)`` has them write the transport's framing of the event around the
   JSON in the same join (the Bridge's SSE or WebSocket framing: one copy of the event's
   bytes less).
 
@@ -280,6 +282,8 @@ class _Call:
         "final",
         "minted",
         "kind",
+        "fmt",
+        "fmt_id",
     )
 
     def __init__(self, index: int) -> None:
@@ -297,6 +301,8 @@ class _Call:
         self.final: str | None = None  # ToolCallEnd.arguments when mismatch
         self.minted = False  # call_id minted at release (an upstream one may still come)
         self.kind = _TOOL_KIND[False]
+        self.fmt = b""  # args_delta's format once released, for the call id fmt_id
+        self.fmt_id: str | None = None
 
     def merge(self, call_id: str | None, name: str | None, namespace: str | None, item_id: str | None) -> None:
         if call_id and (self.call_id is None or self.minted):
@@ -388,6 +394,8 @@ class ResponsesStreamEncoder:
         self._framer = framer
         self._delta_key = None  # the heads are made again with their frame
         self._rdelta_key = None
+        for c in self._calls.values():
+            c.fmt_id = None
 
     def text_delta(self, text: str) -> bytes | None:
         """``feed(Text(text))`` already serialized, when it is one ``output_text.delta`` into
@@ -471,6 +479,32 @@ class ResponsesStreamEncoder:
         seq = self._seq
         self._seq = seq + 1
         return self._rdelta_head % (orjson.dumps(text), seq)
+
+    def args_delta(self, ev: ToolCall) -> bytes | None:
+        """``feed(ev)`` already serialized, as ``text_delta`` is ``feed(Text)``'s, for a
+        ``ToolCall`` with argument text for a call that streams live (released, not ended)
+        and no identity it would take (an upstream ``call_id`` in place of a minted one, a
+        first ``namespace``): the same state change (text kept, sequence number taken) and
+        the very bytes ``orjson.dumps`` writes for its delta event (``_delta``), from a
+        format made once per call and call id, framed as ``frame_deltas`` said.  ``None``
+        (nothing changed) otherwise: the caller takes ``feed``."""
+        a = ev.arguments
+        if self.done or not a:
+            return None
+        c = self._calls.get(ev.index)
+        if c is None or not c.released or c.ended:
+            return None
+        if (ev.call_id and c.minted) or (ev.namespace and not c.namespace):
+            return None
+        if c.fmt_id is not c.call_id:  # (a custom call's delta carries its call id)
+            c.fmt_id = c.call_id
+            head = self._delta(c, "")
+            del head["delta"]
+            c.fmt = self._format(head, b"")
+        c.parts.append(a)
+        seq = self._seq
+        self._seq = seq + 1
+        return c.fmt % (orjson.dumps(a), seq)
 
     def end(self) -> list[dict]:
         if self.done:

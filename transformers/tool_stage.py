@@ -268,6 +268,14 @@ class ToolStage:
         """A ``Text`` now is handed on as it is, changing nothing here (transformers/passthrough.py)."""
         return self._held is None and not self._done
 
+    def plain_call(self, index: int) -> bool:
+        """A ``ToolCall`` now that carries only argument text for call ``index`` is handed on
+        as it is, changing nothing here: the call is known and ``plain``, nothing is held."""
+        if self._held is not None or self._done:
+            return False
+        c = self._calls.get(index)
+        return c is not None and c.kind == _PLAIN
+
     def end(self) -> list[Event]:
         """Stream over without a ``Finish`` (decoders always send one): release what is held."""
         if self._done:

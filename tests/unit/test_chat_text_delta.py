@@ -31,17 +31,22 @@ from transformers.events import Start, Text
 _frame = st.sampled_from([(b"", b""), (b"data: ", b"\n\n"), (b"%s<", b">%d")])
 
 
-def _encode(events: list, fast: bool, frame: tuple[bytes, bytes], quirks: frozenset[str] = frozenset()) -> list[bytes]:
-    """Each chunk's JSON; the fast path's chunks come framed, checked and unframed here."""
+def _encode(
+    events: list, fast: bool, frame: tuple[bytes, bytes], quirks: frozenset[str] = frozenset(), later: int = -1
+) -> list[bytes]:
+    """Each chunk's JSON; the fast path's chunks come framed, checked and unframed here
+    (``later``: from that event on, framed otherwise)."""
     n = itertools.count()
     with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
-        return _chunks(events, fast, frame, quirks)
+        return _chunks(events, fast, frame, quirks, later)
 
 
-def _chunks(events: list, fast: bool, frame: tuple[bytes, bytes], quirks: frozenset[str] = frozenset()) -> list[bytes]:
+def _chunks(
+    events: list, fast: bool, frame: tuple[bytes, bytes], quirks: frozenset[str] = frozenset(), later: int = -1
+) -> list[bytes]:
     ctx = Ctx(public_model="pub", quirks=quirks)
     enc = ChatStreamEncoder(ctx, include_usage=True, chunk_id="chatcmpl-1", created=7)
-    return encoded(enc, events, fast, {0: frame})
+    return encoded(enc, events, fast, {0: frame, later: (b"<", b">")})
 
 
 @settings(max_examples=300, deadline=None)
@@ -52,10 +57,11 @@ def _chunks(events: list, fast: bool, frame: tuple[bytes, bytes], quirks: frozen
     st.booleans(),
     # reasoning written under the upstream's key too (reasoning_delta's two holes)
     st.sampled_from([frozenset(), frozenset({"reasoning_key_reasoning"})]),
+    st.integers(-1, 26),
 )
-def test_same_bytes_as_feed(events, finish, frame, start, quirks):
+def test_same_bytes_as_feed(events, finish, frame, start, quirks, later):
     events = ([Start()] if start else []) + events + ([finish] if finish else [])
-    assert _encode(events, True, frame, quirks) == _encode(events, False, frame, quirks)
+    assert _encode(events, True, frame, quirks, later) == _encode(events, False, frame, quirks)
 
 
 def test_taken_only_when_the_chunk_goes_out_at_once():

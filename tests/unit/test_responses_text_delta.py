@@ -49,7 +49,21 @@ _event = st.one_of(
     st.builds(Reasoning, _text),
     st.builds(ReasoningEnd),
     st.builds(ToolCall, st.integers(0, 1), arguments=st.sampled_from(["", '{"a"', ":1}"]), name=st.just("f")),
+    # argument text alone (the decoders' ``args``), and with identity that may come late
+    st.builds(ToolCall, st.integers(0, 1), arguments=st.sampled_from(['{"a"', ":1}", "%s", "é\n", ""])),
+    st.builds(ToolCall, st.integers(0, 1), arguments=st.sampled_from(['{"a"', ":1}", "%s", "é\n", ""])),
+    st.builds(
+        ToolCall,
+        st.integers(0, 1),
+        arguments=st.sampled_from(["", '{"a"', "x"]),
+        call_id=st.sampled_from([None, "call_up", "call_2"]),
+        name=st.sampled_from([None, "f", "g"]),
+        namespace=st.sampled_from([None, "ns"]),
+        custom=st.sampled_from([None, True, False]),
+        item_id=st.sampled_from([None, "fc_up"]),
+    ),
     st.builds(ToolCallEnd, st.integers(0, 1)),
+    st.builds(ToolCallEnd, st.integers(0, 1), arguments=st.sampled_from([None, '{"a":1}']), mismatch=st.booleans()),
     st.just(Usage({"input_tokens": 3, "output_tokens": 5, "total_tokens": 8})),
 )
 _finish = st.one_of(st.none(), st.sampled_from([Finish("completed"), Finish("incomplete", reason="max_output_tokens")]))
@@ -74,8 +88,9 @@ def _encode(events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | N
 
 
 def encoded(enc: Any, events: list, fast: bool, frames: dict[int, tuple[bytes, bytes]] | None) -> list[bytes]:
-    """Each event's bytes from encoder ``enc``, a text by ``text_delta`` and a reasoning delta
-    by ``reasoning_delta`` when ``fast`` (and ``feed`` when they decline), framed as
+    """Each event's bytes from encoder ``enc``, a text by ``text_delta``, a reasoning delta by
+    ``reasoning_delta`` and a tool call by ``args_delta`` when ``fast`` (and ``feed`` when
+    they decline), framed as
     ``frames`` says from the i-th event on, the frame checked and taken off."""
     out: list[bytes] = []
     frame = (b"", b"")
@@ -88,6 +103,8 @@ def encoded(enc: Any, events: list, fast: bool, frames: dict[int, tuple[bytes, b
             data = enc.text_delta(ev.text)
         elif fast and type(ev) is Reasoning:
             data = enc.reasoning_delta(ev)
+        elif fast and type(ev) is ToolCall:
+            data = enc.args_delta(ev)
         if data is not None:
             before, after = frame
             assert data.startswith(before) and data.endswith(after)
