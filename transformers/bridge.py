@@ -19,11 +19,11 @@ lines and parses each such event's JSON from its bytes, handing the object on as
 and ``_event`` would; every other event, a read with a CR, and an event cut across reads
 go through the parser (a differential test holds the two to the same bytes at every cut:
 ``tests/unit/test_bridge_blocks.py``).  Chat → Chat text runs skip even that
-(``transformers/passthrough.py``); so do a Chat upstream's text chunks and its reasoning
-chunks, once the stream's own template of each is learnt (``transformers/chat_text_lane.py``:
-``lane`` and ``rlane``); and a Responses upstream's runs of text deltas go to the decoder and
-the encoder a run at a time (``transformers/text_runs.py``), in a read long enough for a run
-to pay (``_RUN_READ``).  A plain text, reasoning or argument delta (``decoder.text``,
+(``transformers/passthrough.py``); so do a Chat upstream's text, reasoning and tool call
+argument chunks, once the stream's own template of each is learnt
+(``transformers/chat_text_lane.py``: ``lane``, ``rlane`` and ``alane``); and a Responses
+upstream's runs of text deltas go to the decoder and the encoder a run at a time
+(``transformers/text_runs.py``), in a read long enough for a run to pay (``_RUN_READ``).  A plain text, reasoning or argument delta (``decoder.text``,
 ``decoder.reasoning``, ``decoder.args``) goes straight to the encoder's own writer
 (``text_delta``, ``reasoning_delta``, ``args_delta``: the event's bytes from a format made
 once per part or call) when the stages would hand it on as it is.
@@ -296,6 +296,7 @@ class Bridge:
         "passthrough",
         "lane",
         "rlane",
+        "alane",
         "runs",
         "_learning",
     )
@@ -347,6 +348,8 @@ class Bridge:
         self.lane = ChatTextLane() if direction.upstream == "chat" else None
         # and its reasoning chunks (``decoder.reasoning``), against a template of their own
         self.rlane = ChatTextLane("reasoning") if direction.upstream == "chat" else None
+        # and its tool calls' argument chunks (``decoder.args``), against a template of their own
+        self.alane = ChatTextLane("arguments") if direction.upstream == "chat" else None
         # a Responses upstream's runs of text deltas read off their bytes against the stream's
         # own template (transformers/text_runs.py), learnt where _blocks reads one that
         # _text_runs offers (a Chat upstream's text chunks have the passthrough and the lane)
@@ -558,8 +561,11 @@ class Bridge:
                 call = decoder.args(obj) if data is None or b"_call" in data else None
                 if call is None:
                     self._encode(decoder.feed(obj), out)
-                else:
-                    self._args(call, out)
+                    return
+                alane = self.alane
+                if alane is not None and data is not None:
+                    alane.learn(data, call.arguments)
+                self._args(call, out)
                 return
             rlane = self.rlane
             if rlane is not None and data is not None:
@@ -779,6 +785,7 @@ class Bridge:
         decoder = self.decoder
         lane = self.lane
         rlane = self.rlane
+        alane = self.alane
         blocks = data.split(b"\n\n")
         rest = blocks.pop()
         for block in blocks:
@@ -799,6 +806,13 @@ class Bridge:
                     self._text(text, out)
                 elif rlane is not None and rlane.armed and decoder.plain_reasoning and (text := rlane.text(payload)):
                     self._reasoning(Reasoning(text), out)
+                elif (
+                    alane is not None
+                    and alane.armed
+                    and (text := alane.text(payload))
+                    and (call := decoder.args_to(alane.key, text)) is not None
+                ):
+                    self._args(call, out)
                 else:
                     try:  # not for the Chat end, once a stream: orjson's refusal costs ~1.3 µs
                         obj = orjson.loads(payload) if payload != b"[DONE]" else None

@@ -381,8 +381,6 @@ class ChatStreamDecoder:
         the stream has seen, no ``id`` but that call's own, a ``function`` whose non-empty
         string ``arguments`` are the news (a ``name`` only when the call has one already: the
         first one wins), and no text, refusal or reasoning that is not null or empty."""
-        if not (self._started and not self._done and not self._held):
-            return None
         choices = chunk.get("choices")
         if choices.__class__ is not list or not choices:
             return None
@@ -405,22 +403,35 @@ class ChatStreamDecoder:
         if a.__class__ is not str or not a:
             return None
         idx = tc.get("index")
-        n = self._by_index.get(idx) if idx.__class__ is int else None
-        if n is None:
+        if idx.__class__ is not int:
             return None
-        call = self._calls[n]
-        cid = tc.get("id")
-        if cid is not None and (cid != call.call_id or cid.__class__ is not str):
-            return None
-        if fn.get("name") and call.name is None:
-            return None
-        for k in _NOT_ARGS:
-            v = d.get(k)
-            if v is not None and v != "":
-                return None
+        if len(d) > 1:
+            for k in _NOT_ARGS:
+                v = d.get(k)
+                if v is not None and v != "":
+                    return None
         if chunk.get("error") or chunk.get("usage") is not None:
             return None
         if choice.get("finish_reason") or choice.get("usage") is not None:
+            return None
+        return self.args_to((idx, tc.get("id"), bool(fn.get("name"))), a)
+
+    def args_to(self, key: tuple[int, Any, bool], a: str) -> ToolCall | None:
+        """``args`` for a chunk already shown to be argument text only (the chunk's own
+        checks: ``args``, or the template it was read against, ``chat_text_lane.py``):
+        ``key`` is its call's ``(index, id, named)``, ``a`` its non-empty text.  The checks
+        that depend on the stream's state are made here: the call known by that index, the
+        id absent or the call's own, a name only for a call that has one already."""
+        if not (self._started and not self._done and not self._held):
+            return None
+        idx, cid, named = key
+        n = self._by_index.get(idx)
+        if n is None:
+            return None
+        call = self._calls[n]
+        if cid is not None and (cid != call.call_id or cid.__class__ is not str):
+            return None
+        if named and call.name is None:
             return None
         self._last = n
         call.args.append(a)

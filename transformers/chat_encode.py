@@ -444,7 +444,8 @@ class ChatStreamEncoder:
             c.namespace = ev.namespace
         if a:
             c.buf.append(a)
-        if c.name is not None and c.call_id is not None and self._queue[0] is c:
+        # (a call the queue dropped, unnamed at its end, is in it no more)
+        if c.name is not None and c.call_id is not None and self._queue and self._queue[0] is c:
             self._pump(out, False)
         return out
 

@@ -34,9 +34,9 @@ that varies a field per chunk (OpenAI's ``obfuscation``) never matches: every ch
 the full path; a lane whose template missed ``_MISSES`` text chunks gives up (the template
 was one chunk's only), so such a stream pays for neither the learning nor the look.
 
-A lane reads one kind of chunk (``_KINDS``): the text chunks, or the reasoning ones (the
-Bridge keeps one lane of each; the decoder's ``reasoning`` says which chunks are plain
-reasoning, ``reasoning_keys.reasoning_text`` what their text is):
+A lane reads one kind of chunk (``_KINDS``): the text chunks, the reasoning ones, or a tool
+call's argument chunks (the Bridge keeps one lane of each; the decoder's ``reasoning`` and
+``args`` say which chunks are plain reasoning or argument text, and what their text is):
 
 =============  ==========================================  ================================
 kind           the keys the text may follow, in the order  what the decoder reads of the
@@ -45,7 +45,14 @@ kind           the keys the text may follow, in the order  what the decoder read
 text           ``content``                                 ``content``
 reasoning      ``reasoning_content``, ``reasoning``        the first of those keys with
                                                            non-empty string text
+arguments      ``arguments``                               ``tool_calls[0].function.
+                                                           arguments`` (one call)
 =============  ==========================================  ================================
+
+An argument chunk's meaning also depends on the stream's state: which call its ``index``
+names now, whether its ``id`` and ``name`` are news to that call.  The lane keeps the
+template's ``(index, id, named)`` as ``key``, and the caller hands it with each text to
+``ChatStreamDecoder.args_to``, which checks that state as ``args`` does.
 
 The template is learnt only once the hole is shown to be the value the decoder reads: when
 the chunk holds no other of the names the decoder reads and no ``\\u`` escape outside the
@@ -75,24 +82,45 @@ def _content(delta: dict[str, Any]) -> Any:
     return delta.get("content")
 
 
+def _call(delta: dict[str, Any]) -> dict[str, Any] | None:
+    """The one tool call of a delta (``ChatStreamDecoder.args`` reads no other), else None."""
+    tcs = delta.get("tool_calls")
+    if tcs.__class__ is not list or len(tcs) != 1 or tcs[0].__class__ is not dict:
+        return None
+    return tcs[0]
+
+
+def _arguments(delta: dict[str, Any]) -> Any:
+    tc = _call(delta)
+    fn = tc.get("function") if tc is not None else None
+    return fn.get("arguments") if fn.__class__ is dict else None
+
+
 # kind → (the keys its text may follow, as bytes before the string; what the decoder reads
 # of a delta)
 _KINDS: dict[str, tuple[tuple[bytes, ...], Callable[[dict[str, Any]], Any]]] = {
     "text": ((b'"content":',), _content),
     "reasoning": ((b'"reasoning_content":', b'"reasoning":'), reasoning_text),
+    "arguments": ((b'"arguments":',), _arguments),
 }
 # kind → the names the decoder reads, as JSON strings (the hole's key, the others it reads)
-_NAMES = {"text": (b'"content"',), "reasoning": (b'"reasoning_content"', b'"reasoning"', b'"reasoning_details"')}
+_NAMES = {
+    "text": (b'"content"',),
+    "reasoning": (b'"reasoning_content"', b'"reasoning"', b'"reasoning_details"'),
+    "arguments": (b'"arguments"',),
+}
 _SENTINEL = b"\\u0000"  # the inside of the JSON string "\x00"
 _TRIES = 4  # text chunks offered before the lane gives up learning for this stream
 _MISSES = 8  # text chunks a learnt template may miss before the lane gives up
 
 
 class ChatTextLane:
-    __slots__ = ("armed", "_keys", "_names", "_read", "_prefix", "_suffix", "_np", "_ns", "_tries")
+    __slots__ = ("armed", "key", "_kind", "_keys", "_names", "_read", "_prefix", "_suffix", "_np", "_ns", "_tries")
 
     def __init__(self, kind: str = "text") -> None:
         self.armed = False
+        self.key: tuple[int, Any, bool] | None = None  # arguments: the template's call (``args_to``)
+        self._kind = kind
         self._keys, self._read = _KINDS[kind]
         self._names = _NAMES[kind]
         self._prefix = b""  # the template's bytes through the text's opening quote
@@ -122,6 +150,10 @@ class ChatTextLane:
             prefix, suffix = data[:at], data[at + len(quoted) - 2 :]
             if not self._alone(data[:i], suffix) and not self._is_read(prefix + _SENTINEL + suffix):
                 continue  # not the value read (a nested object's key): perhaps the next key's
+            if self._kind == "arguments":
+                # the call the template's chunks add to, as ChatStreamDecoder.args reads it
+                tc: Any = _call(orjson.loads(data)["choices"][0]["delta"])
+                self.key = (tc["index"], tc.get("id"), bool(tc["function"].get("name")))
             self._prefix, self._suffix = prefix, suffix
             self._np = len(prefix)
             self._ns = len(suffix)

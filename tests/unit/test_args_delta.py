@@ -1,5 +1,6 @@
-"""A tool call's plain argument deltas (the decoders' ``args``, the tool stage's
-``plain_call``, then the encoder's ``args_delta``) give the client the very bytes, terminal
+"""A tool call's plain argument deltas (the decoders' ``args``, a Chat upstream's read off
+their bytes by the Bridge's ``alane``, the tool stage's ``plain_call``, then the encoder's
+``args_delta``) give the client the very bytes, terminal
 and repairs that the decoder's ``feed`` and the encoder's ``feed`` give, whatever the chunks
 and events hold and wherever the reads cut them: from a Chat upstream and a Responses one,
 to either client, SSE or WebSocket framing, with the tool stage's call kinds (plain, custom,
@@ -85,13 +86,15 @@ def _run(
     wire: bytes, cuts: list[int], fast: bool, client: str, upstream: str, *, ws: bool, tools: str, quirks: frozenset
 ) -> tuple[bytes, str, list[str]]:
     """The client's answer to ``wire`` read in pieces ``cuts``, with the decoders' ``args``
-    (``fast``) or every event through their ``feed``."""
+    and the argument lane (``fast``) or every event through their ``feed``."""
     with _counted(), contextlib.ExitStack() as off:
         if not fast:  # both decoders' args give nothing: every event through feed
             off.enter_context(mock.patch.object(ChatStreamDecoder, "args", _none))
             off.enter_context(mock.patch.object(ResponsesStreamDecoder, "args", _none))
         ctx = Ctx(quirks=quirks, upstream_model="m", public_model="pub")
         _, b = open_bridge(_body(client, tools), client, upstream, ctx)
+        if not fast:
+            b.alane = None
         if ws and client == "responses":
             b.framing = WSFraming()
         out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
@@ -463,3 +466,98 @@ def test_the_stage_hands_on_no_call_while_it_holds():
     assert stage.feed(ToolCall(1, "}")) == []  # (held too)
     stage.feed(Finish("completed"))
     assert not stage.plain_call(1)
+
+
+@contextlib.contextmanager
+def _taken() -> Iterator[list[tuple]]:
+    """The ``(key, text, result)`` of each call of ``ChatStreamDecoder.args_to`` meanwhile."""
+    calls: list[tuple] = []
+    real = ChatStreamDecoder.args_to
+
+    def spy(self: ChatStreamDecoder, key: tuple, a: str) -> object:
+        r = real(self, key, a)
+        calls.append((key, a, r))
+        return r
+
+    with mock.patch.object(ChatStreamDecoder, "args_to", spy):
+        yield calls
+
+
+def _lane_wire(*tail: tuple) -> bytes:
+    return _chat_wire([("start", 0, "shell", "call_a", "{"), *tail], "tool_calls")
+
+
+def _both(wire: bytes) -> tuple[bytes, str, list[str]]:
+    """The answer with the lane and without, to either client: the same; the Responses one."""
+    kw = {"ws": False, "tools": "none", "quirks": frozenset()}
+    got = None
+    for client in ("chat", "responses"):
+        fast = _run(wire, [], True, client, "chat", **kw)
+        assert fast == _run(wire, [], False, client, "chat", **kw), client
+        got = fast
+    return got  # type: ignore[return-value]
+
+
+def test_the_lane_reads_the_argument_chunks_after_the_first():
+    """The first argument chunk is parsed (the decoder's ``args``) and teaches the lane its
+    template; the next ones are read off their bytes (``args`` is not asked again), escapes
+    and all; a chunk of another shape (a name, another id) is parsed again."""
+    wire = _lane_wire(*[("args", 0, a, "plain") for a in ('"a', '\\"b\\n', "é東", "}")])
+    with spied(ChatStreamDecoder, "args") as parsed, _taken() as taken:
+        _both(wire)
+    # asked of the call's opening (no call yet), the first argument chunk, the finish chunk
+    assert [r is not None for _, r in parsed] == [False, True, False] * 2
+    assert [(k, r.arguments) for k, _, r in taken if r is not None][1:4] == [
+        ((0, None, False), a) for a in ('\\"b\\n', "é東", "}")
+    ]
+    wire = _lane_wire(
+        ("args", 0, "x", "plain"), ("args", 0, "y", "name"), ("args", 0, "z", "own_id"), ("args", 0, "w", "plain")
+    )
+    with spied(ChatStreamDecoder, "args") as parsed:
+        _both(wire)
+    assert [r.arguments for _, r in parsed if r is not None] == ["x", "y", "z"] * 2
+
+
+def test_a_reused_index_is_the_new_calls():
+    """An index the upstream reuses for a new call (a new id on it): the template's chunks
+    after it add to the new call, as the decoder's ``_by_index`` says now; a template that
+    names the call is not the new call's until that one has a name (the full path names it)."""
+    wire = _lane_wire(
+        ("args", 0, "a", "plain"),
+        ("args", 0, "b", "plain"),
+        ("start", 0, "other", "call_new", ""),
+        ("args", 0, "c", "plain"),
+        ("args", 0, "d", "plain"),
+    )
+    out = _both(wire)[0]
+    assert b'"arguments":"{ab","name":"shell","call_id":"call_a"' in out
+    assert b'"arguments":"cd","name":"other","call_id":"call_new"' in out
+    named = _lane_wire(
+        ("args", 0, "a", "name"),
+        ("args", 0, "b", "name"),
+        ("start", 0, None, "call_new", ""),
+        ("args", 0, "c", "name"),
+        ("args", 0, "d", "name"),
+    )
+    with _taken() as taken:
+        _both(named)
+    assert ((0, None, True), "c", None) in taken  # the lane's, declined: unnamed
+
+
+def test_the_lane_learns_only_the_key_the_decoder_reads():
+    """A template is learnt where the decoder reads the call's argument text, with the
+    template's call as its key; not at another ``arguments`` key holding the same text while
+    the one read is written with an escape (``\\/``, which orjson does not write)."""
+    from transformers.chat_text_lane import ChatTextLane
+
+    call = b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_a","function":{"arguments":%b}}]}}]%b}'
+    lane = ChatTextLane("arguments")
+    lane.learn(call % (b'"a/b"', b""), "a/b")
+    assert lane.armed and lane.key == (1, "call_a", False)
+    assert lane.text(call % (b'"x\\"y"', b"")) == 'x"y' and lane.text(call % (b'""', b"")) is None
+    for other in (b',"x":{"arguments":"a/b"}', b',"function_call":{"arguments":"a/b"}'):
+        data = call % (b'"a\\/b"', other)
+        assert orjson.loads(data)["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] == "a/b"
+        lane = ChatTextLane("arguments")
+        lane.learn(data, "a/b")
+        assert not lane.armed, other
