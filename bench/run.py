@@ -81,12 +81,14 @@ class Scenario:
     relay: bool = False  # the proxy side is bench/relay.py (bytes copied, no HTTP), pinned alike
     turns: int = 0  # > 0: a Codex-sized request with this many earlier turns (bench/codex_body.py)
     reasoning: int = 0  # > 0: this many reasoning chunks before a Chat upstream's text (``think<R>``)
+    args: int = 0  # > 0: the tool call's command of this many words, a delta each (``args<A>``)
 
     @property
     def model(self) -> str:
         tail = f"-{self.pacing}" if self.pacing else ""
         think = f"-think{self.reasoning}" if self.reasoning else ""
-        return f"bench-{SHORT[self.upstream]}-n{self.n}-d{self.delay_ms}{tail}{think}"
+        args = f"-args{self.args}" if self.args else ""
+        return f"bench-{SHORT[self.upstream]}-n{self.n}-d{self.delay_ms}{tail}{think}{args}"
 
     @property
     def bridged(self) -> bool:
@@ -140,6 +142,18 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
     half = EV218_N["responses"] // 2
     title = f"streaming Responses, {half} reasoning summary + {half} text deltas (223 upstream events), c=1"
     out.append(Scenario("think-resp-c1", title, "lat", "responses", "responses", True, half, 0, 1, d, reasoning=half))
+    # an agent's tool call with a long command or patch: 20 text chunks, then the call's
+    # argument text in 182 deltas (``args180``), from a Chat upstream (vLLM's layout) to both
+    # clients and from a Responses one (Codex on OpenAI)
+    for cl, up, tag, pacing in (
+        ("chat", "chat", "chatv", "vllm"),
+        ("responses", "chat", "resp2chatv", "vllm"),
+        ("responses", "responses", "resp", ""),
+    ):
+        title = {"chatv": "streaming chat", "resp2chatv": "bridged Responses→Chat", "resp": "streaming Responses"}[tag]
+        title += ", vLLM's chunk layout" if pacing else ""
+        title += ", 20 text chunks + a tool call's 182 argument deltas, c=1"
+        out.append(Scenario(f"args-{tag}-c1", title, "lat", cl, up, True, 20, 0, 1, d, pacing=pacing, args=180))
     # a request as Codex sends it late in a session: 30 earlier turns, ~370 KB, one at a time
     for cl, up, title in (flows[1], flows[2]):
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
@@ -631,6 +645,7 @@ async def measure(
         per_worker=s.per_worker,
         n=s.n,
         reasoning=s.reasoning,
+        args=s.args,
         same_ids=not s.bridged,
         validate=True,
         timeout=max(30.0, 4 * s.n * s.delay_ms / 1000.0),
@@ -889,6 +904,18 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
             "",
             "×",
         )
+    for name, what in (("args-chatv-c1", "chat"), ("args-resp2chatv-c1", "resp2chat"), ("args-resp-c1", "resp")):
+        _, p = pair(name)
+        layout = "" if what == "resp" else ", vLLM's chunk layout"
+        add(
+            f"long tool call stream (182 argument deltas), c=1: events/s ({what}{layout})",
+            name,
+            _get(p, "events_s"),
+            None,
+            "",
+            "events/s",
+        )
+        add(f"long tool call stream, c=1: events/s vs direct ({what})", name, ratio(name, "events_s"), None, "", "×")
     for tag, lim, what in (
         ("chat", 50000, "same-protocol"),
         ("resp", 50000, "same-protocol"),
