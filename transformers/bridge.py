@@ -23,12 +23,10 @@ go through the parser (a differential test holds the two to the same bytes at ev
 argument chunks, once the stream's own template of each is learnt
 (``transformers/chat_text_lane.py``: ``lane``, ``rlane`` and ``alane``); and a Responses
 upstream's runs of text deltas go to the decoder and the encoder a run at a time
-(``transformers/text_runs.py``), in a read long enough for a run to pay (``_RUN_READ``),
-and its argument deltas are read off their blocks one at a time against a template of
-their own (``aevents``: ``text_runs.ArgumentEvents``).  A plain text, reasoning or argument
-delta (``decoder.text``, ``decoder.reasoning``, ``decoder.args``) goes straight to the
-encoder's own writer (``text_delta``, ``reasoning_delta``, ``args_delta``: the event's bytes
-from a format made once per part or call) when the stages would hand it on as it is.
+(``transformers/text_runs.py``), in a read long enough for a run to pay (``_RUN_READ``).  A plain text, reasoning or argument delta (``decoder.text``,
+``decoder.reasoning``, ``decoder.args``) goes straight to the encoder's own writer
+(``text_delta``, ``reasoning_delta``, ``args_delta``: the event's bytes from a format made
+once per part or call) when the stages would hand it on as it is.
 
 =====================  ==================================================================
 call                   returns
@@ -85,7 +83,7 @@ from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
 from transformers.responses_encode import ResponsesStreamEncoder, encode_response
-from transformers.text_runs import ArgumentEvents, TextRuns
+from transformers.text_runs import TextRuns
 from transformers.tool_stage import ToolStage, needed
 from transformers.vocab import ProtocolName
 
@@ -300,7 +298,6 @@ class Bridge:
         "rlane",
         "alane",
         "runs",
-        "aevents",
         "_learning",
     )
 
@@ -357,9 +354,6 @@ class Bridge:
         # own template (transformers/text_runs.py), learnt where _blocks reads one that
         # _text_runs offers (a Chat upstream's text chunks have the passthrough and the lane)
         self.runs = TextRuns(direction.upstream) if direction.upstream == "responses" else None
-        # and its argument deltas, one at a time, against a template of their own, learnt where
-        # _blocks reads one that the decoder's args takes (text_runs.ArgumentEvents)
-        self.aevents = ArgumentEvents() if direction.upstream == "responses" else None
         self._learning = False  # the event _text_runs offers to teach the runs' template
 
     @property
@@ -551,9 +545,9 @@ class Bridge:
         self, obj: dict[str, Any], decoder: Any, out: list[bytes], data: bytes | None = None, block: bytes = b""
     ) -> None:
         """An upstream event's JSON object through the decoder, the stages and the encoder
-        (``data``: its JSON's bytes, when read off them, for a Chat upstream's lanes to learn
-        from; ``block``: its whole event's, for the text runs to learn from when
-        ``_text_runs`` offers it, and the argument events)."""
+        (``data``: its JSON's bytes, when read off them, for the text lane to learn from;
+        ``block``: its whole event's, for the text runs to learn from when ``_text_runs``
+        offers it)."""
         # the commonest event, a plain text delta, without the decoder's dispatch and, when
         # the tool stage would hand it on as it is, straight to the encoder
         text = decoder.text(obj)
@@ -571,8 +565,6 @@ class Bridge:
                 alane = self.alane
                 if alane is not None and data is not None:
                     alane.learn(data, call.arguments)
-                elif block and self.aevents is not None:
-                    self.aevents.learn(block, obj, call.arguments)
                 self._args(call, out)
                 return
             rlane = self.rlane
@@ -794,7 +786,6 @@ class Bridge:
         lane = self.lane
         rlane = self.rlane
         alane = self.alane
-        aevents = self.aevents
         blocks = data.split(b"\n\n")
         rest = blocks.pop()
         for block in blocks:
@@ -815,16 +806,11 @@ class Bridge:
                     self._text(text, out)
                 elif rlane is not None and rlane.armed and decoder.plain_reasoning and (text := rlane.text(payload)):
                     self._reasoning(Reasoning(text), out)
-                elif (  # a tool call's argument text: a Chat chunk's, or a Responses delta's
+                elif (
                     alane is not None
                     and alane.armed
                     and (text := alane.text(payload))
                     and (call := decoder.args_to(alane.key, text)) is not None
-                ) or (
-                    aevents is not None
-                    and aevents.armed
-                    and (got := aevents.read(block)) is not None
-                    and (call := decoder.args_item(aevents.key, *got)) is not None
                 ):
                     self._args(call, out)
                 else:

@@ -311,22 +311,6 @@ class ResponsesStreamDecoder:
         got = self._args_delta(event, custom)
         return got[0] if got else None  # type: ignore[return-value]
 
-    def args_item(self, cid: str | None, iid: str, d: str) -> ToolCall | None:
-        """``args`` for an argument delta already shown to be one (the template it was read
-        against: ``text_runs.ArgumentEvents``) of a call the stream has: ``cid`` its
-        ``call_id`` (None: none), ``iid`` its item id, ``d`` its non-empty text.  ``None``
-        (nothing changed) when the call is not known yet, or has ended: the caller takes the
-        full path.  (The template's call id is the call's that ``args`` found by it, or
-        gave it: ``_find`` finds that call by it.)"""
-        if not self._started or self._finished:
-            return None
-        c = self._find(cid, iid)
-        if c is None or c.ended:
-            return None
-        c.acc.append(d)
-        c.announced = True
-        return ToolCall(c.index, d, c.call_id, c.name, c.namespace, c.custom, c.item_id)
-
     @property
     def text_open(self) -> bool:
         """``text`` may take a delta: the stream has started and not finished."""

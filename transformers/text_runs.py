@@ -71,7 +71,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["TextRuns", "ArgumentEvents"]
+__all__ = ["TextRuns"]
 
 # a non-empty JSON string exactly as orjson writes it, quotes included: UTF-8 as it is but
 # '"', '\' and the controls, which are escaped (\b \t \n \f \r, the others \u00xx in lower
@@ -110,7 +110,7 @@ _KEEP = 64  # templates compiled in the process
 class _Template:
     """What a run is read with, made once per template in the process."""
 
-    __slots__ = ("run", "texts", "key", "iid", "_one", "_shape")
+    __slots__ = ("run", "texts", "key", "iid")
 
     def __init__(self, consts: tuple[bytes, ...], holes: tuple[bytes, ...], text_lead: bytes) -> None:
         # the first event captures its item id, if it has one; the next ones must repeat it
@@ -120,8 +120,6 @@ class _Template:
             const = re.escape(const)
             first += (const, b"(?P<iid>" + hole + b")" if hole is _IID else hole)
             more += (const, b"(?P=iid)" if hole is _IID else hole)
-        self._shape = (consts, holes)
-        self._one: Any = None
         end = re.escape(consts[-1]) + b"\n\n"
         # the longest run of whole events (of one item)
         self.run = re.compile(b"".join(first) + end + b"(?:" + b"".join(more) + end + b")*+").match
@@ -130,20 +128,6 @@ class _Template:
         self.texts = re.compile(re.escape(text_lead) + b"(" + _TEXT + b")").findall
         self.key = max(consts, key=len)  # the longest constant: what finds the next candidate
         self.iid = _IID in holes
-
-    @property
-    def one(self) -> Any:
-        """The ``fullmatch`` of one block (no blank line after it) made on the template: its
-        item id (group ``iid``) and its text's JSON (group ``text``); compiled when first
-        asked (``ArgumentEvents``)."""
-        if self._one is None:
-            consts, holes = self._shape
-            parts: list[bytes] = []
-            for const, hole in zip(consts, holes, strict=False):
-                group = b"iid" if hole is _IID else b"text" if hole is _TEXT else b""
-                parts += (re.escape(const), b"(?P<" + group + b">" + hole + b")" if group else hole)
-            self._one = re.compile(b"".join(parts) + re.escape(consts[-1])).fullmatch
-        return self._one
 
 
 # (constants, holes) → what reads them
@@ -253,48 +237,3 @@ class TextRuns:
                 return start
             j = data.find(key, j + 1)
         return -1
-
-
-class ArgumentEvents:
-    """A Responses upstream's argument deltas read off their blocks one at a time, against the
-    stream's own template (the runs' ``_template``, learnt from the first delta the decoder's
-    ``args`` took): a block made on it is the same event with another text, item id and
-    values nobody reads, so it is what ``args`` took but for those.  ``read(block)`` gives
-    the item id and the text (``None``: not made on it, or not valid UTF-8 where the parser
-    would read it otherwise: the full path); ``key`` is the template's ``call_id`` (None when
-    it has none), which the decoder's ``args_item`` looks the call up by, with the item id,
-    as ``args`` does.  Unlike a text delta's, an argument delta's full path costs more than
-    a template's match, so one event is worth reading this way (a token-rate stream's too)."""
-
-    __slots__ = ("armed", "key", "_read", "_learnt")
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.key: str | None = None
-        self._read: Any = None
-        self._learnt = 0
-
-    def learn(self, block: bytes, obj: dict[str, Any], text: str) -> None:
-        """An argument delta the full path read off its block (the decoder's ``args`` gave
-        ``text``): its template becomes the stream's, when one can be made of it."""
-        if self.armed or self._learnt >= _LEARN:
-            return
-        self._learnt += 1
-        tpl = _template("responses", block, text, obj.get("item_id", ""))
-        if tpl is not None:
-            self._read = tpl.one
-            cid = obj.get("call_id")
-            self.key = cid if cid.__class__ is str else None
-            self.armed = True
-
-    def read(self, block: bytes) -> tuple[str, str] | None:
-        m = self._read(block)
-        if m is None:
-            return None
-        if not block.isascii():
-            try:
-                block.decode()
-            except UnicodeDecodeError:
-                return None
-        # (the text's hole holds only a string as orjson writes it: it reads back as one)
-        return m.group("iid").decode(), orjson.loads(m.group("text"))

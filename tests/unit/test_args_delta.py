@@ -1,6 +1,5 @@
 """A tool call's plain argument deltas (the decoders' ``args``, a Chat upstream's read off
-their bytes by the Bridge's ``alane`` and a Responses upstream's by its ``aevents``, the
-tool stage's ``plain_call``, then the encoder's
+their bytes by the Bridge's ``alane``, the tool stage's ``plain_call``, then the encoder's
 ``args_delta``) give the client the very bytes, terminal
 and repairs that the decoder's ``feed`` and the encoder's ``feed`` give, whatever the chunks
 and events hold and wherever the reads cut them: from a Chat upstream and a Responses one,
@@ -95,7 +94,7 @@ def _run(
         ctx = Ctx(quirks=quirks, upstream_model="m", public_model="pub")
         _, b = open_bridge(_body(client, tools), client, upstream, ctx)
         if not fast:
-            b.alane = b.aevents = None
+            b.alane = None
         if ws and client == "responses":
             b.framing = WSFraming()
         out = [b.receive_data(piece) for piece in pieces(wire, cuts)]
@@ -306,8 +305,6 @@ def _resp_wire(steps: list[tuple], ending: str) -> bytes:
                 ev["call_id"] = "call_a" if cid == "own" else cid
             if d is not None:
                 ev["delta"] = d
-            if k >= 1:  # OpenAI's, a value of its own each event
-                ev["obfuscation"] = "xyz"[: len(events) % 4]
             events.append(ev)
         elif kind == "done":
             k, custom, final = rest
@@ -321,8 +318,6 @@ def _resp_wire(steps: list[tuple], ending: str) -> bytes:
             )
     if ending != "cut":
         events.append({"type": f"response.{ending}", "response": dict(resp, status=ending)})
-    for n, e in enumerate(events):
-        e["sequence_number"] = n
     return b"".join(b"event: " + str(e["type"]).encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events)
 
 
@@ -566,77 +561,3 @@ def test_the_lane_learns_only_the_key_the_decoder_reads():
         lane = ChatTextLane("arguments")
         lane.learn(data, "a/b")
         assert not lane.armed, other
-
-
-def test_a_responses_upstreams_deltas_after_the_first_are_read_off_their_blocks():
-    """The first argument delta the decoder's ``args`` takes teaches the argument events their
-    template; the next ones, their sequence numbers and OpenAI's obfuscation other values,
-    are read off their blocks (``args`` is not asked again), of either call; a delta that
-    carries a call id the template has not is parsed."""
-    steps = [
-        ("added", 1, False, "shell", "call_a", False),
-        *[("delta", 1, False, "own", None, a, True) for a in ('{"c":', '"l\\"s', "é東", '"}')],
-        ("delta", 1, False, "own", "own", "x", True),
-        ("item_done", 1, False, "shell"),
-        ("added", 2, False, "shell", "call_b", False),
-        *[("delta", 2, False, "own", None, a, True) for a in ("{", "}")],
-    ]
-    wire = _resp_wire(steps, "completed")
-    with spied(ResponsesStreamDecoder, "args") as parsed:
-        fast = _run(wire, [], True, "responses", "responses", ws=False, tools="none", quirks=frozenset())
-    assert fast == _run(wire, [], False, "responses", "responses", ws=False, tools="none", quirks=frozenset())
-    assert [r.arguments for _, r in parsed if r is not None] == ['{"c":', "x"]
-    assert orjson.dumps('{"c":"l\\"sé東"}x') in fast[0]
-
-
-def test_argument_events_read_only_blocks_made_on_the_template():
-    from transformers.text_runs import ArgumentEvents
-
-    ev = {"type": "response.function_call_arguments.delta", "sequence_number": 7, "item_id": "fc_1"}
-    ev |= {"output_index": 1, "delta": '{"a"', "obfuscation": "qq"}
-    block = b"event: " + ev["type"].encode() + b"\ndata: " + orjson.dumps(ev)
-    a = ArgumentEvents()
-    a.learn(block, ev, '{"a"')
-    assert a.armed and a.key is None
-    other = block.replace(b'"fc_1"', b'"fc_22"').replace(b":7,", b":123,").replace(b'"qq"', b'"r"')
-    assert a.read(other.replace(b'{\\"a\\"', b"x\\n")) == ("fc_22", "x\n")
-    assert a.read(other.replace(b'{\\"a\\"', b"")) is None  # an empty delta: the full path
-    assert a.read(other.replace(b'"r"', b'"\xff"')) is None  # not UTF-8: as the parser reads it
-    assert a.read(other.replace(b'"item_id"', b'"item"')) is None
-    assert a.read(other + b"\n") is None
-    with_id = ArgumentEvents()
-    with_id.learn(block.replace(b'"item_id"', b'"call_id":"call_a","item_id"'), {**ev, "call_id": "call_a"}, '{"a"')
-    assert with_id.armed and with_id.key == "call_a"
-    spaced = ArgumentEvents()
-    for _ in range(10):
-        spaced.learn(block.replace(b'"delta":', b'"delta": '), ev, "x")  # the text not where it is said to be
-    assert not spaced.armed
-
-
-def test_a_responses_delta_after_its_call_ended_or_naming_another_call():
-    """Read off its block, as parsed: a delta after its call's ``output_item.done`` adds
-    nothing; a delta whose item id is one call's and whose call id (the template's) is
-    another's goes to the call of that call id (``_find``: the call id first)."""
-    ended = [
-        ("added", 1, False, "shell", "call_a", False),
-        *[("delta", 1, False, "own", None, a, True) for a in ("{", "}")],
-        ("item_done", 1, False, "shell"),
-        ("delta", 1, False, "own", None, "late", True),
-    ]
-    crossed = [
-        ("added", 1, False, "shell", "call_a", False),
-        ("added", 2, False, "shell", "call_b", False),
-        *[("delta", k, False, "own", "own", a, True) for k, a in ((1, "a"), (1, "b"), (2, "c"), (2, "d"))],
-    ]
-    for steps in (ended, crossed):
-        wire = _resp_wire(steps, "completed")
-        for client in ("responses", "chat"):
-            kw = {"ws": False, "tools": "none", "quirks": frozenset()}
-            with spied(responses_encode.ResponsesStreamEncoder, "args_delta") as got:
-                fast = _run(wire, [], True, client, "responses", **kw)
-            assert fast == _run(wire, [], False, client, "responses", **kw), (steps is ended, client)
-            if client == "responses" and steps is ended:
-                assert b"late" not in fast[0] and [ev.arguments for ev, _ in got] == ["{", "}"]
-            if client == "responses" and steps is crossed:
-                assert [ev.arguments for ev, _ in got] == ["a", "b", "c", "d"]
-                assert orjson.dumps("abcd") in fast[0]
