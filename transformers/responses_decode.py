@@ -306,7 +306,12 @@ class ResponsesStreamDecoder:
         if iid.__class__ is not str or not iid or d.__class__ is not str or not d:
             return None
         cid = event.get("call_id")
-        if cid is not None and cid.__class__ is not str:
+        if cid is None:  # the commonest: a delta of a call the stream has, by its item id (_find)
+            c = self._by_item.get(iid)
+            if c is not None and not c.ended:  # (announced: every call the stream has is)
+                c.acc.append(d)
+                return ToolCall(c.index, d, c.call_id, c.name, c.namespace, c.custom, c.item_id)
+        elif cid.__class__ is not str:
             return None
         got = self._args_delta(event, custom)
         return got[0] if got else None  # type: ignore[return-value]

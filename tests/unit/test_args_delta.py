@@ -274,8 +274,11 @@ _resp_step = st.one_of(
         st.sampled_from(["call_a", None]),
         st.booleans(),
     ),
-    st.tuples(st.just("done"), st.integers(0, 2), st.booleans(), _args),
+    # the done events: a text of their own, or (as upstreams send them) the call's whole text
+    # streamed so far, or that and a suffix the deltas missed
+    st.tuples(st.just("done"), st.integers(0, 2), st.booleans(), st.one_of(_args, st.sampled_from(["=all", "=all+"]))),
     st.tuples(st.just("item_done"), st.integers(0, 2), st.booleans(), st.sampled_from(["shell", None])),
+    st.tuples(st.just("item_done_all"), st.integers(0, 2), st.booleans(), st.sampled_from(["shell", None])),
     st.tuples(st.just("text"), _args),
 )
 
@@ -283,6 +286,7 @@ _resp_step = st.one_of(
 def _resp_wire(steps: list[tuple], ending: str) -> bytes:
     resp = {"id": "resp_up", "object": "response", "created_at": 7, "model": "m", "status": "in_progress", "output": []}
     events: list[dict] = [{"type": "response.created", "response": resp}]
+    streamed: dict[tuple, list[str]] = {}  # (k, custom) → the text of its own item's deltas
     for step in steps:
         kind, *rest = step
         if kind == "text":
@@ -305,17 +309,22 @@ def _resp_wire(steps: list[tuple], ending: str) -> bytes:
                 ev["call_id"] = "call_a" if cid == "own" else cid
             if d is not None:
                 ev["delta"] = d
+            if iid == "own" and d.__class__ is str:
+                streamed.setdefault((k, custom), []).append(d)
             events.append(ev)
         elif kind == "done":
             k, custom, final = rest
+            if final in ("=all", "=all+"):
+                final = "".join(streamed.get((k, custom), [])) + ("}" if final == "=all+" else "")
             key = "input" if custom else "arguments"
             t = "response.custom_tool_call_input.done" if custom else "response.function_call_arguments.done"
             events.append({"type": t, "item_id": f"{'ctc' if custom else 'fc'}_{k}", "output_index": k, key: final})
         else:
             k, custom, name = rest
-            events.append(
-                {"type": "response.output_item.done", "output_index": k, "item": _item(k, custom, name, None, False)}
-            )
+            item = _item(k, custom, name, None, False)
+            if kind == "item_done_all":
+                item["input" if custom else "arguments"] = "".join(streamed.get((k, custom), []))
+            events.append({"type": "response.output_item.done", "output_index": k, "item": item})
     if ending != "cut":
         events.append({"type": f"response.{ending}", "response": dict(resp, status=ending)})
     return b"".join(b"event: " + str(e["type"]).encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events)
@@ -561,3 +570,24 @@ def test_the_lane_learns_only_the_key_the_decoder_reads():
         lane = ChatTextLane("arguments")
         lane.learn(data, "a/b")
         assert not lane.armed, other
+
+
+def test_the_done_events_see_every_delta_the_short_path_took():
+    """An upstream's done events carry the call's whole text (the deltas' own, or with a
+    suffix they missed): the decoder compares it with every delta it gave, the short path's
+    too, so nothing is repeated and a missed suffix is streamed once (``done_args_suffix``)."""
+    for final, repairs in (("=all", []), ("=all+", ["done_args_suffix"])):
+        steps = [
+            ("added", 1, False, "shell", "call_a", False),
+            *[("delta", 1, False, "own", None, a, True) for a in ('{"a"', ":1")],
+            ("done", 1, False, final),
+            ("item_done", 1, False, "shell"),
+        ]
+        wire = _resp_wire(steps, "completed")
+        for client in ("responses", "chat"):
+            kw = {"ws": False, "tools": "none", "quirks": frozenset()}
+            with spied(ResponsesStreamDecoder, "args") as parsed:
+                fast = _run(wire, [], True, client, "responses", **kw)
+            assert fast == _run(wire, [], False, client, "responses", **kw)
+            assert [r.arguments for _, r in parsed if r is not None] == ['{"a"', ":1"]
+            assert fast[2] == repairs
