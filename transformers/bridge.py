@@ -23,10 +23,11 @@ go through the parser (a differential test holds the two to the same bytes at ev
 argument chunks, once the stream's own template of each is learnt
 (``transformers/chat_text_lane.py``: ``lane``, ``rlane`` and ``alane``); and a Responses
 upstream's runs of text deltas go to the decoder and the encoder a run at a time
-(``transformers/text_runs.py``), in a read long enough for a run to pay (``_RUN_READ``).  A plain text, reasoning or argument delta (``decoder.text``,
-``decoder.reasoning``, ``decoder.args``) goes straight to the encoder's own writer
-(``text_delta``, ``reasoning_delta``, ``args_delta``: the event's bytes from a format made
-once per part or call) when the stages would hand it on as it is.
+(``transformers/text_runs.py``), in a read long enough for a run to pay (``_RUN_READ``).
+A plain text, reasoning or argument delta (``decoder.text``, ``decoder.reasoning``,
+``decoder.args``) goes straight to the encoder's own writer (``text_delta``,
+``reasoning_delta``, ``args_delta``: the event's bytes from a format made once per part or
+call) when the stages would hand it on as it is.
 
 =====================  ==================================================================
 call                   returns
