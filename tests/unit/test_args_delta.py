@@ -1,10 +1,11 @@
 """A tool call's plain argument deltas (the decoders' ``args``, a Chat upstream's read off
 their bytes by the Bridge's ``alane``, the tool stage's ``plain_call``, then the encoder's
-``args_delta``) give the client the very bytes, terminal
-and repairs that the decoder's ``feed`` and the encoder's ``feed`` give, whatever the chunks
-and events hold and wherever the reads cut them: from a Chat upstream and a Responses one,
-to either client, SSE or WebSocket framing, with the tool stage's call kinds (plain, custom,
-the ``apply_patch`` wrap, namespaced) and its held invalid calls."""
+``args_delta``) give the client the very bytes, terminal and repairs that the decoder's
+``feed`` and the encoder's ``feed`` give, whatever the chunks and events hold and wherever
+the reads cut them: from a Chat upstream and a Responses one, to either client, SSE or
+WebSocket framing, with the tool stage's call kinds (plain, custom, the ``apply_patch``
+wrap, namespaced), its held invalid calls, and an upstream's done events checked against
+every delta given."""
 
 from __future__ import annotations
 
