@@ -885,37 +885,17 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         "",
         "×",
     )
-    for name, what in (("think-chatv-c1", "chat"), ("think-resp2chatv-c1", "resp2chat"), ("think-resp-c1", "resp")):
-        _, p = pair(name)
-        layout = "" if what == "resp" else ", vLLM's chunk layout"
-        add(
-            f"reasoning model's stream (half reasoning), c=1: events/s ({what}{layout})",
-            name,
-            _get(p, "events_s"),
-            None,
-            "",
-            "events/s",
-        )
-        add(
-            f"reasoning model's stream (half reasoning), c=1: events/s vs direct ({what})",
-            name,
-            ratio(name, "events_s"),
-            None,
-            "",
-            "×",
-        )
-    for name, what in (("args-chatv-c1", "chat"), ("args-resp2chatv-c1", "resp2chat"), ("args-resp-c1", "resp")):
-        _, p = pair(name)
-        layout = "" if what == "resp" else ", vLLM's chunk layout"
-        add(
-            f"long tool call stream (182 argument deltas), c=1: events/s ({what}{layout})",
-            name,
-            _get(p, "events_s"),
-            None,
-            "",
-            "events/s",
-        )
-        add(f"long tool call stream, c=1: events/s vs direct ({what})", name, ratio(name, "events_s"), None, "", "×")
+    # the reasoning models' and the long tool calls' streams: events/s, and the ratio to direct
+    for kind, title, short in (
+        ("think", "reasoning model's stream (half reasoning)", "reasoning model's stream (half reasoning)"),
+        ("args", "long tool call stream (182 argument deltas)", "long tool call stream"),
+    ):
+        for what, tag in (("chat", "chatv"), ("resp2chat", "resp2chatv"), ("resp", "resp")):
+            name = f"{kind}-{tag}-c1"
+            _, p = pair(name)
+            layout = "" if what == "resp" else ", vLLM's chunk layout"
+            add(f"{title}, c=1: events/s ({what}{layout})", name, _get(p, "events_s"), None, "", "events/s")
+            add(f"{short}, c=1: events/s vs direct ({what})", name, ratio(name, "events_s"), None, "", "×")
     for tag, lim, what in (
         ("chat", 50000, "same-protocol"),
         ("resp", 50000, "same-protocol"),
