@@ -49,7 +49,9 @@ call                   returns
 
 Non-streaming answers go through the very same machines: the upstream's object is replayed
 as the one-event stream it stands for (``decode_chat_completion`` / ``decode_response``),
-and the client's object is what the encoder's stream adds up to.
+and the client's object is what the encoder's stream adds up to.  A Chat upstream's plain
+answer to a Chat client is written straight from the upstream's object, as the machines
+would write it (``transformers/chat_whole.py``).
 
 Guard (an upstream is untrusted): an exception raised while an upstream event goes through
 the pieces never escapes.  It becomes the protocol's failure terminal with code
@@ -74,6 +76,7 @@ from transformers import compaction, sse
 from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
 from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.chat_text_lane import ChatTextLane
+from transformers.chat_whole import plain_completion
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Reasoning, Text, ToolCall
@@ -471,9 +474,17 @@ class Bridge:
 
     def complete(self, obj: dict[str, Any]) -> tuple[int, bytes]:
         """The client's answer object for the upstream's answer object, through the same
-        machines; raises ``AnswerError`` when the answer failed."""
+        machines (a Chat upstream's plain answer to a Chat client as they would write it:
+        ``transformers/chat_whole.py``); raises ``AnswerError`` when the answer failed."""
         ctx = self.ctx
         try:
+            if self._chat and self.stage is None and self.direction.upstream == "chat" and not ctx.on("inline_think"):
+                result = plain_completion(obj, ctx)  # (transformers/chat_whole.py), else the machines
+                if result is not None:
+                    out = orjson.dumps(result)  # (it may refuse an integer: the guard below)
+                    self.terminal = _chat_status(result)
+                    self._result = result
+                    return 200, out
             events = self._decode_object(obj)
             if self.stage is not None:
                 staged: list[Event] = []

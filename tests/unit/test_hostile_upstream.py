@@ -1034,6 +1034,7 @@ def test_non_stream_guard_any_exception_is_a_502(monkeypatch: pytest.MonkeyPatch
     import transformers.bridge as bridge
 
     monkeypatch.setattr(bridge, "decode_chat_completion" if upstream == "chat" else "decode_response", boom)
+    monkeypatch.setattr(bridge, "plain_completion", boom)  # a Chat upstream's plain answer to a Chat client
     p = prepared(client, upstream)
     with pytest.raises(ProxyError) as ei:
         full_response(p, body_of(chat_obj() if upstream == "chat" else resp_obj()))
