@@ -393,8 +393,10 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
         return _json(200, body)
 
     @app.get("/v1/models/{model_id:path}")
-    async def model(model_id: str, request: Request) -> Response:
+    async def model(request: Request) -> Response:
+        # the id read off the path, not declared (as in app/stored.py's routes)
         svc.authorize(request.headers)
+        model_id: str = request.path_params["model_id"]
         r = router.routes.get(model_id)
         if r is None:
             raise ProxyError(404, f"The model '{model_id[:200]}' does not exist", code="model_not_found", param="model")
