@@ -7,6 +7,7 @@ import gc
 import importlib
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -123,8 +124,6 @@ def test_the_built_app_leaves_pydantic_v1_unimported() -> None:
     # A route parameter declared in a handler's signature makes FastAPI import pydantic.v1 to
     # check its type (1.4 MB of every idle worker): the handlers read their ids off the path.
     # A fresh interpreter, since this one may have imported it for a test.
-    import subprocess
-
     code = "import sys, app.asgi; print(sorted(m for m in sys.modules if m.startswith('pydantic.v1')))"
     env = {**os.environ, "SWITCHBOARD_CONFIG": str(EXAMPLE), "SWITCHBOARD_LOG_LEVEL": "error"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
