@@ -87,7 +87,8 @@ def _install(out: str) -> None:
     rows: dict[int, dict[str, float]] = {}  # client port → the stamps of its current request
     done: list[dict[str, float]] = []
     port: contextvars.ContextVar[int] = contextvars.ContextVar("port")
-    streams: dict[int, int] = {}  # id(upstream stream) → the client port it is answering
+    streams: dict[int, int] = {}  # id(upstream stream) → the client port it last answered
+    current: dict[int, int] = {}  # client port → id(the upstream stream of its current request)
 
     data_received = server.HttpToolsProtocol.data_received
 
@@ -112,13 +113,16 @@ def _install(out: str) -> None:
         if key is not None and key in rows:
             rows[key].setdefault("up", clock())
             streams[id(self)] = key
+            current[key] = id(self)
         uncork(self)
 
     upstream_in = netio.LoopStream.data_received
 
     def answer_in(self: Any, data: bytes) -> None:
-        row = rows.get(streams.get(id(self), -1))
-        if row is not None and "up" in row:
+        key = streams.get(id(self), -1)
+        row = rows.get(key)
+        # (a connection that answered this client before, now idle or another's, is not its)
+        if row is not None and "up" in row and current.get(key) == id(self):
             now = clock()
             row.setdefault("head in", now)
             if "text in" not in row and TEXT.search(data):
