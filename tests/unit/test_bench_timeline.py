@@ -25,10 +25,12 @@ def test_every_stream_of_every_round_has_its_stamps_in_order(case: str, keep: bo
             assert {r["port"] for r in rnd} == {r["port"] for r in result[0]}
         assert [r["read"] for r in rnd] == sorted(r["read"] for r in rnd)  # in order of arrival
         for r in rnd:
-            # one clock for both processes: each stamp after the one before it
-            assert [r[s] for s in STAMPS] == sorted(r[s] for s in STAMPS), r
-            # the first text comes on the upstream's schedule (5 ms a step), after the head
-            assert r["text in"] - r["head in"] > 0.002
+            # one clock for both processes: each stamp after the one before it on the request's
+            # way, and on the answer's (the head and the first text may come in one read when
+            # the proxy was kept off its core for a whole 5 ms step)
+            assert set(STAMPS) <= r.keys()
+            for way in (("sent", "read", "up", "head in", "head out"), ("head in", "text in", "text out", "got")):
+                assert [r[s] for s in way] == sorted(r[s] for s in way), r
     table = report(result).splitlines()
     assert table[0].count("stream ") == 3
     titles = [line.split(" | ")[0].strip("| ") for line in table[2:]]
