@@ -157,11 +157,12 @@ async def _rounds(
 ) -> list[dict[str, float]]:
     """The client's stamps of every stream of every round (``sent``, ``got``, its port and
     round); ``keep``: the same connections for every round."""
+    from bench.instructions import _request
+
     body = json.dumps({"model": model, "stream": True, "store": False, "input": "hi"}).encode()
     if path.endswith("/chat/completions"):
         body = json.dumps({"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-    req = head.encode() + b"content-length: %d\r\n\r\n" % len(body) + body
+    req = _request(path, body)
     out: list[dict[str, float]] = []
 
     async def read(r: asyncio.StreamReader, row: dict[str, float]) -> None:
