@@ -68,8 +68,11 @@ import asyncio
 import re
 import signal
 import sys
+import time
 
 import orjson
+
+from bench.clock import Deadlines
 
 try:  # pragma: no cover - both are in the project's dependencies
     import httptools
@@ -718,28 +721,29 @@ class FakeUpstream(asyncio.Protocol):
         if a.delay <= 0:
             t.write(a.whole)
             return
-        self.busy = asyncio.get_running_loop().create_task(self._paced(a))
+        self.busy = asyncio.get_running_loop().create_task(self._paced(a, time.monotonic_ns()))
 
-    async def _paced(self, a: _Answer) -> None:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
+    async def _paced(self, a: _Answer, t0: int) -> None:
+        """Write ``a``'s steps on their schedule from ``t0`` (``time.monotonic_ns()`` when the
+        request was read), to the microsecond (``bench/clock.py``)."""
+        clock = Deadlines(asyncio.get_running_loop())
+        step_ns = round(a.delay * 1e9)
         try:
             if a.steps is None:  # JSON answer after the whole stream's worth of time
-                await asyncio.sleep(a.delay * 2)
+                await clock.until(t0 + 2 * step_ns)
                 if self.transport is not None:
                     self.transport.write(a.whole)
             else:
+                due = t0
                 for i, step in enumerate(a.steps):
-                    if i and a.relative:
-                        await asyncio.sleep(a.delay)
-                    elif i:
-                        wait = t0 + i * a.delay - loop.time()
-                        if wait > 0:
-                            await asyncio.sleep(wait)
+                    if i:
+                        due = (time.monotonic_ns() if a.relative else due) + step_ns
+                        await clock.until(due)
                     if self.transport is None:
                         return
                     self.transport.write(step)
         finally:
+            clock.close()
             self.busy = None
         if self.pending and self.transport is not None:
             self._handle(*self.pending.pop(0))
