@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import signal
 import sys
@@ -590,6 +591,13 @@ class _Answer:
 
 _CACHE: dict[tuple[str, str, bool], _Answer] = {}
 
+# ``python -m bench.timeline``'s stamps of this side, when BENCH_UPSTREAM_STAMPS names a
+# file: per paced answer, the proxy's port (this side's peer), when the request was read
+# and when step 1 (the first text, for the timeline's models) was written, on the clock of
+# ``time.monotonic`` (``time.perf_counter``'s on Linux); written to the file at exit
+STAMPS_ENV = "BENCH_UPSTREAM_STAMPS"
+_STAMPS: list[dict[str, float]] | None = [] if os.environ.get(STAMPS_ENV) else None
+
 
 def _build(kind: str, model: str, stream: bool) -> _Answer:
     n, delay = parse_model(model)
@@ -723,11 +731,17 @@ class FakeUpstream(asyncio.Protocol):
         if a.delay <= 0:
             t.write(a.whole)
             return
-        self.busy = asyncio.get_running_loop().create_task(self._paced(a, time.monotonic_ns()))
+        t0 = time.monotonic_ns()
+        stamp = None
+        if _STAMPS is not None:
+            stamp = {"peer": t.get_extra_info("peername")[1], "upstream read": t0 / 1e9}
+            _STAMPS.append(stamp)
+        self.busy = asyncio.get_running_loop().create_task(self._paced(a, t0, stamp))
 
-    async def _paced(self, a: _Answer, t0: int) -> None:
+    async def _paced(self, a: _Answer, t0: int, stamp: dict[str, float] | None = None) -> None:
         """Write ``a``'s steps on their schedule from ``t0`` (``time.monotonic_ns()`` when the
-        request was read), to the microsecond (``bench/clock.py``)."""
+        request was read), to the microsecond (``bench/clock.py``); ``stamp``: where step 1's
+        write time goes (``_STAMPS``)."""
         clock = Deadlines(asyncio.get_running_loop())
         step_ns = round(a.delay * 1e9)
         try:
@@ -744,6 +758,8 @@ class FakeUpstream(asyncio.Protocol):
                     if self.transport is None:
                         return
                     self.transport.write(step)
+                    if i == 1 and stamp is not None:
+                        stamp["upstream text"] = time.monotonic()
         finally:
             clock.close()
             self.busy = None
@@ -768,6 +784,9 @@ async def _main(host: str, port: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     server.close()
+    if _STAMPS is not None:
+        with open(os.environ[STAMPS_ENV], "w") as f:
+            f.writelines(orjson.dumps(r).decode() + "\n" for r in _STAMPS)
 
 
 def main(argv: list[str] | None = None) -> None:

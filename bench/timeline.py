@@ -4,12 +4,13 @@
                              [--idle S] [--keep] [--machine]
 
 Starts the fake upstream and ``switchboard serve`` as ``bench.timeline --serve`` (the
-proxy's own CLI in a process that first wraps six places with a time stamp), pinned as
-``bench/run`` pins them, then runs N rounds of the paced scenarios' shape: K streams on
-new connections opened after S seconds of idleness (as the load generator runs a
-measurement; ``--keep``: the same kept-alive connections every round), their requests
-written one after the other, each read to its end.  ``perf_counter`` is the system's
-monotonic clock, so the client's stamps and the proxy's are on one time line.  Per
+proxy's own CLI in a process that first wraps six places with a time stamp), the fake
+upstream with its own two (``BENCH_UPSTREAM_STAMPS``), pinned as ``bench/run`` pins them,
+then runs N rounds of the paced scenarios' shape: K streams on new connections opened after
+S seconds of idleness (as the load generator runs a measurement; ``--keep``: the same
+kept-alive connections every round), their requests written one after the other, each read
+to its end.  ``perf_counter`` and ``monotonic`` are both the system's monotonic clock, so
+the client's stamps, the proxy's and the upstream's are on one time line.  Per
 stream, in its order of arrival at the proxy:
 
 =================  ===========================================================================
@@ -18,8 +19,10 @@ stamp              where
 sent               the client, before its request's write
 read               the proxy: the request's first bytes read (uvicorn's ``data_received``)
 up                 the proxy: the upstream request written (``LoopStream._uncork``)
+upstream read      the fake upstream: the request read (its paced steps' clock starts)
 head in            the proxy: the upstream answer's first bytes read
 head out           the proxy: the answer's head handed to the server
+upstream text      the fake upstream: its step 1, the first text, written
 text in            the proxy: the first upstream read that carries answer text
 text out           the proxy: the first answer text handed to the server
 got                the client: the first answer text read
@@ -27,8 +30,9 @@ got                the client: the first answer text read
 
 The report gives, per rank of arrival, the median over rounds of each step between two
 stamps (sent → read is the proxy's wake-up and any request ahead of it; read → up its
-request path behind the ones before it; text in → text out the first text's way back
-behind the other streams'), and ``--machine`` what idleness costs on this machine at all,
+request path behind the ones before it; up → upstream read and upstream text → text in
+the two crossings between the proxy's core and the upstream's, each with a process woken;
+text in → text out the first text's way back behind the other streams'), and ``--machine`` what idleness costs on this machine at all,
 without the proxy: a fixed piece of work (a loop of 300 steps; 64 pages of memory written)
 timed first after S seconds of sleep (at most 0.5) and then again at once, on the
 proxy's core.
@@ -54,13 +58,27 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-STAMPS = ("sent", "read", "up", "head in", "head out", "text in", "text out", "got")
+STAMPS = (
+    "sent",
+    "read",
+    "up",
+    "upstream read",
+    "head in",
+    "head out",
+    "upstream text",
+    "text in",
+    "text out",
+    "got",
+)
 # the steps of the report: (title, from stamp, to stamp)
 STEPS = (
     ("sent → read: the proxy woken, the requests ahead read", "sent", "read"),
     ("read → up: the request paths ahead and its own", "read", "up"),
+    ("up → upstream read: to the upstream, read there", "up", "upstream read"),
     ("up → head in: the upstream's answer head", "up", "head in"),
     ("head in → head out: the head's way back", "head in", "head out"),
+    ("upstream read → upstream text: its first step", "upstream read", "upstream text"),
+    ("upstream text → text in: to the proxy, woken", "upstream text", "text in"),
     ("text in → text out: the first text's way back", "text in", "text out"),
     ("text out → got: to the client", "text out", "got"),
     ("sent → got: the first text (TTFT)", "sent", "got"),
@@ -111,7 +129,9 @@ def _install(out: str) -> None:
     def up(self: Any) -> None:
         key = port.get(None)
         if key is not None and key in rows:
-            rows[key].setdefault("up", clock())
+            if "up" not in rows[key]:
+                rows[key]["up"] = clock()
+                rows[key]["up port"] = self._transport.get_extra_info("sockname")[1]
             streams[id(self)] = key
             current[key] = id(self)
         uncork(self)
@@ -203,23 +223,33 @@ def measure(
 ) -> list[list[dict[str, float]]]:
     """Each round's streams, in their order of arrival at the proxy, each with every stamp
     of ``STAMPS``."""
+    from bench.fake_upstream import STAMPS_ENV
     from bench.phases import serving
 
     path, model = CASES[case]
     work = Path(tempfile.mkdtemp(prefix="switchboard-timeline-"))
-    out = work / "timeline.jsonl"
-    with serving([proxy_python, "-m", "bench.timeline", "--serve", str(out)], work) as (proxy, port):
-        client = asyncio.run(_rounds(port, path, model, rounds, streams, idle, keep))
-        proxy.send_signal(signal.SIGINT)  # its stamps are written at exit
-        proxy.wait(30)
+    out, far = work / "timeline.jsonl", work / "upstream.jsonl"
+    os.environ[STAMPS_ENV] = str(far)  # the fake upstream's own stamps (bench/fake_upstream.py)
+    try:
+        with serving([proxy_python, "-m", "bench.timeline", "--serve", str(out)], work) as (proxy, port):
+            client = asyncio.run(_rounds(port, path, model, rounds, streams, idle, keep))
+            proxy.send_signal(signal.SIGINT)  # its stamps are written at exit
+            proxy.wait(30)
+    finally:  # the upstream's are written at its exit, when serving stops it
+        del os.environ[STAMPS_ENV]
     inside = [json.loads(line) for line in out.read_text().splitlines()]
+    upstream = [json.loads(line) for line in far.read_text().splitlines()]
     result: list[list[dict[str, float]]] = []
     for n in range(rounds):
         mine = [c for c in client if c["round"] == n]
         rows = []
         for c in mine:  # the proxy's requests on this port, the one read after this round's send
             theirs = [r for r in inside if r["port"] == c["port"] and r["read"] > c["sent"]]
-            rows.append({**c, **min(theirs, key=lambda r: r["read"])})
+            row = {**c, **min(theirs, key=lambda r: r["read"])}
+            # the upstream's request on the proxy's connection, the one read after it was written
+            there = [u for u in upstream if u["peer"] == row["up port"] and u["upstream read"] > row["up"]]
+            row.update(min(there, key=lambda u: u["upstream read"]))
+            rows.append(row)
         result.append(sorted(rows, key=lambda r: r["read"]))
     return result
 

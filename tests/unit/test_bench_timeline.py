@@ -28,9 +28,16 @@ def test_every_stream_of_every_round_has_its_stamps_in_order(case: str, keep: bo
             # one clock for both processes: each stamp after the one before it on the request's
             # way, and on the answer's (the head and the first text may come in one read when
             # the proxy was kept off its core for a whole 5 ms step)
+            # and the fake upstream's own: the request read there after the proxy wrote it, its
+            # first text written one 5 ms step after that at the earliest, before the proxy read it
             assert set(STAMPS) <= r.keys()
-            for way in (("sent", "read", "up", "head in", "head out"), ("head in", "text in", "text out", "got")):
+            for way in (
+                ("sent", "read", "up", "upstream read", "head in", "head out"),
+                ("upstream read", "upstream text", "text in", "text out", "got"),
+                ("head in", "text in"),
+            ):
                 assert [r[s] for s in way] == sorted(r[s] for s in way), r
+            assert r["upstream text"] - r["upstream read"] >= 0.005, r
     table = report(result).splitlines()
     assert table[0].count("stream ") == 3
     titles = [line.split(" | ")[0].strip("| ") for line in table[2:]]
