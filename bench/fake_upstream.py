@@ -55,10 +55,11 @@ N + 1      tool call (id+name, then 3 argument deltas),           text/part/item
 Step *i* is written at ``t0 + i × delay`` (an absolute schedule, so per-chunk overheads do
 not add up), ``t0`` being when the request was read, on a ``timerfd`` deadline to the
 microsecond (``bench/clock.py``: uvloop's own timers count milliseconds, and wrote a step
-up to 0.6 ms ahead of its time); with no delay the whole body is one ``write``.  Bodies are built once per
-(endpoint, model, stream) and cached, which is what keeps this process off the critical
-path: the proxy, not the fake, must be the bottleneck.  Streams use chunked transfer
-encoding (one HTTP chunk per step); JSON answers use Content-Length.
+up to 0.6 ms ahead of its time; a paced answer holds one ``timerfd`` while it lasts); with
+no delay the whole body is one ``write``.  Bodies are built once per (endpoint, model,
+stream) and cached, which is what keeps this process off the critical path: the proxy, not
+the fake, must be the bottleneck.  Streams use chunked transfer encoding (one HTTP chunk
+per step); JSON answers use Content-Length.
 
 Run: ``python -m bench.fake_upstream --port 0`` prints ``READY <port>`` when listening.
 """

@@ -32,10 +32,10 @@ The report gives, per rank of arrival, the median over rounds of each step betwe
 stamps (sent → read is the proxy's wake-up and any request ahead of it; read → up its
 request path behind the ones before it; up → upstream read and upstream text → text in
 the two crossings between the proxy's core and the upstream's, each with a process woken;
-text in → text out the first text's way back behind the other streams'), and ``--machine`` what idleness costs on this machine at all,
-without the proxy: a fixed piece of work (a loop of 300 steps; 64 pages of memory written)
-timed first after S seconds of sleep (at most 0.5) and then again at once, on the
-proxy's core.
+text in → text out the first text's way back behind the other streams'), and
+``--machine`` what idleness costs on this machine at all, without the proxy: a fixed piece
+of work (a loop of 300 steps; 64 pages of memory written) timed first after S seconds of
+sleep (at most 0.5) and then again at once, on the proxy's core.
 ``bench/README.md``, "What a paced stream's first text waits for", reads the figures.
 Loopback only; every child stopped by its pid.
 """
