@@ -189,6 +189,25 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
                 relay=floor == "byte relay",
             )
         )
+    # pace-resp2chat's streams one at a time (each client's streams in a row, the next sent
+    # when one ends): a paced stream's first text with no other request ahead of it on the
+    # proxy's core, the floor under the 4 streams' figure (bench/README.md, "One stream at a time")
+    out.append(
+        Scenario(
+            "pace1-resp2chat",
+            "bridged Responses→Chat, 206 steps × 5 ms (tail paced too), one stream at a time",
+            "rt",
+            "responses",
+            "chat",
+            True,
+            200,
+            5,
+            1,
+            None,
+            2 * rt_per,
+            pacing="pt",
+        )
+    )
     # the floor: the same requests through a forwarder that only forwards (bench/reference.py)
     out.append(
         Scenario(
@@ -940,6 +959,15 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         1.0,
         "<=",
         "ms",
+    )
+    add(
+        "one paced stream at a time, 206 steps × 5 ms: added TTFT p50",
+        "pace1-resp2chat",
+        added("pace1-resp2chat", "ttft_p50_ms"),
+        None,
+        "",
+        "ms",
+        "the floor under the 4 streams' figure",
     )
     for tag in ("chat", "resp", "resp2chat", "chat2resp"):
         add(

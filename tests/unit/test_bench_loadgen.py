@@ -358,6 +358,10 @@ def test_scenarios_cover_the_issue():
         ref = scs[f"ref-{name}"]
         assert ref.reference and ref.model == scs[name].model and ref.concurrency == scs[name].concurrency
     assert scs["pace-chat"].pacing == scs["pace-resp2chat"].pacing == "pt" and not scs["pace-chat"].reference
+    # the 4 paced streams' requests, one stream at a time, twice as many in a row as each of their clients sends
+    one, four = scs["pace1-resp2chat"], scs["pace-resp2chat"]
+    assert (one.model, one.client, one.concurrency) == (four.model, four.client, 1)
+    assert one.per_worker == 2 * four.per_worker and not (one.reference or one.relay)
 
 
 def _sample(sc, side, rnd, **kw):
@@ -390,6 +394,8 @@ def test_summary_and_targets():
         _sample("ref-ns-chat-c1", "switchboard", 0, proxy_cpu_ms_per_req=0.5),
         _sample("ref-pace-chat", "direct", 0, ttft_p50_ms=5.0),
         _sample("ref-pace-chat", "switchboard", 0, ttft_p50_ms=7.0),
+        _sample("pace1-resp2chat", "direct", 0, ttft_p50_ms=5.25),
+        _sample("pace1-resp2chat", "switchboard", 0, ttft_p50_ms=6.0),
     ]
     summ = {(x["scenario"], x["side"]): x for x in benchrun.summarize(samples)}
     s = summ[("ns-chat-c1", "switchboard")]["lat_p50_ms"]
@@ -401,6 +407,8 @@ def test_summary_and_targets():
     assert paced["value"] == pytest.approx(1035 / 1030) and paced["pass"] is True
     assert T["paced 4 streams, 206 steps × 5 ms: added TTFT p50"]["value"] == pytest.approx(1.5)
     assert T["paced 4 streams, 206 steps × 5 ms: added TTFT p50"]["pass"] is False
+    one = T["one paced stream at a time, 206 steps × 5 ms: added TTFT p50"]
+    assert one["value"] == pytest.approx(0.75) and one["pass"] is None  # reported beside the target
     wk = T["--workers 2 vs 1: req_s (ns-chat-c32)"]
     assert wk["value"] == pytest.approx(1.8) and wk["pass"] is None  # reported, no limit
     cores = T["--workers 2 vs 1: proxy cores busy (ns-chat-c32)"]
