@@ -734,6 +734,10 @@ async def measure(
         "problems": res.problems[:5],
         "error_samples": res.errors[:3],
     }
+    if s.pacing == "pt":  # the paced scenarios: each stream's TTFT, in the order the streams were sent
+        row["ttft_ms_in_send_order"] = [
+            None if r[2] is None else round(r[2] * 1000, 3) for r in sorted(recs, key=lambda r: r[0])
+        ]
     return row
 
 

@@ -259,6 +259,25 @@ async def test_run_load_streams(fake_port, proto, path):
     assert res.events == 12 * per_stream
 
 
+class _ThisProcess:
+    pid = os.getpid()  # the fake upstream runs in the test's process here
+
+
+@pytest.mark.parametrize("pacing", ["pt", ""])
+async def test_a_paced_sample_keeps_each_stream_s_ttft_in_send_order(fake_port, pacing):
+    sc = benchrun.Scenario("t", "t", "rt", "chat", "chat", True, 3, 2, 2, None, 2, pacing=pacing)
+    row = await benchrun.measure(sc, "direct", fake_port, None, _ThisProcess(), 0, fake_port)  # type: ignore[arg-type]
+    assert row["requests"] == 4 and row["errors"] == 0
+    if not pacing:
+        assert "ttft_ms_in_send_order" not in row
+        return
+    ttfts = row["ttft_ms_in_send_order"]
+    # every stream's, in ms: the first text waits for the fake upstream's first 2 ms step
+    assert len(ttfts) == 4 and all(2.0 <= t < 1000 for t in ttfts)
+    # kept to the microsecond; the p50 of four falls between the middle two
+    assert sorted(ttfts)[1] - 0.001 <= row["ttft_p50_ms"] <= sorted(ttfts)[2] + 0.001
+
+
 async def test_run_load_json_and_duration(fake_port):
     spec = LoadSpec(
         "127.0.0.1",
