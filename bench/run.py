@@ -1513,7 +1513,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.run", description="Switchboard vs direct, same run (loopback only)."
     )
-    ap.add_argument("--quick", action="store_true", help="2 rounds × 1 s per scenario (under 3 minutes)")
+    ap.add_argument("--quick", action="store_true", help="2 rounds × 1 s per scenario (about 3 minutes)")
     ap.add_argument("--rounds", type=int, help="rounds per scenario (default 2 quick, 5 full)")
     ap.add_argument("--duration", type=float, help="seconds per timed measurement (default 1 quick, 2 full)")
     ap.add_argument("--only", help="regex on scenario names, e.g. '^st-|^ns-chat-c1$'")
