@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -192,20 +192,14 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
     # pace-resp2chat's streams one at a time (each client's streams in a row, the next sent
     # when one ends): a paced stream's first text with no other request ahead of it on the
     # proxy's core, the floor under the 4 streams' figure (bench/README.md, "One stream at a time")
+    four = next(s for s in out if s.name == "pace-resp2chat")
     out.append(
-        Scenario(
-            "pace1-resp2chat",
-            "bridged Responses→Chat, 206 steps × 5 ms (tail paced too), one stream at a time",
-            "rt",
-            "responses",
-            "chat",
-            True,
-            200,
-            5,
-            1,
-            None,
-            2 * rt_per,
-            pacing="pt",
+        replace(
+            four,
+            name="pace1-resp2chat",
+            title=four.title.replace("4 streams", "one stream at a time"),
+            concurrency=1,
+            per_worker=2 * rt_per,
         )
     )
     # the floor: the same requests through a forwarder that only forwards (bench/reference.py)
