@@ -34,8 +34,16 @@ call                      does
                           or None when ``id`` or any earlier turn is gone (answering without
                           part of a conversation would be silently wrong)
 ``delete(id, owner)``     True when a record of this owner was deleted
+``items(ids, owner)``     item id → the stored item, for the ids of items this owner's
+                          records hold (``item_reference``); an id not found is absent
 ``ping()``                True when the backend answers (``/readyz``)
 ========================  =================================================================
+
+Every item id of a record (its input items and its output items) is indexed to the
+record's id by ``put``, with the record's TTL (renewed with it when a later turn renews
+its ancestors): an ``item_reference`` names an item, not a response, and one read of the
+index plus one read of the records answers any number of them.  The index holds ids
+only; the item itself is read from its record, under the record's owner check.
 
 Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
 raised as ``StoreUnavailable`` and counted in ``switchboard_store_errors_total{op}``; the
@@ -45,7 +53,8 @@ Records are never logged (they hold the conversation).
 
 The SQLite file is opened at the first operation that needs it (a proxy that never stores
 never creates it); expired rows are invisible at once and deleted every ``_PURGE_EVERY``
-puts.  Redis keys are ``key_prefix + id`` with the TTL on the key itself.
+puts.  Redis keys are ``key_prefix + id`` with the TTL on the key itself, and
+``key_prefix + "item:" + item_id`` for the item index.
 """
 
 from __future__ import annotations
@@ -57,14 +66,22 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from app.metrics import Metrics
 from providers.config import StoreCfg
 
-__all__ = ["Record", "RecordTooLarge", "Store", "StoreUnavailable", "open_store", "default_sqlite_path"]
+__all__ = [
+    "Record",
+    "RecordTooLarge",
+    "Store",
+    "StoredItem",
+    "StoreUnavailable",
+    "open_store",
+    "default_sqlite_path",
+]
 
 
 class StoreUnavailable(Exception):
@@ -87,12 +104,34 @@ class Record:
     ancestors: list[str] = field(default_factory=list)
     created_at: float = 0.0
 
+    def item_ids(self) -> list[str]:
+        """The ids of this record's items: its input items, then its output items."""
+        out: list[str] = []
+        for item in (*self.input, *(self.response.get("output") or ())):
+            if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]:
+                out.append(item["id"])
+        return out
+
+    def item(self, item_id: str) -> dict[str, Any] | None:
+        for item in (*self.input, *(self.response.get("output") or ())):
+            if isinstance(item, dict) and item.get("id") == item_id:
+                return item
+        return None
+
     def encode(self) -> bytes:
         return zlib.compress(orjson.dumps(asdict(self)), 6)
 
     @classmethod
     def decode(cls, blob: bytes) -> Record:
         return cls(**orjson.loads(zlib.decompress(blob)))
+
+
+class StoredItem(NamedTuple):
+    """An item of a stored record, with what a reference to it needs to know of the record."""
+
+    item: dict[str, Any]
+    provider: str  # the provider that answered the record's turn
+    remote: bool  # that upstream keeps the response (and so its items) too
 
 
 def default_sqlite_path() -> str:
@@ -136,7 +175,7 @@ class Store:
         if len(blob) > self.max_bytes:
             self.counters.inc("switchboard_store_errors_total", op="too_large")
             raise RecordTooLarge(f"record of {len(blob)} bytes compressed exceeds store.max_record_bytes")
-        await self._call("put", self._put(rec.id, blob, rec.ancestors))
+        await self._call("put", self._put(rec.id, blob, rec.ancestors, rec.item_ids()))
 
     async def get(self, rid: str, owner: str) -> Record | None:
         blobs = await self._call("get", self._get_many([rid]))
@@ -158,6 +197,25 @@ class Store:
         out.append(last)
         return out
 
+    async def items(self, ids: list[str], owner: str) -> dict[str, StoredItem]:
+        """The stored items named by ``ids`` that this owner's records hold (item_reference)."""
+        if not ids:
+            return {}
+        wanted = list(dict.fromkeys(ids))
+        rids = await self._call("items", self._item_rids(wanted))
+        found = sorted({r for r in rids if r is not None})
+        if not found:
+            return {}
+        blobs = await self._call("items", self._get_many(found))
+        records = {r: _owned(b, owner) for r, b in zip(found, blobs)}
+        out: dict[str, StoredItem] = {}
+        for item_id, rid in zip(wanted, rids):
+            rec = records.get(rid) if rid is not None else None
+            item = rec.item(item_id) if rec is not None else None
+            if rec is not None and item is not None:
+                out[item_id] = StoredItem(item, rec.provider, rec.remote)
+        return out
+
     async def delete(self, rid: str, owner: str) -> bool:
         if await self.get(rid, owner) is None:
             return False
@@ -173,10 +231,13 @@ class Store:
 
     # -- the backend ----------------------------------------------------------------------
 
-    async def _put(self, rid: str, blob: bytes, touch: list[str]) -> None:
+    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> None:
         raise NotImplementedError
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
+        raise NotImplementedError
+
+    async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         raise NotImplementedError
 
     async def _delete(self, rid: str) -> None:
@@ -226,26 +287,52 @@ class SQLiteStore(Store):
                     "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, expires_at REAL NOT NULL, data BLOB NOT NULL)"
                 )
                 await db.execute("CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)")
+                await db.execute(
+                    "CREATE TABLE IF NOT EXISTS items (id TEXT PRIMARY KEY, rid TEXT NOT NULL, expires_at REAL NOT NULL)"
+                )
+                await db.execute("CREATE INDEX IF NOT EXISTS items_rid ON items (rid)")
                 await db.commit()
                 self._db = db
         return self._db
 
-    async def _put(self, rid: str, blob: bytes, touch: list[str]) -> None:
+    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> None:
         db = await self._conn()
         now = time.time()
         expires = now + self.ttl
         await db.execute(
             "INSERT OR REPLACE INTO responses (id, expires_at, data) VALUES (?, ?, ?)", (rid, expires, blob)
         )
+        if item_ids:
+            await db.executemany(
+                "INSERT OR REPLACE INTO items (id, rid, expires_at) VALUES (?, ?, ?)",
+                [(i, rid, expires) for i in item_ids],
+            )
         for part in _chunks(touch, 500):
             marks = ",".join("?" * len(part))
             await db.execute(
                 f"UPDATE responses SET expires_at = ? WHERE id IN ({marks}) AND expires_at > ?", (expires, *part, now)
             )
+            await db.execute(
+                f"UPDATE items SET expires_at = ? WHERE rid IN ({marks}) AND expires_at > ?", (expires, *part, now)
+            )
         self._puts += 1
         if self._puts % _PURGE_EVERY == 0:
             await db.execute("DELETE FROM responses WHERE expires_at <= ?", (now,))
+            await db.execute("DELETE FROM items WHERE expires_at <= ?", (now,))
         await db.commit()
+
+    async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
+        db = await self._conn()
+        now = time.time()
+        found: dict[str, str] = {}
+        for part in _chunks(item_ids, 500):
+            marks = ",".join("?" * len(part))
+            async with db.execute(
+                f"SELECT id, rid FROM items WHERE id IN ({marks}) AND expires_at > ?", (*part, now)
+            ) as cur:
+                async for row in cur:
+                    found[row[0]] = row[1]
+        return [found.get(i) for i in item_ids]
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
         db = await self._conn()
@@ -263,6 +350,7 @@ class SQLiteStore(Store):
     async def _delete(self, rid: str) -> None:
         db = await self._conn()
         await db.execute("DELETE FROM responses WHERE id = ?", (rid,))
+        await db.execute("DELETE FROM items WHERE rid = ?", (rid,))
         await db.commit()
 
     async def _ping(self) -> None:
@@ -297,12 +385,27 @@ class RedisStore(Store):
             health_check_interval=30,
         )
 
-    async def _put(self, rid: str, blob: bytes, touch: list[str]) -> None:
+    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> None:
+        # the item index: one key per item id (→ the record's id), and the record's list of
+        # its item ids, so that renewing an ancestor renews its items without decoding it
+        lists: list[Any] = await self.redis.mget([self.prefix + "items:" + t for t in touch]) if touch else []
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(self.prefix + rid, blob, ex=self.ttl)
-            for t in touch:
+            if item_ids:
+                pipe.set(self.prefix + "items:" + rid, "\n".join(item_ids), ex=self.ttl)
+            for i in item_ids:
+                pipe.set(self.prefix + "item:" + i, rid, ex=self.ttl)
+            for t, listed in zip(touch, lists):
                 pipe.expire(self.prefix + t, self.ttl)
+                if isinstance(listed, bytes) and listed:
+                    pipe.expire(self.prefix + "items:" + t, self.ttl)
+                    for i in listed.decode().split("\n"):
+                        pipe.expire(self.prefix + "item:" + i, self.ttl)
             await pipe.execute()
+
+    async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
+        got = await self.redis.mget([self.prefix + "item:" + i for i in item_ids])
+        return [b.decode() if isinstance(b, bytes) else None for b in got]
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
         if len(ids) == 1:
@@ -312,7 +415,11 @@ class RedisStore(Store):
         return [b if isinstance(b, bytes) else None for b in got]
 
     async def _delete(self, rid: str) -> None:
-        await self.redis.delete(self.prefix + rid)
+        listed = await self.redis.get(self.prefix + "items:" + rid)
+        keys = [self.prefix + rid, self.prefix + "items:" + rid]
+        if isinstance(listed, bytes) and listed:
+            keys += [self.prefix + "item:" + i for i in listed.decode().split("\n")]
+        await self.redis.delete(*keys)
 
     async def _ping(self) -> None:
         await self.redis.ping()

@@ -87,6 +87,56 @@ async def test_ttl_expiry_and_renewal(store: Store):
     assert await store.get("resp_t2", "alice") is None
 
 
+def rec_items(rid: str, owner: str = "alice", ancestors: list[str] | None = None) -> Record:
+    r = rec(rid, owner, ancestors)
+    r.response["output"] = [
+        {"id": f"rs_{rid}", "type": "reasoning", "summary": []},
+        {"id": f"fc_{rid}", "type": "function_call", "call_id": f"call_{rid}", "name": "f", "arguments": "{}"},
+        {"type": "message", "role": "assistant", "content": []},  # no id: not indexed
+    ]
+    return r
+
+
+async def test_items_by_id_across_records_and_owners(store: Store):
+    await store.put(rec_items("resp_i1"))
+    await store.put(rec_items("resp_i2", ancestors=["resp_i1"]))
+    await store.put(rec_items("resp_b1", owner="bob"))
+    got = await store.items(
+        ["fc_resp_i1", "msg_resp_i2", "rs_resp_i2", "fc_resp_b1", "fc_unknown", "fc_resp_i1"], "alice"
+    )
+    assert {k: v.provider for k, v in got.items()} == dict.fromkeys(got, "p")
+    assert {k: v.item for k, v in got.items()} == {
+        "fc_resp_i1": {
+            "id": "fc_resp_i1",
+            "type": "function_call",
+            "call_id": "call_resp_i1",
+            "name": "f",
+            "arguments": "{}",
+        },
+        "msg_resp_i2": {"id": "msg_resp_i2", "type": "message", "role": "user", "content": "hi"},
+        "rs_resp_i2": {"id": "rs_resp_i2", "type": "reasoning", "summary": []},
+    }  # bob's item is not alice's; an unknown id is absent
+    assert await store.items([], "alice") == {}
+    assert set(await store.items(["fc_resp_b1"], "bob")) == {"fc_resp_b1"}
+    # a deleted record takes its items with it
+    assert await store.delete("resp_i1", "alice") is True
+    left = await store.items(["fc_resp_i1", "rs_resp_i2"], "alice")
+    assert {k: v.item for k, v in left.items()} == {
+        "rs_resp_i2": {"id": "rs_resp_i2", "type": "reasoning", "summary": []}
+    }
+
+
+async def test_items_expire_and_renew_with_their_record(store: Store):
+    store.ttl = 1
+    await store.put(rec_items("resp_e1"))
+    await asyncio.sleep(0.6)
+    await store.put(rec_items("resp_e2", ancestors=["resp_e1"]))  # renews resp_e1 and its items
+    await asyncio.sleep(0.6)
+    assert set(await store.items(["fc_resp_e1", "fc_resp_e2"], "alice")) == {"fc_resp_e1", "fc_resp_e2"}
+    await asyncio.sleep(1.2)
+    assert await store.items(["fc_resp_e1", "fc_resp_e2"], "alice") == {}
+
+
 async def test_size_cap_and_compression(store: Store):
     store.max_bytes = 2048
     big = rec("resp_big", text="x" * 100_000)  # compresses well below the cap
