@@ -23,6 +23,7 @@ profile            auth        protocols          quirks
 =================  ==========  =================  =============================================
 openai             Bearer      chat, responses    strip_reasoning_envelope, max_completion_tokens,
                                                   encrypted_content_retry, native_compaction,
+                                                  responses_native,
                                                   schema_no_root_combinators, schema_strict_mode
 azure              api-key     chat, responses    as openai; deployment URLs + api-version
 xai                Bearer      chat, responses    strip_reasoning_envelope
@@ -82,6 +83,7 @@ _RESPONSES = frozenset({"strip_reasoning_envelope"})
 _OPENAI = _RESPONSES | frozenset(
     {
         "native_compaction",
+        "responses_native",
         "max_completion_tokens",
         "encrypted_content_retry",
         "schema_no_root_combinators",

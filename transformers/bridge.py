@@ -72,7 +72,7 @@ from typing import Any
 
 import orjson
 
-from transformers import compaction, sse
+from transformers import compaction, items, sse
 from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
 from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.chat_text_lane import ChatTextLane
@@ -254,6 +254,8 @@ def open_bridge(
     # remote compaction (transformers/compaction.py): sealed items expanded, a trigger
     # turned into the summarisation request when the upstream does not compact natively
     sent = compaction.prepare(body, ctx, upstream) if client == "responses" else body
+    # every input item type by its row for this upstream (transformers/items.py)
+    sent = items.prepare(sent, ctx, upstream) if client == "responses" else sent
     out = d.translate(sent, ctx)
     out["stream"] = bool(body.get("stream"))
     echo: dict[str, Any] = {}

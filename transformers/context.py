@@ -46,6 +46,8 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
 ``system_at_head``         all system messages merged into one at the head
 ``native_compaction``      the upstream compacts natively (``compaction_trigger`` and its
                            ``compaction`` items pass through; transformers/compaction.py)
+``responses_native``       the upstream is OpenAI's own Responses API: every item and tool
+                           type passes (responses-lite, hosted calls; transformers/items.py)
 =========================  ===============================================================
 """
 
@@ -82,6 +84,7 @@ QUIRKS = frozenset(
         "developer_to_system",
         "system_at_head",
         "native_compaction",
+        "responses_native",
     }
 )
 
@@ -147,6 +150,9 @@ class Ctx:
     compaction: bool = False
     # proxy envelopes that did not open: (kind, status), for the app's metric and log
     envelope_rejected: list[tuple[str, str]] = field(default_factory=list)
+    # input items dropped as named repairs, ``input[i]:<type>`` (transformers/items.py): the
+    # app warns, names them in a header and never logs the turn ``completed``
+    dropped_items: list[str] = field(default_factory=list)
 
     def on(self, quirk: str) -> bool:
         return quirk in self.quirks

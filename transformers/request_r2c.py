@@ -45,8 +45,10 @@ consecutive ``function_call``/  ONE ``assistant{content:null,tool_calls:[…]}``
                                 parts, else the ``reasoning_text`` content, parts and
                                 consecutive items joined with ``"\\n\\n"``.  OpenAI
                                 ``encrypted_content`` is dropped.
-``item_reference``, hosted      dropped (``input_item_dropped``): a Chat upstream has no
-calls, unknown items            form for them
+any other item                  ``transformers/items.py`` handled it before (translated,
+                                resolved, dropped as a named repair or refused); one that
+                                still gets here is dropped (``input_item_dropped``) and
+                                named in ``ctx.dropped_items``
 ==============================  ==========================================================
 
 With ``reasoning_replay``, the request quirks' pass of that name then gives every
@@ -81,8 +83,10 @@ Tools:
 ``namespace``              each child flattened with ``flatten_name``; recorded in
                            ``ctx.tools.namespaces``
 anything else (hosted:     dropped, named in ``ctx.tools.dropped``
-``web_search``,            (``hosted_tool_dropped``); the app reports them to the client
-``image_generation``, …)
+``web_search``,            (``hosted_tool_dropped``); the app reports them to the client.
+``image_generation``, …)   When they are the request's only tools (and ``tool_choice`` is
+                           not ``none``) the request is refused, 400 ``tools[0]``: the model
+                           could not do what it was asked
 =========================  ================================================================
 
 A function, custom or namespace tool without a string name, or with a description that is
@@ -518,7 +522,8 @@ class _Transcript:
                 text = _reasoning_text(item, self.ctx)
                 if text:
                     self.pending.append(text)
-            else:
+            else:  # items.prepare handles every type first: only a direct call gets here
+                self.ctx.dropped_items.append(f"input[{i}]:{kind}")
                 self.ctx.repaired("input_item_dropped")
         self._flush()
         self._settle_pending()
@@ -615,6 +620,15 @@ def responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     out: dict[str, Any] = {"model": ctx.upstream_model or body.get("model"), "messages": messages}
 
     tools = _tools(body.get("tools"), ctx)
+    if not tools and ctx.tools.dropped and body.get("tool_choice") != "none":
+        # every tool offered is hosted: without them the model could not do what it was asked
+        raise RequestError(
+            f"tools[0] ({ctx.tools.dropped[0]}) is a hosted tool, which this model's upstream (a Chat Completions "
+            f"API) cannot run, and the request offers no other tool: {', '.join(ctx.tools.dropped)}. Offer function "
+            "tools, or use a model on an OpenAI upstream.",
+            param="tools[0]",
+            code="unsupported_tool",
+        )
     choice, tools = _tool_choice(body.get("tool_choice"), tools, ctx)
     if tools:
         out["tools"] = tools

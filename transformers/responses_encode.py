@@ -940,7 +940,7 @@ class ResponsesStreamEncoder:
             "name": c.name,
             c.kind[1]: text,
         }
-        if c.namespace and not c.custom:
+        if c.namespace:  # a custom call too: Codex's code mode (``exec`` in ``functions``)
             item["namespace"] = c.namespace
         return item
 

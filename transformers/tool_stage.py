@@ -308,6 +308,16 @@ class ToolStage:
             self.ctx.repaired("namespace_split")
         return ToolCall(ev.index, ev.arguments, ev.call_id, name, namespace, ev.custom, ev.item_id)
 
+    def _identity(self, name: str | None, c: _Call) -> tuple[str | None, str | None]:
+        """(namespace, name) of a custom/wrap call as the client knows it: a flattened
+        namespaced name (Codex code mode's ``functions__exec``) split back."""
+        if name and name in self._ns:
+            if not c.split:
+                c.split = True
+                self.ctx.repaired("namespace_split")
+            return self._ns[name]
+        return None, name
+
     def _on_call(self, out: list[Event], ev: ToolCall) -> None:
         c = self._calls.get(ev.index)
         new = c is None
@@ -351,9 +361,10 @@ class ToolStage:
             if not (name or ev.call_id or ev.item_id):
                 return  # custom / wrap: argument text only, buffered
         # custom / wrap: identity goes out at once, never argument text
+        namespace, name = self._identity(name, c)
         self._emit(
             out,
-            ToolCall(ev.index, "", ev.call_id, name, None, True if kind == _CUSTOM else ev.custom, ev.item_id),
+            ToolCall(ev.index, "", ev.call_id, name, namespace, True if kind == _CUSTOM else ev.custom, ev.item_id),
         )
 
     def _on_end(self, out: list[Event], ev: ToolCallEnd) -> None:
@@ -374,7 +385,10 @@ class ToolStage:
                     c.buf = []
                     self._emit(out, self._split(tc, c) if c.name in self._ns else tc)
             else:
-                self._emit(out, ToolCall(i, "", c.call_id, c.name, None, True if kind == _CUSTOM else None, c.item_id))
+                namespace, name = self._identity(c.name, c)
+                self._emit(
+                    out, ToolCall(i, "", c.call_id, name, namespace, True if kind == _CUSTOM else None, c.item_id)
+                )
         if kind == _PLAIN:
             if ev.name and ev.name in self._ns:
                 namespace, name = self._ns[ev.name]
@@ -393,8 +407,9 @@ class ToolStage:
             if inp is None:
                 self._bad_custom.append(name)
                 return
-            self._emit(out, ToolCall(i, inp, c.call_id, name, None, True, c.item_id))
-            self._emit(out, ToolCallEnd(i, inp, c.call_id, name, None, False))
+            namespace, name = self._identity(name, c)
+            self._emit(out, ToolCall(i, inp, c.call_id, name, namespace, True, c.item_id))
+            self._emit(out, ToolCallEnd(i, inp, c.call_id, name, namespace, False))
             return
         # wrap (R3-a′)
         if not is_json(text):

@@ -821,6 +821,26 @@ def q_native_compaction(on: bool, bodies: list[dict[str, Any]], r: httpx.Respons
         assert [i["type"] for i in items] == ["compaction"]
 
 
+def _code_mode_request() -> dict[str, Any]:
+    req = codex_request("m")
+    tools = [{"type": "namespace", "name": "functions", "tools": [{"type": "custom", "name": "exec"}]}]
+    req["input"].insert(0, {"type": "additional_tools", "role": "developer", "tools": tools})
+    req["input"].append({"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {}})
+    return req
+
+
+def q_responses_native(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    sent = bodies[0]
+    kinds = [i.get("type") for i in sent["input"]]
+    if on:  # OpenAI serves responses-lite and its hosted items: everything as it came
+        assert kinds[0] == "additional_tools" and kinds[-1] == "web_search_call"
+        assert "x-switchboard-dropped-items" not in r.headers
+    else:  # the tools hoisted, the hosted call dropped and named
+        assert "additional_tools" not in kinds and "web_search_call" not in kinds
+        assert any(t.get("name") == "functions" for t in sent["tools"])
+        assert r.headers["x-switchboard-dropped-items"].endswith(":web_search_call")
+
+
 def _one(resp: Callable[[], httpx.Response]) -> Callable[[], list[httpx.Response]]:
     return lambda: [resp()]
 
@@ -861,6 +881,7 @@ QCASES: list[QCase] = [
           _kimi_plus(messages_insert=[{"role": "developer", "content": "be careful"}]), _one(CHAT_OK), q_developer),
     QCase("system_at_head", Q_CHAT, "responses", _mid_developer, _one(CHAT_OK), q_system_head),
     QCase("native_compaction", Q_RESP, "responses", _compaction_request, _one(responses_answer), q_native_compaction),
+    QCase("responses_native", Q_RESP, "responses", _code_mode_request, _one(responses_answer), q_responses_native),
 ]  # fmt: skip
 
 # how the switch is thrown: (provider quirks, model quirks) for on / off

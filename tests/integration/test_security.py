@@ -297,7 +297,11 @@ async def test_dropped_tool_type_with_newline_is_escaped(client: httpx.AsyncClie
         "model": "chat-model",
         "stream": True,
         "input": "hi",
-        "tools": [{"type": "web_search\r\nset-cookie: pwned=1"}, {"type": "x" * 4000}],
+        "tools": [
+            {"type": "web_search\r\nset-cookie: pwned=1"},
+            {"type": "x" * 4000},
+            {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}},
+        ],
     }
     r = await client.post("/v1/responses", json=body)
     assert r.status_code == 200

@@ -539,12 +539,20 @@ def test_namespace_flatten_long_names_and_call_names():
 )
 def test_hosted_tool_dropped(hosted):
     c = ctx()
+    fn = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
     out = responses_to_chat(
-        {"input": "hi", "tools": [{"type": hosted}], "tool_choice": "auto", "parallel_tool_calls": True}, c
+        {"input": "hi", "tools": [{"type": hosted}, fn], "tool_choice": "auto", "parallel_tool_calls": True}, c
     )
-    assert out == {"model": "up-model", "messages": [{"role": "user", "content": "hi"}]}
+    assert [t["function"]["name"] for t in out["tools"]] == ["f"]
     assert c.tools.dropped == [hosted]
     assert c.repairs == ["hosted_tool_dropped"]
+    # the only tools: refused (the model could not do what it was asked), unless tool_choice none
+    with pytest.raises(RequestError) as e:
+        responses_to_chat({"input": "hi", "tools": [{"type": hosted}], "tool_choice": "auto"}, ctx())
+    assert e.value.param == "tools[0]" and hosted in e.value.message
+    c = ctx()
+    out = responses_to_chat({"input": "hi", "tools": [{"type": hosted}], "tool_choice": "none"}, c)
+    assert out == {"model": "up-model", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @pytest.mark.parametrize(
