@@ -310,12 +310,19 @@ class Service:
                     body = None
                     if responses:
                         body = check_body(raw, client)
-                        # stateless (store:false, no previous_response_id, as Codex): no store I/O
-                        if body.get("store") is not False or body.get("previous_response_id"):
+                        # stateless (store:false, no previous_response_id, no item_reference, as
+                        # Codex): no store I/O
+                        if (
+                            body.get("store") is not False
+                            or body.get("previous_response_id")
+                            or (b"item_reference" in raw and stored.has_references(body))
+                        ):
                             turn = await stored.begin(self.store, self.router, body, owner)
                     p = self.prepare(
                         raw, client, rid, h, started, body=body, answered=turn.answered if turn is not None else None
                     )
+                    if turn is not None and turn.resolved:
+                        p.ctx.repaired("item_reference_resolved")
                 except (ProxyError, RequestError) as e:
                     _log_rejected(counters, scope["path"], e.status, e.code, rid)
                     await _error_answer(e, rid)(scope, receive, send)

@@ -173,6 +173,8 @@ def prepare(
     headers: dict[str, str] = {}
     if ctx.tools.dropped:
         headers["x-switchboard-dropped-tools"] = header_list(ctx.tools.dropped)
+    if ctx.dropped_items:
+        headers["x-switchboard-dropped-items"] = header_list(ctx.dropped_items)
     ua = safe_header_value(client_headers.get("user-agent"))
     return Prepared(
         request_id=request_id,
@@ -830,6 +832,11 @@ def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> 
         log.debug("repairs", request_id=p.request_id, provider=prov, rules=sorted(set(repairs)))
     if p.ctx.tools.dropped:
         log.warning("hosted_tools_dropped", request_id=p.request_id, provider=prov, tools=p.ctx.tools.dropped)
+    if p.ctx.dropped_items:
+        # DESIGN rule 2: a turn that lost an item is never logged ``completed``
+        log.warning("input_items_dropped", request_id=p.request_id, provider=prov, items=p.ctx.dropped_items)
+        if terminal == "completed":
+            terminal = "completed_items_dropped"
     bridge = p.bridge
     if bridge.crashed is not None:
         log.warning(

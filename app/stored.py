@@ -27,6 +27,23 @@ another provider than the previous turn)       this turn's input; replayed item 
                                                name items it never stored)
 =============================================  ===========================================
 
+``item_reference`` items (the Vercel AI SDK sends earlier items of a stored conversation as
+references, with no ``previous_response_id``) are resolved by ``resolve_references`` after
+the chain is expanded, whatever ``store`` says, for every request that holds one:
+
+=============================================  ===========================================
+the referenced id                              the upstream gets
+=============================================  ===========================================
+an item of a record of this client key         the item (without its ``id`` toward a
+                                               Responses upstream: the ids of stored items
+                                               are the proxy's, which no upstream issued)
+unknown to this key, native upstream           the reference (the upstream's own id: a
+                                               client that also talks to it directly)
+unknown, any other upstream                    404 ``Item with id '…' not found.``,
+                                               ``param: input[i]`` (OpenAI's answer); with
+                                               the store off the message says so
+=============================================  ===========================================
+
 The client's response says ``store: true`` and its ``previous_response_id`` whatever the
 upstream (``answered``).  ``finish`` stores the response object the client received with
 this turn's input items (ids given to those without), the provider, whether that upstream
@@ -55,7 +72,7 @@ from app.store import Record, RecordTooLarge, Store, StoreUnavailable
 from providers.upstream import Router
 from transformers.errors import ProxyError
 
-__all__ = ["Turn", "begin", "finish", "routes", "stored_chain"]
+__all__ = ["Turn", "begin", "finish", "has_references", "resolve_references", "routes", "stored_chain"]
 
 _RACE_SECONDS = 0.05
 _ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
@@ -68,6 +85,7 @@ class Turn:
     ancestors: list[str] = field(default_factory=list)
     remote: bool = False
     answered: dict[str, Any] = field(default_factory=dict)
+    resolved: bool = False  # item_reference items were replaced (counted as a repair)
 
 
 def store_unavailable() -> ProxyError:
@@ -128,12 +146,75 @@ def input_items(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
+REFERENCE = "item_reference"
+
+
+def has_references(body: dict[str, Any]) -> bool:
+    items = body.get("input")
+    return isinstance(items, list) and any(isinstance(it, dict) and it.get("type") == REFERENCE for it in items)
+
+
+def _item_not_found(i: int, item_id: str, store_off: bool) -> ProxyError:
+    msg = f"Item with id '{item_id[:200]}' not found."
+    if store_off:
+        msg += (
+            " This proxy does not store responses (store.enabled: false), so it cannot resolve item_reference "
+            "items: send the items themselves (with store=false)."
+        )
+    return ProxyError(404, msg, param=f"input[{i}]")
+
+
+async def resolve_references(store: Store | None, router: Router, body: dict[str, Any], owner: str) -> int:
+    """Replace every ``item_reference`` of ``body["input"]`` by the stored item it names (the
+    module docstring's table); rewrites ``body`` in place, returns how many were resolved."""
+    items = body.get("input")
+    route = router.resolve(body["model"]) if isinstance(body.get("model"), str) else None
+    if not isinstance(items, list) or route is None:
+        return 0  # prepare() answers model_not_found
+    refs: list[tuple[int, str]] = []
+    for i, it in enumerate(items):
+        if isinstance(it, dict) and it.get("type") == REFERENCE:
+            rid = it.get("id")
+            if not isinstance(rid, str) or not rid:
+                raise ProxyError(400, f"input[{i}] (item_reference) has no id", param=f"input[{i}].id")
+            refs.append((i, rid))
+    if not refs:
+        return 0
+    prov = route.provider
+    upstream = prov.protocol_for("responses")
+    native = upstream == "responses" and "responses_native" in route.quirks
+    if store is None:
+        found = {}
+    else:
+        try:
+            found = await store.items([rid for _, rid in refs], owner)
+        except StoreUnavailable:
+            raise store_unavailable() from None
+    out = list(items)
+    resolved = 0
+    for i, rid in refs:
+        got = found.get(rid)
+        if got is None:
+            if native:
+                continue  # the upstream's own id: it answers for it
+            raise _item_not_found(i, rid, store is None)
+        item = got.item  # the proxy gave its items their ids: no upstream issued them
+        if upstream == "responses":
+            item = {k: v for k, v in item.items() if k != "id"}
+        out[i] = item
+        resolved += 1
+    body["input"] = out
+    return resolved
+
+
 async def begin(store: Store | None, router: Router, body: dict[str, Any], owner: str) -> Turn | None:
     """Before ``prepare()``: settle ``store`` and ``previous_response_id`` (module docstring).
     Rewrites ``body`` in place; the Turn to ``finish``, or None when nothing is stored."""
     flag = body.get("store")
     prev = body.get("previous_response_id")
     if store is None:
+        if has_references(body):
+            await resolve_references(None, router, body, owner)  # only a native upstream's ids pass
         if flag is True:
             raise ProxyError(
                 400,
@@ -161,9 +242,16 @@ async def begin(store: Store | None, router: Router, body: dict[str, Any], owner
             body["input"] = history(chain, strip_ids=upstream == "responses") + turn.items
             del body["previous_response_id"]
         turn.answered["previous_response_id"] = prev
+    if has_references(body):
+        if await resolve_references(store, router, body, owner):
+            turn.resolved = True
+        if not prev or "previous_response_id" in body:
+            turn.items = input_items(body.get("input"))  # stored as resolved
+        else:
+            turn.items = body["input"][len(body["input"]) - len(turn.items) :]
     if flag is False:
         turn.answered["store"] = False
-        return turn if prev else None
+        return turn if prev or turn.resolved else None
     turn.answered["store"] = True
     return turn
 

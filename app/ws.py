@@ -313,11 +313,16 @@ class _Connection:
     async def _turn(self, action: Turn) -> None:
         rid = new_request_id()
         try:
+            resolved = 0
+            if stored.has_references(action.body):  # item_reference: the stored items (app/stored.py)
+                resolved = await stored.resolve_references(self.svc.store, self.svc.router, action.body, self.owner)
             turn = await self._stored(action)
             answered = turn.answered if turn is not None else None
             if answered is None and action.previous is not None:
                 answered = {"previous_response_id": action.previous}
             p = self._prepare(action.body, rid, answered)
+            if resolved:
+                p.ctx.repaired("item_reference_resolved")
         except _NotFound:
             self.session.failed()
             self.chain = None
