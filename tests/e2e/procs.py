@@ -40,15 +40,18 @@ class Finished:
     timed_out: bool
 
 
-def run_group(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> Finished:
-    """Run ``argv`` with stdin closed in a new process group; on timeout the group is
-    killed; afterwards whatever is left in the group (a tool's children) is reaped."""
+def run_group(
+    argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float, stdin_text: str | None = None
+) -> Finished:
+    """Run ``argv`` with stdin closed (or fed ``stdin_text``, then closed) in a new process
+    group; on timeout the group is killed; afterwards whatever is left in the group (a
+    tool's children) is reaped."""
     t0 = time.monotonic()
     proc = subprocess.Popen(
         argv,
         cwd=str(cwd),
         env=env,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -56,7 +59,7 @@ def run_group(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float
     )
     timed_out = False
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(input=stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         try:

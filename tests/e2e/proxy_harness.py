@@ -57,6 +57,10 @@ class Proxy:
         # announce window (3 s by default); a test of the drain sets its own
         server = config.setdefault("server", {})
         server.setdefault("drain", {"announce_seconds": 0})
+        # a test's stored responses stay in its own folder, never in the user's state dir
+        store = config.setdefault("store", {})
+        if store.get("backend", "sqlite") == "sqlite":
+            store.setdefault("path", str(workdir / "responses.db"))
         self.config = config
         self.workdir = workdir
         self.port = free_port()

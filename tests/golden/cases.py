@@ -778,7 +778,11 @@ def _integration() -> list[Answer]:
                 "responses": {
                     "model": "chat-model",
                     "input": "hi",
-                    "tools": [{"type": "web_search\r\nset-cookie: pwned=1"}, {"type": "x" * 4000}],
+                    "tools": [
+                        {"type": "web_search\r\nset-cookie: pwned=1"},
+                        {"type": "x" * 4000},
+                        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}},
+                    ],
                 }
             },
             stream=sse_events([chat_chunk({"content": "x"}), chat_chunk({}, "stop")], done=True),
