@@ -1,4 +1,5 @@
-"""Command line: ``switchboard serve`` and ``switchboard check-config``."""
+"""Command line: ``switchboard serve``, ``switchboard check-config`` and
+``switchboard codex-catalog`` (app/codex_catalog.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,29 @@ def _check(path: str) -> int:
         return 2
     open_note = "" if cfg.auth.keys else " (no auth.keys: the proxy will be OPEN)"
     print(f"{path}: OK — {len(cfg.providers)} provider(s), {len(cfg.models)} model(s){open_note}")
+    return 0
+
+
+def _codex_catalog(args: argparse.Namespace) -> int:
+    import json
+
+    from app.codex_catalog import CatalogError, build_catalog
+    from app.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config)
+        with open(args.base, encoding="utf-8") as f:
+            base = json.load(f)
+        out = build_catalog(cfg, base, every_model=args.all)
+    except (ConfigError, CatalogError, OSError, ValueError) as e:
+        print(f"switchboard: {e}", file=sys.stderr)
+        return 2
+    text = json.dumps(out, ensure_ascii=False, indent=2) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
     return 0
 
 
@@ -101,9 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--log-level", default=os.environ.get("SWITCHBOARD_LOG_LEVEL", "info"))
     c = sub.add_parser("check-config", help="validate a config file and exit")
     c.add_argument("file")
+    k = sub.add_parser(
+        "codex-catalog",
+        help="write a Codex model_catalog_json with an entry for each model that has a codex: block",
+    )
+    k.add_argument("--config", required=True, help="YAML config file")
+    k.add_argument("--base", required=True, help="Codex's own catalogue: codex debug models --bundled > FILE")
+    k.add_argument("--all", action="store_true", help="an entry for every configured model, codex: block or not")
+    k.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
     args = ap.parse_args(argv)
     if args.cmd == "check-config":
         return _check(args.file)
+    if args.cmd == "codex-catalog":
+        return _codex_catalog(args)
     return _serve(args)
 
 

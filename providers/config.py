@@ -299,6 +299,20 @@ class TargetCfg(_Strict):
     weight: float | None = Field(default=None, ge=0)
 
 
+class CodexModelCfg(_Strict):
+    """What Codex is told about a model (``switchboard codex-catalog`` writes it into a
+    ``model_catalog_json``; docs/clients.md, "Codex's model catalogue")."""
+
+    base: str = "gpt-5.5"  # the entry of Codex's own catalogue this one starts from
+    tool_mode: Literal["code_mode_only"] | None = None  # None: ordinary top-level tools
+    use_responses_lite: bool | None = None  # code mode's additional_tools request shape
+    apply_patch_tool_type: Literal["freeform"] | None = None  # None: no apply_patch tool
+    context_window: int | None = Field(default=None, gt=0)  # else the model's context_window
+    reasoning_levels: list[Literal["none", "minimal", "low", "medium", "high", "xhigh"]] | None = None
+    default_reasoning_level: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    display_name: str | None = None
+
+
 class ModelCfg(_Strict):
     name: str = Field(min_length=1)
     # one provider (the short form), or `targets`: ordered fallbacks, optionally weighted
@@ -311,6 +325,7 @@ class ModelCfg(_Strict):
     reasoning: bool | None = None
     parallel_tool_calls: bool | None = None
     modalities: list[str] | None = None
+    codex: CodexModelCfg | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> ModelCfg:
