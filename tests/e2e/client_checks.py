@@ -189,3 +189,24 @@ def kosong_two_turns(
         return out
 
     return asyncio.run(go())
+
+
+def types_not_in_policy_table(body: dict) -> list[str]:
+    """The input item and tool types of a Responses request body that the policy table
+    (``transformers/items.py``) has no row for: a real client's request must have none."""
+    from transformers import items
+
+    missing = []
+    for it in body.get("input") or () if isinstance(body.get("input"), list) else ():
+        if isinstance(it, dict):
+            kind = items.item_type(it)
+            if kind not in items.INPUT_ITEMS:
+                missing.append(f"item {kind}")
+            nested = it.get("tools") if kind == "additional_tools" else None
+            for t in nested or ():
+                if isinstance(t, dict) and t.get("type") not in items.TOOLS:
+                    missing.append(f"tool {t.get('type')}")
+    for t in body.get("tools") or ():
+        if isinstance(t, dict) and "function" not in t and t.get("type") not in items.TOOLS:
+            missing.append(f"tool {t.get('type')}")
+    return missing

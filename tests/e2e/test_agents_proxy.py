@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 import scenarios_agents as sa
-from client_checks import SdkUnavailable, _ensure_sdk
+from client_checks import SdkUnavailable, _ensure_sdk, types_not_in_policy_table
 from procs import installing
 from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY, Proxy, provider_entry
 from scenarios import EXEC_CMD, EXEC_FILE, EXEC_MARKER
@@ -178,6 +178,7 @@ def test_agents_run(upstream, agents_proxy, agents_python, tmp_path, case, upstr
     for w in wire:
         body = w["json"]
         assert "store" not in body and "previous_response_id" not in body, info
+        assert types_not_in_policy_table(body) == [], info
         assert bool(body.get("stream")) is (case == "streamed"), info
         if client_api == "responses":
             assert body["include"] == [], info

@@ -30,6 +30,7 @@ import pytest
 import scenarios as sc
 import scenarios_aisdk as sa
 from aisdk_harness import AiSdk, AiSdkRun, AiSdkUnavailable, ensure_aisdk, run_driver
+from client_checks import types_not_in_policy_table
 from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY, Proxy, provider_entry
 
 pytestmark = pytest.mark.e2e
@@ -111,6 +112,7 @@ def _check(run: AiSdkRun, up, px, *, api, tool, call_id, args, final, problems_o
     assert [(r["method"], r["url"]) for r in sent] == [("POST", px.base_url + path)] * 2, info
     for r in sent:
         assert not {"store", "previous_response_id", "include"} & set(r["body"]), info
+        assert types_not_in_policy_table(r["body"]) == [], info
     if api == "responses":
         # step 2 refers to step 1's reasoning and message by the ids the proxy gave them
         step1_ids = [(m or {}).get("openai", {}).get("itemId") for m in got["steps"][0]["provider_metadata"]]

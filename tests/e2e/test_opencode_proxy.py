@@ -29,6 +29,7 @@ from functools import partial
 
 import pytest
 import scenarios_opencode as sc
+from client_checks import types_not_in_policy_table
 from opencode_harness import (
     OPENCODE_VERSION,
     PROVIDERS,
@@ -163,6 +164,7 @@ def test_opencode_wire_shape(opencode, upstream, tmp_path, case):
         assert h.get("user-agent", "").startswith(f"opencode/{OPENCODE_VERSION} ai-sdk/provider-utils/"), info
         assert h.get("x-session-id", "").startswith("ses_") and h.get("x-session-affinity") == h["x-session-id"], info
         assert _tool_names(r.json) == TOOLS, info
+        assert types_not_in_policy_table(r.json) == [], info
         assert r.json["model"] == MODEL and r.json["stream"] is True and r.json["tool_choice"] == "auto", info
     first, second = (r.json for r in up.model_requests)
 
