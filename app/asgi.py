@@ -8,9 +8,6 @@ import os
 from app import logs
 from app.config import load_config
 from app.main import create_app
-from app.server_heads import install as _sized_answers_in_one_write
-
-_sized_answers_in_one_write()  # a non-streamed answer's head and body in one write (app/server_heads.py)
 
 logs.setup(os.environ.get("SWITCHBOARD_LOG_LEVEL", "info"))
 app = create_app(load_config(os.environ["SWITCHBOARD_CONFIG"]), signals=True)

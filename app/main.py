@@ -40,7 +40,6 @@ from app.drain import Drain
 from app.failover import Resilience
 from app.guard import Guard
 from app.logs import log
-from app.netio import LoopBackend
 from app.pipeline import Prepared, ProxyResponse, check_body, new_request_id, prepare, scope_headers
 from app.store import Store, open_store
 from app.stored import Turn
@@ -120,7 +119,7 @@ def _with_headers(send: Any, extra: list[tuple[bytes, bytes]]) -> Any:
 
 async def _refuse(counters: metrics.Metrics, e: ProxyError, scope: Any, receive: Any, send: Any) -> None:
     rid = new_request_id()
-    _log_rejected(counters, scope.get("path", ""), e.status, e.code, rid)
+    metrics.log_rejected(counters, scope.get("path", ""), e.status, e.code, rid)
     if scope["type"] == "websocket":
         await send(
             {
@@ -165,7 +164,7 @@ class Service:
 
     def __init__(self, config: Config, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
-        self.router = Router.build(config, transport=transport, network_backend=LoopBackend())
+        self.router = Router.build(config, transport=transport)
         self.digests = _key_digests(config.auth.named())
         self.secrets = config.secrets()
         pairs = [(t.provider, t.upstream_model or m.name) for m in config.models for t in m.target_list()]
@@ -324,7 +323,7 @@ class Service:
                     if turn is not None and turn.resolved:
                         p.ctx.repaired("item_reference_resolved")
                 except (ProxyError, RequestError) as e:
-                    _log_rejected(counters, scope["path"], e.status, e.code, rid)
+                    metrics.log_rejected(counters, scope["path"], e.status, e.code, rid)
                     await _error_answer(e, rid)(scope, receive, send)
                     return
                 response = ProxyResponse(p)
@@ -439,7 +438,7 @@ def _error_handlers(app: FastAPI, svc: Service) -> None:
     async def on_error(request: Request, e: Exception) -> Response:
         assert isinstance(e, ProxyError | RequestError)
         rid = getattr(request.state, "request_id", None) or new_request_id()
-        _log_rejected(svc.counters, request.url.path, e.status, e.code, rid)
+        metrics.log_rejected(svc.counters, request.url.path, e.status, e.code, rid)
         return _error_answer(e, rid)
 
     @app.exception_handler(RequestValidationError)
@@ -492,16 +491,3 @@ def _internal_error(e: Exception, rid: str) -> Response:
         },
         headers={"x-request-id": rid},
     )
-
-
-def _route_label(path: str) -> str:
-    """The route template of a path (a metric label: never the raw path)."""
-    if path in metrics.ROUTES:
-        return path
-    return "/v1/models/{model}" if path.startswith("/v1/models/") else metrics.OTHER
-
-
-def _log_rejected(counters: metrics.Metrics, path: str, status: int, code: str | None, rid: str) -> None:
-    route = _route_label(path)
-    counters.inc("switchboard_requests_total", route=route, client="-", provider="-", status=str(status))
-    log.info("request", request_id=rid, route=route, path=path[:200], status=status, code=code, terminal="rejected")

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from app.logs import log
 from providers.retry import ATTEMPT_OUTCOMES
 from transformers import repairs
 from transformers.vocab import OUTCOMES, PROTOCOLS
@@ -211,3 +212,17 @@ class Metrics:
 
 def _esc(v: str) -> str:
     return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def route_label(path: str) -> str:
+    """The route template of a path (a metric label: never the raw path)."""
+    if path in ROUTES:
+        return path
+    return "/v1/models/{model}" if path.startswith("/v1/models/") else OTHER
+
+
+def log_rejected(counters: Metrics, path: str, status: int, code: str | None, rid: str) -> None:
+    """A request refused before any upstream call: counted and logged as the request's line."""
+    route = route_label(path)
+    counters.inc("switchboard_requests_total", route=route, client="-", provider="-", status=str(status))
+    log.info("request", request_id=rid, route=route, path=path[:200], status=status, code=code, terminal="rejected")

@@ -33,19 +33,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from app import stored
 from app.logs import log
+from app.metrics import log_rejected
 from app.pipeline import ProxyResponse, new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
 from transformers.request_check import check_parsed
 from transformers.ws_session import Ignore, Reply, Turn, Warmup, WSSession, error_frame
 
-if TYPE_CHECKING:
-    from app.main import Service
+# the app's Service (app/main.py), as this module uses it: its router, store, counters, drain
+Service = Any
 
 _LIMIT_MESSAGE = (
     "Responses websocket connection limit reached ({minutes:g} minutes). Create a new websocket connection to continue."
@@ -289,9 +290,7 @@ class _Connection:
         )
 
     async def _refused(self, e: ProxyError | RequestError, rid: str) -> None:
-        from app.main import _log_rejected
-
-        _log_rejected(self.svc.counters, "/v1/responses", e.status, e.code, rid)
+        log_rejected(self.svc.counters, "/v1/responses", e.status, e.code, rid)
         err = e.to_dict() if isinstance(e, RequestError) else orjson.loads(e.body())["error"]
         err["request_id"] = rid
         headers = {"x-request-id": rid, **(e.headers if isinstance(e, ProxyError) else {})}

@@ -62,18 +62,15 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("(Chat: the body checked), routed, translated, the Bridge", "app.pipeline", "ProxyResponse.__call__"),
     ("the answer's timers, drain entry, failover", "app.pipeline", "_exchange"),
     ("the upstream request built", "app.pipeline", "_open"),
-    ("first-byte timeout, the transport's shard", "providers.upstream_pool", "Pool.handle_async_request"),
-    ("the pool: a kept-alive connection", "app.http11", "Http11Connection._send"),
+    ("first-byte timeout", "providers.transport", "FastTransport.handle_async_request"),
 )
-LAST_STEP = "the request head and body framed, written"  # → the request path's end
+LAST_STEP = "the request framed, a kept-alive connection taken, written"  # → the request path's end
 # The answer head phase cut at the returns of these functions, in the order the upstream
 # answer's head goes back up through them: each from the previous cut, or from the
 # upstream answer's first bytes read; then HEAD_LAST, to ``http.response.start``
 HEAD_CUTS: tuple[tuple[str, str, str], ...] = (
-    ("the read woken, the head parsed", "app.http11", "Http11Connection._read_head"),
-    ("the connection's answer: framing, body reader", "app.http11", "Http11Connection.handle_async_request"),
-    ("the pool's answer", "providers.upstream_pool", "Pool.handle_async_request"),
-    ("httpx's answer, its headers", "providers.upstream", "_ShardedTransport.handle_async_request"),
+    ("the read woken, the head parsed", "providers.transport", "_Conn.head"),
+    ("httpx's answer, its headers", "providers.transport", "FastTransport.handle_async_request"),
     ("the first-byte timeout left", "app.pipeline", "_open"),
     ("the status checked (a whole answer: read, parsed)", "app.pipeline", "_attempt"),
 )
@@ -118,7 +115,7 @@ def _install(out: str, steps: bool = False) -> None:
 
     import uvicorn.protocols.http.httptools_impl as server
 
-    import app.netio as netio
+    import providers.transport as transport
 
     clock = time.perf_counter
     t: dict[str, float] = {}
@@ -151,8 +148,8 @@ def _install(out: str, steps: bool = False) -> None:
             t["in"] = now
 
     wrap(server.HttpToolsProtocol, "data_received", request_in)
-    wrap(netio.LoopStream, "_uncork", lambda a: t.setdefault("up", clock()))
-    wrap(netio.LoopStream, "data_received", lambda a: t.setdefault("head", clock()))
+    wrap(transport._Conn, "send", lambda a: t.setdefault("up", clock()))
+    wrap(transport._Conn, "data_received", lambda a: t.setdefault("head", clock()))
     send = server.RequestResponseCycle.send
 
     def between(cuts: tuple[tuple[str, str, str], ...], start: float, stop: float) -> tuple[float, ...]:

@@ -18,7 +18,7 @@ stamp              where
 =================  ===========================================================================
 sent               the client, before its request's write
 read               the proxy: the request's first bytes read (uvicorn's ``data_received``)
-up                 the proxy: the upstream request written (``LoopStream._uncork``)
+up                 the proxy: the upstream request written (``providers.transport._Conn.send``)
 upstream read      the fake upstream: the request read (its paced steps' clock starts)
 head in            the proxy: the upstream answer's first bytes read
 head out           the proxy: the answer's head handed to the server
@@ -99,7 +99,7 @@ def _install(out: str) -> None:
 
     import uvicorn.protocols.http.httptools_impl as server
 
-    import app.netio as netio
+    import providers.transport as transport
 
     clock = time.perf_counter
     rows: dict[int, dict[str, float]] = {}  # client port → the stamps of its current request
@@ -124,19 +124,19 @@ def _install(out: str) -> None:
         port.set(self.scope["client"][1])
         await run_asgi(self, app)
 
-    uncork = netio.LoopStream._uncork
+    conn_send = transport._Conn.send
 
-    def up(self: Any) -> None:
+    def up(self: Any, *a: Any) -> Any:
         key = port.get(None)
         if key is not None and key in rows:
             if "up" not in rows[key]:
                 rows[key]["up"] = clock()
-                rows[key]["up port"] = self._transport.get_extra_info("sockname")[1]
+                rows[key]["up port"] = self.transport.get_extra_info("sockname")[1]
             streams[id(self)] = key
             current[key] = id(self)
-        uncork(self)
+        return conn_send(self, *a)
 
-    upstream_in = netio.LoopStream.data_received
+    upstream_in = transport._Conn.data_received
 
     def answer_in(self: Any, data: bytes) -> None:
         key = streams.get(id(self), -1)
@@ -163,8 +163,8 @@ def _install(out: str) -> None:
     server.HttpToolsProtocol.data_received = request_in  # type: ignore[method-assign]
     server.RequestResponseCycle.run_asgi = keyed  # type: ignore[method-assign]
     server.RequestResponseCycle.send = timed_send  # type: ignore[method-assign, assignment]
-    netio.LoopStream._uncork = up  # type: ignore[method-assign]
-    netio.LoopStream.data_received = answer_in  # type: ignore[method-assign]
+    transport._Conn.send = up  # type: ignore[method-assign]
+    transport._Conn.data_received = answer_in  # type: ignore[method-assign]
 
     def dump() -> None:
         Path(out).write_text("".join(json.dumps(r) + "\n" for r in [*done, *rows.values()]))

@@ -133,6 +133,8 @@ class ServerCfg(_Strict):
     retries: RetryCfg = Field(default_factory=RetryCfg)
     breaker: BreakerCfg = Field(default_factory=BreakerCfg)
     drain: DrainCfg = Field(default_factory=DrainCfg)
+    # the upstream client's transport: the proxy's own (providers/transport.py) or httpx's
+    upstream_transport: Literal["fast", "httpx"] = "fast"
 
     @property
     def secret(self) -> str:

@@ -48,17 +48,23 @@ BASE_CONFIG: dict[str, Any] = {
 }
 
 
-def make_config(**overrides: Any) -> Any:
+def make_config(transport: str = "httpx", **overrides: Any) -> Any:
+    """The config.  ``transport``: the upstream client's (``server.upstream_transport``) unless
+    the overrides name one.  respx intercepts httpx's own transport only, so a test whose
+    upstream it mocks runs on that one; a test with a real upstream on loopback runs on the
+    proxy's own (providers/transport.py), the default in production."""
     data = {**BASE_CONFIG, **overrides}
+    data["server"] = {"upstream_transport": transport, **(data.get("server") or {})}
     return parse_config(data, "<test>")
 
 
 @pytest.fixture
-async def client_factory() -> AsyncIterator[Any]:
+async def client_factory(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     apps: list[Any] = []
+    transport = "httpx" if "mock" in request.fixturenames else "fast"
 
     async def make(**overrides: Any) -> httpx.AsyncClient:
-        app = create_app(make_config(**overrides))
+        app = create_app(make_config(transport, **overrides))
         ctx = app.router.lifespan_context(app)
         await ctx.__aenter__()
         apps.append(ctx)

@@ -151,15 +151,24 @@ def calls_of(client: str, stream: bool, r: httpx.Response) -> tuple[str, list[tu
 CASES = [(mode, c, u, stream) for mode in ("refused", *MODES) for c, u in DIRECTIONS for stream in (True, False)]
 
 
+@pytest.mark.parametrize("transport", ["fast", "httpx"])  # the proxy's own, and httpx's (the oracle)
 @pytest.mark.parametrize(
     ("mode", "client_proto", "upstream", "stream"),
     CASES,
     ids=[f"{m}-{c}-to-{u}-{'stream' if s else 'json'}" for m, c, u, s in CASES],
 )
 async def test_fault(
-    fault: FaultUpstream, client_factory: Any, mode: str, client_proto: str, upstream: str, stream: bool
+    fault: FaultUpstream,
+    client_factory: Any,
+    mode: str,
+    client_proto: str,
+    upstream: str,
+    stream: bool,
+    transport: str,
 ) -> None:
-    c = await client_factory(**config(fault))
+    cfg = config(fault)
+    cfg["server"]["upstream_transport"] = transport
+    c = await client_factory(**cfg)
     model = f"{upstream}-refused" if mode == "refused" else f"{upstream}-fault-{mode}"
     base: dict[str, Any] = (
         {"messages": [{"role": "user", "content": "read a.py and ls"}]}

@@ -1,7 +1,7 @@
 """A turn sent on a kept-alive upstream connection that the upstream closes as the request
 goes out (its idle timeout: uvicorn under vLLM or SGLang closes idle connections after 5 s)
 is answered at once, by the same target, on a new connection: no failed attempt, no
-backoff, nothing for the breaker (``app/netio.py``, ``providers.upstream``)."""
+backoff, nothing for the breaker (``providers/transport.py``)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ async def test_a_turn_crossing_the_upstreams_idle_close_is_answered_at_once(clie
     srv = await asyncio.start_server(up.handle, "127.0.0.1", 0)
     base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/v1"
     c = await client_factory(
+        server={"upstream_transport": "fast"},  # the resend is the proxy's transport's (httpx has none)
         providers=[{"name": "local", "protocol": "chat", "base_url": base}],
         models=[{"name": "m", "provider": "local", "upstream_model": "up"}],
     )

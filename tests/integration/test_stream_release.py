@@ -63,9 +63,8 @@ RESP_BODY = {"model": "m", "stream": True, "store": False, "input": "hi"}
 
 
 def _in_flight(app: Any) -> int:
-    """Requests the app's upstream pools have in flight (a response not yet closed)."""
-    transport = app.state.router.resolve("m").provider.transport
-    return sum(len(reqs) for _, reqs in transport._loads)
+    """Exchanges the app's upstream transport has in flight (a response not yet closed)."""
+    return app.state.router.resolve("m").provider.transport.in_flight()
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 * ``transformers/`` (the sans-IO core) imports the standard library, orjson and itself only;
 * ``providers/`` imports the standard library, ``transformers``, itself, and the libraries
-  of the provider layer (httpx, httpcore and h11 under it, pydantic, yaml, orjson), never
+  of the provider layer (httpx, httptools under its own transport, pydantic, yaml, orjson), never
   ``app``;
 * ``app/`` may import everything (not checked).
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STDLIB = frozenset(sys.stdlib_module_names)
 ALLOWED: dict[str, frozenset[str]] = {
     "transformers": STDLIB | {"transformers", "orjson"},
-    "providers": STDLIB | {"providers", "transformers", "httpx", "httpcore", "h11", "pydantic", "yaml", "orjson"},
+    "providers": STDLIB | {"providers", "transformers", "httpx", "httptools", "pydantic", "yaml", "orjson"},
 }
 _STRING_IMPORTERS = frozenset({"import_module", "__import__"})
 
