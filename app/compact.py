@@ -128,7 +128,7 @@ def compact_handler(svc: Any) -> Any:
 
     async def handler(scope: Any, receive: Any, send: Any) -> None:
         started = time.perf_counter()
-        rid = new_request_id()
+        rid = new_request_id(scope)
         scope.setdefault("state", {})["request_id"] = rid
         h = scope_headers(scope)
         try:

@@ -42,7 +42,7 @@ from app.logs import log
 from app.metrics import Metrics
 from providers.breaker import STATES, Breaker, BreakerPolicy
 from providers.config import BreakerCfg, RetryCfg
-from providers.retry import RetryBudget, RetryPolicy, classify, order_targets
+from providers.retry import NOT_AGAIN, RetryBudget, RetryPolicy, classify, order_targets
 from providers.upstream import Route
 from transformers.errors import ProxyError, RequestError
 
@@ -133,16 +133,23 @@ class Resilience:
         now = self.clock()
         return max((self._breaker(k).retry_in(now) for k in self._keys(route)), default=0.0)
 
-    def report(self, route: Route, outcome: str) -> None:
-        """``ok``, ``failure`` or ``release`` for an attempt ``allow`` let through."""
+    def report(self, route: Route, outcome: str, scope: str = "model") -> None:
+        """``ok``, ``failure`` or ``release`` for an attempt ``allow`` let through.  A failure
+        counts against the breaker of its ``scope`` (providers/retry.py): the provider's, or
+        the (provider, model)'s when that pair has one (else the provider's); the other
+        breaker the attempt went through is released."""
         if not self.enabled:
             return
         now = self.clock()
         shown = self.shown
-        for k in self._keys(route):
+        keys = self._keys(route)
+        failing = None
+        if outcome == "failure" and len(keys) == 2:
+            failing = keys[0] if scope == "provider" else keys[1]
+        for k in keys:
             b = self._breaker(k)
             before = b.state
-            getattr(b, _REPORTS[outcome])(now)
+            getattr(b, _REPORTS[outcome] if failing is None or k == failing else "release")(now)
             state = b.state
             if state != before:
                 log.warning("breaker", provider=k[0], model=k[1], state=state, previous=before)
@@ -243,12 +250,17 @@ class Failover:
             try:
                 got = await attempt(cur)
             except ProxyError as e:
-                outcome, retry, broke = classify(e.code)
-                res.report(route, "failure" if broke else "ok")
+                outcome, retry, scope = classify(e.code)
+                if scope:
+                    res.report(route, "failure", scope)
+                else:  # the upstream answered (a 4xx of the request's own), or rate limits it
+                    res.report(route, "release" if outcome == "rate_limited" else "ok")
                 self._count(prov, outcome)
                 self._log(cur, outcome, e.code, wait)
                 if not retry:
                     raise
+                if outcome in NOT_AGAIN:
+                    blocked.add(pick)
                 last = e
                 ra = e.headers.get("retry-after")
                 if ra is not None:

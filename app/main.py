@@ -296,7 +296,7 @@ class Service:
 
         async def proxy(scope: Any, receive: Any, send: Any) -> None:
             started = time.perf_counter()
-            rid = new_request_id()
+            rid = new_request_id(scope)
             if not outer:
                 scope.setdefault("state", {})["request_id"] = rid  # for on_unexpected
             response: ProxyResponse | None = None
@@ -391,22 +391,24 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
+        rid = request.state.request_id = new_request_id(request.scope)
         svc.authorize(request.headers)
         infos = [r.info for r in router.routes.values()]
         body: dict[str, Any] = {"object": "list", "data": [i.openai() for i in infos]}
         if "client_version" in request.query_params or request.headers.get("originator", "").startswith("codex"):
             body["models"] = [i.codex() for i in infos]
-        return _json(200, body)
+        return _json(200, body, headers={"x-request-id": rid})
 
     @app.get("/v1/models/{model_id:path}")
     async def model(request: Request) -> Response:
         # the id read off the path, not declared (as in app/stored.py's routes)
+        rid = request.state.request_id = new_request_id(request.scope)
         svc.authorize(request.headers)
         model_id: str = request.path_params["model_id"]
         r = router.routes.get(model_id)
         if r is None:
             raise ProxyError(404, f"The model '{model_id[:200]}' does not exist", code="model_not_found", param="model")
-        return _json(200, r.info.openai())
+        return _json(200, r.info.openai(), headers={"x-request-id": rid})
 
     @app.get("/healthz")
     async def healthz() -> Response:

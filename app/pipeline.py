@@ -235,7 +235,20 @@ def scope_headers(scope: Any) -> dict[str, str]:
     return h
 
 
-def new_request_id() -> str:
+# a client's own X-Request-Id is adopted when it is a plain token of at most 128 characters
+# (it reaches logs and headers: nothing else is taken), else the proxy makes one
+_GIVEN_RID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+
+def new_request_id(scope: Any = None) -> str:
+    """The request's id: the client's ``X-Request-Id`` when it sent a plain one (``scope``:
+    the ASGI scope), else ``req_`` and 32 hex digits."""
+    if scope is not None:
+        for k, v in scope.get("headers") or ():
+            if len(k) == 12 and k.lower() == b"x-request-id":
+                if _GIVEN_RID.fullmatch(v):
+                    return v.decode()
+                break
     return "req_" + random_hex()
 
 

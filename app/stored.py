@@ -67,7 +67,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from app.logs import log
-from app.pipeline import Prepared
+from app.pipeline import Prepared, new_request_id
 from app.store import Record, RecordTooLarge, Store, StoreUnavailable
 from providers.upstream import Router
 from transformers.errors import ProxyError
@@ -296,8 +296,15 @@ async def finish(store: Store, turn: Turn, p: Prepared) -> None:
 # -- the routes ---------------------------------------------------------------------------
 
 
-def _json(status: int, obj: Any) -> Response:
-    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
+def _json(status: int, obj: Any, rid: str) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json", headers={"x-request-id": rid})
+
+
+def _rid(request: Request) -> str:
+    """The request's id (the client's X-Request-Id when plain), kept for the error handlers."""
+    rid: str = new_request_id(request.scope)
+    request.state.request_id = rid
+    return rid
 
 
 def _sse(events: list[dict[str, Any]]) -> bytes:
@@ -347,14 +354,20 @@ def routes(app: FastAPI, svc: Any) -> None:
     @app.get("/v1/responses/{response_id}")
     async def get_response(request: Request) -> Response:
         response_id: str = request.path_params["response_id"]
+        rid = _rid(request)
         _, rec, _ = await lookup(request, response_id)
         if request.query_params.get("stream") in ("true", "1"):
-            return Response(_sse(replay_events(rec.response)), media_type="text/event-stream; charset=utf-8")
-        return _json(200, rec.response)
+            return Response(
+                _sse(replay_events(rec.response)),
+                media_type="text/event-stream; charset=utf-8",
+                headers={"x-request-id": rid},
+            )
+        return _json(200, rec.response, rid)
 
     @app.get("/v1/responses/{response_id}/input_items")
     async def list_input_items(request: Request) -> Response:
         response_id: str = request.path_params["response_id"]
+        rid = _rid(request)
         _, rec, _ = await lookup(request, response_id)
         q = request.query_params
         order = q.get("order", "desc")
@@ -381,11 +394,13 @@ def routes(app: FastAPI, svc: Any) -> None:
                 "last_id": page[-1].get("id") if page else None,
                 "has_more": len(items) > limit,
             },
+            rid,
         )
 
     @app.delete("/v1/responses/{response_id}")
     async def delete_response(request: Request) -> Response:
         response_id: str = request.path_params["response_id"]
+        rid = _rid(request)
         store, rec, owner = await lookup(request, response_id)
         try:
             await store.delete(response_id, owner)
@@ -393,7 +408,7 @@ def routes(app: FastAPI, svc: Any) -> None:
             raise store_unavailable() from None
         if rec.remote:
             await _forward_delete(svc.router, rec)
-        return _json(200, {"id": response_id, "object": "response.deleted", "deleted": True})
+        return _json(200, {"id": response_id, "object": "response.deleted", "deleted": True}, rid)
 
 
 async def _forward_delete(router: Router, rec: Record) -> None:

@@ -11,21 +11,33 @@ with ``retry`` set, nothing reached the client yet, the per-request deadline lea
 allows it.
 
 ``FAILURES``: the proxy's error code of a failed attempt → (attempt outcome, retried,
-counts against the breaker).  Any other code (the upstream's 4xx: the request's own fault,
+the breaker it counts against).  Any other code (the upstream's 4xx: the request's own fault,
 retried anywhere it fails the same) is outcome ``rejected``: answered at once, and the
 breaker counts it as a success of the upstream (it answered).
 
-=========================  ==============  =====  =======  =====================================
-code                       outcome         retry  breaker  why
-=========================  ==============  =====  =======  =====================================
-``upstream_unreachable``   ``unreachable`` yes    yes      connect error: nothing was sent
-``upstream_timeout``       ``timeout``     yes    yes      no headers in time (or 504/408)
-``server_error``           ``server_error`` yes   yes      5xx, or a 200 carrying such an error
-``server_is_overloaded``   ``overloaded``  yes    yes      503/529, engine overloaded
-``rate_limit_exceeded``    ``rate_limited`` yes   yes      429 (``retry-after`` honoured ≤ cap)
-``upstream_stream_error``  ``stream_error`` yes   yes      the body broke before any byte went out
-``upstream_bad_response``  ``bad_response`` no    yes      a 200 that is not an answer: broken
-=========================  ==============  =====  =======  =====================================
+=========================  ==============  =====  ========  ====================================
+code                       outcome         retry  breaker   why
+=========================  ==============  =====  ========  ====================================
+``upstream_unreachable``   ``unreachable`` yes    provider  connect error: nothing was sent
+``upstream_auth_failed``   ``auth_failed`` other  provider  401: the provider refuses our key
+                                           target           (for every model; not this target
+                                                            again in this request)
+``upstream_timeout``       ``timeout``     yes    model     no headers in time (or 504/408)
+``server_error``           ``server_error`` yes   model     5xx, or a 200 carrying such an error
+``server_is_overloaded``   ``overloaded``  yes    model     503/529, engine overloaded
+``rate_limit_exceeded``    ``rate_limited`` yes   —         429: rate limiting, not a fault
+                                                            (``retry-after`` honoured ≤ cap, or
+                                                            the next target); the breaker is
+                                                            told nothing
+``upstream_stream_error``  ``stream_error`` yes   model     the body broke before any byte went out
+``upstream_bad_response``  ``bad_response`` no    model     a 200 that is not an answer: broken
+=========================  ==============  =====  ========  ====================================
+
+A *model* failure goes to the breaker of its (provider, upstream model) when that pair is
+configured, so one model's failures never block the provider's other models; a glob-routed
+model has no breaker of its own (its names are the clients'), and its failures go to the
+provider's.  A *provider* failure goes to the provider's breaker, which guards every model
+of it.
 
 Backoff before trying a target again: ``base · 2^(n-1)`` capped at ``max``, half of it
 fixed and half random ("equal jitter": spread, yet never zero), or the upstream's
@@ -44,16 +56,20 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-FAILURES: dict[str, tuple[str, bool, bool]] = {
-    "upstream_unreachable": ("unreachable", True, True),
-    "upstream_timeout": ("timeout", True, True),
-    "server_error": ("server_error", True, True),
-    "server_is_overloaded": ("overloaded", True, True),
-    "rate_limit_exceeded": ("rate_limited", True, True),
-    "upstream_stream_error": ("stream_error", True, True),
-    "upstream_bad_response": ("bad_response", False, True),
+# code → (attempt outcome, retried, the breaker it counts against: "provider", "model", "")
+FAILURES: dict[str, tuple[str, bool, str]] = {
+    "upstream_unreachable": ("unreachable", True, "provider"),
+    "upstream_auth_failed": ("auth_failed", True, "provider"),
+    "upstream_timeout": ("timeout", True, "model"),
+    "server_error": ("server_error", True, "model"),
+    "server_is_overloaded": ("overloaded", True, "model"),
+    "rate_limit_exceeded": ("rate_limited", True, ""),
+    "upstream_stream_error": ("stream_error", True, "model"),
+    "upstream_bad_response": ("bad_response", False, "model"),
 }
-REJECTED = ("rejected", False, False)
+REJECTED = ("rejected", False, "")
+# outcomes after which the same target is not tried again in this request (only another)
+NOT_AGAIN = frozenset({"auth_failed"})
 
 # every outcome of ``switchboard_upstream_attempts_total{outcome}``
 ATTEMPT_OUTCOMES = frozenset(
@@ -62,8 +78,9 @@ ATTEMPT_OUTCOMES = frozenset(
 )
 
 
-def classify(code: str | None) -> tuple[str, bool, bool]:
-    """(attempt outcome, retried, a breaker failure) of a failed attempt's error code."""
+def classify(code: str | None) -> tuple[str, bool, str]:
+    """(attempt outcome, retried, the breaker scope it fails: "provider", "model" or "") of a
+    failed attempt's error code."""
     return FAILURES.get(code or "", REJECTED)
 
 

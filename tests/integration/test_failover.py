@@ -56,9 +56,10 @@ async def test_dead_provider_falls_back_then_its_breaker_skips_it(fault: FaultUp
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == TEXT
         assert took >= 0.55
     ready = (await c.get("/readyz")).json()
-    assert ready["breakers"] == {"bad": "open", "bad/m-fault-stallhead": "open"}  # provider and model
+    assert ready["breakers"] == {"bad/m-fault-stallhead": "open"}  # a timeout is the model's
     m = (await c.get("/metrics")).text
-    assert metric(m, "switchboard_breaker_state", provider="bad", model="-") == 2
+    assert metric(m, "switchboard_breaker_state", provider="bad", model="m-fault-stallhead") == 2
+    assert metric(m, "switchboard_breaker_state", provider="bad", model="-") == 0
     r, took = await post(c, "m-fault-stallhead")  # the dead provider is skipped at once
     assert r.status_code == 200 and took < 0.3, took
     assert bad_hits(fault) == 2
@@ -150,6 +151,12 @@ async def test_weighted_targets_share_the_load(fault: FaultUpstream, client_fact
             and [(t["function"]["name"], t["function"]["arguments"]) for t in msg["tool_calls"]] == CALLS
         )
     protos = [h[1] for h in fault.hits]
+    m = (await c.get("/metrics")).text
+    assert (
+        metric(m, "switchboard_upstream_attempts_total", provider="good", outcome="ok")
+        + metric(m, "switchboard_upstream_attempts_total", provider="goodr", outcome="ok")
+        == 40
+    ), [x for x in m.splitlines() if "attempts_total" in x]
     assert 8 <= protos.count("chat") <= 32 and len(protos) == 40
 
 
@@ -157,3 +164,58 @@ async def test_single_target_config_still_valid(client_factory: Any) -> None:
     c = await client_factory()  # the integration config: provider + upstream_model, no targets
     r = await c.post("/v1/chat/completions", json={**CHAT, "model": "demo"})
     assert r.status_code == 200
+
+
+async def test_one_models_failures_leave_the_providers_other_models_alone(
+    fault: FaultUpstream, client_factory: Any
+) -> None:
+    c = await client_factory(
+        **cfg(
+            fault,
+            [{"name": "m-fault-500", "provider": "bad"}, {"name": "m-fault-ok", "provider": "bad"}],
+            breaker={"failures": 1, "open_seconds": 30},
+        )
+    )
+    r, _ = await post(c, "m-fault-500")
+    assert r.status_code == 502
+    assert (await post(c, "m-fault-500"))[0].status_code == 503  # its own breaker is open
+    r, _ = await post(c, "m-fault-ok")  # the same provider's other model is served
+    assert r.status_code == 200, r.text
+    assert (await c.get("/readyz")).json()["breakers"] == {"bad/m-fault-500": "open"}
+
+
+async def test_rate_limits_never_open_a_breaker(fault: FaultUpstream, client_factory: Any) -> None:
+    c = await client_factory(
+        **cfg(
+            fault,
+            [{"name": "m-fault-429", "targets": [{"provider": "bad"}, {"provider": "good"}]}],
+            breaker={"failures": 1, "open_seconds": 30},
+        )
+    )
+    for _ in range(3):  # each: 429 on the first target, answered by the fallback at once
+        r, took = await post(c, "m-fault-429")
+        assert r.status_code == 200 and took < 0.9, took
+    assert bad_hits(fault) == 3  # never skipped: its breaker was never told a failure
+    assert "breakers" not in (await c.get("/readyz")).json()
+    m = (await c.get("/metrics")).text
+    assert metric(m, "switchboard_upstream_attempts_total", provider="bad", outcome="rate_limited") == 3
+
+
+async def test_a_dead_provider_opens_its_own_breaker_for_every_model(fault: FaultUpstream, client_factory: Any) -> None:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    s.close()
+    conf = cfg(
+        fault,
+        [{"name": "a", "targets": [{"provider": "dead"}, {"provider": "good"}]}, {"name": "b", "provider": "dead"}],
+        breaker={"failures": 1, "open_seconds": 30},
+    )
+    conf["providers"].append({"name": "dead", "protocol": "chat", "base_url": dead, "timeouts": TIMEOUTS})
+    c = await client_factory(**conf)
+    assert (await post(c, "a"))[0].status_code == 200  # refused, then the fallback
+    r, took = await post(c, "b")  # another model of the dead provider: skipped at once
+    assert r.status_code == 503 and r.json()["error"]["code"] == "upstream_circuit_open" and took < 0.2
+    assert (await c.get("/readyz")).json()["breakers"] == {"dead": "open"}

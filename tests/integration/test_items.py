@@ -244,3 +244,30 @@ async def test_code_mode_toward_openai_passes_and_toward_other_responses_hoists(
     other = got["resp"][0]
     assert [i["type"] for i in other["input"]] == ["message"]
     assert [t["name"] for t in other["tools"]] == ["functions", "clock"]
+
+
+# -- request ids on every answer ---------------------------------------------------------------
+
+
+async def test_every_answer_carries_a_request_id_and_a_plain_incoming_one_is_adopted(client_factory, up, tmp_path):
+    c = await client_factory(**cfg(tmp_path))
+    r1 = await post(c, {"model": "chat-model", "input": "one"}, {**ALICE, "x-request-id": "trace-42.a:b"})
+    assert r1.headers["x-request-id"] == "trace-42.a:b"
+    rid = r1.json()["id"]
+    for method, path in (
+        ("GET", f"/v1/responses/{rid}"),
+        ("GET", f"/v1/responses/{rid}?stream=true"),
+        ("GET", f"/v1/responses/{rid}/input_items"),
+        ("GET", "/v1/models"),
+        ("GET", "/v1/models/chat-model"),
+        ("GET", "/v1/responses/resp_unknown"),
+        ("DELETE", f"/v1/responses/{rid}"),
+    ):
+        r = await c.request(method, path, headers=ALICE)
+        assert r.headers["x-request-id"].startswith("req_"), (method, path, r.status_code)
+        r = await c.request(method, path, headers={**ALICE, "x-request-id": "mine-1"})
+        assert r.headers["x-request-id"] == "mine-1", (method, path)
+    # one that is not a plain token (or too long) is not taken
+    for bad in ("a b", "x" * 129, "a/b"):
+        r = await post(c, {"model": "chat-model", "input": "two", "store": False}, {**ALICE, "x-request-id": bad})
+        assert r.headers["x-request-id"].startswith("req_") and r.headers["x-request-id"] != bad

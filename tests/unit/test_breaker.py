@@ -128,10 +128,13 @@ def test_backoff_grows_with_jitter_within_bounds() -> None:
 
 
 def test_classification() -> None:
-    assert classify("server_error") == ("server_error", True, True)
-    assert classify("upstream_bad_response") == ("bad_response", False, True)
-    for code in ("context_length_exceeded", "upstream_auth_failed", "model_not_found", None, "insufficient_quota"):
-        assert classify(code) == ("rejected", False, False)
+    assert classify("server_error") == ("server_error", True, "model")
+    assert classify("upstream_bad_response") == ("bad_response", False, "model")
+    assert classify("upstream_unreachable") == ("unreachable", True, "provider")
+    assert classify("upstream_auth_failed") == ("auth_failed", True, "provider")
+    assert classify("rate_limit_exceeded") == ("rate_limited", True, "")  # rate limiting, not a fault
+    for code in ("context_length_exceeded", "model_not_found", None, "insufficient_quota"):
+        assert classify(code) == ("rejected", False, "")
     assert {v[0] for v in FAILURES.values()} >= {"unreachable", "timeout", "rate_limited"}
 
 
@@ -175,7 +178,7 @@ def test_the_breaker_gauge_shows_each_state_after_every_report() -> None:
         if not res.allow(route):  # type: ignore[arg-type]
             continue
         before = {k: res.shown.get(k) for k in (("p", "-"), ("p", "m"))}
-        res.report(route, rng.choice(("ok", "failure", "failure", "release")))  # type: ignore[arg-type]
+        res.report(route, rng.choice(("ok", "failure", "failure", "release")), rng.choice(("provider", "model")))  # type: ignore[arg-type]
         for k in (("p", "-"), ("p", "m")):
             state = res.breakers[k].state
             assert m.get("switchboard_breaker_state", provider=k[0], model=k[1]) == STATES.index(state)
