@@ -8,9 +8,11 @@ import os
 from app import logs
 from app.config import load_config
 from app.main import create_app
+from app.secret import with_machine_secret
 
 logs.setup(os.environ.get("SWITCHBOARD_LOG_LEVEL", "info"))
-app = create_app(load_config(os.environ["SWITCHBOARD_CONFIG"]), signals=True)
+# the server's secret: the config's, else the one this machine keeps beside its store
+app = create_app(with_machine_secret(load_config(os.environ["SWITCHBOARD_CONFIG"])), signals=True)
 # Everything built so far (modules, config, router) lives as long as the process: out of the
 # cyclic collector's way, so its full collections stop walking it (shorter pauses, the p99)
 gc.collect()

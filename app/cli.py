@@ -12,9 +12,12 @@ from typing import Any
 
 def _check(path: str) -> int:
     from app.config import ConfigError, load_config
+    from app.secret import machine_secret
 
     try:
         cfg = load_config(path)
+        if not cfg.server.secret and cfg.store.enabled and cfg.store.backend == "redis":
+            machine_secret(cfg)  # raises: instances sharing a store must be given one secret
     except ConfigError as e:
         print(f"switchboard: {e}", file=sys.stderr)
         return 2
@@ -48,9 +51,11 @@ def _codex_catalog(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from app.config import ConfigError, load_config
+    from app.secret import machine_secret
 
     try:
         cfg = load_config(args.config)
+        machine_secret(cfg)  # made once here, before any worker starts (each reads it then)
     except ConfigError as e:
         print(f"switchboard: {e}", file=sys.stderr)
         return 2

@@ -132,11 +132,13 @@ def compact_handler(svc: Any) -> Any:
         scope.setdefault("state", {})["request_id"] = rid
         h = scope_headers(scope)
         try:
-            svc.authorize(h)
+            owner = svc.authorize(h)
             raw = await svc.read_body(receive, h.get("content-length"))
             sent, users = compact_body(raw)
             # a compaction is never "incomplete as completed": its one item must be whole
-            p = svc.prepare(orjson.dumps(sent), "responses", rid, h, started, incomplete_as_completed=False)
+            p = svc.prepare(
+                orjson.dumps(sent), "responses", rid, h, started, incomplete_as_completed=False, owner=owner
+            )
         except (ProxyError, RequestError) as e:
             status = e.status
             err = (

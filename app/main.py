@@ -152,10 +152,17 @@ def _warn_secret(server: Any) -> None:
         log.warning(
             "no_secret_key",
             message="server.secret_key is not set: reasoning replays as summary text only, and compaction summaries "
-            "are sealed with a key of this process alone (another instance or a restart cannot open them)",
+            "are sealed with a key of this process alone (another instance or a restart cannot open them); "
+            "`switchboard serve` keeps one beside the store instead",
         )
     elif not server.secret_key:
         log.warning("deprecated_setting", setting="server.reasoning_envelope_key", use="server.secret_key")
+
+
+def owner_envelope_key(secret: bytes, owner: str) -> bytes:
+    """The envelope key of client key ``owner`` (``Service.envelope_key_for``); empty
+    without a secret."""
+    return hmac.new(secret, b"switchboard-owner\x00" + owner.encode(), hashlib.sha256).digest() if secret else b""
 
 
 class Service:
@@ -172,6 +179,7 @@ class Service:
             (p.name for p in config.providers), known_codes(), models=(model for _, model in pairs)
         )
         self.envelope_key = config.server.secret.encode()
+        self._owner_keys: dict[str, bytes] = {}  # client key name → its envelope key
         self.ready = False
         self.sockets = 0  # open Responses WebSocket connections (app.ws)
         # fallbacks, retries and breakers (app.failover); the SIGTERM drain (app.drain): open
@@ -204,6 +212,18 @@ class Service:
             await self.router.aclose()
             if self.store is not None:
                 await self.store.aclose()
+
+    def envelope_key_for(self, owner: str) -> bytes:
+        """The key that seals and opens this client key's envelopes (reasoning, compaction):
+        derived from the server's secret and the key's name, so a blob sealed for one client
+        key does not open in another's request (its summary would reach that key's upstream
+        request).  Empty without a secret."""
+        k = self._owner_keys.get(owner)
+        if k is None:
+            k = owner_envelope_key(self.envelope_key, owner)
+            if len(self._owner_keys) < 4096:  # (names come from the config: a few)
+                self._owner_keys[owner] = k
+        return k
 
     def authorize(self, h: Any) -> str:
         """Check the client key in headers ``h`` (a dict or Starlette's Headers); the key's
@@ -263,16 +283,18 @@ class Service:
         answered: dict[str, Any] | None = None,
         websocket: bool = False,
         incomplete_as_completed: bool | None = None,
+        owner: str = OPEN_OWNER,
     ) -> Prepared:
         """``app.pipeline.prepare`` with what this app holds (router, secrets, counters,
-        fallbacks and breakers, the drain): one request of any route or transport."""
+        fallbacks and breakers, the drain): one request of any route or transport, for the
+        client key named ``owner``."""
         server = self.config.server
         return prepare(
             self.router,
             raw,
             client,
             rid,
-            envelope_key=self.envelope_key,
+            envelope_key=self.envelope_key_for(owner),
             incomplete_as_completed=(
                 server.incomplete_as_completed if incomplete_as_completed is None else incomplete_as_completed
             ),
@@ -318,7 +340,14 @@ class Service:
                         ):
                             turn = await stored.begin(self.store, self.router, body, owner)
                     p = self.prepare(
-                        raw, client, rid, h, started, body=body, answered=turn.answered if turn is not None else None
+                        raw,
+                        client,
+                        rid,
+                        h,
+                        started,
+                        body=body,
+                        answered=turn.answered if turn is not None else None,
+                        owner=owner,
                     )
                     if turn is not None and turn.resolved:
                         p.ctx.repaired("item_reference_resolved")

@@ -286,7 +286,7 @@ class _Connection:
         # transcript shares its items; tests/unit/test_bridge_leaves_body.py)
         body = check_parsed(body, "responses")
         return self.svc.prepare(
-            b"", "responses", rid, self.headers, started, body=body, answered=answered, websocket=True
+            b"", "responses", rid, self.headers, started, body=body, answered=answered, websocket=True, owner=self.owner
         )
 
     async def _refused(self, e: ProxyError | RequestError, rid: str) -> None:

@@ -67,8 +67,10 @@ Responses upstreams (``prepare_responses``):
 ==========================  ==================  ==========================================
 same_protocol_model         same protocol       ``model`` := ``ctx.upstream_model``
 strip_reasoning_envelope    that quirk (on in   reasoning items whose ``encrypted_content``
-                            every profile that  is a proxy envelope (``pxy1.``) are removed
-                            speaks Responses)   WHOLE
+                            every profile that  is a proxy envelope (``pxy1.``): removed
+                            speaks Responses)   WHOLE toward OpenAI (``responses_native``);
+                                                elsewhere the blob goes and the item stays,
+                                                its text as the summary when it has none
 mantle_request              ``mantle_request``  assistant ``output_text`` content → a
                                                 string; ``tool_choice:none`` → neither
                                                 ``tools`` nor ``tool_choice``; any other
@@ -85,11 +87,14 @@ Decisions:
   ``invalid_encrypted_content``), so every profile that can speak Responses switches the
   quirk on (``providers/profiles.py``; a unit test holds every such profile to it).
   Switched off, the envelope goes upstream as the client sent it: for an upstream that
-  opens it itself, another Switchboard tier whose own reasoning items these are.  The
-  whole item goes, summary included: a reasoning item without ``encrypted_content`` and
-  without a stored id is rejected or useless to a real OpenAI model, and the text is
-  another model's reasoning anyway.  Only ``reasoning`` items are looked at; a foreign
-  blob (not ``pxy1.``) is left for ``encrypted_content_retry``.
+  opens it itself, another Switchboard tier whose own reasoning items these are.  Toward
+  OpenAI the whole item goes, summary included: a reasoning item without
+  ``encrypted_content`` and without a stored id is rejected or useless to a real OpenAI
+  model, and the text is another model's reasoning anyway.  Toward any other Responses
+  upstream (vLLM, xAI, Mantle, a gateway) only the blob goes: the item's summary is that
+  model's own reasoning of the turn, which it reads back (the envelope's text fills an
+  empty summary).  Only ``reasoning`` items are looked at; a foreign blob (not ``pxy1.``)
+  is left for ``encrypted_content_retry``.
 * ``store_false_item_ids``: with ``store:false`` nothing is stored upstream, so an item
   ``id`` can only be wrong (another provider's id, or ``rs_…`` "not found", PAINS 8/9); the
   ``call_id`` is always kept (T1-5).  ``item_reference`` items keep their id (it is their
@@ -102,7 +107,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .context import Ctx
-from .envelope import is_envelope
+from .envelope import is_envelope, open_reasoning
 from .ids import MAX_CALL_ID, kimi_restore_map, responses_policy, unique_map
 from .reasoning_keys import KEYS, normalize_history, upstream_key
 from .request_c2r import text_of, toolinfo_from_chat
@@ -468,14 +473,30 @@ def _strip_reasoning_envelope(body: Body, ctx: Ctx) -> None:
     items = _input_items(body)
     if items is None:
         return
-    kept = [
-        it
-        for it in items
-        if not (isinstance(it, dict) and it.get("type") == "reasoning" and is_envelope(it.get("encrypted_content")))
-    ]
-    if len(kept) != len(items):
-        body["input"] = kept
+    native = ctx.on("responses_native")
+    out: list[Any] = []
+    changed = False
+    for it in items:
+        if not (isinstance(it, dict) and it.get("type") == "reasoning" and is_envelope(it.get("encrypted_content"))):
+            out.append(it)
+            continue
+        changed = True
+        if native:
+            continue  # OpenAI: the whole item (it would refuse or ignore one without its own blob)
+        # any other Responses upstream: the item without the blob, its text as the summary
+        kept = {k: v for k, v in it.items() if k != "encrypted_content"}
+        if not _summary_texts(kept.get("summary")):
+            _, text = open_reasoning(it["encrypted_content"], ctx.envelope_key)
+            if text:
+                kept["summary"] = [{"type": "summary_text", "text": text}]
+        out.append(kept)
+    if changed:
+        body["input"] = out
         ctx.repaired("strip_reasoning_envelope")
+
+
+def _summary_texts(summary: Any) -> bool:
+    return isinstance(summary, list) and any(isinstance(p, dict) and p.get("text") for p in summary)
 
 
 def _is_message(item: Any) -> bool:

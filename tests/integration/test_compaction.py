@@ -10,12 +10,15 @@ import httpx
 import orjson
 import pytest
 
+from app.main import OPEN_OWNER, owner_envelope_key
 from transformers import envelope
 from transformers.compaction import COMPACTION_PROMPT, SUMMARY_PREFACE
 
 from .conftest import BASE_CONFIG, CHAT_URL, RESP_URL
 
 SECRET = "s3cret-compaction-key-for-tests"
+# an envelope is sealed for the client key that asked (no keys configured here: the open owner)
+OWNER_KEY = owner_envelope_key(SECRET.encode(), OPEN_OWNER)
 OAI_URL = "http://oai.test/v1/responses"
 HISTORY = [
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the build"}]},
@@ -78,7 +81,7 @@ def sse_events(raw: bytes) -> list[dict[str, Any]]:
 
 
 def opened(item: dict[str, Any]) -> str:
-    status, payload = envelope.open_compaction(item["encrypted_content"], SECRET.encode())
+    status, payload = envelope.open_compaction(item["encrypted_content"], OWNER_KEY)
     assert status == "ok" and payload is not None
     return payload["s"]
 
@@ -172,7 +175,7 @@ async def test_native_upstream_untouched_but_ours_expanded(client_factory, mock)
     native_item = {"type": "compaction", "id": "cmp_n", "encrypted_content": "gAAAAB-openai-blob"}
     answer = {**resp_json(""), "output": [native_item]}
     route = mock.post(OAI_URL).mock(return_value=httpx.Response(200, json=answer))
-    ours = {"type": "compaction", "encrypted_content": envelope.seal_compaction("Ours.", SECRET.encode())}
+    ours = {"type": "compaction", "encrypted_content": envelope.seal_compaction("Ours.", OWNER_KEY)}
     body = {"model": "gpt-5", "input": [ours, *HISTORY, native_item, TRIGGER], "tools": TOOLS, "store": False}
     r = await client.post("/v1/responses", json=body)
     assert r.status_code == 200, r.text
@@ -254,3 +257,21 @@ async def test_compact_on_a_fallback_target_still_answers_the_compacted_form(cli
     assert opened(obj["output"][-1]) == "Compact summary."
     m = (await client.get("/metrics")).text
     assert any('route="/v1/responses/compact"' in x and 'status="200"' in x for x in m.splitlines())
+
+
+async def test_a_blob_sealed_for_one_client_key_does_not_open_for_another(client_factory, mock):
+    """A compaction summary (or sealed reasoning) belongs to the key it was sealed for: key B
+    replaying key A's item gets 400, and A's summary never reaches B's upstream request."""
+    keys = {"auth": {"keys": [{"name": "alice", "key": "sk-alice"}, {"name": "bob", "key": "sk-bob"}]}}
+    client = await client_factory(**config(), **keys)
+    route = mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json=chat_json("Alice's secret plan.")))
+    body = {"model": "chat-model", "input": [*HISTORY, TRIGGER], "store": False}
+    r = await client.post("/v1/responses", json=body, headers={"authorization": "Bearer sk-alice"})
+    item = r.json()["output"][0]
+    nxt = {"model": "chat-model", "input": [item, {"role": "user", "content": "go on"}], "store": False}
+    r_bob = await client.post("/v1/responses", json=nxt, headers={"authorization": "Bearer sk-bob"})
+    assert r_bob.status_code == 400 and r_bob.json()["error"]["code"] == "invalid_encrypted_content"
+    assert route.call_count == 1  # nothing of Alice's went upstream for Bob
+    r_alice = await client.post("/v1/responses", json=nxt, headers={"authorization": "Bearer sk-alice"})
+    assert r_alice.status_code == 200
+    assert "Alice's secret plan." in orjson.loads(route.calls[1].request.content)["messages"][0]["content"]

@@ -743,8 +743,9 @@ def q_moonshot_fields(on: bool, bodies: list[dict[str, Any]], r: httpx.Response)
 
 def q_envelope(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
     blobs = [i.get("encrypted_content") for i in bodies[0]["input"] if i.get("type") == "reasoning"]
-    if on:  # the sealed item goes whole; a foreign blob is left to encrypted_content_retry
-        assert blobs == [None, "gAAAA-openai-blob"] and ENVELOPE not in orjson.dumps(bodies[0]).decode()
+    if on:  # (an openai-compatible upstream) the blob goes, the item stays; a foreign blob is
+        # left to encrypted_content_retry
+        assert blobs == [None, None, "gAAAA-openai-blob"] and ENVELOPE not in orjson.dumps(bodies[0]).decode()
     else:  # as the client sent it: for an upstream that opens it (another Switchboard tier)
         assert blobs == [None, ENVELOPE, "gAAAA-openai-blob"]
     assert codex_view(r)["status"] == "completed"

@@ -121,6 +121,8 @@ def env(tmp_path: Path) -> Iterator[dict[str, Any]]:
     chat = ScriptedUpstream([answering("chat", counts[0]) for _ in range(40)], name="chat").start()
     resp = ScriptedUpstream([answering("responses", counts[1]) for _ in range(40)], name="resp").start()
     config = {
+        # instances sharing a Redis store must share a secret (app/secret.py): serve refuses otherwise
+        "server": {"secret_key": "s" * 48},
         "auth": {"keys": [ALICE, {"name": "bob", "key": BOB}]},
         "store": {
             "backend": "redis",

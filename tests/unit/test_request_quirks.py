@@ -550,7 +550,7 @@ R_PLAIN = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"
 CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
 OUTPUT = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
 
-# id, input, what is left with the quirk on (off: the input as sent, always)
+# id, input, what is left with the quirk on toward OpenAI (off: the input as sent, always)
 ENVELOPE_CASES = [
     ("sealed-item-goes-whole", [USER, R_SEALED, R_FOREIGN, CALL, OUTPUT], [USER, R_FOREIGN, CALL, OUTPUT]),
     ("every-sealed-item", [R_SEALED, USER, {**R_SEALED, "id": "rs_2"}, CALL, OUTPUT], [USER, CALL, OUTPUT]),
@@ -571,7 +571,7 @@ ENVELOPE_CASES = [
 def test_strip_reasoning_envelope(items, want, on):
     body = {"model": "m", "store": True} if items is None else {"model": "m", "store": True, "input": items}
     sent = copy.deepcopy(body)
-    c = ctx("strip_reasoning_envelope") if on else ctx()
+    c = ctx("strip_reasoning_envelope", "responses_native") if on else ctx()
     out = prepare_responses(sent, c, translated=True)
     assert sent == body  # the client's body is never mutated
     changed = on and want is not None
@@ -579,6 +579,25 @@ def test_strip_reasoning_envelope(items, want, on):
     assert c.repairs == (["strip_reasoning_envelope"] if changed else [])
     if not changed and items is not None:
         assert out["input"] is sent["input"]  # nothing to strip: the very same list
+
+
+def test_strip_reasoning_envelope_elsewhere_keeps_the_item_without_its_blob():
+    """Toward a Responses upstream other than OpenAI the item stays, without the blob; an
+    empty summary gets the envelope's text (opened with the request's key)."""
+    key = b"k" * 32
+    bare = {"type": "reasoning", "summary": [], "encrypted_content": seal("thought it through", key)}
+    body = {"model": "m", "input": [USER, R_SEALED, bare, R_FOREIGN, CALL, OUTPUT]}
+    c = ctx("strip_reasoning_envelope", envelope_key=key)
+    out = prepare_responses(copy.deepcopy(body), c, translated=True)
+    assert out["input"] == [
+        USER,
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "our reasoning"}]},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thought it through"}]},
+        R_FOREIGN,
+        CALL,
+        OUTPUT,
+    ]
+    assert c.repairs == ["strip_reasoning_envelope"]
 
 
 @pytest.mark.parametrize(
