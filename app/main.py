@@ -253,8 +253,9 @@ class Service:
             )
         parts: list[bytes] = []
         size = 0
+        deadline = asyncio.get_running_loop().time() + self.config.server.body_timeout_seconds
         while True:
-            msg = await receive()
+            msg = await self._receive_by(receive, deadline)
             kind = msg["type"]
             if kind == "http.request":
                 chunk = msg.get("body", b"")
@@ -270,6 +271,20 @@ class Service:
             elif kind == "http.disconnect":
                 raise ClientDisconnect()
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _receive_by(self, receive: Any, deadline: float) -> Any:
+        """The next ASGI message of the body, or 408 when the deadline passes first."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await receive()
+        except TimeoutError:
+            secs = self.config.server.body_timeout_seconds
+            raise ProxyError(
+                408,
+                f"the request body did not arrive within {secs:g}s (server.body_timeout_seconds)",
+                code="request_timeout",
+                headers={"connection": "close"},
+            ) from None
 
     def prepare(
         self,
@@ -338,7 +353,9 @@ class Service:
                             or body.get("previous_response_id")
                             or (b"item_reference" in raw and stored.has_references(body))
                         ):
-                            turn = await stored.begin(self.store, self.router, body, owner)
+                            turn = await stored.begin(
+                                self.store, self.router, body, owner, self.config.server.max_body_bytes
+                            )
                     p = self.prepare(
                         raw,
                         client,

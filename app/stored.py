@@ -207,9 +207,24 @@ async def resolve_references(store: Store | None, router: Router, body: dict[str
     return resolved
 
 
-async def begin(store: Store | None, router: Router, body: dict[str, Any], owner: str) -> Turn | None:
+def context_exceeded(limit: int) -> ProxyError:
+    return ProxyError(
+        400,
+        "Your input exceeds the context window of this model: the stored conversation with this turn is larger "
+        f"than this proxy takes in one request ({limit} bytes, server.max_body_bytes). Start a new conversation, "
+        "or compact this one.",
+        param="input",
+        code="context_length_exceeded",
+    )
+
+
+async def begin(
+    store: Store | None, router: Router, body: dict[str, Any], owner: str, limit: int | None = None
+) -> Turn | None:
     """Before ``prepare()``: settle ``store`` and ``previous_response_id`` (module docstring).
-    Rewrites ``body`` in place; the Turn to ``finish``, or None when nothing is stored."""
+    Rewrites ``body`` in place; the Turn to ``finish``, or None when nothing is stored.
+    ``limit``: the most bytes the rebuilt input may take (``server.max_body_bytes``: a chain
+    of stored turns is bounded as one request is), else 400 ``context_length_exceeded``."""
     flag = body.get("store")
     prev = body.get("previous_response_id")
     if store is None:
@@ -241,6 +256,8 @@ async def begin(store: Store | None, router: Router, body: dict[str, Any], owner
         if not (keeps and last.remote and last.provider == prov.name):
             body["input"] = history(chain, strip_ids=upstream == "responses") + turn.items
             del body["previous_response_id"]
+            if limit is not None and len(orjson.dumps(body["input"])) > limit:
+                raise context_exceeded(limit)
         turn.answered["previous_response_id"] = prev
     if has_references(body):
         if await resolve_references(store, router, body, owner):

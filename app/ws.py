@@ -141,6 +141,7 @@ class _Connection:
         "send",
         "session",
         "inbox",
+        "_later",
         "gone",
         "reader",
         "opened",
@@ -163,7 +164,10 @@ class _Connection:
         self.receive = receive
         self.send = send
         self.session = WSSession(svc.config.server.websocket.max_transcript_bytes)
-        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        # frames the client pipelined ahead of the one being answered: at most this many are
+        # held (the reader then stops reading the socket: TCP pushes back on the client)
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue(maxsize=svc.config.server.websocket.max_pipelined_frames)
+        self._later: asyncio.Task[None] | None = None  # a signal waiting for room in the inbox
         self.gone = asyncio.Event()
         self.reader: asyncio.Task[None] | None = None
         self.opened = time.monotonic()
@@ -185,7 +189,15 @@ class _Connection:
                 await self.inbox.put(msg)
         finally:
             self.gone.set()
-            self.inbox.put_nowait(None)
+            self._signal(None)
+
+    def _signal(self, what: Any) -> None:
+        """Put ``what`` (the end of the socket, or the drain's stop) in the inbox, after the
+        frames already there, whether or not it is full."""
+        try:
+            self.inbox.put_nowait(what)
+        except asyncio.QueueFull:
+            self._later = asyncio.get_running_loop().create_task(self.inbox.put(what))
 
     def close_reader(self) -> None:
         if self.reader is not None:
@@ -226,7 +238,7 @@ class _Connection:
     def stop(self, code: str) -> None:
         """The drain (app.drain): close this socket once no response is in flight (a turn in
         flight is registered on its own and ends first, completed or ``code``)."""
-        self.inbox.put_nowait(_STOP)
+        self._signal(_STOP)
 
     async def run(self) -> None:
         cfg = self.svc.config.server.websocket

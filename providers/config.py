@@ -50,6 +50,9 @@ class WebSocketCfg(_Strict):
     max_transcript_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # a socket with no frame for this long is closed (the client reconnects)
     idle_timeout_seconds: float = Field(default=900.0, gt=0)
+    # frames a client may send ahead of the answer in flight; past them the socket is not
+    # read until one is taken (a client that pipelines frames cannot grow the inbox)
+    max_pipelined_frames: int = Field(default=8, ge=1)
     # a socket older than this gets websocket_connection_limit_reached at its next request
     max_lifetime_seconds: float = Field(default=3600.0, gt=0)
     # WebSocket pings (dead peers are found and closed); 0 = never
@@ -111,6 +114,9 @@ class ServerCfg(_Strict):
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    # the whole request body must arrive within this many seconds of the head (a client that
+    # announces more than it sends is answered 408, not waited for)
+    body_timeout_seconds: float = Field(default=60.0, gt=0)
     # finish_reason "length" → response.completed with status incomplete (instead of
     # response.incomplete), for Responses clients that want the partial output as a turn
     incomplete_as_completed: bool = False

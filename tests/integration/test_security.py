@@ -455,3 +455,41 @@ async def test_streams_are_asked_for_uncompressed(client: httpx.AsyncClient, moc
     route = mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({}, "stop")], done=True))
     await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     assert route.calls[0].request.headers["accept-encoding"] == "identity"
+
+
+async def test_a_body_that_never_arrives_is_answered_408() -> None:
+    """A client announcing more body than it sends is not waited for past
+    server.body_timeout_seconds: 408, the connection closed."""
+    import asyncio
+
+    from app.main import create_app
+    from tests.integration.conftest import make_config
+
+    app = create_app(make_config(server={"body_timeout_seconds": 0.2}))
+    sent: list[dict[str, Any]] = []
+    calls = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return {"type": "http.request", "body": b'{"model": "chat-model", "messa', "more_body": True}
+        await asyncio.Event().wait()  # the rest never comes
+        raise AssertionError("unreachable")
+
+    async def send(msg: dict[str, Any]) -> None:
+        sent.append(msg)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", b"5000")],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+    async with app.router.lifespan_context(app):
+        t0 = asyncio.get_running_loop().time()
+        await asyncio.wait_for(app(scope, receive, send), 5)
+        took = asyncio.get_running_loop().time() - t0
+    assert sent[0]["status"] == 408 and 0.15 < took < 2
+    assert (b"connection", b"close") in sent[0]["headers"]
+    assert orjson.loads(sent[1]["body"])["error"]["code"] == "request_timeout"

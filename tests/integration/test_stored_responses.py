@@ -263,3 +263,26 @@ async def test_plain_keys_own_their_responses_too(client_factory, up, tmp_path):
     r = await turn(c, "chat-model", "one", headers=BOB)
     assert (await c.get(f"/v1/responses/{r['id']}", headers=BOB)).status_code == 200
     assert (await c.get(f"/v1/responses/{r['id']}", headers=ALICE)).status_code == 404
+
+
+async def test_a_stored_chain_past_the_body_limit_is_a_context_error(client_factory, up, tmp_path):
+    """A conversation continued by previous_response_id is rebuilt by the proxy: it is bounded
+    as one request is (server.max_body_bytes), and past it answered as OpenAI answers an
+    input too long for the context, before anything goes upstream."""
+    c = await client_factory(**cfg(tmp_path), server={"max_body_bytes": 4096})
+    prev = None
+    for _ in range(3):
+        r = await c.post(
+            "/v1/responses",
+            json={"model": "chat-model", "input": "x" * 1000, **({"previous_response_id": prev} if prev else {})},
+            headers=ALICE,
+        )
+        assert r.status_code == 200, r.text
+        prev = r.json()["id"]
+    r = await c.post(
+        "/v1/responses", json={"model": "chat-model", "input": "y" * 1000, "previous_response_id": prev}, headers=ALICE
+    )
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and err["param"] == "input"
+    assert len(up.bodies["chat"]) == 3  # nothing went upstream for the fourth turn
