@@ -34,7 +34,8 @@ from typing import Any
 
 import orjson
 
-from app.pipeline import ProxyResponse, new_request_id, scope_headers
+from app.pipeline import ProxyResponse
+from app.prepare import new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
 from transformers.ids import random_hex
 from transformers.request_check import check_integers, check_values

@@ -40,7 +40,8 @@ from app.drain import Drain
 from app.failover import Resilience
 from app.guard import Guard
 from app.logs import log
-from app.pipeline import Prepared, ProxyResponse, check_body, new_request_id, prepare, scope_headers
+from app.pipeline import ProxyResponse
+from app.prepare import Prepared, check_body, new_request_id, prepare, scope_headers
 from app.store import Store, open_store
 from app.stored import Turn
 from app.ws import serve_socket

@@ -3,9 +3,11 @@
 Theory of operation
 -------------------
 All protocol work happens in the sans-IO ``transformers.bridge.Bridge``; this module does
-the I/O around it.  ``prepare()`` (pure, before any I/O) checks the client body, picks the
-route and opens the Bridge, which translates the body for the upstream.
-``ProxyResponse`` is the ASGI response that pumps:
+the I/O around it.  ``app.prepare.prepare()`` (pure, before any I/O) checks the client body,
+picks the route and opens the Bridge, which translates the body for the upstream; the
+upstream exchange itself (send, the answer's head, a whole answer's body, the errors before
+the first byte, the drain, the log line) is ``app/exchange.py``.  ``ProxyResponse`` is the
+ASGI response that pumps:
 
 1. **Exchange.**  Send the upstream request while watching the client: a disconnect before
    the first upstream byte cancels it, a slow upstream hits the first-byte timeout, and any
@@ -28,228 +30,21 @@ route and opens the Bridge, which translates the body for the upstream.
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import time
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
-from urllib.parse import quote
 
 import httpx
-import orjson
 from starlette.responses import Response
 
 from app.drain import SHUTDOWN_MESSAGE
+from app.exchange import Resume, attempt, complete_answer, drain_rest, finish_log, send_error
 from app.failover import STREAM_FAULTS, Failover
-from app.logs import log
-from app.metrics import Metrics
-from providers.errors import error_in_ok_body, failed_answer_error, upstream_error
-from providers.upstream import Provider, Route, Router, target_for
-from transformers.bridge import AnswerError, Bridge, open_bridge
-from transformers.context import Ctx
-from transformers.encrypted_retry import is_invalid_encrypted_content, strip_encrypted_reasoning
+from app.prepare import Prepared, retarget
+from providers.upstream import Provider
+from transformers.bridge import Bridge
 from transformers.errors import ProxyError
-from transformers.ids import random_hex
-from transformers.masking import NO_SECRETS, SecretMask
-from transformers.request_check import check_body
 
-__all__ = ["Prepared", "ProxyResponse", "check_body", "new_request_id", "prepare"]
-
-
-@dataclass(slots=True)
-class Prepared:
-    request_id: str
-    client: str  # chat | responses
-    upstream: str  # chat | responses
-    route: Route
-    ctx: Ctx
-    bridge: Bridge
-    stream: bool
-    upstream_body: bytes
-    started: float
-    route_name: str
-    headers: dict[str, str] = field(default_factory=dict)
-    forward_headers: dict[str, str] = field(default_factory=dict)
-    keepalive: float = 15.0  # seconds of upstream silence before a heartbeat (0 = never)
-    secrets: SecretMask = NO_SECRETS  # masks the configured secrets in upstream text
-    metrics: Metrics = field(default_factory=Metrics)  # the app's counters
-    transport: str = "http"  # http | websocket (app.ws)
-    # fallbacks (app.failover): the same request prepared for another target of its model
-    # (None: the model has one target), the app's breakers/budgets, the attempt number
-    again: Any = None
-    resilience: Any = None
-    attempts: int = 1
-    drainer: Any = None  # the app's Drain (app.drain): open answers register with it
-    stop: str = ""  # set by the drain: the code this answer must end with now
-    # a non-streamed answer's (status, body) made from the Bridge's body, before anything is
-    # sent, so that the log line and the counters say what the client got (app.compact)
-    reshape: Any = None
-
-
-def retarget(p: Prepared, route: Route) -> Prepared:
-    """The request of ``p`` prepared for ``route``, another target of its model: the client's
-    body translated again for that target's protocol and quirks (pure, as ``prepare``)."""
-    if p.again is None:
-        raise AssertionError("a one-target model has no other target")
-    q: Prepared = p.again(route)
-    q.route_name, q.reshape = p.route_name, p.reshape  # what the route's handler set (app.compact)
-    return q
-
-
-def prepare(
-    router: Router,
-    raw: bytes,
-    client: str,
-    request_id: str,
-    *,
-    envelope_key: bytes,
-    incomplete_as_completed: bool,
-    keepalive: float = 15.0,
-    started: float,
-    client_headers: dict[str, str],
-    secrets: SecretMask = NO_SECRETS,
-    counters: Metrics | None = None,
-    websocket: bool = False,
-    body: dict[str, Any] | None = None,
-    answered: dict[str, Any] | None = None,
-    resilience: Any = None,
-    drainer: Any = None,
-    target: Route | None = None,
-) -> Prepared:
-    """``body``: the already checked body (the app read it before its store lookups; ``raw``
-    is then unused); ``answered``: response fields the app honoured itself (the Bridge echoes
-    them: ``store``, ``previous_response_id`` of a stored conversation)."""
-    call = dict(locals())  # to prepare the same request for another target (retarget)
-    if body is None:
-        body = check_body(raw, client)
-    model = body["model"]
-    route = target or router.resolve(model)
-    if route is None:
-        raise ProxyError(
-            404,
-            f"The model '{model[:200]}' does not exist or you do not have access to it.",
-            code="model_not_found",
-            param="model",
-        )
-    # a model with fallbacks keeps the client's body as it came (translation may change it)
-    pristine = orjson.dumps(body) if route.targets else None
-    upstream = route.provider.protocol_for(client)
-    ctx = Ctx(
-        quirks=route.quirks,
-        upstream_model=route.upstream_model,
-        public_model=route.public_model,
-        max_output_tokens=route.info.max_output_tokens,
-        envelope_key=envelope_key,
-        compaction_key=envelope_key or PROCESS_SECRET,
-    )
-    try:
-        out, bridge = open_bridge(
-            body,
-            client,
-            upstream,
-            ctx,
-            incomplete_as_completed=incomplete_as_completed,
-            mask=secrets,
-            websocket=websocket,
-            answered=answered,
-        )
-    finally:
-        if ctx.envelope_rejected:
-            report_envelopes(ctx, route.provider.name, request_id, counters)
-    headers: dict[str, str] = {}
-    if ctx.tools.dropped:
-        headers["x-switchboard-dropped-tools"] = header_list(ctx.tools.dropped)
-    if ctx.dropped_items:
-        headers["x-switchboard-dropped-items"] = header_list(ctx.dropped_items)
-    ua = safe_header_value(client_headers.get("user-agent"))
-    return Prepared(
-        request_id=request_id,
-        client=client,
-        upstream=upstream,
-        route=route,
-        ctx=ctx,
-        bridge=bridge,
-        stream=bool(out["stream"]),
-        upstream_body=orjson.dumps(out),
-        started=started,
-        keepalive=keepalive,
-        route_name="/v1/chat/completions" if client == "chat" else "/v1/responses",
-        headers=headers,
-        forward_headers={"user-agent": ua} if ua else {},
-        secrets=secrets,
-        metrics=counters if counters is not None else Metrics(),
-        transport="websocket" if websocket else "http",
-        again=None if pristine is None else partial(_again, call, pristine),
-        resilience=resilience,
-        drainer=drainer,
-    )
-
-
-def _again(call: dict[str, Any], pristine: bytes, route: Route) -> Prepared:
-    return prepare(**{**call, "body": orjson.loads(pristine), "target": route})
-
-
-# seals compaction summaries when no server.secret_key is configured: valid in this process
-# only (the app warns at startup; docs/configuration.md)
-PROCESS_SECRET = os.urandom(32)
-
-
-def report_envelopes(ctx: Ctx, provider: str, request_id: str, counters: Metrics | None) -> None:
-    """Proxy envelopes that did not open (transformers/envelope.py): counted and logged at
-    warning, never silently ignored (a reasoning one fell back to its summary text; a
-    compaction one was refused)."""
-    for kind, status in ctx.envelope_rejected:
-        if counters is not None:
-            counters.inc("switchboard_envelope_rejected_total", kind=kind, reason=status)
-        log.warning("envelope_rejected", request_id=request_id, provider=provider, kind=kind, reason=status)
-
-
-_HEADER_MAX = 512
-_UNSAFE = re.compile(r"[^\x20-\x7e]")
-
-
-def safe_header_value(v: str | None) -> str | None:
-    """A client's header value fit to forward upstream: printable ASCII only (httpx encodes
-    header values as ASCII), at most _HEADER_MAX characters; None when nothing is left."""
-    if not v:
-        return None
-    v = _UNSAFE.sub("", v)[:_HEADER_MAX].strip()
-    return v or None
-
-
-def header_list(values: list[str]) -> str:
-    """Client strings as one response header value: each percent-encoded (no CR/LF, comma or
-    non-ASCII byte can reach the header), the whole at most _HEADER_MAX characters."""
-    out = ",".join(quote(v, safe="!#$&'*+-.^_`|~:/@()[]") for v in values)
-    return out if len(out) <= _HEADER_MAX else out[: _HEADER_MAX - 3] + "..."
-
-
-def scope_headers(scope: Any) -> dict[str, str]:
-    """An ASGI request's headers as a dict, first occurrence wins (as Starlette's ``Headers.get``)."""
-    h: dict[str, str] = {}
-    for k, v in scope["headers"]:
-        key = k.decode("latin-1")
-        if key not in h:
-            h[key] = v.decode("latin-1")
-    return h
-
-
-# a client's own X-Request-Id is adopted when it is a plain token of at most 128 characters
-# (it reaches logs and headers: nothing else is taken), else the proxy makes one
-_GIVEN_RID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
-
-
-def new_request_id(scope: Any = None) -> str:
-    """The request's id: the client's ``X-Request-Id`` when it sent a plain one (``scope``:
-    the ASGI scope), else ``req_`` and 32 hex digits."""
-    if scope is not None:
-        for k, v in scope.get("headers") or ():
-            if len(k) == 12 and k.lower() == b"x-request-id":
-                if _GIVEN_RID.fullmatch(v):
-                    return v.decode()
-                break
-    return "req_" + random_hex()
+__all__ = ["ProxyResponse"]
 
 
 class ProxyResponse(Response):
@@ -294,7 +89,7 @@ class ProxyResponse(Response):
             ttfb = time.perf_counter() - p.started
             head = [(b"x-request-id", p.request_id.encode()), *[(k.encode(), v.encode()) for k, v in p.headers.items()]]
             if not p.stream:
-                out = _complete(p, whole)  # type: ignore[arg-type]
+                out = complete_answer(p, whole)  # type: ignore[arg-type]
                 if p.reshape is not None:
                     status, out = p.reshape(out)
                     if status != 200:
@@ -336,7 +131,7 @@ class ProxyResponse(Response):
             terminal = "error"
             p.metrics.inc("switchboard_upstream_errors_total", provider=p.route.provider.name, code=str(e.code))
             self.started = True
-            await _send_error(send, e, p.request_id)
+            await send_error(send, e, p.request_id)
         except asyncio.CancelledError:
             p = self.p
             if p.stop and not cancelled_by_client and not self.started and me is not None:
@@ -344,7 +139,7 @@ class ProxyResponse(Response):
                 err = ProxyError(503, SHUTDOWN_MESSAGE, type="server_error", code=p.stop, headers={"retry-after": "1"})
                 status, terminal = 503, "error"
                 self.started = True
-                await _send_error(send, err, p.request_id)
+                await send_error(send, err, p.request_id)
             elif not cancelled_by_client:
                 raise
             else:
@@ -358,12 +153,12 @@ class ProxyResponse(Response):
             if watch is not None:
                 watch.remove_done_callback(on_disconnect)
                 watch.cancel()
-            _finish_log(p, status, ttfb, terminal or p.bridge.terminal or "failed")
+            finish_log(p, status, ttfb, terminal or p.bridge.terminal or "failed")
             if p.resilience is not None and ttfb is not None and p.bridge.error_code in STREAM_FAULTS:
                 p.resilience.report(p.route, "failure")  # the upstream broke after its head
             try:
                 if drain is not None:  # the client has its whole answer; not part of its duration
-                    await _drain(drain)
+                    await drain_rest(drain)
             finally:
                 if resp is not None:
                     await resp.aclose()
@@ -386,89 +181,12 @@ class ProxyResponse(Response):
         retries of app.failover when the app has them; ``self.p`` is then the target's."""
         self.task = asyncio.current_task()
         if p.resilience is None:
-            return await _attempt(p)
+            return await attempt(p)
         fo = Failover(p, p.resilience)
         try:
-            return await fo.run(_attempt, retarget)
+            return await fo.run(attempt, retarget)
         finally:
             self.p = fo.p
-
-
-async def _attempt(p: Prepared) -> tuple[httpx.Response, dict[str, Any] | None]:
-    """One upstream attempt: the response with a success status, and its whole JSON answer
-    when one is due before the first byte (a non-stream request, or JSON to a stream one)."""
-    prov = p.route.provider
-    resp = await _exchange(p, prov)
-    if p.stream and not _is_json(resp.headers.get("content-type")):
-        return resp, None
-    try:
-        return resp, await _whole_answer(p, prov, resp)
-    finally:
-        await resp.aclose()
-
-
-async def _exchange(p: Prepared, prov: Provider) -> httpx.Response:
-    """Send the upstream request; its response once the status is a success (an error
-    status is raised as the client's ProxyError, after the one encrypted-content retry)."""
-    target = target_for(prov, p.upstream, p.stream, p.forward_headers)
-    payload = p.upstream_body
-    for attempt in (0, 1):
-        resp = await _open(prov, target.request(payload, p.forward_headers))
-        if resp.status_code < 400:
-            return resp
-        body = await _read_capped(resp, _ERROR_BODY_MAX)
-        await resp.aclose()
-        retry = None
-        if (
-            attempt == 0
-            and p.upstream == "responses"
-            and p.ctx.on("encrypted_content_retry")
-            and is_invalid_encrypted_content(resp.status_code, body)
-        ):
-            retry = strip_encrypted_reasoning(orjson.loads(payload))
-        if retry is None:
-            raise upstream_error(resp.status_code, body, resp.headers, prov.name, p.secrets)
-        p.ctx.repaired("encrypted_content_retry")
-        payload = orjson.dumps(retry)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-async def _whole_answer(p: Prepared, prov: Provider, resp: httpx.Response) -> dict[str, Any]:
-    """A whole JSON answer (also to a stream request: an error object, or an upstream that
-    ignored ``stream``) as an object; an error object or an unreadable body raised."""
-    try:
-        body = await _read_capped(resp, _BODY_MAX)
-    except httpx.HTTPError as e:
-        raise ProxyError(
-            502,
-            f"upstream {prov.name} failed while sending its answer: {type(e).__name__}",
-            type="upstream_error",
-            code="upstream_stream_error",
-        ) from None
-    obj = _json_object(body)  # parsed once: the error check below reads the same object
-    err = error_in_ok_body(obj, body, resp.headers, prov.name, p.secrets)
-    if err is not None:
-        raise err
-    return obj
-
-
-def _complete(p: Prepared, obj: dict[str, Any]) -> bytes:
-    """Non-streaming: the Bridge's answer object, or its failure as the HTTP error."""
-    try:
-        return p.bridge.complete(obj)[1]
-    except AnswerError as e:
-        if e.__cause__ is not None:
-            log.warning(
-                "upstream_bad_response", request_id=p.request_id, error=type(e.__cause__).__name__, exc_info=e.__cause__
-            )
-        if e.bad:
-            raise ProxyError(
-                502,
-                str(e.error.get("message") or "the upstream answered with a body the proxy could not process"),
-                type="upstream_error",
-                code="upstream_bad_response",
-            ) from None
-        raise failed_answer_error(e.error, p.secrets) from None
 
 
 async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) -> Any:
@@ -514,7 +232,7 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
                             await send({"type": "http.response.body", "body": body, "more_body": True})
                         waiting[0] = True
                         try:
-                            chunk = await _Resume(step, blocked)
+                            chunk = await Resume(step, blocked)
                         except StopAsyncIteration:
                             break
                         finally:
@@ -570,31 +288,6 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
     return rest
 
 
-def _is_json(ctype: str | None) -> bool:
-    media = (ctype or "").split(";", 1)[0].strip().lower()
-    return media == "application/json" or media.endswith("+json")
-
-
-def _json_object(body: bytes) -> dict[str, Any]:
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ProxyError(
-            502,
-            "the upstream answered with a body that is not JSON",
-            type="upstream_error",
-            code="upstream_bad_response",
-        ) from None
-    if not isinstance(obj, dict):
-        raise ProxyError(
-            502,
-            "the upstream answered with a body that is not a JSON object",
-            type="upstream_error",
-            code="upstream_bad_response",
-        )
-    return obj
-
-
 class _Heartbeats:
     """A stream's heartbeat task (``_heartbeats``), started once the stream has lasted one
     interval: the task's first act is to wait for the end of the first silent interval,
@@ -638,38 +331,6 @@ async def _heartbeats(bridge: Bridge, send: Any, interval: float, waiting: list[
             await send({"type": "http.response.body", "body": beat, "more_body": True})
 
 
-async def _open(prov: Any, req: httpx.Request) -> httpx.Response:
-    """Send and wait for the response headers, mapping failures to OpenAI errors.
-
-    Straight to the transport: what ``client.send(req, stream=True)`` adds on top (auth and
-    redirect loops, event hooks, elapsed timer, cookie jar) is unused here, apart from the
-    cookie jar: an upstream's Set-Cookie is not stored and replayed (the shared client's jar
-    would have sent one caller's upstream cookies with everybody's requests)."""
-    try:
-        async with asyncio.timeout(prov.first_byte):
-            resp = await prov.transport.handle_async_request(req)
-            resp.request = req
-            return resp
-    except TimeoutError:
-        raise ProxyError(
-            504,
-            f"upstream {prov.name} sent no response within {prov.first_byte:g}s",
-            type="upstream_error",
-            code="upstream_timeout",
-        ) from None
-    except httpx.TimeoutException:
-        raise ProxyError(
-            504, f"upstream {prov.name} timed out", type="upstream_error", code="upstream_timeout"
-        ) from None
-    except httpx.HTTPError as e:
-        raise ProxyError(
-            502,
-            f"upstream {prov.name} is unreachable: {type(e).__name__}",
-            type="upstream_error",
-            code="upstream_unreachable",
-        ) from None
-
-
 # Coalescing.  Each upstream chunk used to cost one ASGI send and one socket write; when
 # several upstream chunks are already buffered (a fast upstream, or the proxy behind), their
 # output now goes out together: held back while the next read completes at once, sent as
@@ -699,106 +360,6 @@ def _slice(chunk: bytes) -> tuple[bytes, bytes]:
     return chunk[: j + 2], chunk[j + 2 :]
 
 
-class _Resume:
-    """Await the rest of an awaitable whose first step already ran and yielded ``first``:
-    what ``await`` does (``yield from``), by hand, for a step started eagerly."""
-
-    __slots__ = ("step", "first")
-
-    def __init__(self, step: Any, first: Any) -> None:
-        self.step = step
-        self.first = first
-
-    def __await__(self) -> Any:
-        step = self.step
-        value = self.first
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                step.close()
-                raise
-            except BaseException as e:  # cancellation, timeouts: delivered where the read waits
-                try:
-                    value = step.throw(e)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    value = step.send(sent)
-                except StopIteration as done:
-                    return done.value
-
-
-_DRAIN_BYTES = 64 * 1024
-_DRAIN_SECONDS = 1.0
-
-
-_ERROR_BODY_MAX = 64 * 1024  # of an upstream error answer: enough for any message
-_BODY_MAX = 64 * 1024 * 1024  # of a non-streamed upstream answer
-
-
-async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
-    """The upstream body, at most ``limit`` bytes: an error answer is cut there (its start
-    holds the message), a longer answer is refused (memory stays bounded per request)."""
-    parts: list[bytes] = []
-    size = 0
-    # an uncompressed body off the response's own stream (two async generators less, as in
-    # _stream); a compressed one through httpx's decoder
-    chunks = resp.aiter_bytes() if "content-encoding" in resp.headers else resp.stream
-    async for chunk in chunks:  # type: ignore[union-attr]
-        size += len(chunk)
-        if size > limit:
-            if limit == _ERROR_BODY_MAX:
-                parts.append(chunk[: limit - (size - len(chunk))])
-                break
-            raise ProxyError(
-                502,
-                f"the upstream's answer is larger than {limit} bytes",
-                type="upstream_error",
-                code="upstream_bad_response",
-            )
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-async def _drain(raw: Any) -> None:
-    """Read what is left of an upstream body after the terminal event (the client already has
-    its whole answer): a body read to its end lets httpcore put the connection back in the pool
-    instead of closing it.  Bounded in bytes and time; past either bound the connection is
-    simply closed, as before."""
-    size = 0
-    try:
-        # what is already buffered (the common case: the body's last chunk, or its [DONE]
-        # and last chunk) is read eagerly, with no timer; a read that waits gets the timer
-        while True:
-            step = raw.__anext__()
-            try:
-                blocked = step.send(None)
-            except StopIteration as ready:
-                size += len(ready.value)
-                if size > _DRAIN_BYTES:
-                    return
-                continue
-            except StopAsyncIteration:
-                return
-            break
-        async with asyncio.timeout(_DRAIN_SECONDS):
-            try:
-                chunk = await _Resume(step, blocked)
-            except StopAsyncIteration:
-                return
-            size += len(chunk)
-            if size > _DRAIN_BYTES:
-                return
-            async for chunk in raw:
-                size += len(chunk)
-                if size > _DRAIN_BYTES:
-                    break
-    except (TimeoutError, httpx.HTTPError):
-        pass
-
-
 # The client is watched from _WATCH_AFTER on: an answer done sooner (most non-streamed ones,
 # short streams) costs a timer, not a task started and cancelled.  A disconnect before then
 # is found when the watch starts (uvicorn has marked the request disconnected meanwhile), so
@@ -811,58 +372,3 @@ async def _wait_disconnect(receive: Any) -> None:
         msg = await receive()
         if msg["type"] == "http.disconnect":
             return
-
-
-async def _send_error(send: Any, e: ProxyError, request_id: str) -> None:
-    body = e.body(request_id)
-    hdrs = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    hdrs += [(b"x-request-id", request_id.encode()), *[(k.encode(), v.encode()) for k, v in e.headers.items()]]
-    await send({"type": "http.response.start", "status": e.status, "headers": hdrs})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> None:
-    dur = time.perf_counter() - p.started
-    prov = p.route.provider.name
-    p.metrics.answered(p.route_name, p.client, prov, status, dur, ttfb, (terminal or "none") if p.stream else None)
-    repairs = p.ctx.repairs
-    if repairs:
-        for rule in repairs:
-            p.metrics.inc("switchboard_repairs_total", rule=rule, provider=prov)
-        log.debug("repairs", request_id=p.request_id, provider=prov, rules=sorted(set(repairs)))
-    if p.ctx.tools.dropped:
-        log.warning("hosted_tools_dropped", request_id=p.request_id, provider=prov, tools=p.ctx.tools.dropped)
-    if p.ctx.dropped_items:
-        # DESIGN rule 2: a turn that lost an item is never logged ``completed``
-        log.warning("input_items_dropped", request_id=p.request_id, provider=prov, items=p.ctx.dropped_items)
-        if terminal == "completed":
-            terminal = "completed_items_dropped"
-    bridge = p.bridge
-    if bridge.crashed is not None:
-        log.warning(
-            "stream_guard",
-            request_id=p.request_id,
-            provider=prov,
-            code=bridge.error_code,
-            error=type(bridge.crashed).__name__,
-            exc_info=bridge.crashed,
-        )
-    if terminal == "failed" and bridge.error_code:
-        p.metrics.inc("switchboard_stream_failures_total", provider=prov, code=bridge.error_code)
-    log.info(
-        "request",
-        request_id=p.request_id,
-        route=p.route_name,
-        client_protocol=p.client,
-        provider=prov,
-        upstream_protocol=p.upstream,
-        model=p.route.public_model,
-        upstream_model=p.route.upstream_model,
-        stream=p.stream,
-        transport=p.transport,
-        attempts=p.attempts,
-        status=status,
-        duration_ms=round(dur * 1000, 2),
-        ttfb_ms=round(ttfb * 1000, 2) if ttfb is not None else None,
-        terminal=terminal,
-    )

@@ -67,7 +67,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from app.logs import log
-from app.pipeline import Prepared, new_request_id
+from app.prepare import Prepared, new_request_id
 from app.store import Record, RecordTooLarge, Store, StoreUnavailable
 from providers.upstream import Router
 from transformers.errors import ProxyError

@@ -40,7 +40,8 @@ import orjson
 from app import stored
 from app.logs import log
 from app.metrics import log_rejected
-from app.pipeline import ProxyResponse, new_request_id, scope_headers
+from app.pipeline import ProxyResponse
+from app.prepare import new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
 from transformers.request_check import check_parsed
 from transformers.ws_session import Ignore, Reply, Turn, Warmup, WSSession, error_frame

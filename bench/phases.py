@@ -60,8 +60,8 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("dispatch, request id, headers, key", "app.main", "Service.read_body"),
     ("the body read (Responses: and checked)", "app.main", "Service.prepare"),
     ("(Chat: the body checked), routed, translated, the Bridge", "app.pipeline", "ProxyResponse.__call__"),
-    ("the answer's timers, drain entry, failover", "app.pipeline", "_exchange"),
-    ("the upstream request built", "app.pipeline", "_open"),
+    ("the answer's timers, drain entry, failover", "app.exchange", "exchange"),
+    ("the upstream request built", "app.exchange", "open_upstream"),
     ("first-byte timeout", "providers.transport", "FastTransport.handle_async_request"),
 )
 LAST_STEP = "the request framed, a kept-alive connection taken, written"  # → the request path's end
@@ -71,16 +71,16 @@ LAST_STEP = "the request framed, a kept-alive connection taken, written"  # → 
 HEAD_CUTS: tuple[tuple[str, str, str], ...] = (
     ("the read woken, the head parsed", "providers.transport", "_Conn.head"),
     ("httpx's answer, its headers", "providers.transport", "FastTransport.handle_async_request"),
-    ("the first-byte timeout left", "app.pipeline", "_open"),
-    ("the status checked (a whole answer: read, parsed)", "app.pipeline", "_attempt"),
+    ("the first-byte timeout left", "app.exchange", "open_upstream"),
+    ("the status checked (a whole answer: read, parsed)", "app.exchange", "attempt"),
 )
 HEAD_LAST = "the answer's head built, handed to the server"
 # What follows the answer's last bytes, each time from them: the returns of these functions
-# (a function a request does not call, as ``_drain`` for a whole answer, is "nan"), then the
+# (a function a request does not call, as ``drain_rest`` for a whole answer, is "nan"), then the
 # next request's first bytes read
 TAIL_CUTS: tuple[tuple[str, str, str], ...] = (
-    ("after the last bytes: → the log line and counters written", "app.pipeline", "_finish_log"),
-    ("→ the rest of the upstream body read", "app.pipeline", "_drain"),
+    ("after the last bytes: → the log line and counters written", "app.exchange", "finish_log"),
+    ("→ the rest of the upstream body read", "app.exchange", "drain_rest"),
     ("→ the upstream answer closed, the handler done", "app.pipeline", "ProxyResponse.__call__"),
     ("→ the request task done", "uvicorn.protocols.http.httptools_impl", "RequestResponseCycle.run_asgi"),
 )

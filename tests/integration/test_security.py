@@ -445,7 +445,7 @@ async def test_upstream_bodies_are_read_within_bounds(client: httpx.AsyncClient,
     mock.post(CHAT_URL).mock(return_value=httpx.Response(400, content=b'{"error": {"message": "' + b"m" * 5_000_000))
     r = await client.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 400 and len(r.content) < 70_000
-    monkeypatch.setattr("app.pipeline._BODY_MAX", 1000)
+    monkeypatch.setattr("app.exchange._BODY_MAX", 1000)
     mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json={"choices": [{"message": {"content": "x" * 5000}}]}))
     r = await client.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_bad_response"

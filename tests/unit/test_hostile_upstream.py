@@ -28,7 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import transformers.responses_encode as responses_encode
-from app.pipeline import Prepared, _complete, _json_object
+from app.exchange import complete_answer as _complete
+from app.exchange import json_object as _json_object
+from app.prepare import Prepared
 from providers.profiles import PROFILES, QuirkSet
 from transformers.bridge import DIRECTIONS, Bridge
 from transformers.chat_decode import ChatStreamDecoder

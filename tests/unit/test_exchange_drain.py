@@ -1,4 +1,4 @@
-"""app.pipeline._drain: what is left of an upstream body after the terminal event is read,
+"""app.exchange.drain_rest: what is left of an upstream body after the terminal event is read,
 at most ``_DRAIN_BYTES`` and ``_DRAIN_SECONDS``, whether its parts are already buffered (read
 eagerly, no timer) or come later; a transport error ends it quietly."""
 
@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app import pipeline
-from app.pipeline import _drain
+from app import exchange
+from app.exchange import drain_rest as _drain
 
 
 class _Body:
@@ -60,7 +60,7 @@ async def test_the_rest_is_read_within_its_bounds(parts: tuple[Any, ...], read: 
 
 
 async def test_a_silent_rest_is_left_after_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipeline, "_DRAIN_SECONDS", 0.05)
+    monkeypatch.setattr(exchange, "_DRAIN_SECONDS", 0.05)
     body = _Body(b"ready", 5.0, b"never")
     t0 = time.monotonic()
     await _drain(body)
