@@ -374,9 +374,16 @@ class Service:
                     await _error_answer(e, rid)(scope, receive, send)
                     return
                 response = ProxyResponse(p)
-                await response(scope, receive, send)
                 if turn is not None and self.store is not None:
-                    await stored.finish(self.store, turn, p)  # after the client's last byte
+                    owed = self.store.expect()  # before the answer goes out: the next turn may wait for it
+                    try:
+                        await response(scope, receive, send)
+                        await stored.finish(self.store, turn, p)  # after the client's last byte
+                    finally:
+                        if not owed.done():
+                            owed.set_result(None)
+                else:
+                    await response(scope, receive, send)
             except ClientDisconnect:
                 # the client left while sending its body: nobody to answer, nothing went wrong
                 counters.inc(

@@ -156,6 +156,23 @@ class Store:
         self.timeout = cfg.timeout_seconds
         self.counters = counters if counters is not None else Metrics()
         self.healthy = True  # the last operation reached the backend
+        # puts this process owes: a turn whose answer is going out is stored after its last
+        # byte, and a client may send the next turn (referring to it) before that put is done
+        self._expected: set[asyncio.Future[None]] = set()
+
+    def expect(self) -> asyncio.Future[None]:
+        """A put this process will make (a stored turn's answer is going out): resolve the
+        future once it is done or given up.  ``settled`` waits for these."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._expected.add(fut)
+        fut.add_done_callback(self._expected.discard)
+        return fut
+
+    async def settled(self, timeout: float = 2.0) -> None:
+        """Wait (at most ``timeout``) for the puts this process owes: a lookup that found
+        nothing looks again after them."""
+        if self._expected:
+            await asyncio.wait(list(self._expected), timeout=timeout)
 
     async def _call(self, op: str, coro: Any) -> Any:
         try:

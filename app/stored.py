@@ -48,9 +48,11 @@ The client's response says ``store: true`` and its ``previous_response_id`` what
 upstream (``answered``).  ``finish`` stores the response object the client received with
 this turn's input items (ids given to those without), the provider, whether that upstream
 keeps it too, and the ids of the earlier turns; a failed put is logged and counted, the
-answer already went out.  A lookup that finds nothing is retried once after
-``_RACE_SECONDS``: the previous turn's put may still be on its way when a fast client sends
-the next turn to another instance.
+answer already went out.  A lookup that finds nothing is retried once, after this process's
+puts in flight are done (``Store.expect``/``settled``: the route registers a stored turn's
+put before its answer goes out, since a fast client sends the next turn, or its
+``item_reference``s, as soon as it has the last byte) and ``_RACE_SECONDS`` more for
+another instance's.
 """
 
 from __future__ import annotations
@@ -112,6 +114,13 @@ def _not_found(rid: str) -> ProxyError:
     return ProxyError(404, f"Response with id '{rid[:200]}' not found.")
 
 
+async def _settle(store: Store) -> None:
+    """Before a lookup is tried again: this process's puts in flight done (a fast client's
+    next turn on the same instance), and ``_RACE_SECONDS`` for another instance's."""
+    await store.settled()
+    await asyncio.sleep(_RACE_SECONDS)
+
+
 async def stored_chain(store: Store, rid: str, owner: str) -> list[Record] | None:
     """The stored conversation ending at ``rid`` (oldest first), None when it is not there;
     ``StoreUnavailable`` raised as the 503 answer.  The WebSocket transport calls this for a
@@ -119,7 +128,7 @@ async def stored_chain(store: Store, rid: str, owner: str) -> list[Record] | Non
     try:
         chain = await store.chain(rid, owner)
         if chain is None:
-            await asyncio.sleep(_RACE_SECONDS)
+            await _settle(store)
             chain = await store.chain(rid, owner)
     except StoreUnavailable:
         raise store_unavailable() from None
@@ -186,8 +195,12 @@ async def resolve_references(store: Store | None, router: Router, body: dict[str
     if store is None:
         found = {}
     else:
+        ids = [rid for _, rid in refs]
         try:
-            found = await store.items([rid for _, rid in refs], owner)
+            found = await store.items(ids, owner)
+            if len(found) < len(set(ids)):  # the turn that made them may still be being stored
+                await _settle(store)
+                found = await store.items(ids, owner)
         except StoreUnavailable:
             raise store_unavailable() from None
     out = list(items)

@@ -58,10 +58,26 @@ def make_config(transport: str = "httpx", **overrides: Any) -> Any:
     return parse_config(data, "<test>")
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test whose app talks to a real upstream on loopback (no respx) runs on both upstream
+    transports: the proxy's own and httpx's, the oracle (a test with its own ``transport``
+    parameter chooses for itself)."""
+    names = metafunc.fixturenames
+    if "upstream_transport" in names and "mock" not in names and "transport" not in names:
+        metafunc.parametrize("upstream_transport", ["fast", "httpx"], indirect=True)
+
+
 @pytest.fixture
-async def client_factory(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+def upstream_transport(request: pytest.FixtureRequest) -> str:
+    """The app's upstream transport: the test's parameter, else httpx's when respx mocks the
+    upstream (it intercepts httpx's own transport only)."""
+    return getattr(request, "param", "httpx")
+
+
+@pytest.fixture
+async def client_factory(upstream_transport: str) -> AsyncIterator[Any]:
     apps: list[Any] = []
-    transport = "httpx" if "mock" in request.fixturenames else "fast"
+    transport = upstream_transport
 
     async def make(**overrides: Any) -> httpx.AsyncClient:
         app = create_app(make_config(transport, **overrides))
