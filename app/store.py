@@ -141,6 +141,7 @@ def default_sqlite_path() -> str:
 
 
 _PURGE_EVERY = 256
+_SETTLE_SECONDS = 2.0  # the longest a lookup waits for this process's puts in flight
 
 
 class Store:
@@ -168,11 +169,11 @@ class Store:
         fut.add_done_callback(self._expected.discard)
         return fut
 
-    async def settled(self, timeout: float = 2.0) -> None:
-        """Wait (at most ``timeout``) for the puts this process owes: a lookup that found
-        nothing looks again after them."""
+    async def settled(self) -> None:
+        """Wait (at most ``_SETTLE_SECONDS``) for the puts this process owes: a lookup that
+        found nothing looks again after them."""
         if self._expected:
-            await asyncio.wait(list(self._expected), timeout=timeout)
+            await asyncio.wait(list(self._expected), timeout=_SETTLE_SECONDS)
 
     async def _call(self, op: str, coro: Any) -> Any:
         try:
