@@ -119,11 +119,15 @@ class _Conn(asyncio.Protocol):
         if parser is None:  # bytes on an idle connection: junk, or an answer nobody asked for
             self.transport.close()
             return
+        if self.complete:  # bytes past the end of the answer: never reused (what would they be?)
+            self.keep_alive = False
+            return
         try:
             parser.feed_data(data)
         except httptools.HttpParserError as e:
-            self.exc = httpx.RemoteProtocolError(f"the upstream's answer is not valid HTTP/1.1: {e}")
             self.keep_alive = False
+            if not isinstance(e.__context__, _PastTheEnd):
+                self.exc = httpx.RemoteProtocolError(f"the upstream's answer is not valid HTTP/1.1: {e}")
             self.transport.close()
         if self.held > _HIGH_WATER and not self.paused and not self.complete:
             self.paused = True
@@ -153,6 +157,10 @@ class _Conn(asyncio.Protocol):
             self.write_waiter.set_result(None)
 
     # -- httptools callbacks ------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second message in the same read: not an answer anyone asked for
+            raise _PastTheEnd
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
@@ -262,6 +270,10 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
 
+class _PastTheEnd(Exception):
+    """Bytes past the end of the answer: the parse stops there, the connection is not reused."""
+
+
 class _Stale(Exception):
     """A reused connection closed before any byte of the answer: send the request again."""
 
@@ -350,7 +362,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         conn.parser = None
         conn.status = 0
         conn.headers = []
-        conn.complete = conn.head_done = conn.got_bytes = False
+        conn.complete = conn.head_done = conn.got_bytes = conn.until_close = False
         conn.reused = True
         conn.idle_since = time.monotonic()
         idle.append(conn)

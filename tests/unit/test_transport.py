@@ -482,3 +482,25 @@ async def test_a_cancelled_reader_closes_its_connection() -> None:
         await asyncio.wait_for(closed.wait(), 2)
         assert not any(t._idle.values())
     srv.close()
+
+
+async def test_bytes_past_the_end_of_an_answer_are_not_taken_for_the_next_one() -> None:
+    """An upstream that writes more than its answer's framing says: the answer is read as
+    framed, and the connection is not reused (the extra bytes are not the next answer)."""
+    connections = 0
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            await read_request(r)
+            w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
+            await w.drain()
+
+    srv, url = await _server(handle)
+    async with httpx.AsyncClient(transport=FastTransport()) as c:
+        assert (await c.get(url)).text == "ok"
+        await asyncio.sleep(0.05)
+        assert (await c.get(url)).text == "ok"
+    srv.close()
+    assert connections == 2
