@@ -1,0 +1,395 @@
+"""Unified stream events → an Anthropic Messages answer (SSE events, or the whole message).
+
+Theory of operation
+-------------------
+The third client protocol's encoder: what Claude Code and Kimi Code's ``anthropic``
+provider read.  ``MessagesEncoder.feed(event)`` returns the Messages events that event
+completes (dicts; ``sse()`` frames them), ``message()`` the whole message object of a
+non-streamed answer.  The rules it holds, whatever order the upstream's pieces come in:
+
+* **One terminal.**  ``message_start`` first and once; ``message_delta`` (the stop reason and
+  the usage) then ``message_stop`` last and once; a failed answer ends with one ``error``
+  event instead.
+* **One block open at a time.**  Every block goes ``content_block_start`` → its deltas →
+  ``content_block_stop``; a delta only ever for the block that is open; a block is never
+  started twice (Claude Code fails with "Content block not found" otherwise).  Block
+  indexes count up from 0 in the order blocks start.
+* **Tool calls.**  A ``tool_use`` block starts once its call's ``id`` and ``name`` are known
+  (seed 002: an upstream may name a call late); its ``content_block_start.input`` is ``{}``
+  and the arguments stream as ``input_json_delta`` pieces as they arrive.  While another
+  block is open, a call's pieces wait for it (parallel calls interleaved by a Chat upstream
+  come out one block after the other), as text or reasoning that arrives while a call's
+  block is open waits for that call's end; nothing is dropped, nothing reordered within a
+  block.  The concatenation of a block's ``partial_json`` is the call's argument text, byte
+  for byte, with the done-reconciled suffix (``ToolCallEnd.arguments``) added when the
+  deltas fell short.  A call that never got a name by the end cannot be a ``tool_use``
+  block: dropped, as the other encoders do (``tool_call_unnamed_dropped``).
+* **Thinking.**  Reasoning text is a ``thinking`` block (``thinking_delta``), closed with a
+  ``signature_delta``: the upstream's own signature when it gave one (an Anthropic
+  upstream's), else the text sealed in the proxy's reasoning envelope with the request's
+  key, so that the proxy can recognise the block when the client sends it back.
+* **stop_reason.**
+
+  ====================================  ===================
+  ``Finish``                            ``stop_reason``
+  ====================================  ===================
+  completed, a ``tool_use`` block sent  ``tool_use``
+  completed                             ``end_turn``
+  incomplete ``max_output_tokens``      ``max_tokens``
+  incomplete ``content_filter``         ``refusal``
+  incomplete, any other reason          ``max_tokens``
+  failed                                (an ``error`` event)
+  ====================================  ===================
+
+* **Usage** (the unified Responses shape): ``input_tokens`` less the cached ones,
+  ``cache_read_input_tokens``, ``cache_creation_input_tokens``, ``output_tokens``.
+
+A refusal's text is a text block (its stop reason says the rest); a ``Passthrough`` item (a
+hosted call of a Responses upstream) has no Messages form and is skipped, as the Chat
+encoder skips it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from . import envelope
+from .context import Ctx
+from .events import (
+    Event,
+    Finish,
+    Passthrough,
+    Reasoning,
+    ReasoningEnd,
+    Refusal,
+    Start,
+    Text,
+    ToolCall,
+    ToolCallEnd,
+    Usage,
+)
+from .ids import random_hex
+
+__all__ = ["MessagesEncoder", "STOP_REASONS", "sse"]
+
+# (Finish status, incomplete reason) → stop_reason; a completed turn with a tool_use block
+# sent is "tool_use" whatever this says
+STOP_REASONS: dict[tuple[str, str | None], str] = {
+    ("completed", None): "end_turn",
+    ("incomplete", "max_output_tokens"): "max_tokens",
+    ("incomplete", "content_filter"): "refusal",
+}
+ERROR_TYPES = {"server_error": "api_error", "invalid_request_error": "invalid_request_error"}
+
+
+def sse(events: list[dict[str, Any]]) -> bytes:
+    """Messages events as SSE: an ``event:`` line with the type, then the ``data:`` line."""
+    return b"".join(b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events)
+
+
+@dataclass(slots=True)
+class _Call:
+    call_id: str | None = None
+    name: str | None = None
+    parts: list[str] = field(default_factory=list)  # argument text not yet sent
+    sent: list[str] = field(default_factory=list)  # argument text sent (or kept, non-streamed)
+    block: int | None = None  # its block's index once started
+    ended: bool = False
+    final: str | None = None  # the done-reconciled argument text
+
+
+class MessagesEncoder:
+    """One answer's Messages events (see the module docstring)."""
+
+    def __init__(self, ctx: Ctx, *, model: str | None = None, message_id: str | None = None) -> None:
+        self.ctx = ctx
+        self.model = model or ctx.public_model
+        self.id = message_id or "msg_" + random_hex()
+        self.started = False
+        self.finished = False
+        self.blocks = 0  # blocks started so far
+        self.open: tuple[str, int | None] | None = None  # (kind, call index) of the open block
+        self.calls: dict[int, _Call] = {}
+        self.order: list[int] = []  # call indexes in the order they appeared
+        self.held: list[Event] = []  # text/reasoning that came while a call's block was open
+        self.thinking: list[str] = []  # the open thinking block's text (for its signature)
+        self.signature: str | None = None  # the upstream's own, for the open thinking block
+        self.tool_used = False
+        self.usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0}
+        self.content: list[dict[str, Any]] = []  # the whole message's blocks (non-streamed)
+        self.stop_reason: str | None = None
+        self.error: dict[str, Any] | None = None
+
+    # -- the way in -------------------------------------------------------------------------
+
+    def feed(self, ev: Event) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self.finished:
+            return out
+        if not self.started and not isinstance(ev, Start):
+            self._start(out, None)
+        if isinstance(ev, Start):
+            if not self.started:
+                self._start(out, ev)
+        elif isinstance(ev, (Text, Refusal)):
+            self._text(out, ev.text, ev)
+        elif isinstance(ev, Reasoning):
+            self._reasoning(out, ev)
+        elif isinstance(ev, ReasoningEnd):
+            if self.open is not None and self.open[0] == "thinking":
+                if ev.encrypted_content and not envelope.is_envelope(ev.encrypted_content):
+                    self.signature = ev.encrypted_content
+                self._close(out)
+            elif self._call_open():
+                self.held.append(ev)
+        elif isinstance(ev, ToolCall):
+            self._call(out, ev)
+        elif isinstance(ev, ToolCallEnd):
+            self._call_end(out, ev)
+        elif isinstance(ev, Usage):
+            self._usage(ev.usage)
+        elif isinstance(ev, Finish):
+            self._finish(out, ev)
+        elif isinstance(ev, Passthrough):
+            pass  # a hosted item of a Responses upstream: no Messages form
+        return out
+
+    def message(self) -> dict[str, Any]:
+        """The whole message (a non-streamed answer), once ``Finish`` was fed."""
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": self.content,
+            "stop_reason": self.stop_reason,
+            "stop_sequence": None,
+            "usage": self.usage,
+        }
+
+    # -- blocks -------------------------------------------------------------------------------
+
+    def _start(self, out: list[dict[str, Any]], ev: Start | None) -> None:
+        self.started = True
+        if ev is not None and ev.model and not self.model:
+            self.model = ev.model
+        out.append(
+            {
+                "type": "message_start",
+                "message": {**self.message(), "content": [], "stop_reason": None},
+            }
+        )
+
+    def _open_block(self, out: list[dict[str, Any]], kind: str, block: dict[str, Any], call: int | None = None) -> int:
+        i = self.blocks
+        self.blocks += 1
+        self.open = (kind, call)
+        out.append({"type": "content_block_start", "index": i, "content_block": block})
+        self.content.append({k: (dict(v) if isinstance(v, dict) else v) for k, v in block.items()})
+        return i
+
+    def _close(self, out: list[dict[str, Any]]) -> None:
+        if self.open is None:
+            return
+        kind, call = self.open
+        i = self.blocks - 1
+        if kind == "thinking":
+            text = "".join(self.thinking)
+            sig = self.signature or (envelope.seal(text, self.ctx.envelope_key) if self.ctx.envelope_key else "")
+            out.append(
+                {"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": sig}}
+            )
+            self.content[i]["signature"] = sig
+            self.thinking = []
+            self.signature = None
+        elif kind == "tool_use" and call is not None:
+            c = self.calls[call]
+            args = "".join(c.sent)
+            try:
+                parsed = orjson.loads(args) if args else {}
+            except orjson.JSONDecodeError:
+                parsed = None
+            # ``input`` is an object; arguments that are not one keep their text (the stream
+            # carried it as it came)
+            self.content[i]["input"] = parsed if isinstance(parsed, dict) else {"_raw": args}
+        out.append({"type": "content_block_stop", "index": i})
+        self.open = None
+
+    def _call_open(self) -> bool:
+        return self.open is not None and self.open[0] == "tool_use"
+
+    def _delta(self, out: list[dict[str, Any]], delta: dict[str, Any]) -> None:
+        out.append({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta})
+
+    # -- content ------------------------------------------------------------------------------
+
+    def _text(self, out: list[dict[str, Any]], text: str, ev: Event) -> None:
+        if self._call_open():
+            self.held.append(ev)
+            return
+        if not text:
+            return
+        if self.open is None or self.open[0] != "text":
+            self._close(out)
+            self._open_block(out, "text", {"type": "text", "text": ""})
+        self._delta(out, {"type": "text_delta", "text": text})
+        self.content[-1]["text"] += text
+
+    def _reasoning(self, out: list[dict[str, Any]], ev: Reasoning) -> None:
+        if self._call_open():
+            self.held.append(ev)
+            return
+        if not ev.text:
+            return
+        if self.open is None or self.open[0] != "thinking":
+            self._close(out)
+            self._open_block(out, "thinking", {"type": "thinking", "thinking": ""})
+        self.thinking.append(ev.text)
+        self._delta(out, {"type": "thinking_delta", "thinking": ev.text})
+        self.content[-1]["thinking"] += ev.text
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    def _call(self, out: list[dict[str, Any]], ev: ToolCall) -> None:
+        c = self.calls.get(ev.index)
+        if c is None:
+            c = self.calls[ev.index] = _Call()
+            self.order.append(ev.index)
+        if ev.call_id and not c.call_id:
+            c.call_id = ev.call_id
+        if ev.name and not c.name:
+            c.name = ev.name
+        if ev.arguments:
+            c.parts.append(ev.arguments)
+        if c.block is not None:
+            if self.open == ("tool_use", ev.index):
+                self._flush_args(out, c)
+            return
+        if not self._call_open():
+            self._try_open(out, ev.index)
+
+    def _call_end(self, out: list[dict[str, Any]], ev: ToolCallEnd) -> None:
+        c = self.calls.get(ev.index)
+        if c is None:
+            c = self.calls[ev.index] = _Call()
+            self.order.append(ev.index)
+        if ev.call_id and not c.call_id:
+            c.call_id = ev.call_id
+        if ev.name and not c.name:
+            c.name = ev.name
+        c.ended = True
+        c.final = ev.arguments
+        if self.open == ("tool_use", ev.index):
+            self._end_call(out, c)
+            self._after_call(out)
+        elif not self._call_open():
+            self._try_open(out, ev.index)
+            if self.open == ("tool_use", ev.index):
+                self._end_call(out, c)
+                self._after_call(out)
+
+    def _try_open(self, out: list[dict[str, Any]], index: int) -> None:
+        c = self.calls[index]
+        if c.block is not None or not c.name:
+            return
+        self._close(out)
+        if not c.call_id:
+            c.call_id = "toolu_" + random_hex()
+        block = {"type": "tool_use", "id": c.call_id, "name": c.name, "input": {}}
+        c.block = self._open_block(out, "tool_use", block, index)
+        self.tool_used = True
+        self._flush_args(out, c)
+
+    def _flush_args(self, out: list[dict[str, Any]], c: _Call) -> None:
+        if c.parts:
+            text = "".join(c.parts)
+            c.parts = []
+            c.sent.append(text)
+            self._delta(out, {"type": "input_json_delta", "partial_json": text})
+
+    def _end_call(self, out: list[dict[str, Any]], c: _Call) -> None:
+        self._flush_args(out, c)
+        sent = "".join(c.sent)
+        if c.final is not None and len(c.final) > len(sent) and c.final.startswith(sent):
+            rest = c.final[len(sent) :]  # the done-reconciled suffix the deltas fell short of
+            c.sent.append(rest)
+            self._delta(out, {"type": "input_json_delta", "partial_json": rest})
+        self._close(out)
+
+    def _after_call(self, out: list[dict[str, Any]]) -> None:
+        """A call's block closed: the calls that waited for it, then what was held."""
+        for index in self.order:
+            c = self.calls[index]
+            if c.block is None and c.name:
+                self._try_open(out, index)
+                if c.ended:
+                    self._end_call(out, c)
+                    continue
+                return  # its block stays open for its next pieces
+        held, self.held = self.held, []
+        for ev in held:
+            out.extend(self.feed(ev))
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def _usage(self, u: dict[str, Any]) -> None:
+        details = u.get("input_tokens_details") or {}
+        cached = details.get("cached_tokens") or 0
+        written = details.get("cache_write_tokens") or 0
+        self.usage = {
+            "input_tokens": max(0, (u.get("input_tokens") or 0) - cached - written),
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": cached,
+            "output_tokens": u.get("output_tokens") or 0,
+        }
+
+    def _finish(self, out: list[dict[str, Any]], ev: Finish) -> None:
+        self.finished = True
+        if ev.status == "failed":
+            err = ev.error or {}
+            self.error = {
+                "type": "error",
+                "error": {
+                    "type": ERROR_TYPES.get(str(err.get("type")), "api_error"),
+                    "message": str(err.get("message") or "the upstream failed"),
+                },
+            }
+            out.append(self.error)
+            return
+        if self._call_open():  # a call whose end never came: closed with what it has
+            kind, index = self.open  # type: ignore[misc]
+            self._end_call(out, self.calls[index])  # type: ignore[index]
+        self._after_call_at_end(out)
+        self._close(out)
+        reason = STOP_REASONS.get((ev.status, ev.reason), "max_tokens" if ev.status == "incomplete" else "end_turn")
+        if ev.status == "completed" and self.tool_used:
+            reason = "tool_use"
+        self.stop_reason = reason
+        out.append(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": reason, "stop_sequence": None},
+                "usage": self.usage,
+            }
+        )
+        out.append({"type": "message_stop"})
+
+    def _after_call_at_end(self, out: list[dict[str, Any]]) -> None:
+        for index in self.order:
+            c = self.calls[index]
+            if c.block is not None:
+                continue
+            if not c.name:
+                self.ctx.repaired("tool_call_unnamed_dropped")
+                continue
+            self._try_open(out, index)
+            self._end_call(out, c)
+        held, self.held = self.held, []
+        for ev in held:
+            if isinstance(ev, (Text, Refusal)):
+                self._text(out, ev.text, ev)
+            elif isinstance(ev, Reasoning):
+                self._reasoning(out, ev)
