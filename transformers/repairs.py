@@ -74,6 +74,7 @@ REPAIRS: dict[str, Repair] = {
     "hosted_call_translated":     Repair("request", "items", "a local_shell_call or mcp_call item (and its output) sent as a function_call and its output"),
     "hosted_call_dropped":        Repair("request", "items", "a hosted call item whose results stayed upstream (web_search_call, …) dropped, named in x-switchboard-dropped-items"),
     "unknown_item_dropped":       Repair("request", "items", "an input item of a type nobody here knows dropped before a non-OpenAI upstream, named in x-switchboard-dropped-items"),
+    "redacted_thinking_dropped":  Repair("request", "request_m2c", "a Messages redacted_thinking block (only Anthropic reads it) dropped before a Chat upstream"),
     "item_reference_resolved":    Repair("request", "app (stored)", "an item_reference to an item of a stored response replaced by the item"),
     "input_item_dropped":         Repair("request", "request_r2c", "a Responses input item with no Chat form dropped"),
     "compaction_synthesized":     Repair("request", "compaction", "a compaction_trigger toward an upstream without native compaction: the routed model is asked for the summary"),
