@@ -301,7 +301,7 @@ class Service:
         incomplete_as_completed: bool | None = None,
         owner: str = OPEN_OWNER,
     ) -> Prepared:
-        """``app.pipeline.prepare`` with what this app holds (router, secrets, counters,
+        """``app.prepare.prepare`` with what this app holds (router, secrets, counters,
         fallbacks and breakers, the drain): one request of any route or transport, for the
         client key named ``owner``."""
         server = self.config.server
