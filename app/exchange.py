@@ -15,7 +15,7 @@ import httpx
 import orjson
 
 from app.logs import log
-from app.prepare import Prepared
+from app.prepare import Prepared, error_body
 from providers.errors import error_in_ok_body, failed_answer_error, upstream_error
 from providers.upstream import Provider, target_for
 from transformers.bridge import AnswerError
@@ -241,8 +241,8 @@ async def drain_rest(raw: Any) -> None:
         pass
 
 
-async def send_error(send: Any, e: ProxyError, request_id: str) -> None:
-    body = e.body(request_id)
+async def send_error(send: Any, e: ProxyError, request_id: str, client: str = "chat") -> None:
+    body = error_body(client, e.status, orjson.loads(e.body())["error"], request_id)
     hdrs = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     hdrs += [(b"x-request-id", request_id.encode()), *[(k.encode(), v.encode()) for k, v in e.headers.items()]]
     await send({"type": "http.response.start", "status": e.status, "headers": hdrs})

@@ -41,7 +41,7 @@ from app.failover import Resilience
 from app.guard import Guard
 from app.logs import log
 from app.pipeline import ProxyResponse
-from app.prepare import Prepared, check_body, new_request_id, prepare, scope_headers
+from app.prepare import Prepared, check_body, error_body, new_request_id, prepare, scope_headers
 from app.store import Store, open_store
 from app.stored import Turn
 from app.ws import serve_socket
@@ -68,7 +68,7 @@ def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Respo
     return Response(orjson.dumps(obj), status_code=status, media_type="application/json", headers=headers)
 
 
-_PROXY_ROUTES = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}
+_PROXY_ROUTES = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
 
 ASGIHandler = Callable[[Any, Any, Any], Awaitable[None]]
 
@@ -371,7 +371,7 @@ class Service:
                         p.ctx.repaired("item_reference_resolved")
                 except (ProxyError, RequestError) as e:
                     metrics.log_rejected(counters, scope["path"], e.status, e.code, rid)
-                    await _error_answer(e, rid)(scope, receive, send)
+                    await _error_answer(e, rid, client)(scope, receive, send)
                     return
                 response = ProxyResponse(p)
                 if turn is not None and self.store is not None:
@@ -464,6 +464,27 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
             raise ProxyError(404, f"The model '{model_id[:200]}' does not exist", code="model_not_found", param="model")
         return _json(200, r.info.openai(), headers={"x-request-id": rid})
 
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens(request: Request) -> Response:
+        # Anthropic's token count of a Messages request, estimated here (no Messages upstream
+        # answers it yet): the request's JSON bytes over 3, an overcount rather than an
+        # under one (Claude Code compacts by it: counting short would compact too late)
+        rid = request.state.request_id = new_request_id(request.scope)
+        try:
+            svc.authorize(request.headers)
+            raw = await svc.read_body(request.receive, request.headers.get("content-length"))
+            body = orjson.loads(raw)
+            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+                raise RequestError("'messages' must be an array", param="messages")
+        except orjson.JSONDecodeError:
+            return _error_answer(
+                RequestError("the request body is not valid JSON", code="invalid_json"), rid, "messages"
+            )
+        except (ProxyError, RequestError) as e:
+            return _error_answer(e, rid, "messages")
+        counted = {k: body[k] for k in ("system", "messages", "tools") if k in body}
+        return _json(200, {"input_tokens": -(-len(orjson.dumps(counted)) // 3)}, headers={"x-request-id": rid})
+
     @app.get("/healthz")
     async def healthz() -> Response:
         return _json(200, {"status": "ok"})
@@ -522,8 +543,12 @@ def _error_json(status: int, message: str, code: str | None) -> Response:
     return _json(status, {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}})
 
 
-def _error_answer(e: ProxyError | RequestError, rid: str) -> Response:
-    """The OpenAI error answer of a refused request, with its request id."""
+def _error_answer(e: ProxyError | RequestError, rid: str, client: str = "chat") -> Response:
+    """The error answer of a refused request in its client's protocol, with its request id."""
+    if client == "messages":
+        err = e.to_dict() if isinstance(e, RequestError) else orjson.loads(e.body())["error"]
+        headers = {"x-request-id": rid, **(e.headers if isinstance(e, ProxyError) else {})}
+        return _error_response(e.status, error_body(client, e.status, err, rid), headers)
     if isinstance(e, ProxyError):
         return _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})
     return _error_response(e.status, orjson.dumps({"error": {**e.to_dict(), "request_id": rid}}), {"x-request-id": rid})

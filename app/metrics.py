@@ -47,7 +47,7 @@ MAX_SERIES = 4096
 # the route templates the app serves; anything else (an unknown path, a model id inside a
 # path) is "other"
 ROUTES = frozenset({
-    "/v1/chat/completions", "/v1/responses", "/v1/responses/compact", "/v1/models", "/v1/models/{model}", "/healthz", "/readyz", "/metrics",
+    "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses/compact", "/v1/models", "/v1/models/{model}", "/healthz", "/readyz", "/metrics",
 })  # fmt: skip
 
 _STATUSES = frozenset(str(s) for s in range(100, 600))

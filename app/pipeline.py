@@ -131,7 +131,7 @@ class ProxyResponse(Response):
             terminal = "error"
             p.metrics.inc("switchboard_upstream_errors_total", provider=p.route.provider.name, code=str(e.code))
             self.started = True
-            await send_error(send, e, p.request_id)
+            await send_error(send, e, p.request_id, p.client)
         except asyncio.CancelledError:
             p = self.p
             if p.stop and not cancelled_by_client and not self.started and me is not None:
@@ -139,7 +139,7 @@ class ProxyResponse(Response):
                 err = ProxyError(503, SHUTDOWN_MESSAGE, type="server_error", code=p.stop, headers={"retry-after": "1"})
                 status, terminal = 503, "error"
                 self.started = True
-                await send_error(send, err, p.request_id)
+                await send_error(send, err, p.request_id, p.client)
             elif not cancelled_by_client:
                 raise
             else:

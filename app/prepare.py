@@ -29,8 +29,12 @@ from transformers.ids import random_hex
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.request_check import check_body
 
+ROUTE_OF = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+
 __all__ = [
     "PROCESS_SECRET",
+    "ROUTE_OF",
+    "error_body",
     "Prepared",
     "check_body",
     "header_list",
@@ -121,6 +125,16 @@ def prepare(
     # a model with fallbacks keeps the client's body as it came (translation may change it)
     pristine = orjson.dumps(body) if route.targets else None
     upstream = route.provider.protocol_for(client)
+    if client == "messages" and upstream != "chat":
+        if "chat" not in route.provider.cfg.protocols:
+            raise ProxyError(
+                400,
+                f"The model '{model[:200]}' is served by a {upstream} upstream, which does not take Anthropic Messages "
+                "clients yet: use a model on a Chat Completions upstream.",
+                param="model",
+                code="unsupported_upstream_protocol",
+            )
+        upstream = "chat"
     ctx = Ctx(
         quirks=route.quirks,
         upstream_model=route.upstream_model,
@@ -160,7 +174,7 @@ def prepare(
         upstream_body=orjson.dumps(out),
         started=started,
         keepalive=keepalive,
-        route_name="/v1/chat/completions" if client == "chat" else "/v1/responses",
+        route_name=ROUTE_OF[client],
         headers=headers,
         forward_headers={"user-agent": ua} if ua else {},
         secrets=secrets,
@@ -224,6 +238,23 @@ def scope_headers(scope: Any) -> dict[str, str]:
 # a client's own X-Request-Id is adopted when it is a plain token of at most 128 characters
 # (it reaches logs and headers: nothing else is taken), else the proxy makes one
 _GIVEN_RID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+
+# an HTTP status → Anthropic's error type (a Messages client's error answers)
+_ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                     404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                     529: "overloaded_error"}  # fmt: skip
+
+
+def error_body(client: str, status: int, err: dict[str, Any], request_id: str) -> bytes:
+    """An error answer's body in the client's protocol: OpenAI's error object, or for a
+    Messages client Anthropic's (``{"type": "error", "error": {"type", "message"}}``)."""
+    if client == "messages":
+        kind = _ANTHROPIC_ERRORS.get(status, "overloaded_error" if status == 503 else "api_error")
+        obj: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": str(err.get("message") or "")}}
+        obj["request_id"] = request_id
+        return orjson.dumps(obj)
+    return orjson.dumps({"error": {**err, "request_id": request_id}})
 
 
 def new_request_id(scope: Any = None) -> str:

@@ -81,8 +81,10 @@ from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Reasoning, Text, ToolCall
 from transformers.masking import NO_SECRETS, SecretMask
+from transformers.messages_encode import MessagesEncoder
 from transformers.passthrough import ChatPassthrough
 from transformers.request_c2r import chat_to_responses
+from transformers.request_m2c import messages_to_chat
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
@@ -151,6 +153,10 @@ def _chat_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
 
 def _chat_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     return prepare_responses(chat_to_responses(body, ctx), ctx, translated=True)
+
+
+def _messages_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return prepare_chat(messages_to_chat(body, ctx), ctx, translated=True)
 
 
 def _responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
@@ -234,6 +240,8 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("chat", "responses"): Direction("chat", "responses", _chat_to_responses, tool_stage=False),
     ("responses", "chat"): Direction("responses", "chat", _responses_to_chat, tool_stage=True),
     ("responses", "responses"): Direction("responses", "responses", _responses_to_responses, tool_stage=False),
+    # Anthropic Messages clients (Claude Code), toward Chat upstreams so far
+    ("messages", "chat"): Direction("messages", "chat", _messages_to_chat, tool_stage=True),
 }
 
 
@@ -332,6 +340,8 @@ class Bridge:
         self.compaction = compaction.CompactionStage(ctx) if ctx.compaction and not self._chat else None
         if self._chat:
             self.encoder: Any = ChatStreamEncoder(ctx, include_usage=include_usage)
+        elif direction.client == "messages":
+            self.encoder = MessagesEncoder(ctx)
         else:
             self.encoder = ResponsesStreamEncoder(
                 ctx, incomplete_as_completed=incomplete_as_completed, request_echo=self._echo
@@ -500,6 +510,18 @@ class Bridge:
                 result = encode_chat_completion(events, ctx)
                 err = result.get("error")
                 self.terminal = "failed" if err else _chat_status(result)
+            elif self.direction.client == "messages":
+                enc = MessagesEncoder(ctx)
+                for ev in events:
+                    enc.feed(ev)
+                result = enc.message()
+                last = events[-1] if events else None
+                err = last.error if isinstance(last, Finish) and last.status == "failed" else None
+                if err is not None:
+                    err = self.mask.error(err)
+                self.terminal = (
+                    "failed" if err else ("incomplete" if result["stop_reason"] == "max_tokens" else "completed")
+                )
             else:
                 result = encode_response(
                     events, ctx, incomplete_as_completed=self._incomplete_as_completed, request_echo=self._echo

@@ -123,6 +123,49 @@ class MessagesEncoder:
         self.stop_reason: str | None = None
         self.error: dict[str, Any] | None = None
 
+    # -- what the Bridge asks of an encoder ---------------------------------------------------
+
+    text_open = False  # (the Bridge's runs of text deltas: a Chat and Responses shortcut)
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def done(self) -> bool:
+        return self.finished
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return self.message()
+
+    def frame_deltas(self, framing: Any) -> None:
+        pass  # every event goes through feed() and the Bridge's framing
+
+    def text_delta(self, text: str) -> None:
+        return None  # no shortcut: the Bridge feeds a Text event
+
+    def reasoning_delta(self, ev: Reasoning) -> None:
+        return None
+
+    def args_delta(self, ev: ToolCall) -> None:
+        return None
+
+    def end(self) -> list[dict[str, Any]]:
+        return []
+
+    def heartbeat(self) -> list[dict[str, Any]]:
+        """During a long upstream silence: Anthropic's own keep-alive event."""
+        return [{"type": "ping"}] if self.started and not self.finished else []
+
+    def abort(self, err: dict[str, Any]) -> list[dict[str, Any]]:
+        """The failure terminal when ``feed`` itself failed (the Bridge's guard)."""
+        if self.finished:
+            return []
+        self.finished = True
+        self.error = {"type": "error", "error": {"type": "api_error", "message": str(err.get("message"))}}
+        return [self.error]
+
     # -- the way in -------------------------------------------------------------------------
 
     def feed(self, ev: Event) -> list[dict[str, Any]]:

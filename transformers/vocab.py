@@ -9,8 +9,9 @@ serialise; the frozensets are derived from the ``Literal`` types, so the two can
 =====================  ======================================================================
 type                   values
 =====================  ======================================================================
-``ProtocolName``       ``chat`` (Chat Completions), ``responses`` (Responses API): what a
-                       client or an upstream speaks
+``ProtocolName``       ``chat`` (Chat Completions), ``responses`` (Responses API),
+                       ``messages`` (Anthropic Messages: a client protocol, toward Chat
+                       upstreams so far): what a client or an upstream speaks
 ``FinishStatus``       ``completed``, ``incomplete``, ``failed``: ``events.Finish.status``,
                        the end of every decoded stream or answer
 ``Outcome``            how a request ended, as logged (``terminal=``) and metered
@@ -36,7 +37,7 @@ __all__ = [
     "ProtocolName",
 ]
 
-ProtocolName = Literal["chat", "responses"]
+ProtocolName = Literal["chat", "responses", "messages"]
 PROTOCOLS: frozenset[str] = frozenset(get_args(ProtocolName))
 
 FinishStatus = Literal["completed", "incomplete", "failed"]

@@ -60,7 +60,7 @@ def _collector_off() -> Iterator[list[str]]:
 
 
 def _body(client: str, stream: bool) -> dict[str, Any]:
-    if client == "chat":
+    if client in ("chat", "messages"):
         return {"model": "pub-model", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
     return {"model": "pub-model", "stream": stream, "store": False, "input": "hi", "instructions": "be brief"}
 

@@ -1,0 +1,125 @@
+"""Anthropic Messages clients (Claude Code) through the app toward a Chat upstream: the
+Messages events in order, the whole message, errors in Anthropic's shape, x-api-key auth."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.integration.conftest import CHAT_URL, chat_stream_two_calls, sse_response
+
+BODY = {
+    "model": "chat-model",
+    "max_tokens": 1024,
+    "system": [{"type": "text", "text": "You are Claude Code."}],
+    "messages": [{"role": "user", "content": "read a.py and ls"}],
+    "tools": [
+        {"name": "Read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+        {"name": "Bash", "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+    ],
+}
+
+
+def events(raw: bytes) -> list[dict[str, Any]]:
+    out = []
+    for block in raw.decode().split("\n\n"):
+        lines = block.strip().split("\n")
+        if len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "):
+            ev = orjson.loads(lines[1][6:])
+            assert ev["type"] == lines[0][7:]
+            out.append(ev)
+    return out
+
+
+async def test_a_streamed_turn_with_thinking_text_and_two_calls(client: httpx.AsyncClient, mock: Any) -> None:
+    route = mock.post(CHAT_URL).mock(return_value=sse_response(chat_stream_two_calls(), done=True))
+    r = await client.post("/v1/messages?beta=true", json={**BODY, "stream": True}, headers={"x-api-key": "x"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    evs = events(r.content)
+    kinds = [e["type"] + (":" + e["content_block"]["type"] if e["type"] == "content_block_start" else "") for e in evs]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    assert [k for k in kinds if k.startswith("content_block_start")] == [
+        "content_block_start:thinking",
+        "content_block_start:text",
+        "content_block_start:tool_use",
+        "content_block_start:tool_use",
+    ]
+    calls = [
+        e["content_block"]
+        for e in evs
+        if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"
+    ]
+    assert [(c["id"], c["name"], c["input"]) for c in calls] == [
+        ("functions.Read:0", "Read", {}),
+        ("functions.Bash:1", "Bash", {}),
+    ]
+    args: dict[int, str] = {}
+    for e in evs:
+        if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta":
+            args[e["index"]] = args.get(e["index"], "") + e["delta"]["partial_json"]
+    assert list(args.values()) == ['{"path":"a.py"}', '{"cmd":"ls"}']
+    assert evs[-2]["delta"]["stop_reason"] == "tool_use"
+    sent = orjson.loads(route.calls[0].request.content)
+    assert sent["messages"][0] == {"role": "system", "content": "You are Claude Code."}
+    assert [t["function"]["name"] for t in sent["tools"]] == ["Read", "Bash"] and sent["max_tokens"] == 1024
+
+
+async def test_a_whole_message(client: httpx.AsyncClient, mock: Any) -> None:
+    answer = {
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi there"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+    }  # fmt: skip
+    mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json=answer))
+    r = await client.post("/v1/messages", json=BODY)
+    assert r.status_code == 200, r.text
+    msg = r.json()
+    assert msg["type"] == "message" and msg["role"] == "assistant" and msg["model"] == "chat-model"
+    assert msg["content"] == [{"type": "text", "text": "Hi there"}] and msg["stop_reason"] == "end_turn"
+    assert msg["usage"]["input_tokens"] == 10 and msg["usage"]["output_tokens"] == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "kind"),
+    [
+        ({**BODY, "model": "nope"}, 404, "not_found_error"),
+        ({"model": "chat-model"}, 400, "invalid_request_error"),
+        ({**BODY, "model": "resp-model"}, 400, "invalid_request_error"),  # a Responses-only upstream
+    ],
+)
+async def test_errors_in_anthropics_shape(client: httpx.AsyncClient, body: Any, status: int, kind: str) -> None:
+    r = await client.post("/v1/messages", json=body)
+    assert r.status_code == status, r.text
+    err = r.json()
+    assert err["type"] == "error" and err["error"]["type"] == kind and err["error"]["message"]
+    assert err["request_id"] == r.headers["x-request-id"]
+
+
+async def test_an_upstream_failure_before_the_first_byte(client: httpx.AsyncClient, mock: Any) -> None:
+    mock.post(CHAT_URL).mock(
+        return_value=httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"retry-after": "2"})
+    )
+    r = await client.post("/v1/messages", json={**BODY, "stream": True})
+    assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
+
+
+async def test_x_api_key_is_a_client_key(client_factory: Any, mock: Any) -> None:
+    c = await client_factory(auth={"keys": ["sk-claude"]})
+    mock.post(CHAT_URL).mock(return_value=sse_response(chat_stream_two_calls(), done=True))
+    r = await c.post("/v1/messages", json={**BODY, "stream": True})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    r = await c.post("/v1/messages", json={**BODY, "stream": True}, headers={"x-api-key": "sk-claude"})
+    assert r.status_code == 200
+
+
+async def test_count_tokens_is_estimated_high_rather_than_low(client: httpx.AsyncClient) -> None:
+    body = {"model": "chat-model", "messages": [{"role": "user", "content": "x" * 3000}], "tools": BODY["tools"]}
+    r = await client.post("/v1/messages/count_tokens?beta=true", json=body)
+    assert r.status_code == 200, r.text
+    n = r.json()["input_tokens"]
+    assert 1000 < n < 1300  # 3,000 characters of text: ~750 tokens of English; never fewer counted
+    r = await client.post("/v1/messages/count_tokens", json={"model": "m"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
