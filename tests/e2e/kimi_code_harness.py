@@ -13,7 +13,7 @@ Theory of operation
   failed install raises ``KimiCodeUnavailable`` (the fixture turns it into a test
   failure, not a skip).
 * ``write_home(home, ...)`` writes ``config.toml``: one ``[providers.switchboard]`` of the
-  asked ``type`` (``kimi`` | ``openai`` | ``openai_responses``) with ``base_url`` and
+  asked ``type`` (``kimi`` | ``openai`` | ``openai_responses`` | ``anthropic``) with ``base_url`` and
   ``api_key_env``, one ``[models.switchboard]`` (``capabilities = ["thinking"]``),
   ``default_model``, ``[loop_control] max_attempts_per_step = 1`` (a failed step is not
   retried, so a scripted turn is never replayed) and ``[model_catalog] refresh_on_start =
@@ -68,7 +68,7 @@ from procs import describe_run, installing, json_lines, run_group, toml_str
 KIMI_CODE_VERSION = "2.1.0"
 KIMI_CODE_PACKAGE = "@moonshot-ai/kimi-code"
 NODE_VERSION = "22.23.3"  # the npm package `node`; Kimi Code 2.1.0 needs >= 22.19
-PROVIDER_TYPES = ("kimi", "openai", "openai_responses")
+PROVIDER_TYPES = ("kimi", "openai", "openai_responses", "anthropic")
 ENV_KEY = "SWITCHBOARD_E2E_KEY"
 MODEL_ALIAS = "switchboard"
 

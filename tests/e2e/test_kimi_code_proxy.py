@@ -70,7 +70,7 @@ def _kimi(kimi_code, upstream, proxy_for, tmp_path, provider_type, turns, **prox
         kimi_code,
         PROMPT,
         provider_type=provider_type,
-        base_url=px.base_url,
+        base_url=px.url if provider_type == "anthropic" else px.base_url,
         model=MODEL,
         workspace=tmp_path / "ws",
         home=tmp_path / "kimi_home",
