@@ -125,16 +125,8 @@ def prepare(
     # a model with fallbacks keeps the client's body as it came (translation may change it)
     pristine = orjson.dumps(body) if route.targets else None
     upstream = route.provider.protocol_for(client)
-    if client == "messages" and upstream != "chat":
-        if "chat" not in route.provider.cfg.protocols:
-            raise ProxyError(
-                400,
-                f"The model '{model[:200]}' is served by a {upstream} upstream, which does not take Anthropic Messages "
-                "clients yet: use a model on a Chat Completions upstream.",
-                param="model",
-                code="unsupported_upstream_protocol",
-            )
-        upstream = "chat"
+    if client == "messages" and upstream == "responses" and "chat" in route.provider.cfg.protocols:
+        upstream = "chat"  # an upstream that speaks both: the one closer to Messages
     ctx = Ctx(
         quirks=route.quirks,
         upstream_model=route.upstream_model,

@@ -159,6 +159,11 @@ def _messages_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     return prepare_chat(messages_to_chat(body, ctx), ctx, translated=True)
 
 
+def _messages_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    # by way of the Chat form: one translator per protocol into Chat, one from Chat onwards
+    return prepare_responses(chat_to_responses(messages_to_chat(body, ctx), ctx), ctx, translated=True)
+
+
 def _responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     if body.get("previous_response_id"):
         # a Chat upstream stores nothing and neither does the proxy: answering without the
@@ -240,8 +245,9 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("chat", "responses"): Direction("chat", "responses", _chat_to_responses, tool_stage=False),
     ("responses", "chat"): Direction("responses", "chat", _responses_to_chat, tool_stage=True),
     ("responses", "responses"): Direction("responses", "responses", _responses_to_responses, tool_stage=False),
-    # Anthropic Messages clients (Claude Code), toward Chat upstreams so far
+    # Anthropic Messages clients (Claude Code, Kimi Code's anthropic provider)
     ("messages", "chat"): Direction("messages", "chat", _messages_to_chat, tool_stage=True),
+    ("messages", "responses"): Direction("messages", "responses", _messages_to_responses, tool_stage=False),
 }
 
 

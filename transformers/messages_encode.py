@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The third client protocol's encoder: what Claude Code and Kimi Code's ``anthropic``
-provider read.  ``MessagesEncoder.feed(event)`` returns the Messages events that event
+provider read (the Bridge's ``messages`` rows).  ``MessagesEncoder.feed(event)`` returns the Messages events that event
 completes (dicts; ``sse()`` frames them), ``message()`` the whole message object of a
 non-streamed answer.  The rules it holds, whatever order the upstream's pieces come in:
 

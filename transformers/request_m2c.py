@@ -6,8 +6,8 @@ Theory of operation
 ``messages_to_chat(body, ctx)`` is a pure function of the request: one walk over
 ``messages``, the tools and the top-level fields by the tables below.  It fills
 ``ctx.tools`` (``toolinfo_from_chat``) as the Chat translator does, so the stream stages
-know the client's functions.  Groundwork of the Messages protocol: the Bridge does not route
-Messages clients yet.
+know the client's functions.  The Bridge's ``("messages", "chat")`` row uses it, and its
+``("messages", "responses")`` row too, followed by the Chat → Responses translator.
 
 Messages and content blocks:
 

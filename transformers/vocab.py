@@ -10,8 +10,8 @@ serialise; the frozensets are derived from the ``Literal`` types, so the two can
 type                   values
 =====================  ======================================================================
 ``ProtocolName``       ``chat`` (Chat Completions), ``responses`` (Responses API),
-                       ``messages`` (Anthropic Messages: a client protocol, toward Chat
-                       upstreams so far): what a client or an upstream speaks
+                       ``messages`` (Anthropic Messages: a client protocol so far, toward
+                       Chat and Responses upstreams): what a client or an upstream speaks
 ``FinishStatus``       ``completed``, ``incomplete``, ``failed``: ``events.Finish.status``,
                        the end of every decoded stream or answer
 ``Outcome``            how a request ended, as logged (``terminal=``) and metered

@@ -9,7 +9,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.integration.conftest import CHAT_URL, chat_stream_two_calls, sse_response
+from tests.integration.conftest import CHAT_URL, RESP_URL, chat_stream_two_calls, resp_stream_two_calls, sse_response
 
 BODY = {
     "model": "chat-model",
@@ -87,7 +87,6 @@ async def test_a_whole_message(client: httpx.AsyncClient, mock: Any) -> None:
     [
         ({**BODY, "model": "nope"}, 404, "not_found_error"),
         ({"model": "chat-model"}, 400, "invalid_request_error"),
-        ({**BODY, "model": "resp-model"}, 400, "invalid_request_error"),  # a Responses-only upstream
     ],
 )
 async def test_errors_in_anthropics_shape(client: httpx.AsyncClient, body: Any, status: int, kind: str) -> None:
@@ -123,3 +122,25 @@ async def test_count_tokens_is_estimated_high_rather_than_low(client: httpx.Asyn
     assert 1000 < n < 1300  # 3,000 characters of text: ~750 tokens of English; never fewer counted
     r = await client.post("/v1/messages/count_tokens", json={"model": "m"})
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_turn_on_a_responses_upstream(client: httpx.AsyncClient, mock: Any, stream: bool) -> None:
+    evs_up = resp_stream_two_calls()
+    whole = next(e["response"] for e in evs_up if isinstance(e, dict) and e.get("type") == "response.completed")
+    answer = sse_response(evs_up, event_names=True) if stream else httpx.Response(200, json=whole)
+    route = mock.post(RESP_URL).mock(return_value=answer)
+    r = await client.post("/v1/messages", json={**BODY, "model": "resp-model", "stream": stream})
+    assert r.status_code == 200, r.text
+    sent = orjson.loads(route.calls[0].request.content)
+    assert sent["instructions"] == "You are Claude Code." and sent["input"][0]["role"] == "user"
+    assert [t["name"] for t in sent["tools"]] == ["Read", "Bash"]
+    if stream:
+        evs = events(r.content)
+        blocks = [e["content_block"] for e in evs if e["type"] == "content_block_start"]
+        stop = evs[-2]["delta"]["stop_reason"]
+    else:
+        blocks = r.json()["content"]
+        stop = r.json()["stop_reason"]
+    assert [b["type"] for b in blocks if b["type"] == "tool_use"] == ["tool_use", "tool_use"]
+    assert stop == "tool_use"
