@@ -123,3 +123,44 @@ def test_images_errors_stops_and_thinking_param() -> None:
     with pytest.raises(RequestError) as e:
         messages_to_chat({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, ctx())
     assert e.value.param == "messages[0].content[0].tool_use_id"
+
+
+# -- any body: a Chat request or a 400 naming the field, never an exception of another kind ---
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+_block = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking", "doc"])},
+    optional={"text": _json, "id": _json, "name": _json, "input": _json, "tool_use_id": _json, "content": _json,
+              "source": _json, "thinking": _json, "is_error": _json},
+)  # fmt: skip
+_message = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "system"]),
+        "content": st.one_of(_json, st.lists(_block, max_size=3)),
+    }
+)
+_body = st.fixed_dictionaries(
+    {"messages": st.one_of(st.lists(_message, max_size=4), _json)},
+    optional={"system": _json, "tools": st.one_of(_json, st.lists(_json, max_size=2)), "tool_choice": _json,
+              "thinking": _json, "max_tokens": _json, "stop_sequences": _json, "stream": _json},
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(_body)
+def test_any_body_is_a_chat_request_or_a_400(body: dict[str, Any]) -> None:
+    try:
+        out = messages_to_chat(body, ctx())
+    except RequestError as e:
+        assert e.status == 400 and e.message
+        return
+    assert isinstance(out["messages"], list)
+    for m in out["messages"]:
+        assert m["role"] in ("system", "user", "assistant", "tool")
