@@ -340,27 +340,20 @@ class SQLiteStore(Store):
         await db.commit()
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
-        db = await self._conn()
-        now = time.time()
-        found: dict[str, str] = {}
-        for part in _chunks(item_ids, 500):
-            marks = ",".join("?" * len(part))
-            async with db.execute(
-                f"SELECT id, rid FROM items WHERE id IN ({marks}) AND expires_at > ?", (*part, now)
-            ) as cur:
-                async for row in cur:
-                    found[row[0]] = row[1]
-        return [found.get(i) for i in item_ids]
+        return await self._select("SELECT id, rid FROM items", item_ids)
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
+        return await self._select("SELECT id, data FROM responses", ids)
+
+    async def _select(self, select: str, ids: list[str]) -> list[Any]:
+        """``select`` (two columns: an id, a value) for ``ids`` not expired: each id's value,
+        None when it is not there."""
         db = await self._conn()
         now = time.time()
-        found: dict[str, bytes] = {}
+        found: dict[str, Any] = {}
         for part in _chunks(ids, 500):
             marks = ",".join("?" * len(part))
-            async with db.execute(
-                f"SELECT id, data FROM responses WHERE id IN ({marks}) AND expires_at > ?", (*part, now)
-            ) as cur:
+            async with db.execute(f"{select} WHERE id IN ({marks}) AND expires_at > ?", (*part, now)) as cur:
                 async for row in cur:
                     found[row[0]] = row[1]
         return [found.get(i) for i in ids]

@@ -140,6 +140,10 @@ UNKNOWN = Policy("pass", "drop", "drop", "a type nobody here knows: the native u
 # fmt: on
 
 
+# the types whose translation is done here (the others' by the protocol translators)
+_HERE = frozenset({"additional_tools", "local_shell_call", "local_shell_call_output", "mcp_call"})
+
+
 def upstream_kind(upstream: str, ctx: Ctx) -> Kind:
     if upstream == "chat":
         return "chat"
@@ -249,7 +253,7 @@ def prepare(body: dict[str, Any], ctx: Ctx, upstream: str) -> dict[str, Any]:
             assert policy is not None
             raise _refuse(i, t, kind, policy.note)
         else:  # drop
-            ctx.dropped_items.append(f"input[{i}]:{t}")
+            ctx.dropped_items.append(f"input[{i}]:{t[:64]}")  # (a client's type: bounded in logs)
             if policy is not None:
                 ctx.repaired("hosted_call_dropped")
             else:
@@ -261,7 +265,3 @@ def prepare(body: dict[str, Any], ctx: Ctx, upstream: str) -> dict[str, Any]:
         given = body.get("tools")
         body["tools"] = [*(given if isinstance(given, list) else ()), *hoisted]
     return body
-
-
-# the types whose translation is done here (the others' by the protocol translators)
-_HERE = frozenset({"additional_tools", "local_shell_call", "local_shell_call_output", "mcp_call"})

@@ -115,11 +115,13 @@ class MessagesEncoder:
         self.calls: dict[int, _Call] = {}
         self.order: list[int] = []  # call indexes in the order they appeared
         self.held: list[Event] = []  # text/reasoning that came while a call's block was open
-        self.thinking: list[str] = []  # the open thinking block's text (for its signature)
         self.signature: str | None = None  # the upstream's own, for the open thinking block
         self.tool_used = False
         self.usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0}
         self.content: list[dict[str, Any]] = []  # the whole message's blocks (non-streamed)
+        # each block's text pieces (text, thinking), joined once by message(): appending to a
+        # string per delta would copy the whole text each time
+        self.pieces: list[list[str]] = []
         self.stop_reason: str | None = None
         self.error: dict[str, Any] | None = None
 
@@ -207,13 +209,19 @@ class MessagesEncoder:
             "type": "message",
             "role": "assistant",
             "model": self.model,
-            "content": self.content,
+            "content": [self._whole(i, b) for i, b in enumerate(self.content)],
             "stop_reason": self.stop_reason,
             "stop_sequence": None,
             "usage": self.usage,
         }
 
     # -- blocks -------------------------------------------------------------------------------
+
+    def _whole(self, i: int, block: dict[str, Any]) -> dict[str, Any]:
+        kind = block.get("type")
+        if kind in ("text", "thinking") and self.pieces[i]:
+            return {**block, kind: "".join(self.pieces[i])}
+        return block
 
     def _start(self, out: list[dict[str, Any]], ev: Start | None) -> None:
         self.started = True
@@ -232,6 +240,7 @@ class MessagesEncoder:
         self.open = (kind, call)
         out.append({"type": "content_block_start", "index": i, "content_block": block})
         self.content.append({k: (dict(v) if isinstance(v, dict) else v) for k, v in block.items()})
+        self.pieces.append([])
         return i
 
     def _close(self, out: list[dict[str, Any]]) -> None:
@@ -240,13 +249,12 @@ class MessagesEncoder:
         kind, call = self.open
         i = self.blocks - 1
         if kind == "thinking":
-            text = "".join(self.thinking)
+            text = "".join(self.pieces[i])
             sig = self.signature or (envelope.seal(text, self.ctx.envelope_key) if self.ctx.envelope_key else "")
             out.append(
                 {"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": sig}}
             )
             self.content[i]["signature"] = sig
-            self.thinking = []
             self.signature = None
         elif kind == "tool_use" and call is not None:
             c = self.calls[call]
@@ -279,7 +287,7 @@ class MessagesEncoder:
             self._close(out)
             self._open_block(out, "text", {"type": "text", "text": ""})
         self._delta(out, {"type": "text_delta", "text": text})
-        self.content[-1]["text"] += text
+        self.pieces[-1].append(text)
 
     def _reasoning(self, out: list[dict[str, Any]], ev: Reasoning) -> None:
         if self._call_open():
@@ -290,9 +298,8 @@ class MessagesEncoder:
         if self.open is None or self.open[0] != "thinking":
             self._close(out)
             self._open_block(out, "thinking", {"type": "thinking", "thinking": ""})
-        self.thinking.append(ev.text)
         self._delta(out, {"type": "thinking_delta", "thinking": ev.text})
-        self.content[-1]["thinking"] += ev.text
+        self.pieces[-1].append(ev.text)
 
     # -- tool calls ---------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ import pytest
 import scenarios_agents as sa
 from client_checks import SdkUnavailable, _ensure_sdk, types_not_in_policy_table
 from procs import installing
-from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY, Proxy, provider_entry
+from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY, Proxy
 from scenarios import EXEC_CMD, EXEC_FILE, EXEC_MARKER
 
 pytestmark = pytest.mark.e2e
@@ -70,30 +70,6 @@ def agents_python() -> Path:
             return _ensure_sdk(home, AGENTS_LOCK)
     except SdkUnavailable as exc:
         pytest.fail(str(exc))
-
-
-@pytest.fixture
-def agents_proxy(tmp_path):
-    """One scripted upstream behind the proxy as ``MODEL``, the response store in ``tmp_path``."""
-    started: list[Proxy] = []
-
-    def start(up, upstream_kind: str) -> Proxy:
-        protocol, extra = UPSTREAMS[upstream_kind]
-        prov = provider_entry(up, protocol=protocol, **extra)
-        cfg = {
-            "server": {"host": "127.0.0.1", "port": 0},
-            "auth": {"keys": [PROXY_CLIENT_KEY]},
-            "providers": [prov],
-            "models": [{"name": MODEL, "provider": prov["name"]}],
-            "store": {"backend": "sqlite", "path": str(tmp_path / "responses.db")},
-        }
-        p = Proxy(cfg, tmp_path / "proxy")
-        started.append(p)
-        return p.start()
-
-    yield start
-    for p in started:
-        p.stop()
 
 
 def run_agents(python: Path, case: str, px: Proxy, workdir: Path) -> dict[str, Any]:
@@ -156,10 +132,11 @@ def check_tool_ran(run: dict, workdir: Path, info: str) -> None:
 
 @pytest.mark.parametrize("upstream_kind", ["chat", "responses"])
 @pytest.mark.parametrize("case", ["run", "streamed", "chat_model"])
-def test_agents_run(upstream, agents_proxy, agents_python, tmp_path, case, upstream_kind):
+def test_agents_run(upstream, proxy_for, agents_python, tmp_path, case, upstream_kind):
     protocol, _ = UPSTREAMS[upstream_kind]
     up = upstream(sa.agents_exec(protocol, model=MODEL), f"agents-{case}-{upstream_kind}")
-    px = agents_proxy(up, upstream_kind)
+    protocol, extra = UPSTREAMS[upstream_kind]
+    px = proxy_for(up, model=MODEL, protocol=protocol, provider_extra=extra)
     got = run_agents(agents_python, case, px, tmp_path / "ws")
     info = describe(got, up, px)
     assert "exception" not in got, info
@@ -194,11 +171,12 @@ def test_agents_run(upstream, agents_proxy, agents_python, tmp_path, case, upstr
 
 
 @pytest.mark.parametrize("upstream_kind", ["chat", "responses", "responses-keeps"])
-def test_agents_chained(upstream, agents_proxy, agents_python, tmp_path, upstream_kind):
+def test_agents_chained(upstream, proxy_for, agents_python, tmp_path, upstream_kind):
     protocol, extra = UPSTREAMS[upstream_kind]
     keeps = bool(extra.get("upstream_store"))
     up = upstream(sa.agents_chained(protocol, model=MODEL, upstream_keeps=keeps), f"agents-chained-{upstream_kind}")
-    px = agents_proxy(up, upstream_kind)
+    protocol, extra = UPSTREAMS[upstream_kind]
+    px = proxy_for(up, model=MODEL, protocol=protocol, provider_extra=extra)
     got = run_agents(agents_python, "chained", px, tmp_path / "ws")
     info = describe(got, up, px)
     assert "exception" not in got, info

@@ -31,7 +31,7 @@ import scenarios as sc
 import scenarios_aisdk as sa
 from aisdk_harness import AiSdk, AiSdkRun, AiSdkUnavailable, ensure_aisdk, run_driver
 from client_checks import types_not_in_policy_table
-from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY, Proxy, provider_entry
+from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY
 
 pytestmark = pytest.mark.e2e
 
@@ -45,31 +45,6 @@ def aisdk() -> AiSdk:
         return ensure_aisdk(REPO)
     except AiSdkUnavailable as exc:
         pytest.fail(str(exc))
-
-
-@pytest.fixture
-def aisdk_proxy(tmp_path):
-    """``start(up, model=, profile=, protocol=)``: one scripted upstream behind the proxy as
-    ``model``, the proxy's response store (what it resolves ``item_reference`` from) a SQLite
-    file in ``tmp_path``, not the user's state directory."""
-    started: list[Proxy] = []
-
-    def start(up, *, model: str, profile: str, protocol: str) -> Proxy:
-        prov = provider_entry(up, profile=profile, protocol=protocol)
-        cfg = {
-            "server": {"host": "127.0.0.1", "port": 0},
-            "auth": {"keys": [PROXY_CLIENT_KEY]},
-            "providers": [prov],
-            "models": [{"name": model, "provider": prov["name"]}],
-            "store": {"backend": "sqlite", "path": str(tmp_path / "responses.db")},
-        }
-        p = Proxy(cfg, tmp_path / "proxy")
-        started.append(p)
-        return p.start()
-
-    yield start
-    for p in started:
-        p.stop()
 
 
 def _drive(aisdk: AiSdk, tmp_path, px, *, api: str, mode: str, model: str, tool: dict, prompt: str) -> AiSdkRun:
@@ -158,12 +133,12 @@ EXEC_CASES = {
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", list(EXEC_CASES))
-def test_aisdk_exec_tool_loop(aisdk, upstream, aisdk_proxy, tmp_path, case, mode):
+def test_aisdk_exec_tool_loop(aisdk, upstream, proxy_for, tmp_path, case, mode):
     api, protocol, profile, model, mantle = EXEC_CASES[case]
     # a Chat client (openai.chat) never sends reasoning back; a Responses client refers to it
     reasoning = api == "responses"
     up = upstream(sa.exec_turns(protocol, model=model, reasoning=reasoning, mantle=mantle), f"aisdk-{case}")
-    px = aisdk_proxy(up, model=model, profile=profile, protocol=protocol)
+    px = proxy_for(up, model=model, profile=profile, protocol=protocol)
     run = _drive(aisdk, tmp_path, px, api=api, mode=mode, model=model, tool=sa.EXEC_TOOL, prompt=sa.PROMPT)
     _check(
         run,
@@ -183,7 +158,7 @@ def test_aisdk_exec_tool_loop(aisdk, upstream, aisdk_proxy, tmp_path, case, mode
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("api", ["responses", "chat"], ids=["responses-client", "chat-client"])
-def test_aisdk_mimo_raw_apply_patch(aisdk, upstream, aisdk_proxy, tmp_path, api, mode):
+def test_aisdk_mimo_raw_apply_patch(aisdk, upstream, proxy_for, tmp_path, api, mode):
     """MiMo calls apply_patch with the raw patch as arguments; the AI SDK's one-string
     function tool must get ``{"input": raw}`` byte for byte (R3-a′), and MiMo must get the
     call back as ``{"input": raw}`` with its output (and, from a Responses client, its
@@ -192,7 +167,7 @@ def test_aisdk_mimo_raw_apply_patch(aisdk, upstream, aisdk_proxy, tmp_path, api,
     model = "mimo-v2.6-flash"
     reasoning = api == "responses"
     up = upstream(sa.mimo_patch_turns(model=model, reasoning=reasoning), f"aisdk-mimo-{api}")
-    px = aisdk_proxy(up, model=model, profile="mimo", protocol="chat")
+    px = proxy_for(up, model=model, profile="mimo", protocol="chat")
     run = _drive(aisdk, tmp_path, px, api=api, mode=mode, model=model, tool=sa.PATCH_TOOL, prompt=sa.MIMO_PROMPT)
     _check(
         run,

@@ -26,11 +26,9 @@ def claude_code() -> ClaudeCode:
         pytest.fail(str(exc))
 
 
-def test_claude_code_bash_turn_on_a_kimi_chat_upstream(claude_code, upstream, proxy_for, tmp_path) -> None:
-    model = "kimi-k2.6"
-    up = upstream(sc.kimi_code_bash(model), "claude-code-kimi")
-    px = proxy_for(up, model=model, profile="kimi", protocol="chat")
-    run = run_claude_code(
+def _claude(claude_code: ClaudeCode, px, model: str, tmp_path):
+    """One Claude Code run through the proxy ``px``, its client key as ``x-api-key``."""
+    return run_claude_code(
         claude_code,
         "Write the marker file with Bash, then say you are done.",
         base_url=px.url,
@@ -41,6 +39,13 @@ def test_claude_code_bash_turn_on_a_kimi_chat_upstream(claude_code, upstream, pr
         api_key=PROXY_CLIENT_KEY,
         timeout=60,
     )
+
+
+def test_claude_code_bash_turn_on_a_kimi_chat_upstream(claude_code, upstream, proxy_for, tmp_path) -> None:
+    model = "kimi-k2.6"
+    up = upstream(sc.kimi_code_bash(model), "claude-code-kimi")
+    px = proxy_for(up, model=model, profile="kimi", protocol="chat")
+    run = _claude(claude_code, px, model, tmp_path)
     info = f"{run.stderr[-2000:]}\n{up.describe()}\n{px.log()[-4000:]}"
     assert run.returncode == 0 and not run.timed_out, info
     assert run.result is not None and not run.result.get("is_error"), info
@@ -80,17 +85,7 @@ def test_claude_code_bash_turn_on_a_responses_upstream(claude_code, upstream, pr
     ]
     up = upstream(turns, "claude-code-responses")
     px = proxy_for(up, model=model, profile="openai-compatible", protocol="responses")
-    run = run_claude_code(
-        claude_code,
-        "Write the marker file with Bash, then say you are done.",
-        base_url=px.url,
-        model=model,
-        small_model=model,
-        workspace=tmp_path / "ws",
-        home=tmp_path / "home",
-        api_key=PROXY_CLIENT_KEY,
-        timeout=60,
-    )
+    run = _claude(claude_code, px, model, tmp_path)
     info = f"{run.stderr[-2000:]}\n{up.describe()}\n{px.log()[-4000:]}"
     assert run.returncode == 0 and not run.timed_out, info
     assert (tmp_path / "ws" / sc.KIMI_CODE_FILE).read_text() == sc.KIMI_CODE_MARKER, info

@@ -293,3 +293,8 @@ def test_the_docs_render_the_table() -> None:
         for name, p in table.items():
             row = f"| `{name}` | {p.native} | {p.responses} | {p.chat} |"
             assert row in doc, row
+
+
+def test_a_long_unknown_type_is_named_bounded() -> None:
+    out, c = _send("chat", [user(), {"type": "x" * 5000}])
+    assert c.dropped_items == ["input[1]:" + "x" * 64] and "unknown_item_dropped" in c.repairs
