@@ -155,6 +155,13 @@ def prepare(
     if ctx.dropped_items:
         headers["x-switchboard-dropped-items"] = header_list(ctx.dropped_items)
     ua = safe_header_value(client_headers.get("user-agent"))
+    forward = {"user-agent": ua} if ua else {}
+    if upstream == "messages" and client == "messages" and "anthropic_beta" in route.quirks:
+        # the client's betas, to an upstream that honours them (Anthropic's); the
+        # Anthropic-compatible endpoints get none (providers/profiles.py)
+        beta = safe_header_value(client_headers.get("anthropic-beta"))
+        if beta:
+            forward["anthropic-beta"] = beta
     return Prepared(
         request_id=request_id,
         client=client,
@@ -168,7 +175,7 @@ def prepare(
         keepalive=keepalive,
         route_name=ROUTE_OF[client],
         headers=headers,
-        forward_headers={"user-agent": ua} if ua else {},
+        forward_headers=forward,
         secrets=secrets,
         metrics=counters if counters is not None else Metrics(),
         transport="websocket" if websocket else "http",

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from providers.profiles import PROFILES as PROFILE_TABLE
 from transformers.context import QUIRKS
 from transformers.masking import SecretMask
 
@@ -29,6 +30,9 @@ PROFILES = (
     "glm",
     "openai-compatible",
     "demo",
+    "anthropic",
+    "minimax",
+    "qwen",
 )
 # profiles whose Responses endpoint keeps responses (previous_response_id works upstream)
 STORING_PROFILES = frozenset({"openai", "azure", "xai"})
@@ -252,7 +256,9 @@ _SENDABLE = "the value must be printable ASCII, without spaces at either end"
 class ProviderCfg(_Strict):
     name: str = Field(min_length=1)
     profile: Literal[PROFILES] = "openai-compatible"  # type: ignore[valid-type]
-    protocol: Literal["chat", "responses"] | list[Literal["chat", "responses"]] = "chat"
+    # the protocol(s) the upstream speaks; None: the profile's first (providers/profiles.py:
+    # chat for most, responses for bedrock-mantle, messages for anthropic and minimax)
+    protocol: Literal["chat", "responses", "messages"] | list[Literal["chat", "responses", "messages"]] | None = None
     base_url: str | None = None
     api_key: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
@@ -282,10 +288,18 @@ class ProviderCfg(_Strict):
                 raise ValueError(f"provider {self.name!r}: header {k!r}: {_SENDABLE}")
         if self.api_key is not None and not _HEADER_VALUE.fullmatch(self.api_key):
             raise ValueError(f"provider {self.name!r}: api_key: {_SENDABLE}")
+        speaks = PROFILE_TABLE[self.profile].protocols
+        wrong = [p for p in self.protocols if p not in speaks]
+        if wrong or not self.protocols:
+            raise ValueError(
+                f"provider {self.name!r}: profile {self.profile!r} speaks {', '.join(speaks)}, not {', '.join(wrong)}"
+            )
         return self
 
     @property
     def protocols(self) -> tuple[str, ...]:
+        if self.protocol is None:  # the profile's first
+            return PROFILE_TABLE[self.profile].protocols[:1]
         return (self.protocol,) if isinstance(self.protocol, str) else tuple(self.protocol)
 
     @property

@@ -14,7 +14,9 @@ Body shapes understood (``_extract``):
 upstream                                                 body
 =======================================================  ===================================
 OpenAI, Azure, DeepSeek, Moonshot, GLM, llama.cpp,       ``{"error": {"message", "type",
-Mantle (OpenAI-compatible)                               "code", "param"[, "innererror"]}}``
+Mantle (OpenAI-compatible); Anthropic and the           "code", "param"[, "innererror"]}}``
+Anthropic-compatible endpoints                           (Anthropic: ``{"type": "error",
+                                                         "error": {"type", "message"}}``)
 vLLM, SGLang                                             ``{"object": "error", "message",
                                                          "type": "BadRequestError",
                                                          "code": 400}``
@@ -128,6 +130,11 @@ UPSTREAM_CODES: dict[str, str] = {
     "ServiceQuotaExceededException": "rate_limit_exceeded",
     "ModelNotReadyException": "server_is_overloaded",
     "ServiceUnavailableException": "server_is_overloaded",
+    # Anthropic and the Anthropic-compatible endpoints (error.type of
+    # {"type": "error", "error": {"type", "message"}})
+    "overloaded_error": "server_is_overloaded",
+    "rate_limit_error": "rate_limit_exceeded",
+    "not_found_error": "model_not_found",
 }
 
 # phrases of an upstream message (lower case) → code

@@ -96,7 +96,8 @@ DEPLOYMENT_PATHS = {
     "chat": "/openai/deployments/{deployment}/chat/completions",
     "responses": "/openai/responses",
 }
-PATHS = {"chat": "/chat/completions", "responses": "/responses"}
+PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
+ANTHROPIC_VERSION = "2023-06-01"  # the Messages API version every Anthropic-compatible endpoint serves
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,7 @@ PROFILES: dict[str, Profile] = {
             quirks=frozenset(
                 {"reasoning_replay", "kimi_request", "max_completion_tokens", "developer_to_system", "kimi_tool_ids"}
             ),
-            protocols=("chat",),
+            protocols=("chat", "messages"),
             url_quirks=tuple((h, _MOONSHOT) for h in MOONSHOT_HOSTS),
         ),
         Profile(
@@ -142,16 +143,30 @@ PROFILES: dict[str, Profile] = {
                     "developer_to_system",
                 }
             ),
-            protocols=("chat",),
+            protocols=("chat", "messages"),
         ),
-        Profile("deepseek", quirks=frozenset({"reasoning_replay", "developer_to_system"}), protocols=("chat",)),
+        Profile(
+            "deepseek",
+            quirks=frozenset({"reasoning_replay", "developer_to_system"}),
+            protocols=("chat", "messages"),
+        ),
         Profile(
             "glm",
             quirks=frozenset({"reasoning_replay", "thinking_param", "developer_to_system"}),
-            protocols=("chat",),
+            protocols=("chat", "messages"),
         ),
-        Profile("openai-compatible", quirks=_RESPONSES),
+        # (vLLM, SGLang and LiteLLM serve Anthropic's /v1/messages too)
+        Profile("openai-compatible", quirks=_RESPONSES, protocols=("chat", "responses", "messages")),
         Profile("demo", auth="none", protocols=("chat",)),
+        # Anthropic itself: Messages only; signatures checked, server tools run, betas honoured
+        Profile(
+            "anthropic",
+            auth="x-api-key",
+            quirks=frozenset({"anthropic_signatures", "messages_server_tools", "anthropic_beta"}),
+            protocols=("messages",),
+        ),
+        Profile("minimax", protocols=("messages", "chat")),
+        Profile("qwen", protocols=("chat", "messages")),
     )
 }
 
@@ -213,11 +228,19 @@ class QuirkSet:
         return frozenset(q)
 
 
-def auth_headers(profile: str, api_key: str | None) -> dict[str, str]:
-    """The header that carries the provider's key (never the client's)."""
+def auth_headers(profile: str, api_key: str | None, protocol: str = "chat") -> dict[str, str]:
+    """The headers that carry the provider's key (never the client's); toward a Messages
+    endpoint, Anthropic's ``x-api-key`` (every Anthropic-compatible endpoint takes it: it is
+    what Claude Code sends) and the ``anthropic-version`` it requires."""
+    if protocol == "messages":
+        version = {"anthropic-version": ANTHROPIC_VERSION}
+        auth = PROFILES[profile].auth
+        return {**version, "x-api-key": api_key} if api_key and auth != "none" else version
     if not api_key:
         return {}
     auth = PROFILES[profile].auth
+    if auth == "x-api-key":
+        return {"x-api-key": api_key}
     if auth == "api-key":
         return {"api-key": api_key}
     if auth == "bearer":
@@ -228,6 +251,10 @@ def auth_headers(profile: str, api_key: str | None) -> dict[str, str]:
 def upstream_url(profile: str, base_url: str | None, protocol: str, deployment: str | None = None) -> str:
     """The URL the proxy POSTs to, without query (see ``upstream_query``)."""
     base = (base_url or "http://demo.invalid/v1").rstrip("/")
+    if protocol == "messages" and not base.endswith("/v1"):
+        # an Anthropic base URL as Claude Code's ANTHROPIC_BASE_URL takes it (the host, or
+        # Kimi's ``…/anthropic``): the API's ``/v1`` is added
+        return base + "/v1/messages"
     if not deployment:
         return base + PATHS[protocol]
     if base.endswith("/openai"):

@@ -56,6 +56,12 @@ class Provider:
     headers: dict[str, str]
     timeout: httpx.Timeout
     first_byte: float
+    # toward its Messages endpoint: Anthropic's x-api-key and anthropic-version in place of
+    # the bearer header (providers/profiles.auth_headers)
+    messages_headers: dict[str, str] = field(default_factory=dict)
+
+    def headers_for(self, protocol: str) -> dict[str, str]:
+        return self.messages_headers if protocol == "messages" else self.headers
 
     @property
     def name(self) -> str:
@@ -143,6 +149,10 @@ class Router:
                 headers={**{k.lower(): v for k, v in p.headers.items()}, **_auth_headers(p)},
                 timeout=httpx.Timeout(connect=t.connect, read=t.idle, write=t.write, pool=t.connect),
                 first_byte=t.first_byte,
+                messages_headers={
+                    **auth_headers(p.profile, p.api_key, "messages"),
+                    **{k.lower(): v for k, v in p.headers.items()},
+                },
             )
         for m in config.models:
             r.model_overrides[m.name] = _model_override(m)
@@ -222,19 +232,20 @@ class Target:
         client = prov.client
         self.url = client.build_request("POST", prov.url(protocol), params=prov.cfg.query or None).url
         headers = httpx.Headers(client.headers)
+        own = prov.headers_for(protocol)
         # forwarded values are filled in per request (Headers.__setitem__, in place)
         headers.update(
             {
                 "content-type": "application/json",
                 "accept": "text/event-stream" if stream else "application/json",
                 **dict.fromkeys(forward, ""),
-                **prov.headers,
+                **own,
             }
         )
         if stream:  # streams are read raw (no decoder in the loop): ask for them uncompressed
             headers["accept-encoding"] = "identity"
         self.headers = headers
-        self.forward = tuple(k for k in forward if k not in prov.headers)  # the provider's own win
+        self.forward = tuple(k for k in forward if k not in own)  # the provider's own win
         self.timeout = prov.timeout.as_dict()
 
     def request(self, payload: bytes, forward: dict[str, str]) -> httpx.Request:

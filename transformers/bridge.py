@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-A request goes one of four *directions*, (client protocol, upstream protocol).  Each is a
+A request goes one of nine *directions*, (client protocol, upstream protocol), the three
+protocols (Chat Completions, Responses, Anthropic Messages) both ways.  Each is a
 row of ``DIRECTIONS``: how the client's body becomes the upstream's (translation and the
 request quirk rows), which decoder reads the upstream, whether the tool stage runs between
 decoder and encoder (it finishes tool calls that a Chat upstream leaves loose), and which
@@ -81,10 +82,13 @@ from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Reasoning, Text, ToolCall
 from transformers.masking import NO_SECRETS, SecretMask
+from transformers.messages_decode import MessagesStreamDecoder, decode_message
 from transformers.messages_encode import MessagesEncoder
 from transformers.passthrough import ChatPassthrough
-from transformers.request_c2r import chat_to_responses
+from transformers.request_c2m import chat_to_messages
+from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
 from transformers.request_m2c import messages_to_chat
+from transformers.request_messages import prepare_messages
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
@@ -164,17 +168,38 @@ def _messages_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     return prepare_responses(chat_to_responses(messages_to_chat(body, ctx), ctx), ctx, translated=True)
 
 
-def _responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+def _no_previous(body: dict[str, Any], protocol: str) -> None:
     if body.get("previous_response_id"):
-        # a Chat upstream stores nothing and neither does the proxy: answering without the
-        # earlier turns would be a silently wrong answer
+        # a Chat or Messages upstream stores nothing and neither does the proxy (its store
+        # resolves a stored chain before this): answering without the earlier turns would be
+        # a silently wrong answer
         raise RequestError(
-            "previous_response_id is not supported for this model (its upstream speaks Chat Completions and the "
+            f"previous_response_id is not supported for this model (its upstream speaks {protocol} and the "
             "proxy keeps no conversation state); send the whole conversation in 'input' with store=false, as Codex does",
             param="previous_response_id",
             code="unsupported_parameter",
         )
+
+
+def _responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    _no_previous(body, "Chat Completions")
     return prepare_chat(responses_to_chat(body, ctx), ctx, translated=True)
+
+
+def _chat_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    ctx.tools = toolinfo_from_chat(body.get("tools"))
+    return prepare_messages(chat_to_messages(body, ctx), ctx)
+
+
+def _responses_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    # by way of the Chat form, Anthropic's thinking signatures kept on the way
+    _no_previous(body, "Anthropic Messages")
+    return prepare_messages(chat_to_messages(responses_to_chat(body, ctx, signed=True), ctx), ctx)
+
+
+def _messages_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    ctx.tools = toolinfo_from_chat(None)
+    return prepare_messages(body, ctx)
 
 
 def _responses_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
@@ -248,6 +273,10 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     # Anthropic Messages clients (Claude Code, Kimi Code's anthropic provider)
     ("messages", "chat"): Direction("messages", "chat", _messages_to_chat, tool_stage=True),
     ("messages", "responses"): Direction("messages", "responses", _messages_to_responses, tool_stage=False),
+    # Anthropic Messages upstreams (Anthropic, the Anthropic-compatible endpoints)
+    ("chat", "messages"): Direction("chat", "messages", _chat_to_messages, tool_stage=False),
+    ("responses", "messages"): Direction("responses", "messages", _responses_to_messages, tool_stage=False),
+    ("messages", "messages"): Direction("messages", "messages", _messages_to_messages, tool_stage=False),
 }
 
 
@@ -338,7 +367,13 @@ class Bridge:
         self._incomplete_as_completed = incomplete_as_completed
         self._echo = echo or {}
         self._result: dict[str, Any] | None = None  # complete()'s answer object
-        self.decoder: Any = ChatStreamDecoder(ctx) if direction.upstream == "chat" else ResponsesStreamDecoder(ctx)
+        self.decoder: Any = (
+            ChatStreamDecoder(ctx)
+            if direction.upstream == "chat"
+            else MessagesStreamDecoder(ctx)
+            if direction.upstream == "messages"
+            else ResponsesStreamDecoder(ctx)
+        )
         self.stage = (
             ToolStage(ctx, direction.client) if direction.tool_stage and needed(ctx, direction.client) else None
         )
@@ -557,6 +592,8 @@ class Bridge:
     def _decode_object(self, obj: dict[str, Any]) -> list[Event]:
         if self.direction.upstream == "chat":
             return decode_chat_completion(obj, self.ctx)
+        if self.direction.upstream == "messages":
+            return decode_message(obj, self.ctx)
         return decode_response(obj, self.ctx)
 
     def _frame(self, objs: list[dict[str, Any]]) -> list[bytes]:

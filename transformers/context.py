@@ -85,6 +85,10 @@ QUIRKS = frozenset(
         "system_at_head",
         "native_compaction",
         "responses_native",
+        # Messages upstreams (transformers/request_messages.py)
+        "anthropic_signatures",
+        "messages_server_tools",
+        "anthropic_beta",
     }
 )
 

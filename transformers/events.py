@@ -86,6 +86,7 @@ class Reasoning:
 class ReasoningEnd:
     item_id: str | None = None
     encrypted_content: str | None = None
+    redacted: bool = False  # an Anthropic redacted_thinking block: ``encrypted_content`` is its data
 
 
 @dataclass(slots=True)

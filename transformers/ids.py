@@ -23,6 +23,16 @@ ids (repair ``tool_call_id_stringified``), anything else as no id at all.
 ``sanitize`` replaces every character outside ``[A-Za-z0-9_-]`` with ``_`` and optionally
 cuts.  Bare ``<name>:<idx>`` (``Write:6``) is deliberately NOT canonical.
 
+``to_anthropic_id`` / ``from_anthropic_id``: Anthropic requires tool ids to match
+``^[a-zA-Z0-9_-]+$``; Kimi's ``functions.Bash:0`` does not.  An id that matches (and does
+not start with the mapping's prefix ``sbx_``) is sent as it is; any other becomes ``sbx_``
+and the hex of its UTF-8 bytes, which ``from_anthropic_id`` turns back.  The mapping is
+exact both ways (a client's own ``sbx_…`` id is encoded too), so a Kimi id survives a Claude
+Code round trip unchanged for Kimi and valid for Anthropic, statelessly (seed 000's rule on
+this wire).  Applied where a Messages wire meets another: the Messages encoder (ids a
+Messages client reads), the Messages → Chat translator (ids it sends back), the Chat →
+Messages translator and the Messages decoder (toward and from a Messages upstream).
+
 ``kimi_restore_map`` undoes a client's sanitiser for the ``kimi_tool_ids`` quirk (issue 11,
 repair ``kimi_tool_ids_restored``).  Kimi Code 2.x rewrites every history id with
 ``sanitizeToolCallId`` (``id.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64)``, Chat and
@@ -86,6 +96,8 @@ __all__ = [
     "strict_policy",
     "unique_map",
     "upstream_call_id",
+    "to_anthropic_id",
+    "from_anthropic_id",
 ]
 
 MAX_CALL_ID = 64
@@ -249,6 +261,28 @@ def kimi_restore_map(messages: Iterable[Any]) -> dict[str, str]:
 
 
 _random = os.urandom  # read at each call (tests put a counter in its place)
+
+
+_ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")
+_MAPPED = "sbx_"
+_HEX = re.compile(r"(?:[0-9a-f]{2})*")
+
+
+def to_anthropic_id(id: str) -> str:
+    """A tool id valid for Anthropic (``^[a-zA-Z0-9_-]+$``), reversibly (module docstring)."""
+    if _ANTHROPIC_ID.fullmatch(id) and not id.startswith(_MAPPED):
+        return id
+    return _MAPPED + id.encode().hex()
+
+
+def from_anthropic_id(id: str) -> str:
+    """The id ``to_anthropic_id`` was given; any other id as it is."""
+    if id.startswith(_MAPPED) and _HEX.fullmatch(id, len(_MAPPED)):
+        try:
+            return bytes.fromhex(id[len(_MAPPED) :]).decode()
+        except UnicodeDecodeError:
+            return id
+    return id
 
 
 def random_hex() -> str:

@@ -15,9 +15,11 @@ Messages event                                  unified events
 ``message_start``                               ``Start`` (id, model); its usage kept
 ``content_block_start`` ``text``                (a text that comes with it: ``Text``)
 ``content_block_start`` ``thinking``            (its text: ``Reasoning``)
-``content_block_start`` ``redacted_thinking``   ``ReasoningEnd`` with the data as
+``content_block_start`` ``redacted_thinking``   ``ReasoningEnd`` ``redacted``, the data as
                                                 ``encrypted_content`` (only Anthropic reads it)
-``content_block_start`` ``tool_use``            ``ToolCall`` with ``call_id`` and ``name``;
+``content_block_start`` ``tool_use``            ``ToolCall`` with ``call_id`` (as
+                                                ``ids.from_anthropic_id`` gives it back) and
+                                                ``name``;
                                                 a non-empty ``input`` there is its argument
                                                 text
 ``content_block_delta`` ``text_delta``          ``Text``
@@ -29,6 +31,7 @@ Messages event                                  unified events
 ``message_delta``                               its ``stop_reason`` and usage kept
 ``message_stop``                                ``Usage`` then ``Finish`` (table below)
 ``error``                                       ``Finish`` failed with the upstream's error
+                                                (its ``type`` as a code: ``ERROR_CODES``)
 ``ping``, anything else                         nothing
 ==============================================  ===========================================
 
@@ -62,6 +65,7 @@ import orjson
 from .context import Ctx
 from .errors import stream_error
 from .events import Event, Finish, Reasoning, ReasoningEnd, Start, Text, ToolCall, ToolCallEnd, Usage
+from .ids import from_anthropic_id
 
 __all__ = ["MessagesStreamDecoder", "decode_message", "usage_of"]
 
@@ -73,6 +77,19 @@ _FINISH: dict[str, tuple[str, str | None]] = {
     "max_tokens": ("incomplete", "max_output_tokens"),
     "model_context_window_exceeded": ("incomplete", "max_output_tokens"),
     "refusal": ("incomplete", "content_filter"),
+}
+
+
+# an Anthropic error event's error.type → the failure's code (providers/errors.py's words)
+ERROR_CODES = {
+    "overloaded_error": "server_is_overloaded",
+    "rate_limit_error": "rate_limit_exceeded",
+    "api_error": "server_error",
+    "invalid_request_error": "upstream_bad_request",
+    "request_too_large": "request_too_large",
+    "authentication_error": "upstream_auth_failed",
+    "permission_error": "upstream_forbidden",
+    "not_found_error": "model_not_found",
 }
 
 
@@ -103,6 +120,7 @@ class _Block:
     call: int = -1  # a tool_use block's call index
     signature: str | None = None
     args: list[str] | None = None
+    redacted: bool = False
 
 
 class MessagesStreamDecoder:
@@ -156,9 +174,8 @@ class MessagesStreamDecoder:
             given = obj.get("error")
             err: dict[str, Any] = given if isinstance(given, dict) else {}
             self.finished = True
-            out.append(
-                Finish("failed", error=stream_error("upstream_error", str(err.get("message") or "upstream error")))
-            )
+            code = ERROR_CODES.get(str(err.get("type")), "upstream_error")
+            out.append(Finish("failed", error=stream_error(code, str(err.get("message") or "upstream error"))))
         return out
 
     def end(self) -> list[Event]:
@@ -198,7 +215,12 @@ class MessagesStreamDecoder:
             self.calls += 1
             cid, name = block.get("id"), block.get("name")
             out.append(
-                ToolCall(b.call, "", cid if isinstance(cid, str) else None, name if isinstance(name, str) else None)
+                ToolCall(
+                    b.call,
+                    "",
+                    from_anthropic_id(cid) if isinstance(cid, str) else None,
+                    name if isinstance(name, str) else None,
+                )
             )
             given = block.get("input")
             if isinstance(given, dict) and given:  # (a whole input at the start: its text)
@@ -209,6 +231,7 @@ class MessagesStreamDecoder:
             self.blocks[i] = _Block("thinking")
             if kind == "redacted_thinking" and isinstance(block.get("data"), str):
                 self.blocks[i].signature = block["data"]
+                self.blocks[i].redacted = True
             elif isinstance(block.get("thinking"), str) and block["thinking"]:
                 out.append(Reasoning(block["thinking"]))
         else:
@@ -248,7 +271,7 @@ class MessagesStreamDecoder:
         if b is None:
             return
         if b.kind == "thinking":
-            out.append(ReasoningEnd(encrypted_content=b.signature))
+            out.append(ReasoningEnd(encrypted_content=b.signature, redacted=b.redacted))
         elif b.kind == "tool_use":
             text = "".join(b.args or ())
             out.append(ToolCallEnd(b.call, text or "{}"))

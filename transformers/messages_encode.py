@@ -28,6 +28,10 @@ non-streamed answer.  The rules it holds, whatever order the upstream's pieces c
   ``signature_delta``: the upstream's own signature when it gave one (an Anthropic
   upstream's), else the text sealed in the proxy's reasoning envelope with the request's
   key, so that the proxy can recognise the block when the client sends it back.
+* **Redacted thinking** (an Anthropic upstream's ``redacted_thinking``: ``ReasoningEnd``
+  ``redacted``) is a ``redacted_thinking`` block with its data, as it came.
+* **Tool ids** a Messages client may not accept (Kimi's ``functions.Bash:0``) are mapped
+  reversibly (``ids.to_anthropic_id``; the Messages → Chat translator maps them back).
 * **stop_reason.**
 
   ====================================  ===================
@@ -71,7 +75,7 @@ from .events import (
     ToolCallEnd,
     Usage,
 )
-from .ids import random_hex
+from .ids import random_hex, to_anthropic_id
 
 __all__ = ["MessagesEncoder", "STOP_REASONS", "sse"]
 
@@ -190,6 +194,11 @@ class MessagesEncoder:
                 self._close(out)
             elif self._call_open():
                 self.held.append(ev)
+            elif ev.redacted and ev.encrypted_content:
+                # an Anthropic upstream's redacted_thinking block, as it came
+                self._close(out)
+                self._open_block(out, "redacted_thinking", {"type": "redacted_thinking", "data": ev.encrypted_content})
+                self._close(out)
         elif isinstance(ev, ToolCall):
             self._call(out, ev)
         elif isinstance(ev, ToolCallEnd):
@@ -348,7 +357,8 @@ class MessagesEncoder:
         self._close(out)
         if not c.call_id:
             c.call_id = "toolu_" + random_hex()
-        block = {"type": "tool_use", "id": c.call_id, "name": c.name, "input": {}}
+        # (an upstream's id a Messages client may not accept, reversibly: ids.to_anthropic_id)
+        block = {"type": "tool_use", "id": to_anthropic_id(c.call_id), "name": c.name, "input": {}}
         c.block = self._open_block(out, "tool_use", block, index)
         self.tool_used = True
         self._flush_args(out, c)

@@ -60,6 +60,9 @@ dropped                   ``metadata``, ``top_k``, ``service_tier``, ``container
                           ``mcp_servers``, ``context_management``, any other field
 ========================  ===================================================================
 
+Tool ids: an id the Messages encoder mapped for the client (``ids.to_anthropic_id``: Kimi's
+``functions.Bash:0`` is not a valid Anthropic id) goes back to the upstream as it was.
+
 A ``tool_use`` without ``id`` or ``name``, or a ``tool_result`` without ``tool_use_id``, is a
 400 naming it (``messages[i].content[j].id``): ids are never invented.
 """
@@ -72,6 +75,7 @@ import orjson
 
 from .context import Ctx
 from .errors import RequestError
+from .ids import from_anthropic_id
 from .request_c2r import force_object_schema, toolinfo_from_chat
 from .request_quirks import reasoning_key
 
@@ -132,7 +136,7 @@ def _tool_result(i: int, j: int, b: dict[str, Any]) -> tuple[dict[str, Any], lis
     if b.get("is_error"):
         text = "[error] " + text
     images = [img for img in (_image(x) for x in blocks if x.get("type") == "image") if img is not None]
-    return {"role": "tool", "tool_call_id": call_id, "content": text}, images
+    return {"role": "tool", "tool_call_id": from_anthropic_id(call_id), "content": text}, images
 
 
 def _assistant(i: int, blocks: list[dict[str, Any]], ctx: Ctx) -> dict[str, Any]:
@@ -152,7 +156,7 @@ def _assistant(i: int, blocks: list[dict[str, Any]], ctx: Ctx) -> dict[str, Any]
             args = b.get("input")
             calls.append(
                 {
-                    "id": call_id,
+                    "id": from_anthropic_id(call_id),
                     "type": "function",
                     "function": {"name": name, "arguments": orjson.dumps(args if args is not None else {}).decode()},
                 }

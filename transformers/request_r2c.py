@@ -130,9 +130,10 @@ from typing import Any
 import orjson
 
 from .context import Ctx, ToolInfo, flatten_name, one_string_param
-from .envelope import open_reasoning
+from .envelope import is_envelope, open_reasoning
 from .errors import RequestError
 from .ids import MAX_CALL_ID, chat_policy, strict_policy, unique_map
+from .request_c2m import SIGNED
 from .request_c2r import force_object_schema
 from .request_quirks import reasoning_key
 
@@ -397,12 +398,21 @@ class _Transcript:
     """Builds the Chat messages in one walk over the input items."""
 
     __slots__ = ("ctx", "items", "kinds", "ids", "key", "messages", "pending", "turn_assistant", "prev_assistant",
-                 "group", "group_calls", "answer", "claimed")  # fmt: skip
+                 "group", "group_calls", "answer", "claimed", "signed")  # fmt: skip
 
     def __init__(
-        self, items: list[dict[str, Any]], kinds: list[Any], ids: dict[str, str], answer: dict[int, int], ctx: Ctx
+        self,
+        items: list[dict[str, Any]],
+        kinds: list[Any],
+        ids: dict[str, str],
+        answer: dict[int, int],
+        ctx: Ctx,
+        signed: bool = False,
     ):
         self.ctx = ctx
+        # toward a Messages upstream: Anthropic-signed thinking blocks waiting, as pending
+        # (None: not collected)
+        self.signed: list[dict[str, Any]] | None = [] if signed else None
         self.items = items
         self.kinds = kinds  # _item_kind of each item
         self.ids = ids
@@ -418,6 +428,9 @@ class _Transcript:
 
     # reasoning
     def _attach_pending(self, msg: dict[str, Any]) -> None:
+        if self.signed:
+            msg.setdefault(SIGNED, []).extend(self.signed)
+            self.signed = []
         if self.pending:
             text = "\n\n".join(self.pending)
             self.pending = []
@@ -431,6 +444,8 @@ class _Transcript:
                 self._attach_pending(self.turn_assistant)
             else:
                 self.pending = []
+                if self.signed:
+                    self.signed = []
                 self.ctx.repaired("reasoning_unattached_dropped")
 
     def _assistant(self, content: Any) -> dict[str, Any]:
@@ -520,6 +535,15 @@ class _Transcript:
                     self._orphan(item)
             elif kind == "reasoning":
                 text = _reasoning_text(item, self.ctx)
+                blob = item.get("encrypted_content")
+                if self.signed is not None and isinstance(blob, str) and blob and not is_envelope(blob):
+                    # an Anthropic upstream's: its signature (a thinking block), or the data of a
+                    # redacted_thinking block (no text)
+                    self.signed.append(
+                        {"type": "thinking", "thinking": text, "signature": blob}
+                        if text
+                        else {"type": "redacted_thinking", "data": blob}
+                    )
                 if text:
                     self.pending.append(text)
             else:  # items.prepare handles every type first: only a direct call gets here
@@ -594,7 +618,9 @@ def _input(body: dict[str, Any]) -> list[dict[str, Any]]:
 # -- entry point -----------------------------------------------------------------------------
 
 
-def responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+def responses_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -> dict[str, Any]:
+    """``signed``: toward a Messages upstream, keep Anthropic-signed reasoning as thinking
+    blocks on the assistant messages (``request_c2m.SIGNED``)."""
     items = _input(body)
     ctx.tools = ToolInfo()
 
@@ -615,7 +641,7 @@ def responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
         messages.append({"role": "system", "content": instructions})
     elif instructions is not None and not isinstance(instructions, str):
         raise RequestError("'instructions' must be a string", param="instructions")
-    messages.extend(_Transcript(items, kinds, ids, _pair_outputs(items, kinds), ctx).walk())
+    messages.extend(_Transcript(items, kinds, ids, _pair_outputs(items, kinds), ctx, signed).walk())
 
     out: dict[str, Any] = {"model": ctx.upstream_model or body.get("model"), "messages": messages}
 

@@ -3,6 +3,7 @@ Messages events in order, the whole message, errors in Anthropic's shape, x-api-
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -10,6 +11,7 @@ import orjson
 import pytest
 
 from tests.integration.conftest import CHAT_URL, RESP_URL, chat_stream_two_calls, resp_stream_two_calls, sse_response
+from transformers.ids import from_anthropic_id
 
 BODY = {
     "model": "chat-model",
@@ -52,10 +54,12 @@ async def test_a_streamed_turn_with_thinking_text_and_two_calls(client: httpx.As
         for e in evs
         if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"
     ]
-    assert [(c["id"], c["name"], c["input"]) for c in calls] == [
+    # Kimi's native ids are no Anthropic ids: mapped for the client, reversibly
+    assert [(from_anthropic_id(c["id"]), c["name"], c["input"]) for c in calls] == [
         ("functions.Read:0", "Read", {}),
         ("functions.Bash:1", "Bash", {}),
     ]
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", c["id"]) for c in calls)
     args: dict[int, str] = {}
     for e in evs:
         if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta":

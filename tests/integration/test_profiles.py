@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import structlog
 
 from transformers.context import QUIRKS
 from transformers.envelope import seal
+from transformers.ids import to_anthropic_id
 
 from .conftest import USAGE_CHAT, chat_chunk, parse_sse, resp_stream_two_calls, sse_response
 
@@ -413,6 +415,146 @@ CHAT_OK = lambda: chat_answer()  # noqa: E731
 AZ_URL = "https://res.openai.azure.com/openai"
 AZ_Q = "?api-version=2025-04-01-preview"
 
+
+# -- Messages upstreams (Anthropic and the Anthropic-compatible endpoints) ------------------
+
+
+def messages_answer(*, tool_id: str = "toolu_01", signature: str = "sig-anthropic") -> httpx.Response:
+    """An Anthropic Messages stream: signed thinking, text, one tool_use, cache usage."""
+    events = [
+        {"type": "message_start", "message": {"id": "msg_up", "type": "message", "role": "assistant",
+                                              "model": "up", "content": [], "usage": {
+                                                  "input_tokens": 5, "cache_read_input_tokens": 30,
+                                                  "cache_creation_input_tokens": 7, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "think"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": signature}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hello"}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2,
+         "content_block": {"type": "tool_use", "id": tool_id, "name": "exec_command", "input": {}}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": ""}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '{"cmd":'}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '"ls"}'}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"output_tokens": 9}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    return sse_response(events, event_names=True)
+
+
+def claude_code_request(model: str) -> dict[str, Any]:
+    """The shape Claude Code sends (tests/fixtures/claude_code_messages_request.json, cut
+    down): cache_control on system and a tool, a signed thinking block and one sealed by the
+    proxy, an empty text block, a tool loop, context_management."""
+    return {
+        "model": model,
+        "max_tokens": 32000,
+        "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "run ls"}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "need ls", "signature": "sig-anthropic-0"},
+                {"type": "thinking", "thinking": "from a chat upstream", "signature": ENVELOPE},
+                {"type": "text", "text": ""},
+                {"type": "tool_use", "id": "toolu_00", "name": "Bash", "input": {"command": "ls"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_00", "content": "a.py"}]},
+        ],
+        "tools": [{"name": "Bash", "description": "Run a command", "cache_control": {"type": "ephemeral"},
+                   "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}],
+        "thinking": {"type": "enabled", "budget_tokens": 4096},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "stream": True,
+    }  # fmt: skip
+
+
+def b_messages_native(model: str, *, anthropic: bool) -> Callable[[dict[str, Any]], None]:
+    def check(b: dict[str, Any]) -> None:
+        assert b["model"] == model and b["max_tokens"] == 32000 and b["stream"] is True
+        assert b["system"][0]["cache_control"] == {"type": "ephemeral"}  # prompt caching kept
+        assert b["tools"][0]["cache_control"] == {"type": "ephemeral"}
+        blocks = b["messages"][1]["content"]
+        assert {"type": "text", "text": ""} not in blocks  # empty text never sent
+        thinking = [x for x in blocks if x["type"] == "thinking"]
+        if anthropic:  # only the block Anthropic signed goes to Anthropic
+            assert thinking == [{"type": "thinking", "thinking": "need ls", "signature": "sig-anthropic-0"}]
+            assert "context_management" in b and b["thinking"]["type"] == "enabled"
+        else:  # an Anthropic-compatible endpoint gets its reasoning back, and no beta fields
+            assert [x["thinking"] for x in thinking] == ["need ls", "from a chat upstream"]
+            assert "context_management" not in b
+
+    return check
+
+
+def c_claude_code_from_messages(r: httpx.Response) -> None:
+    assert r.status_code == 200, r.text
+    evs = parse_sse(r.content)
+    assert evs[0]["type"] == "message_start" and evs[-1]["type"] == "message_stop"
+    starts = [e["content_block"] for e in evs if e["type"] == "content_block_start"]
+    assert [b["type"] for b in starts] == ["thinking", "text", "tool_use"]
+    sigs = [e["delta"]["signature"] for e in evs if e["type"] == "content_block_delta"
+            and e["delta"]["type"] == "signature_delta"]  # fmt: skip
+    assert sigs == ["sig-anthropic"]  # Anthropic's own signature, unchanged
+    assert starts[2]["id"] == "toolu_01"
+    delta = [e for e in evs if e["type"] == "message_delta"][0]
+    assert delta["delta"]["stop_reason"] == "tool_use"
+    assert delta["usage"]["cache_read_input_tokens"] == 30 and delta["usage"]["cache_creation_input_tokens"] == 7
+    assert delta["usage"]["input_tokens"] == 5
+
+
+def b_codex_messages(model: str) -> Callable[[dict[str, Any]], None]:
+    def check(b: dict[str, Any]) -> None:
+        assert b["model"] == model and b["stream"] is True and b["max_tokens"] > 0
+        assert b["system"][0]["text"] == "You are Codex."
+        roles = [m["role"] for m in b["messages"]]
+        assert all(x != y for x, y in zip(roles, roles[1:], strict=False))  # turns alternate
+        call = next(x for m in b["messages"] for x in m["content"] if x["type"] == "tool_use")
+        result = next(x for m in b["messages"] for x in m["content"] if x["type"] == "tool_result")
+        # Kimi's native id is no Anthropic id: mapped, the same on the call and its result
+        assert call["id"] == result["tool_use_id"] and re.fullmatch(r"[A-Za-z0-9_-]+", call["id"])
+        assert call["input"] == {"cmd": "ls"}
+        names = [t["name"] for t in b["tools"]]
+        assert "exec_command" in names and all("input_schema" in t for t in b["tools"])
+
+    return check
+
+
+def c_codex_from_messages(r: httpx.Response) -> None:
+    v = codex_view(r)
+    assert v["status"] == "completed" and v["text"] == "Hello" and v["reasoning"] == "think"
+    assert v["calls"] == [("toolu_01", "exec_command", '{"cmd":"ls"}')]
+    rs = next(i for i in v["items"] if i["type"] == "reasoning")
+    assert rs["encrypted_content"] == "sig-anthropic"  # comes back on the next turn
+    usage = v["final"]["usage"]
+    assert usage["input_tokens"] == 42 and usage["input_tokens_details"]["cached_tokens"] == 30
+
+
+def b_kimi_cli_messages(model: str) -> Callable[[dict[str, Any]], None]:
+    def check(b: dict[str, Any]) -> None:
+        assert (
+            b["model"] == model
+            and b["max_tokens"] == 4096
+            and b["system"] == [{"type": "text", "text": "You are Kimi."}]
+        )
+        call = b["messages"][1]["content"][-1]
+        assert call["type"] == "tool_use" and call["id"] == to_anthropic_id("functions.Read:0")
+        assert b["messages"][2]["content"][0]["tool_use_id"] == call["id"]
+        assert [t["name"] for t in b["tools"]] == ["Read"]
+
+    return check
+
+
+def c_kimi_from_messages(r: httpx.Response) -> None:
+    v = kimi_view(r)
+    assert v["text"] == "Hello" and v["reasoning"] == "think"
+    assert v["calls"] == [("toolu_01", "exec_command", '{"cmd":"ls"}')]
+
+
+P_ANTHROPIC = {"name": "ant", "profile": "anthropic", "base_url": "https://api.anthropic.com", "api_key": "sk-ant"}
+
 CASES: list[Case] = [
     # -- openai ---------------------------------------------------------------------------------
     Case("openai-responses-codex", P_OPENAI, {"name": "gpt-5.5", "provider": "oai"}, "responses",
@@ -528,6 +670,41 @@ CASES: list[Case] = [
          {"name": "gpt-oss-20b", "provider": "vllm", "upstream_model": "openai/gpt-oss-20b"}, "responses",
          codex_request("gpt-oss-20b"), "http://127.0.0.1:8000/v1/responses", ("authorization", "Bearer local"),
          b_responses_passthrough("openai/gpt-oss-20b"), responses_answer, c_codex_from_responses),
+    # -- anthropic ------------------------------------------------------------------------------
+    Case("anthropic-claude-code", P_ANTHROPIC, {"name": "claude", "provider": "ant", "upstream_model": "claude-x"},
+         "messages", claude_code_request("claude"), "https://api.anthropic.com/v1/messages", ("x-api-key", "sk-ant"),
+         b_messages_native("claude-x", anthropic=True), messages_answer, c_claude_code_from_messages,
+         headers={"anthropic-version": "2023-06-01", "anthropic-beta": "interleaved-thinking-2025-05-14"}),
+    Case("anthropic-codex", {**P_ANTHROPIC, "base_url": "https://api.anthropic.com/v1"},
+         {"name": "claude", "provider": "ant"}, "responses", codex_request("claude"),
+         "https://api.anthropic.com/v1/messages", ("x-api-key", "sk-ant"), b_codex_messages("claude"),
+         messages_answer, c_codex_from_messages, headers={"anthropic-version": "2023-06-01"}),
+    Case("anthropic-kimi-cli", P_ANTHROPIC, {"name": "claude", "provider": "ant"}, "chat", kimi_request("claude"),
+         "https://api.anthropic.com/v1/messages", ("x-api-key", "sk-ant"), b_kimi_cli_messages("claude"),
+         messages_answer, c_kimi_from_messages),
+    # -- the Anthropic-compatible endpoints ----------------------------------------------------
+    Case("kimi-anthropic-claude-code", {**P_KIMI_MOONSHOT, "protocol": "messages",
+                                        "base_url": "https://api.moonshot.ai/anthropic"},
+         {"name": "kimi-k2.6", "provider": "moonshot"}, "messages", claude_code_request("kimi-k2.6"),
+         "https://api.moonshot.ai/anthropic/v1/messages", ("x-api-key", "ms-key"),
+         b_messages_native("kimi-k2.6", anthropic=False), messages_answer, c_claude_code_from_messages,
+         headers={"anthropic-version": "2023-06-01"}),
+    Case("minimax-codex", {"name": "mm", "profile": "minimax", "base_url": "https://api.minimax.io/anthropic",
+                           "api_key": "mm-key"},
+         {"name": "minimax-m2", "provider": "mm", "upstream_model": "MiniMax-M2"}, "responses",
+         codex_request("minimax-m2"), "https://api.minimax.io/anthropic/v1/messages", ("x-api-key", "mm-key"),
+         b_codex_messages("MiniMax-M2"), messages_answer, c_codex_from_messages),
+    Case("qwen-anthropic-kimi-cli", {"name": "qw", "profile": "qwen", "protocol": "messages",
+                                     "base_url": "https://dashscope-intl.aliyuncs.com/apps/anthropic",
+                                     "api_key": "qw-key"},
+         {"name": "qwen3-coder-plus", "provider": "qw"}, "chat", kimi_request("qwen3-coder-plus"),
+         "https://dashscope-intl.aliyuncs.com/apps/anthropic/v1/messages", ("x-api-key", "qw-key"),
+         b_kimi_cli_messages("qwen3-coder-plus"), messages_answer, c_kimi_from_messages),
+    Case("qwen-chat-codex", {"name": "qw", "profile": "qwen", "base_url": "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+                             "api_key": "qw-key"},
+         {"name": "qwen3-coder-plus", "provider": "qw"}, "responses", codex_request("qwen3-coder-plus"),
+         "https://dashscope-intl.aliyuncs.com/compatible-mode/v1/chat/completions", ("authorization", "Bearer qw-key"),
+         b_codex_chat("qwen3-coder-plus", max_key=None), CHAT_OK, c_codex_from_chat),
 ]  # fmt: skip
 
 
@@ -536,13 +713,14 @@ def _config(providers: list[dict[str, Any]], models: list[dict[str, Any]]) -> di
 
 
 async def _send(client: httpx.AsyncClient, kind: str, req: dict[str, Any], **kw: Any) -> httpx.Response:
-    path = "/v1/responses" if kind == "responses" else "/v1/chat/completions"
+    path = {"responses": "/v1/responses", "chat": "/v1/chat/completions", "messages": "/v1/messages"}[kind]
     return await client.post(
         path,
         json=req,
         headers={
             "authorization": "Bearer client-secret",
             "user-agent": "codex_cli_rs/0.169.0",
+            "anthropic-beta": "interleaved-thinking-2025-05-14",
             **kw.get("headers", {}),
         },
     )
@@ -565,6 +743,8 @@ async def test_profile(client_factory: Any, mock: Any, case: Case) -> None:
     assert sent.headers["user-agent"] == "codex_cli_rs/0.169.0"  # PAINS 6: honest User-Agent
     for k, v in case.headers.items():
         assert sent.headers[k] == v
+    if "anthropic-beta" not in case.headers:  # the client's betas reach Anthropic alone
+        assert "anthropic-beta" not in sent.headers
     assert request == case.request  # the client's body is never mutated
     case.body(orjson.loads(sent.content))
     case.check(r)
@@ -842,6 +1022,37 @@ def q_responses_native(on: bool, bodies: list[dict[str, Any]], r: httpx.Response
         assert r.headers["x-switchboard-dropped-items"].endswith(":web_search_call")
 
 
+Q_MSG = {**Q_CHAT, "protocol": "messages", "base_url": "http://q.test"}
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+
+
+def q_anthropic_signatures(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_claude_code_from_messages(r)
+    thinking = [x["thinking"] for x in bodies[0]["messages"][1]["content"] if x["type"] == "thinking"]
+    # on: Anthropic refuses a signature it did not issue; off: the endpoint wants its reasoning back
+    assert thinking == (["need ls"] if on else ["need ls", "from a chat upstream"])
+
+
+def _claude_code_web_search() -> dict[str, Any]:
+    req = claude_code_request("m")
+    req["tools"] = [*req["tools"], WEB_SEARCH]
+    return req
+
+
+def q_messages_server_tools(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_claude_code_from_messages(r)
+    names = [t["name"] for t in bodies[0]["tools"]]
+    if on:
+        assert names == ["Bash", "web_search"] and "x-switchboard-dropped-tools" not in r.headers
+    else:  # dropped as a named repair, never silently
+        assert names == ["Bash"] and r.headers["x-switchboard-dropped-tools"] == "web_search_20250305"
+
+
+def q_anthropic_beta(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_claude_code_from_messages(r)
+    assert ("context_management" in bodies[0]) is on
+
+
 def _one(resp: Callable[[], httpx.Response]) -> Callable[[], list[httpx.Response]]:
     return lambda: [resp()]
 
@@ -883,6 +1094,12 @@ QCASES: list[QCase] = [
     QCase("system_at_head", Q_CHAT, "responses", _mid_developer, _one(CHAT_OK), q_system_head),
     QCase("native_compaction", Q_RESP, "responses", _compaction_request, _one(responses_answer), q_native_compaction),
     QCase("responses_native", Q_RESP, "responses", _code_mode_request, _one(responses_answer), q_responses_native),
+    QCase("anthropic_signatures", Q_MSG, "messages", lambda: claude_code_request("m"), _one(messages_answer),
+          q_anthropic_signatures),
+    QCase("messages_server_tools", Q_MSG, "messages", _claude_code_web_search, _one(messages_answer),
+          q_messages_server_tools),
+    QCase("anthropic_beta", Q_MSG, "messages", lambda: claude_code_request("m"), _one(messages_answer),
+          q_anthropic_beta),
 ]  # fmt: skip
 
 # how the switch is thrown: (provider quirks, model quirks) for on / off

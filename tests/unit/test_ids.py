@@ -317,3 +317,38 @@ def test_random_hex_is_128_random_bits_in_32_lowercase_hex_digits() -> None:
     assert all(re.fullmatch(r"[0-9a-f]{32}", h) for h in got)
     # every bit varies (uuid4's version and variant bits were fixed)
     assert all(len({int(h, 16) >> bit & 1 for h in got}) == 2 for bit in range(128))
+
+
+# -- Anthropic's tool id pattern: a reversible mapping ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "sent"),
+    [
+        ("toolu_01AbC", "toolu_01AbC"),  # valid: as it is
+        ("call_x-1", "call_x-1"),
+        ("functions.Bash:0", "sbx_" + b"functions.Bash:0".hex()),  # Kimi's native id
+        ("sbx_41", "sbx_" + b"sbx_41".hex()),  # the prefix itself is encoded: exact both ways
+        ("a|b", "sbx_" + b"a|b".hex()),
+    ],
+)
+def test_to_anthropic_id(given: str, sent: str) -> None:
+    from transformers.ids import from_anthropic_id, to_anthropic_id
+
+    assert to_anthropic_id(given) == sent and from_anthropic_id(sent) == given
+    assert re.fullmatch(r"[a-zA-Z0-9_-]+", sent)
+
+
+@given(st.text(min_size=1, max_size=80))
+def test_anthropic_id_mapping_round_trips(raw: str) -> None:
+    from transformers.ids import from_anthropic_id, to_anthropic_id
+
+    sent = to_anthropic_id(raw)
+    assert re.fullmatch(r"[a-zA-Z0-9_-]+", sent) and from_anthropic_id(sent) == raw
+
+
+@pytest.mark.parametrize("other", ["toolu_1", "sbx_zz", "sbx_4", "sbx_ff"])
+def test_from_anthropic_id_leaves_other_ids(other: str) -> None:
+    from transformers.ids import from_anthropic_id
+
+    assert from_anthropic_id(other) == other  # not hex, odd length, not UTF-8

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,3 +121,37 @@ def test_a_round_trip_through_the_encoder_keeps_the_content(parts: list[Any], ca
     ends = [e for e in back if isinstance(e, ToolCallEnd)]
     assert [e.arguments for e in ends] == ["".join(p) or "{}" for p in calls]
     assert back[-1].status == "completed"
+
+
+def test_a_mapped_tool_id_comes_back_as_it_was() -> None:
+    from transformers.ids import to_anthropic_id
+
+    dec = MessagesStreamDecoder(Ctx())
+    dec.feed({"type": "message_start", "message": {"id": "m"}})
+    out = dec.feed({"type": "content_block_start", "index": 0, "content_block": {
+        "type": "tool_use", "id": to_anthropic_id("functions.Bash:0"), "name": "Bash", "input": {}}})  # fmt: skip
+    assert out == [ToolCall(0, "", "functions.Bash:0", "Bash")]
+
+
+def test_redacted_thinking_is_marked() -> None:
+    dec = MessagesStreamDecoder(Ctx())
+    dec.feed({"type": "message_start", "message": {"id": "m"}})
+    dec.feed({"type": "content_block_start", "index": 0, "content_block": {"type": "redacted_thinking", "data": "D"}})
+    assert dec.feed({"type": "content_block_stop", "index": 0}) == [ReasoningEnd(encrypted_content="D", redacted=True)]
+    enc = MessagesEncoder(Ctx())
+    out = [e for ev in (Start(), ReasoningEnd(encrypted_content="D", redacted=True), Text("hi")) for e in enc.feed(ev)]
+    starts = [e["content_block"] for e in out if e["type"] == "content_block_start"]
+    assert starts == [{"type": "redacted_thinking", "data": "D"}, {"type": "text", "text": ""}]
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [("overloaded_error", "server_is_overloaded"), ("rate_limit_error", "rate_limit_exceeded"),
+     ("api_error", "server_error"), ("something_new", "upstream_error")],
+)  # fmt: skip
+def test_an_error_event_keeps_its_kind_as_the_code(kind: str, code: str) -> None:
+    dec = MessagesStreamDecoder(Ctx())
+    dec.feed({"type": "message_start", "message": {"id": "m"}})
+    out = dec.feed({"type": "error", "error": {"type": kind, "message": "Overloaded"}})
+    assert isinstance(out[-1], Finish) and out[-1].status == "failed"
+    assert out[-1].error is not None and out[-1].error["code"] == code and out[-1].error["message"] == "Overloaded"

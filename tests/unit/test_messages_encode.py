@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from transformers import envelope
 from transformers.context import Ctx
 from transformers.events import Finish, Reasoning, ReasoningEnd, Start, Text, ToolCall, ToolCallEnd, Usage
+from transformers.ids import from_anthropic_id, to_anthropic_id
 from transformers.messages_encode import MessagesEncoder, sse
 
 KEY = b"k" * 32
@@ -106,7 +107,8 @@ def test_thinking_text_and_a_tool_call() -> None:
     sig = out[4]["delta"]["signature"]
     assert envelope.open_reasoning(sig, KEY) == ("ok", "The user wants ls.")  # the proxy's own seal
     start = out[9]["content_block"]
-    assert start == {"type": "tool_use", "id": "functions.Bash:0", "name": "Bash", "input": {}}
+    assert start == {"type": "tool_use", "id": to_anthropic_id("functions.Bash:0"), "name": "Bash", "input": {}}
+    assert from_anthropic_id(start["id"]) == "functions.Bash:0"  # and back, exactly
     assert [e["index"] for e in out if "index" in e] == [0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2]
     assert out[-2]["delta"]["stop_reason"] == "tool_use"
     assert enc.message()["content"][2]["input"] == {"command": "ls"}

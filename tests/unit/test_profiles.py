@@ -24,8 +24,8 @@ def test_profiles_match_config_and_quirk_names() -> None:
     assert set(PROFILES) == set(config_schema.PROFILES)
     for p in PROFILES.values():
         assert p.quirks <= QUIRKS, p.name
-        assert p.auth in ("bearer", "api-key", "none")
-        assert set(p.protocols) <= {"chat", "responses"}
+        assert p.auth in ("bearer", "api-key", "x-api-key", "none")
+        assert set(p.protocols) <= {"chat", "responses", "messages"}
         for _, q in p.url_quirks:
             assert q <= QUIRKS
     for _, q in MODEL_QUIRKS:
@@ -407,3 +407,56 @@ def test_the_memory_of_glob_matches_is_bounded(monkeypatch: pytest.MonkeyPatch) 
     # a name past the bound is still resolved, every time afresh
     late = r.resolve("mimo-v2.6-late")
     assert late is not None and late == r.resolve("mimo-v2.6-late") and late is not r.resolve("mimo-v2.6-late")
+
+
+# -- Messages endpoints -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base", "url"),
+    [
+        ("https://api.anthropic.com", "https://api.anthropic.com/v1/messages"),
+        ("https://api.anthropic.com/v1/", "https://api.anthropic.com/v1/messages"),
+        ("https://api.moonshot.ai/anthropic", "https://api.moonshot.ai/anthropic/v1/messages"),
+        ("https://api.xiaomimimo.com/anthropic/v1", "https://api.xiaomimimo.com/anthropic/v1/messages"),
+    ],
+)
+def test_messages_url(base: str, url: str) -> None:
+    assert upstream_url("anthropic", base, "messages") == url
+
+
+def test_messages_auth_headers() -> None:
+    assert auth_headers("anthropic", "k", "messages") == {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+    assert auth_headers("kimi", "k", "messages") == {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+    assert auth_headers("kimi", "k") == {"authorization": "Bearer k"}  # its Chat endpoint
+    assert auth_headers("openai-compatible", None, "messages") == {"anthropic-version": "2023-06-01"}
+
+
+@pytest.mark.parametrize(
+    ("provider", "protocols"),
+    [
+        ({"profile": "anthropic"}, ("messages",)),
+        ({"profile": "minimax"}, ("messages",)),
+        ({"profile": "kimi"}, ("chat",)),
+        ({"profile": "bedrock-mantle"}, ("responses",)),
+        ({"profile": "deepseek", "protocol": "messages"}, ("messages",)),
+        ({"profile": "openai-compatible", "protocol": ["messages", "chat"]}, ("messages", "chat")),
+    ],
+)
+def test_default_protocol_is_the_profiles_first(provider: dict[str, Any], protocols: tuple[str, ...]) -> None:
+    p = config_schema.ProviderCfg(name="p", base_url="http://x.test", **provider)
+    assert p.protocols == protocols
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [
+        {"profile": "anthropic", "protocol": "chat"},
+        {"profile": "openai", "protocol": "messages"},
+        {"profile": "bedrock-mantle", "protocol": "chat"},
+        {"profile": "kimi", "protocol": []},
+    ],
+)
+def test_a_protocol_the_profile_does_not_speak_is_refused(provider: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="speaks"):
+        config_schema.ProviderCfg(name="p", base_url="http://x.test", **provider)
