@@ -34,7 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from app import compact, logs, metrics, stored
+from app import compact, logs, metrics, stored, tokens
 from app.config import Config
 from app.drain import Drain
 from app.failover import Resilience
@@ -466,9 +466,8 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> Response:
-        # Anthropic's token count of a Messages request, estimated here (no Messages upstream
-        # answers it yet): the request's JSON bytes over 3, an overcount rather than an
-        # under one (Claude Code compacts by it: counting short would compact too late)
+        # Anthropic's token count of a Messages request: the upstream's when it is a
+        # Messages endpoint that serves it, else estimated (app/tokens.py)
         rid = request.state.request_id = new_request_id(request.scope)
         try:
             svc.authorize(request.headers)
@@ -482,8 +481,13 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
             )
         except (ProxyError, RequestError) as e:
             return _error_answer(e, rid, "messages")
-        counted = {k: body[k] for k in ("system", "messages", "tools") if k in body}
-        return _json(200, {"input_tokens": -(-len(orjson.dumps(counted)) // 3)}, headers={"x-request-id": rid})
+        model = body.get("model")
+        route = router.resolve(model) if isinstance(model, str) else None
+        try:
+            n, source = await tokens.count_tokens(route, body, rid)
+        except RequestError as e:  # (the request rows refused it: as /v1/messages would)
+            return _error_answer(e, rid, "messages")
+        return _json(200, {"input_tokens": n}, headers={"x-request-id": rid, "x-switchboard-token-count": source})
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -10,7 +10,14 @@ import httpx
 import orjson
 import pytest
 
-from tests.integration.conftest import CHAT_URL, RESP_URL, chat_stream_two_calls, resp_stream_two_calls, sse_response
+from tests.integration.conftest import (
+    CHAT_URL,
+    RESP_URL,
+    chat_stream_two_calls,
+    parse_sse,
+    resp_stream_two_calls,
+    sse_response,
+)
 from transformers.ids import from_anthropic_id
 
 BODY = {
@@ -148,3 +155,88 @@ async def test_a_turn_on_a_responses_upstream(client: httpx.AsyncClient, mock: A
         stop = r.json()["stop_reason"]
     assert [b["type"] for b in blocks if b["type"] == "tool_use"] == ["tool_use", "tool_use"]
     assert stop == "tool_use"
+
+
+# -- a Messages upstream -------------------------------------------------------------------
+
+MSG_URL = "http://ant.test/v1/messages"
+ANT = {"name": "ant", "profile": "anthropic", "base_url": "http://ant.test", "api_key": "sk-ant"}
+
+
+async def ant_client(client_factory: Any) -> httpx.AsyncClient:
+    c: httpx.AsyncClient = await client_factory(
+        providers=[ANT], models=[{"name": "claude", "provider": "ant", "upstream_model": "claude-up"}]
+    )
+    return c
+
+
+async def test_count_tokens_comes_from_a_messages_upstream(client_factory: Any, mock: Any) -> None:
+    c = await ant_client(client_factory)
+    route = mock.post(MSG_URL + "/count_tokens").mock(return_value=httpx.Response(200, json={"input_tokens": 4321}))
+    body = {**BODY, "model": "claude", "stream": True}
+    r = await c.post("/v1/messages/count_tokens", json=body)
+    assert r.status_code == 200 and r.json() == {"input_tokens": 4321}
+    assert r.headers["x-switchboard-token-count"] == "upstream"
+    sent = route.calls.last.request
+    assert sent.headers["x-api-key"] == "sk-ant" and sent.headers["anthropic-version"] == "2023-06-01"
+    got = orjson.loads(sent.content)
+    assert got["model"] == "claude-up" and "max_tokens" not in got and "stream" not in got
+
+
+@pytest.mark.parametrize("answer", [httpx.Response(404, json={"type": "error"}), httpx.Response(200, json={"x": 1}),
+                                    httpx.ConnectError("refused")])  # fmt: skip
+async def test_count_tokens_falls_back_to_the_estimate(client_factory: Any, mock: Any, answer: Any) -> None:
+    c = await ant_client(client_factory)
+    if isinstance(answer, Exception):
+        mock.post(MSG_URL + "/count_tokens").mock(side_effect=answer)
+    else:
+        mock.post(MSG_URL + "/count_tokens").mock(return_value=answer)
+    r = await c.post("/v1/messages/count_tokens", json={**BODY, "model": "claude"})
+    assert r.status_code == 200 and r.json()["input_tokens"] > 0
+    assert r.headers["x-switchboard-token-count"] == "estimate"
+
+
+async def test_a_chat_upstream_is_estimated(client: httpx.AsyncClient, mock: Any) -> None:
+    r = await client.post("/v1/messages/count_tokens", json=BODY)
+    assert r.status_code == 200 and r.headers["x-switchboard-token-count"] == "estimate"
+    assert not mock.calls  # nothing asked upstream
+
+
+@pytest.mark.parametrize("client_proto", ["messages", "chat", "responses"])
+async def test_an_overloaded_messages_upstream_answers_in_the_clients_protocol(
+    client_factory: Any, mock: Any, client_proto: str
+) -> None:
+    c = await ant_client(client_factory)
+    err = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    mock.post(MSG_URL).mock(return_value=httpx.Response(529, json=err))
+    path, body = {
+        "messages": ("/v1/messages", {**BODY, "model": "claude"}),
+        "chat": ("/v1/chat/completions", {"model": "claude", "messages": [{"role": "user", "content": "hi"}]}),
+        "responses": ("/v1/responses", {"model": "claude", "input": "hi"}),
+    }[client_proto]
+    r = await c.post(path, json=body)
+    assert r.status_code == 503, r.text
+    if client_proto == "messages":
+        assert r.json()["error"]["type"] == "overloaded_error"
+    else:
+        assert r.json()["error"]["code"] == "server_is_overloaded"
+
+
+async def test_an_error_event_mid_stream_ends_the_messages_stream_once(client_factory: Any, mock: Any) -> None:
+    c = await ant_client(client_factory)
+    up = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","usage":{"input_tokens":3}}}\n\n'
+        b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}\n\n'
+        b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+    )
+    mock.post(MSG_URL).mock(return_value=httpx.Response(200, content=up, headers={"content-type": "text/event-stream"}))
+    r = await c.post("/v1/messages", json={**BODY, "model": "claude", "stream": True})
+    evs = events(r.content)
+    assert [e["type"] for e in evs if e["type"] in ("error", "message_stop")] == ["error"] and evs[-1][
+        "type"
+    ] == "error"
+    assert "".join(e["delta"].get("text", "") for e in evs if e["type"] == "content_block_delta") == "Hel"
+    r = await c.post("/v1/responses", json={"model": "claude", "input": "hi", "stream": True})
+    types = [e["type"] for e in parse_sse(r.content)]
+    assert types[-1] == "response.failed" and types.count("response.failed") == 1
