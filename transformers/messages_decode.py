@@ -50,6 +50,9 @@ Responses items, on this wire).
 ``refusal``                 incomplete ``content_filter``
 ==========================  =============================================
 
+The stop reason as the upstream said it (and its ``stop_sequence``) also rides in the
+``Finish``'s ``extra``, for a Messages client (``messages_encode.py``).
+
 Usage: Anthropic's ``input_tokens`` is the uncached part; the unified shape counts every
 input token, so ``input_tokens`` = uncached + ``cache_read_input_tokens`` +
 ``cache_creation_input_tokens``, the two also in ``input_tokens_details``.
@@ -134,6 +137,7 @@ class MessagesStreamDecoder:
         self.calls = 0
         self.usage: dict[str, Any] = {}
         self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None
 
     # the Bridge's shortcuts, which this decoder does not take (yet)
     plain_text = False
@@ -166,6 +170,8 @@ class MessagesStreamDecoder:
             delta = obj.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
                 self.stop_reason = delta["stop_reason"]
+            if isinstance(delta, dict) and isinstance(delta.get("stop_sequence"), str):
+                self.stop_sequence = delta["stop_sequence"]
             if isinstance(obj.get("usage"), dict):
                 self.usage.update(obj["usage"])
         elif kind == "message_stop":
@@ -282,7 +288,10 @@ class MessagesStreamDecoder:
         self.finished = True
         out.append(Usage(usage_of(self.usage)))
         status, reason = _FINISH.get(self.stop_reason or "end_turn", ("completed", None))
-        out.append(Finish(status, reason=reason))  # type: ignore[arg-type]
+        # the upstream's own stop reason rides along for a Messages client (pause_turn,
+        # stop_sequence and its sequence have no other protocol's form)
+        native = {"stop_reason": self.stop_reason or "end_turn", "stop_sequence": self.stop_sequence}
+        out.append(Finish(status, reason=reason, extra=native))  # type: ignore[arg-type]
 
 
 def decode_message(obj: dict[str, Any], ctx: Ctx) -> list[Event]:
@@ -320,7 +329,11 @@ def decode_message(obj: dict[str, Any], ctx: Ctx) -> list[Event]:
             out += dec.feed({"type": "content_block_start", "index": i, "content_block": block})
         out += dec.feed({"type": "content_block_stop", "index": i})
     out += dec.feed(
-        {"type": "message_delta", "delta": {"stop_reason": obj.get("stop_reason")}, "usage": obj.get("usage") or {}}
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": obj.get("stop_reason"), "stop_sequence": obj.get("stop_sequence")},
+            "usage": obj.get("usage") or {},
+        }
     )
     out += dec.feed({"type": "message_stop"})
     return out

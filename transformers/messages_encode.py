@@ -45,6 +45,10 @@ non-streamed answer.  The rules it holds, whatever order the upstream's pieces c
   failed                                (an ``error`` event)
   ====================================  ===================
 
+  A Messages upstream's own stop reason (``Finish.extra``: ``pause_turn``,
+  ``stop_sequence`` with its sequence, ``model_context_window_exceeded``…) goes as it came;
+  ``end_turn`` after a ``tool_use`` block is still ``tool_use``.
+
 * **Usage** (the unified Responses shape): ``input_tokens`` less the cached ones,
   ``cache_read_input_tokens``, ``cache_creation_input_tokens``, ``output_tokens``.
 
@@ -86,6 +90,10 @@ STOP_REASONS: dict[tuple[str, str | None], str] = {
     ("incomplete", "max_output_tokens"): "max_tokens",
     ("incomplete", "content_filter"): "refusal",
 }
+# a Messages upstream's stop reasons, passed to a Messages client as they came (Finish.extra)
+NATIVE_STOPS = frozenset(
+    {"end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal", "model_context_window_exceeded"}
+)
 ERROR_TYPES = {"server_error": "api_error", "invalid_request_error": "invalid_request_error"}
 
 
@@ -127,6 +135,7 @@ class MessagesEncoder:
         # string per delta would copy the whole text each time
         self.pieces: list[list[str]] = []
         self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None
         self.error: dict[str, Any] | None = None
 
     # -- what the Bridge asks of an encoder ---------------------------------------------------
@@ -220,7 +229,7 @@ class MessagesEncoder:
             "model": self.model,
             "content": [self._whole(i, b) for i, b in enumerate(self.content)],
             "stop_reason": self.stop_reason,
-            "stop_sequence": None,
+            "stop_sequence": self.stop_sequence,
             "usage": self.usage,
         }
 
@@ -425,13 +434,18 @@ class MessagesEncoder:
         self._after_call_at_end(out)
         self._close(out)
         reason = STOP_REASONS.get((ev.status, ev.reason), "max_tokens" if ev.status == "incomplete" else "end_turn")
-        if ev.status == "completed" and self.tool_used:
+        native = ev.extra.get("stop_reason")
+        if native in NATIVE_STOPS:  # a Messages upstream's own (pause_turn, stop_sequence…)
+            reason = native
+        if ev.status == "completed" and self.tool_used and reason == "end_turn":
             reason = "tool_use"
+        sequence = ev.extra.get("stop_sequence") if reason == "stop_sequence" else None
         self.stop_reason = reason
+        self.stop_sequence = sequence if isinstance(sequence, str) else None
         out.append(
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": reason, "stop_sequence": None},
+                "delta": {"stop_reason": reason, "stop_sequence": self.stop_sequence},
                 "usage": self.usage,
             }
         )

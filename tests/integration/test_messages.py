@@ -240,3 +240,67 @@ async def test_an_error_event_mid_stream_ends_the_messages_stream_once(client_fa
     r = await c.post("/v1/responses", json={"model": "claude", "input": "hi", "stream": True})
     types = [e["type"] for e in parse_sse(r.content)]
     assert types[-1] == "response.failed" and types.count("response.failed") == 1
+
+
+WHOLE = {
+    "id": "msg_up", "type": "message", "role": "assistant", "model": "claude-up",
+    "content": [
+        {"type": "thinking", "thinking": "plan", "signature": "sig-1"},
+        {"type": "text", "text": "Hello"},
+        {"type": "tool_use", "id": "toolu_9", "name": "Bash", "input": {"cmd": "ls"}},
+    ],
+    "stop_reason": "tool_use", "stop_sequence": None,
+    "usage": {"input_tokens": 4, "cache_read_input_tokens": 10, "cache_creation_input_tokens": 2, "output_tokens": 6},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("client_proto", ["messages", "chat", "responses"])
+async def test_a_whole_answer_of_a_messages_upstream(client_factory: Any, mock: Any, client_proto: str) -> None:
+    c = await ant_client(client_factory)
+    route = mock.post(MSG_URL).mock(return_value=httpx.Response(200, json=WHOLE))
+    path, body = {
+        "messages": ("/v1/messages", {**BODY, "model": "claude"}),
+        "chat": ("/v1/chat/completions", {"model": "claude", "messages": [{"role": "user", "content": "hi"}]}),
+        "responses": ("/v1/responses", {"model": "claude", "input": "hi", "store": False}),
+    }[client_proto]
+    r = await c.post(path, json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    sent = orjson.loads(route.calls.last.request.content)
+    assert sent["model"] == "claude-up" and sent["stream"] is False and sent["max_tokens"] > 0
+    if client_proto == "messages":
+        assert out["content"] == WHOLE["content"] and out["stop_reason"] == "tool_use"
+        assert out["usage"] == {"input_tokens": 4, "cache_creation_input_tokens": 2, "cache_read_input_tokens": 10,
+                                "output_tokens": 6}  # fmt: skip
+    elif client_proto == "chat":
+        choice = out["choices"][0]
+        assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Hello"
+        assert choice["message"]["tool_calls"][0]["id"] == "toolu_9"
+        assert choice["message"]["tool_calls"][0]["function"] == {"name": "Bash", "arguments": '{"cmd":"ls"}'}
+        assert out["usage"]["prompt_tokens"] == 16 and out["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
+    else:
+        kinds = [i["type"] for i in out["output"]]
+        assert kinds == ["reasoning", "message", "function_call"] and out["status"] == "completed"
+        assert out["output"][0]["encrypted_content"] == "sig-1"  # Anthropic's signature, for the next turn
+        assert out["usage"]["input_tokens"] == 16 and out["usage"]["input_tokens_details"]["cached_tokens"] == 10
+
+
+@pytest.mark.parametrize(
+    ("stop", "messages_stop", "chat_finish", "status"),
+    [("max_tokens", "max_tokens", "length", "incomplete"), ("refusal", "refusal", "content_filter", "incomplete"),
+     ("model_context_window_exceeded", "model_context_window_exceeded", "length", "incomplete"),
+     ("stop_sequence", "stop_sequence", "stop", "completed"), ("pause_turn", "pause_turn", "stop", "completed")],
+)  # fmt: skip
+async def test_stop_reasons_map_to_every_client(
+    client_factory: Any, mock: Any, stop: str, messages_stop: str, chat_finish: str, status: str
+) -> None:
+    c = await ant_client(client_factory)
+    seq = "END" if stop == "stop_sequence" else None
+    answer = {**WHOLE, "content": [{"type": "text", "text": "Hel"}], "stop_reason": stop, "stop_sequence": seq}
+    mock.post(MSG_URL).mock(return_value=httpx.Response(200, json=answer))
+    r = await c.post("/v1/messages", json={**BODY, "model": "claude"})
+    assert (r.json()["stop_reason"], r.json()["stop_sequence"]) == (messages_stop, seq)  # as Anthropic said
+    r = await c.post("/v1/chat/completions", json={"model": "claude", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.json()["choices"][0]["finish_reason"] == chat_finish
+    r = await c.post("/v1/responses", json={"model": "claude", "input": "hi", "store": False})
+    assert r.json()["status"] == status

@@ -55,7 +55,7 @@ def test_a_stream() -> None:
         ToolCallEnd(0, '{"command":"ls"}'),
         Usage({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 90, "cache_write_tokens": 0},
                "output_tokens": 12, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 112}),
-        Finish("completed"),
+        Finish("completed", extra={"stop_reason": "tool_use", "stop_sequence": None}),
     ]  # fmt: skip
 
 
@@ -65,7 +65,7 @@ def test_stop_reasons_errors_and_a_cut_stream() -> None:
         fin = feed([STREAM[0], {"type": "message_delta", "delta": {"stop_reason": reason}}, {"type": "message_stop"}])[
             -1
         ]
-        assert (fin.status, fin.reason) == want
+        assert (fin.status, fin.reason) == want and fin.extra["stop_reason"] == reason  # and as it came
     err = feed([STREAM[0], {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}])
     assert err[-1].status == "failed" and err[-1].error["message"] == "Overloaded"
     cut = feed(STREAM[:8])
@@ -92,7 +92,8 @@ def test_a_whole_message() -> None:
     assert [type(e).__name__ for e in evs] == [
         "Start", "Reasoning", "ReasoningEnd", "Text", "ToolCall", "ToolCall", "ToolCallEnd", "Usage", "Finish",
     ]  # fmt: skip
-    assert evs[6] == ToolCallEnd(0, '{"path":"a"}') and evs[-1] == Finish("completed")
+    assert evs[6] == ToolCallEnd(0, '{"path":"a"}')
+    assert evs[-1] == Finish("completed", extra={"stop_reason": "tool_use", "stop_sequence": None})
 
 
 @settings(max_examples=200, deadline=None)
