@@ -376,25 +376,34 @@ class SQLiteStore(Store):
             await db.close()
 
 
+_REDIS_CONNECTIONS = 256  # per process
+
+
 class RedisStore(Store):
     backend = "redis"
 
     def __init__(self, cfg: StoreCfg, counters: Metrics | None = None) -> None:
         super().__init__(cfg, counters)
-        from redis.asyncio import Redis
+        from redis.asyncio import BlockingConnectionPool, Redis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
         self.prefix = cfg.key_prefix
         # no retries inside one call (a dead server must fail fast: the caller answers 503);
-        # the pool opens a new connection on the next call, which is the reconnect
-        self.redis = Redis.from_url(
+        # the pool opens a new connection on the next call, which is the reconnect.  A burst
+        # of more calls than connections waits for one (up to the timeout) instead of failing:
+        # redis-py's default pool refuses the 101st at once (MaxConnectionsError), which
+        # would turn a burst into 503s and into limits failing open (app/limits.py)
+        pool = BlockingConnectionPool.from_url(
             cfg.url,
+            max_connections=_REDIS_CONNECTIONS,
+            timeout=cfg.timeout_seconds,
             socket_timeout=cfg.timeout_seconds,
             socket_connect_timeout=cfg.timeout_seconds,
             retry=Retry(NoBackoff(), 0),
             health_check_interval=30,
         )
+        self.redis = Redis(connection_pool=pool)
 
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> None:
         # the item index: one key per item id (→ the record's id), and the record's list of

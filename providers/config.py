@@ -152,18 +152,52 @@ class ServerCfg(_Strict):
         return self.secret_key or self.reasoning_envelope_key
 
 
+class LimitsCfg(_Strict):
+    """What one client key may use (docs/operations.md, "Keys, limits and usage"); every
+    limit is optional (absent: none).  Windows are calendar ones in UTC: the minute, the
+    day, the month."""
+
+    # the models the key may use (globs on the public model name); absent: every model
+    models: list[str] | None = None
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    # input + output tokens a minute
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    # streams and WebSocket sessions open at once
+    concurrent: int | None = Field(default=None, ge=1)
+    tokens_per_day: int | None = Field(default=None, ge=1)
+    tokens_per_month: int | None = Field(default=None, ge=1)
+    # US dollars, by the models' prices (models[].price)
+    cost_per_day: float | None = Field(default=None, gt=0)
+    cost_per_month: float | None = Field(default=None, gt=0)
+
+
+class PriceCfg(_Strict):
+    """US dollars per million tokens."""
+
+    input: float = Field(default=0.0, ge=0)
+    output: float = Field(default=0.0, ge=0)
+    cache_read: float | None = Field(default=None, ge=0)  # absent: the input price
+    cache_write: float | None = Field(default=None, ge=0)  # absent: the input price
+
+
 class KeyCfg(_Strict):
     """A named client key: the name owns what the key stores (stored responses) and is what
     logs may say instead of the key."""
 
     name: str = Field(min_length=1, max_length=64)
     key: str
+    # this key's limits (absent: auth.default_limits)
+    limits: LimitsCfg | None = None
 
 
 class AuthCfg(_Strict):
     # client keys, plain or "sha256:<hex>", or {name, key} entries (named keys); empty
     # strings and entries with an empty key (unset env defaults) are ignored
     keys: list[str | KeyCfg] = Field(default_factory=list)
+    # the limits of every key without its own (absent: none)
+    default_limits: LimitsCfg | None = None
+    # keys of the admin endpoints (GET /v1/admin/usage), plain or "sha256:<hex>"; empty: off
+    admin_keys: list[str] = Field(default_factory=list)
 
     @field_validator("keys")
     @classmethod
@@ -348,6 +382,8 @@ class ModelCfg(_Strict):
     parallel_tool_calls: bool | None = None
     modalities: list[str] | None = None
     codex: CodexModelCfg | None = None
+    # what a million tokens cost (cost budgets, usage records); absent: 0
+    price: PriceCfg | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> ModelCfg:
@@ -365,10 +401,18 @@ class ModelCfg(_Strict):
 _CREDENTIAL = re.compile(r"authorization|key|token|secret|password|cookie|signature|sig$", re.I)
 
 
+class UsageCfg(_Strict):
+    """Usage records: one per request, in the store's backend (docs/operations.md)."""
+
+    enabled: bool = True
+    retention_days: int = Field(default=90, ge=1)
+
+
 class Config(_Strict):
     server: ServerCfg = Field(default_factory=ServerCfg)
     auth: AuthCfg = Field(default_factory=AuthCfg)
     store: StoreCfg = Field(default_factory=StoreCfg)
+    usage: UsageCfg = Field(default_factory=UsageCfg)
     providers: list[ProviderCfg]
     models: list[ModelCfg]
     # values that ``${VAR}`` put into this config (set by app.config.parse_config)

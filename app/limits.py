@@ -1,0 +1,461 @@
+"""Per-key limits: what a named client key may use, checked before any upstream call.
+
+Theory of operation
+-------------------
+A key's policy (``auth.keys[].limits``, else ``auth.default_limits``) names windows, each a
+counter in the current calendar window (UTC):
+
+==================  =========  ===========  =============  ==============================
+limit               window     admit needs  admit takes    settled at the end with
+==================  =========  ===========  =============  ==============================
+requests_per_minute minute     1 free       1              (nothing)
+tokens_per_minute   minute     1 free       the estimate   the tokens used − the estimate
+tokens_per_day      day        1 free       the estimate   the same
+tokens_per_month    month      1 free       the estimate   the same
+cost_per_day        day        1 µ$ free    0              the cost (micro-dollars)
+cost_per_month      month      1 µ$ free    0              the same
+concurrent          lease      1 free slot  a slot         the slot released
+==================  =========  ===========  =============  ==============================
+
+``Limiter.admit`` checks every window of the key and takes from all of them in one step,
+or refuses without taking anything (``LimitExceeded``: the app answers 429 in the client's
+protocol with ``retry-after`` and the limit it hit, before any upstream call).  A request
+is refused only when a counter has no room left: requests are exact (the 101st of a limit
+of 100 in one minute is refused, the 100th never), tokens and cost admit a request while
+any room is left and settle with the upstream's usage afterwards, so a budget is overrun
+by at most the requests already running when it fills — a stream is never cut for it (the
+next request is refused).  The estimate taken at admission is the request body's bytes
+over 4 (its input); settling adds what the upstream reported (input + output) less it, and
+a request that failed before its first byte gives its estimate back.
+
+Where the counters live (``Counters``):
+
+* ``RedisCounters``, with the Redis store: shared by every instance; one Lua script checks
+  and takes every window atomically (``TAKE``), so three instances on one Redis admit
+  exactly the limit between them.  Redis unreachable: the request goes through (fail
+  open), the ticket is marked ``degraded`` and never settled (nothing counted twice when
+  Redis is back), ``switchboard_limits_degraded_total`` counts it and ``/readyz`` says
+  ``limits: degraded`` for ``_DEGRADED_FOR`` seconds after the last failure.
+* ``MemoryCounters``, with SQLite or no store: the same rules, per process.
+
+Concurrency slots are leases (a sorted set of request ids scored by expiry), so a process
+that dies cannot keep a slot past ``_LEASE`` seconds.
+
+``Ticket.headers()`` are what the client sees of its limits on every answer: OpenAI's
+``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` and Codex's own
+``x-codex-primary-*`` (the minute window: the larger of the requests and tokens used
+percent) and ``x-codex-secondary-*`` (the day or month budget most used); ``event()`` is
+the ``codex.rate_limits`` event a Responses WebSocket sends before a response.
+"""
+
+from __future__ import annotations
+
+import calendar
+import fnmatch
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.logs import log
+from providers.config import Config, LimitsCfg, PriceCfg
+from transformers.errors import ProxyError
+
+__all__ = [
+    "Counters",
+    "LimitExceeded",
+    "Limiter",
+    "MemoryCounters",
+    "RedisCounters",
+    "Ticket",
+    "cost_micros",
+]
+
+_LEASE = 3600.0  # seconds a concurrency slot is held at most (a stream longer keeps going)
+_DEGRADED_FOR = 30.0  # seconds /readyz says degraded after the last Redis failure
+_SLACK = 120  # seconds a window's counter outlives its window
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One window's counter: refuse when ``count + need > limit``; else add ``take``."""
+
+    kind: str  # requests | tokens_minute | tokens_day | tokens_month | cost_day | cost_month
+    key: str
+    limit: int
+    need: int
+    take: int
+    ttl: int
+    reset: float  # seconds until the window ends
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    key: str
+    limit: int
+    member: str
+
+
+class Counters(Protocol):
+    async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
+        """(0 when taken, else the 1-based index of the refusing entry — ``len(entries) +
+        1`` for the slot — and the counts it saw)."""
+        ...
+
+    async def add(self, key: str, amount: int, ttl: int) -> None: ...
+
+    async def release(self, slot: Slot) -> None: ...
+
+
+class MemoryCounters:
+    """Counters in this process (SQLite or no store)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, tuple[int, float]] = {}  # key → (count, expires at)
+        self.slots: dict[str, dict[str, float]] = {}  # key → member → lease end
+
+    def _get(self, key: str, now: float) -> int:
+        got = self.counts.get(key)
+        if got is None or got[1] <= now:
+            return 0
+        return got[0]
+
+    async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
+        seen = [self._get(e.key, now) for e in entries]
+        for i, (e, cur) in enumerate(zip(entries, seen, strict=True)):
+            if cur + e.need > e.limit:
+                return i + 1, seen
+        if slot is not None:
+            held = {m: t for m, t in self.slots.get(slot.key, {}).items() if t > now}
+            self.slots[slot.key] = held
+            if len(held) >= slot.limit:
+                return len(entries) + 1, [*seen, len(held)]
+            held[slot.member] = now + _LEASE
+        for e, cur in zip(entries, seen, strict=True):
+            self.counts[e.key] = (cur + e.take, now + e.ttl)
+        if len(self.counts) > 4096:  # expired windows go
+            self.counts = {k: v for k, v in self.counts.items() if v[1] > now}
+        return 0, seen
+
+    async def add(self, key: str, amount: int, ttl: int) -> None:
+        got = self.counts.get(key)  # (the window's own end kept: the key names the window)
+        self.counts[key] = (got[0] + amount, got[1]) if got is not None else (amount, time.time() + ttl)
+
+    async def release(self, slot: Slot) -> None:
+        self.slots.get(slot.key, {}).pop(slot.member, None)
+
+
+# KEYS: the entries' counters, then the slot's sorted set when ARGV[1] == "1".
+# ARGV: has_slot, now (ms), then per entry: limit, need, take, ttl; then the slot's limit,
+# member, lease (ms).  Returns {0, the counts seen…} when taken, else {index, count}.
+TAKE = """
+local has_slot = ARGV[1] == '1'
+local now = tonumber(ARGV[2])
+local n = #KEYS
+if has_slot then n = n - 1 end
+local seen = {0}
+for i = 1, n do
+  local b = 2 + (i - 1) * 4
+  local cur = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if cur + tonumber(ARGV[b + 2]) > tonumber(ARGV[b + 1]) then return {i, cur} end
+  seen[i + 1] = cur
+end
+if has_slot then
+  local sk = KEYS[n + 1]
+  local b = 2 + n * 4
+  redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
+  local held = redis.call('ZCARD', sk)
+  if held >= tonumber(ARGV[b + 1]) then return {n + 1, held} end
+  redis.call('ZADD', sk, now + tonumber(ARGV[b + 3]), ARGV[b + 2])
+  redis.call('PEXPIRE', sk, tonumber(ARGV[b + 3]))
+end
+for i = 1, n do
+  local b = 2 + (i - 1) * 4
+  redis.call('INCRBY', KEYS[i], tonumber(ARGV[b + 3]))
+  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[b + 4]))
+end
+return seen
+"""
+
+
+class RedisCounters:
+    """Counters shared by every instance on one Redis (the store's connection)."""
+
+    def __init__(self, redis: Any, prefix: str) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.script = redis.register_script(TAKE)
+
+    async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
+        keys = [self.prefix + e.key for e in entries]
+        args: list[Any] = ["1" if slot else "0", int(now * 1000)]
+        for e in entries:
+            args += [e.limit, e.need, e.take, e.ttl]
+        if slot is not None:
+            keys.append(self.prefix + slot.key)
+            args += [slot.limit, slot.member, int(_LEASE * 1000)]
+        got = [int(x) for x in await self.script(keys=keys, args=args)]
+        return got[0], got[1:]
+
+    async def add(self, key: str, amount: int, ttl: int) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.incrby(self.prefix + key, amount)
+            pipe.expire(self.prefix + key, ttl)
+            await pipe.execute()
+
+    async def release(self, slot: Slot) -> None:
+        await self.redis.zrem(self.prefix + slot.key, slot.member)
+
+
+class LimitExceeded(ProxyError):
+    """A refused request: 429 (or 403 for a model the key may not use)."""
+
+
+# limit kind → (what the message calls it, the code a client acts on)
+_KINDS = {
+    "requests": ("requests per minute", "rate_limit_exceeded"),
+    "tokens_minute": ("tokens per minute", "rate_limit_exceeded"),
+    "tokens_day": ("tokens per day", "insufficient_quota"),
+    "tokens_month": ("tokens per month", "insufficient_quota"),
+    "cost_day": ("cost per day (micro-dollars)", "insufficient_quota"),
+    "cost_month": ("cost per month (micro-dollars)", "insufficient_quota"),
+    "concurrent": ("concurrent streams", "rate_limit_exceeded"),
+}
+
+
+def _windows(now: float) -> dict[str, tuple[str, float, int]]:
+    """window → (its id, seconds until it ends, its length in minutes)."""
+    t = time.gmtime(now)
+    minute = int(now // 60)
+    day_end = calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0)) + 86400
+    days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
+    month_end = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)) + days * 86400
+    return {
+        "minute": (f"m{minute}", 60 - now % 60, 1),
+        "day": (f"d{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}", day_end - now, 1440),
+        "month": (f"M{t.tm_year:04d}{t.tm_mon:02d}", month_end - now, days * 1440),
+    }
+
+
+def cost_micros(price: PriceCfg | None, tokens: tuple[int, int, int, int, int]) -> int:
+    """What ``tokens`` (input, output, cache read, cache write, reasoning: the last three
+    parts of the first two) cost, in micro-dollars (an integer: the counters' unit)."""
+    if price is None:
+        return 0
+    inp, out, read, write, _ = tokens
+    plain = max(inp - read - write, 0)
+    read_price = price.input if price.cache_read is None else price.cache_read
+    write_price = price.input if price.cache_write is None else price.cache_write
+    usd_per_million = plain * price.input + read * read_price + write * write_price + out * price.output
+    return round(usd_per_million)  # (a million tokens at $1 = 1 µ$ per token)
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One admitted request's share of its key's windows."""
+
+    name: str
+    policy: LimitsCfg | None
+    entries: list[Entry] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)  # what each entry saw before taking
+    slot: Slot | None = None
+    reserved: int = 0
+    degraded: bool = False
+    settled: bool = False
+    now: float = 0.0
+
+    def _entry(self, kind: str) -> tuple[Entry, int] | None:
+        for e, c in zip(self.entries, self.counts, strict=False):
+            if e.kind == kind:
+                return e, c
+        return None
+
+    def headers(self) -> dict[str, str]:
+        """OpenAI's and Codex's rate-limit headers for this key's windows (none without a policy)."""
+        out: dict[str, str] = {}
+        minute_pct = 0.0
+        minute_reset = 0.0
+        minute = False
+        for kind, word in (("requests", "requests"), ("tokens_minute", "tokens")):
+            got = self._entry(kind)
+            if got is None:
+                continue
+            e, before = got
+            used = before + e.take
+            out[f"x-ratelimit-limit-{word}"] = str(e.limit)
+            out[f"x-ratelimit-remaining-{word}"] = str(max(e.limit - used, 0))
+            out[f"x-ratelimit-reset-{word}"] = f"{max(int(e.reset), 1)}s"
+            minute_pct = max(minute_pct, 100.0 * used / e.limit)
+            minute_reset, minute = e.reset, True
+        if minute:
+            out.update(_codex("primary", minute_pct, 1, self.now, minute_reset))
+        best: tuple[float, int, float] | None = None
+        for kind in ("tokens_day", "cost_day", "tokens_month", "cost_month"):
+            got = self._entry(kind)
+            if got is None:
+                continue
+            e, before = got
+            pct = 100.0 * (before + e.take) / e.limit
+            minutes = _windows(self.now)["day" if kind.endswith("day") else "month"][2]
+            if best is None or pct > best[0]:
+                best = (pct, minutes, e.reset)
+        if best is not None:
+            out.update(_codex("secondary", best[0], best[1], self.now, best[2]))
+        return out
+
+    def event(self) -> dict[str, Any] | None:
+        """The ``codex.rate_limits`` event of these windows (a Responses WebSocket)."""
+        h = self.headers()
+        windows: dict[str, Any] = {}
+        for fam in ("primary", "secondary"):
+            if f"x-codex-{fam}-used-percent" in h:
+                windows[fam] = {
+                    "used_percent": float(h[f"x-codex-{fam}-used-percent"]),
+                    "window_minutes": int(h[f"x-codex-{fam}-window-minutes"]),
+                    "reset_after_seconds": int(h[f"x-codex-{fam}-reset-after-seconds"]),
+                    "reset_at": int(h[f"x-codex-{fam}-reset-at"]),
+                }
+        if not windows:
+            return None
+        return {
+            "type": "codex.rate_limits",
+            "rate_limits": {"allowed": True, "limit_reached": False, **windows},
+        }
+
+
+def _codex(family: str, pct: float, minutes: int, now: float, reset: float) -> dict[str, str]:
+    return {
+        f"x-codex-{family}-used-percent": f"{min(pct, 100.0):.1f}",
+        f"x-codex-{family}-window-minutes": str(minutes),
+        f"x-codex-{family}-reset-after-seconds": str(max(int(reset), 1)),
+        f"x-codex-{family}-reset-at": str(int(now + reset)),
+    }
+
+
+class Limiter:
+    """The app's limits: policies by key name, one ``Counters``, the degraded state."""
+
+    def __init__(self, config: Config, counters: Counters, metrics: Any = None) -> None:
+        self.counters = counters
+        self.metrics = metrics
+        self.failed_at = 0.0
+        self.reload(config)
+
+    def reload(self, config: Config) -> None:
+        """New policies (SIGHUP): requests admitted before keep their tickets."""
+        self.default = config.auth.default_limits
+        self.policies: dict[str, LimitsCfg | None] = {}
+        for k in config.auth.keys:
+            if not isinstance(k, str) and k.limits is not None:
+                self.policies[k.name] = k.limits
+        self.prices: dict[str, PriceCfg | None] = {m.name: m.price for m in config.models}
+
+    @property
+    def degraded(self) -> bool:
+        return time.monotonic() - self.failed_at < _DEGRADED_FOR if self.failed_at else False
+
+    def policy(self, name: str) -> LimitsCfg | None:
+        return self.policies.get(name, self.default)
+
+    def price(self, model: str) -> PriceCfg | None:
+        got = self.prices.get(model)
+        if got is not None:
+            return got
+        for pattern, price in self.prices.items():  # a glob model entry's price
+            if price is not None and any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(model, pattern):
+                return price
+        return None
+
+    async def admit(self, name: str, model: str, estimate: int, request_id: str, now: float | None = None) -> Ticket:
+        """The ticket of an admitted request, or ``LimitExceeded``."""
+        pol = self.policy(name)
+        now = time.time() if now is None else now
+        ticket = Ticket(name, pol, now=now, reserved=estimate)
+        if pol is None:
+            return ticket
+        if pol.models is not None and not any(fnmatch.fnmatchcase(model, g) for g in pol.models):
+            raise LimitExceeded(
+                403,
+                f"The key '{name}' may not use the model '{model[:200]}'.",
+                type="permission_error",
+                code="model_not_allowed",
+                param="model",
+            )
+        win = _windows(now)
+        rows = (
+            ("requests", pol.requests_per_minute, "minute", 1, 1),
+            ("tokens_minute", pol.tokens_per_minute, "minute", 1, estimate),
+            ("tokens_day", pol.tokens_per_day, "day", 1, estimate),
+            ("tokens_month", pol.tokens_per_month, "month", 1, estimate),
+            ("cost_day", _micros(pol.cost_per_day), "day", 1, 0),
+            ("cost_month", _micros(pol.cost_per_month), "month", 1, 0),
+        )
+        for kind, limit, window, need, take in rows:
+            if limit is not None:
+                wid, reset, _ = win[window]
+                ttl = int(reset) + _SLACK
+                ticket.entries.append(Entry(kind, f"lim:{name}:{kind}:{wid}", limit, need, take, ttl, reset))
+        if pol.concurrent is not None:
+            ticket.slot = Slot(f"lim:{name}:concurrent", pol.concurrent, request_id)
+        if not ticket.entries and ticket.slot is None:
+            return ticket
+        try:
+            index, seen = await self.counters.take(ticket.entries, ticket.slot, now)
+        except Exception as e:  # Redis down: fail open, counted, never settled
+            self._failed(e, name)
+            ticket.degraded = True
+            return ticket
+        if index:
+            raise self._refusal(ticket, index, seen)
+        ticket.counts = seen if len(seen) == len(ticket.entries) else [0] * len(ticket.entries)
+        return ticket
+
+    async def settle(self, ticket: Ticket, model: str, tokens: tuple[int, int, int, int, int] | None) -> int:
+        """The request ended: its slot released, its windows given the real tokens and cost
+        (``tokens`` None: it failed before its first byte, the estimate goes back).  The
+        cost in micro-dollars."""
+        if ticket.settled:
+            return 0
+        ticket.settled = True
+        cost = cost_micros(self.price(model), tokens) if tokens is not None else 0
+        if ticket.degraded or ticket.policy is None:
+            return cost
+        used = (tokens[0] + tokens[1]) if tokens is not None else 0
+        try:
+            if ticket.slot is not None:
+                await self.counters.release(ticket.slot)
+            for e in ticket.entries:
+                if e.kind.startswith("tokens") and used != ticket.reserved:
+                    await self.counters.add(e.key, used - ticket.reserved, e.ttl)
+                elif e.kind.startswith("cost") and cost:
+                    await self.counters.add(e.key, cost, e.ttl)
+        except Exception as e:
+            self._failed(e, ticket.name)
+        return cost
+
+    def _failed(self, e: BaseException, name: str) -> None:
+        self.failed_at = time.monotonic()
+        if self.metrics is not None:
+            self.metrics.inc("switchboard_limits_degraded_total")
+        log.warning("limits_degraded", key_name=name, error=type(e).__name__)
+
+    def _refusal(self, ticket: Ticket, index: int, seen: list[int]) -> LimitExceeded:
+        if index > len(ticket.entries):
+            kind, limit, reset = "concurrent", ticket.slot.limit if ticket.slot else 0, 1.0
+        else:
+            e = ticket.entries[index - 1]
+            kind, limit, reset = e.kind, e.limit, e.reset
+        what, code = _KINDS[kind]
+        wait = max(int(reset + 0.999), 1)
+        if self.metrics is not None:
+            self.metrics.inc("switchboard_limits_refused_total", kind=kind)
+        return LimitExceeded(
+            429,
+            f"Rate limit reached for {what} on key '{ticket.name}' (limit {limit}). Please try again in {wait}s.",
+            type="rate_limit_error" if code == "rate_limit_exceeded" else "insufficient_quota",
+            code=code,
+            headers={"retry-after": str(wait), "x-switchboard-limit": kind},
+        )
+
+
+def _micros(usd: float | None) -> int | None:
+    return None if usd is None else round(usd * 1_000_000)
