@@ -162,7 +162,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "anthropic",
             auth="x-api-key",
-            quirks=frozenset({"anthropic_signatures", "messages_server_tools", "anthropic_beta"}),
+            quirks=frozenset({"anthropic_signatures", "anthropic_tool_ids", "messages_server_tools", "anthropic_beta"}),
             protocols=("messages",),
         ),
         Profile("minimax", protocols=("messages", "chat")),

@@ -87,6 +87,7 @@ QUIRKS = frozenset(
         "responses_native",
         # Messages upstreams (transformers/request_messages.py)
         "anthropic_signatures",
+        "anthropic_tool_ids",
         "messages_server_tools",
         "anthropic_beta",
     }

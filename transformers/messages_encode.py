@@ -315,7 +315,7 @@ class MessagesEncoder:
             return
         if self.open is None or self.open[0] != "thinking":
             self._close(out)
-            self._open_block(out, "thinking", {"type": "thinking", "thinking": ""})
+            self._open_block(out, "thinking", {"type": "thinking", "thinking": "", "signature": ""})
         self._delta(out, {"type": "thinking_delta", "thinking": ev.text})
         self.pieces[-1].append(ev.text)
 

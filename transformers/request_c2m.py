@@ -38,8 +38,9 @@ any other part (audio, file)     dropped, named (``content_part_dropped``)
 two turns of one role in a row   merged into one turn
 ===============================  =============================================================
 
-Every tool id goes through ``ids.to_anthropic_id`` (Kimi's ``functions.Bash:0`` becomes a
-valid id, and comes back as it was through the Messages decoder).
+Tool ids go as they came; the request rows make them valid where the upstream requires
+Anthropic's pattern (``anthropic_tool_ids``: Kimi's ``functions.Bash:0`` becomes a valid
+id there, and comes back as it was through the Messages decoder).
 
 Top level:
 
@@ -79,7 +80,6 @@ import orjson
 
 from .context import Ctx
 from .errors import RequestError
-from .ids import to_anthropic_id
 from .reasoning_keys import KEYS as REASONING_KEYS
 
 __all__ = ["BUDGETS", "DEFAULT_MAX_TOKENS", "SIGNED", "chat_to_messages"]
@@ -188,7 +188,7 @@ def _assistant(i: int, msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
         blocks.append(
             {
                 "type": "tool_use",
-                "id": to_anthropic_id(call_id),
+                "id": call_id,
                 "name": fn["name"],
                 "input": _input(fn.get("arguments"), ctx),
             }
@@ -201,7 +201,7 @@ def _tool_result(i: int, msg: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     if not isinstance(call_id, str) or not call_id:
         raise RequestError(f"messages[{i}] (tool) has no tool_call_id", param=f"messages[{i}].tool_call_id")
     content = msg.get("content")
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": to_anthropic_id(call_id)}
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
     parts = _content(content, ctx, f"messages[{i}]") if isinstance(content, list) else _text_block(content)
     if parts:
         block["content"] = parts

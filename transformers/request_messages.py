@@ -5,8 +5,9 @@ Theory of operation
 ``prepare_messages(body, ctx)`` takes a Messages body (a Messages client's, or what the
 Chat → Messages translator made) and returns the body to send: a copy, the client's body
 is never mutated.  Each row is one concern, applied in this order; a row named by a quirk
-runs as the quirk says (``providers/profiles.py``: the ``anthropic`` profile has all three,
-``anthropic_signatures``, ``messages_server_tools`` and ``anthropic_beta``; an
+runs as the quirk says (``providers/profiles.py``: the ``anthropic`` profile has all four,
+``anthropic_signatures``, ``anthropic_tool_ids``, ``messages_server_tools`` and
+``anthropic_beta``; an
 Anthropic-compatible endpoint none: it checks no signature, wants its reasoning back as
 DeepSeek's and Kimi's Chat APIs do, runs no server tool and has none of Anthropic's betas).
 
@@ -22,9 +23,13 @@ empty text                 always             empty ``text`` blocks removed from
                                               (``empty_text_block_dropped``: Anthropic answers
                                               400 "text content blocks must be non-empty")
 tool ids                   always             a ``tool_use.id`` / ``tool_result.tool_use_id``
-                                              that Anthropic would refuse (not
-                                              ``^[a-zA-Z0-9_-]+$``) through
-                                              ``ids.to_anthropic_id``
+                                              as the upstream issued it (a ``sbx_…`` id the
+                                              Messages encoder mapped for the client turned
+                                              back: Kimi's endpoint gets its
+                                              ``functions.Bash:0``); with
+                                              ``anthropic_tool_ids``, one outside
+                                              ``^[a-zA-Z0-9_-]+$`` mapped
+                                              (``ids.to_anthropic_id``)
 unsigned thinking          ``anthropic_       a ``thinking`` block whose signature Anthropic did
                            signatures``       not issue (the proxy's sealed ``pxy1.`` envelope, or
                                               none) removed (``thinking_unsigned_dropped``); then,
@@ -55,7 +60,7 @@ from typing import Any
 from . import envelope
 from .context import Ctx
 from .errors import RequestError
-from .ids import to_anthropic_id
+from .ids import from_anthropic_id, to_anthropic_id
 from .request_c2m import DEFAULT_MAX_TOKENS
 
 __all__ = ["BETA_FIELDS", "prepare_messages"]
@@ -66,9 +71,11 @@ BETA_FIELDS = ("context_management", "container", "mcp_servers")
 _VALID_ID = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _valid_id(id: str) -> bool:
-    # (an id already valid, ``sbx_…`` ones included, is sent as it is: mapping is for the rest)
-    return _VALID_ID.fullmatch(id) is not None
+def _id(id: str, strict: bool) -> str:
+    """An id as the upstream issued it (a ``sbx_…`` the Messages encoder made for the client
+    turned back), made valid where the upstream requires Anthropic's pattern (``strict``)."""
+    id = from_anthropic_id(id)
+    return to_anthropic_id(id) if strict and _VALID_ID.fullmatch(id) is None else id
 
 
 def _keep(block: Any) -> bool:
@@ -80,7 +87,7 @@ def _signed(block: dict[str, Any]) -> bool:
     return isinstance(sig, str) and bool(sig) and not envelope.is_envelope(sig)
 
 
-def _blocks(blocks: list[Any], ctx: Ctx, replay: bool) -> list[Any]:
+def _blocks(blocks: list[Any], ctx: Ctx, replay: bool, strict: bool) -> list[Any]:
     out: list[Any] = []
     for b in blocks:
         if not _keep(b):
@@ -91,14 +98,14 @@ def _blocks(blocks: list[Any], ctx: Ctx, replay: bool) -> list[Any]:
             if kind == "thinking" and not replay and not _signed(b):
                 ctx.repaired("thinking_unsigned_dropped")
                 continue
-            if kind == "tool_use" and isinstance(b.get("id"), str) and not _valid_id(b["id"]):
-                b = {**b, "id": to_anthropic_id(b["id"])}
+            if kind == "tool_use" and isinstance(b.get("id"), str):
+                b = {**b, "id": _id(b["id"], strict)}
             elif kind == "tool_result":
                 b = dict(b)
-                if isinstance(b.get("tool_use_id"), str) and not _valid_id(b["tool_use_id"]):
-                    b["tool_use_id"] = to_anthropic_id(b["tool_use_id"])
+                if isinstance(b.get("tool_use_id"), str):
+                    b["tool_use_id"] = _id(b["tool_use_id"], strict)
                 if isinstance(b.get("content"), list):
-                    b["content"] = _blocks(b["content"], ctx, replay)
+                    b["content"] = _blocks(b["content"], ctx, replay, strict)
                     if not b["content"]:
                         del b["content"]
         out.append(b)
@@ -157,9 +164,10 @@ def prepare_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         out["max_tokens"] = ctx.max_output_tokens or DEFAULT_MAX_TOKENS
     replay = not ctx.on("anthropic_signatures")
+    strict = ctx.on("anthropic_tool_ids")
     system = out.get("system")
     if isinstance(system, list):
-        out["system"] = _blocks(system, ctx, replay)
+        out["system"] = _blocks(system, ctx, replay, strict)
         if not out["system"]:
             del out["system"]
     elif system == "":
@@ -169,7 +177,7 @@ def prepare_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
         turns = []
         for m in msgs:
             if isinstance(m, dict) and isinstance(m.get("content"), list):
-                m = {**m, "content": _blocks(m["content"], ctx, replay)}
+                m = {**m, "content": _blocks(m["content"], ctx, replay, strict)}
                 if not m["content"]:
                     continue
             elif isinstance(m, dict) and m.get("content") == "":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -505,7 +504,7 @@ def c_claude_code_from_messages(r: httpx.Response) -> None:
     assert delta["usage"]["input_tokens"] == 5
 
 
-def b_codex_messages(model: str) -> Callable[[dict[str, Any]], None]:
+def b_codex_messages(model: str, *, anthropic: bool = True) -> Callable[[dict[str, Any]], None]:
     def check(b: dict[str, Any]) -> None:
         assert b["model"] == model and b["stream"] is True and b["max_tokens"] > 0
         assert b["system"][0]["text"] == "You are Codex."
@@ -513,8 +512,10 @@ def b_codex_messages(model: str) -> Callable[[dict[str, Any]], None]:
         assert all(x != y for x, y in zip(roles, roles[1:], strict=False))  # turns alternate
         call = next(x for m in b["messages"] for x in m["content"] if x["type"] == "tool_use")
         result = next(x for m in b["messages"] for x in m["content"] if x["type"] == "tool_result")
-        # Kimi's native id is no Anthropic id: mapped, the same on the call and its result
-        assert call["id"] == result["tool_use_id"] and re.fullmatch(r"[A-Za-z0-9_-]+", call["id"])
+        # Kimi's native id is no Anthropic id: mapped for Anthropic, the same on the call and its
+        # result; an Anthropic-compatible endpoint gets it as it is
+        assert call["id"] == result["tool_use_id"]
+        assert call["id"] == (to_anthropic_id("functions.exec_command:0") if anthropic else "functions.exec_command:0")
         assert call["input"] == {"cmd": "ls"}
         names = [t["name"] for t in b["tools"]]
         assert "exec_command" in names and all("input_schema" in t for t in b["tools"])
@@ -532,7 +533,7 @@ def c_codex_from_messages(r: httpx.Response) -> None:
     assert usage["input_tokens"] == 42 and usage["input_tokens_details"]["cached_tokens"] == 30
 
 
-def b_kimi_cli_messages(model: str) -> Callable[[dict[str, Any]], None]:
+def b_kimi_cli_messages(model: str, *, anthropic: bool = True) -> Callable[[dict[str, Any]], None]:
     def check(b: dict[str, Any]) -> None:
         assert (
             b["model"] == model
@@ -540,7 +541,8 @@ def b_kimi_cli_messages(model: str) -> Callable[[dict[str, Any]], None]:
             and b["system"] == [{"type": "text", "text": "You are Kimi."}]
         )
         call = b["messages"][1]["content"][-1]
-        assert call["type"] == "tool_use" and call["id"] == to_anthropic_id("functions.Read:0")
+        assert call["type"] == "tool_use"
+        assert call["id"] == (to_anthropic_id("functions.Read:0") if anthropic else "functions.Read:0")
         assert b["messages"][2]["content"][0]["tool_use_id"] == call["id"]
         assert [t["name"] for t in b["tools"]] == ["Read"]
 
@@ -693,13 +695,13 @@ CASES: list[Case] = [
                            "api_key": "mm-key"},
          {"name": "minimax-m2", "provider": "mm", "upstream_model": "MiniMax-M2"}, "responses",
          codex_request("minimax-m2"), "https://api.minimax.io/anthropic/v1/messages", ("x-api-key", "mm-key"),
-         b_codex_messages("MiniMax-M2"), messages_answer, c_codex_from_messages),
+         b_codex_messages("MiniMax-M2", anthropic=False), messages_answer, c_codex_from_messages),
     Case("qwen-anthropic-kimi-cli", {"name": "qw", "profile": "qwen", "protocol": "messages",
                                      "base_url": "https://dashscope-intl.aliyuncs.com/apps/anthropic",
                                      "api_key": "qw-key"},
          {"name": "qwen3-coder-plus", "provider": "qw"}, "chat", kimi_request("qwen3-coder-plus"),
          "https://dashscope-intl.aliyuncs.com/apps/anthropic/v1/messages", ("x-api-key", "qw-key"),
-         b_kimi_cli_messages("qwen3-coder-plus"), messages_answer, c_kimi_from_messages),
+         b_kimi_cli_messages("qwen3-coder-plus", anthropic=False), messages_answer, c_kimi_from_messages),
     Case("qwen-chat-codex", {"name": "qw", "profile": "qwen", "base_url": "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
                              "api_key": "qw-key"},
          {"name": "qwen3-coder-plus", "provider": "qw"}, "responses", codex_request("qwen3-coder-plus"),
@@ -1053,6 +1055,21 @@ def q_anthropic_beta(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) 
     assert ("context_management" in bodies[0]) is on
 
 
+def _claude_code_kimi_ids() -> dict[str, Any]:
+    req = claude_code_request("m")
+    mapped = to_anthropic_id("functions.Bash:0")  # Kimi's id, as the Messages encoder gave it
+    req["messages"][1]["content"][3]["id"] = req["messages"][2]["content"][0]["tool_use_id"] = mapped
+    return req
+
+
+def q_anthropic_tool_ids(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_claude_code_from_messages(r)
+    sent = bodies[0]["messages"][1]["content"][-1]["id"]
+    # on: Anthropic's pattern (the mapped id); off: the id as the upstream issued it
+    assert sent == (to_anthropic_id("functions.Bash:0") if on else "functions.Bash:0")
+    assert bodies[0]["messages"][2]["content"][0]["tool_use_id"] == sent
+
+
 def _one(resp: Callable[[], httpx.Response]) -> Callable[[], list[httpx.Response]]:
     return lambda: [resp()]
 
@@ -1098,6 +1115,8 @@ QCASES: list[QCase] = [
           q_anthropic_signatures),
     QCase("messages_server_tools", Q_MSG, "messages", _claude_code_web_search, _one(messages_answer),
           q_messages_server_tools),
+    QCase("anthropic_tool_ids", Q_MSG, "messages", _claude_code_kimi_ids, _one(messages_answer),
+          q_anthropic_tool_ids),
     QCase("anthropic_beta", Q_MSG, "messages", lambda: claude_code_request("m"), _one(messages_answer),
           q_anthropic_beta),
 ]  # fmt: skip

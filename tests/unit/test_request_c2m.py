@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
 
 from transformers.context import Ctx
 from transformers.errors import RequestError
-from transformers.ids import from_anthropic_id
 from transformers.request_c2m import DEFAULT_MAX_TOKENS, SIGNED, chat_to_messages
 from transformers.request_r2c import responses_to_chat
 
@@ -53,8 +51,8 @@ def test_a_tool_loop_alternates_and_maps_ids() -> None:
     assert roles == ["user", "assistant", "user"]
     uses = out["messages"][1]["content"]
     assert [u["type"] for u in uses] == ["tool_use", "tool_use"] and uses[0]["input"] == {"cmd": "ls"}
-    assert re.fullmatch(r"[A-Za-z0-9_-]+", uses[0]["id"]) and from_anthropic_id(uses[0]["id"]) == "functions.Bash:0"
-    assert uses[1]["id"] == "call_2"  # valid already: as it is
+    # ids as they came: the request rows make them valid where Anthropic's pattern is required
+    assert uses[0]["id"] == "functions.Bash:0" and uses[1]["id"] == "call_2"
     last = out["messages"][2]["content"]
     # results first, in order, then the user's text
     assert [b["type"] for b in last] == ["tool_result", "tool_result", "text"]

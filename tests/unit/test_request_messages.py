@@ -10,10 +10,11 @@ import pytest
 from transformers.context import Ctx
 from transformers.envelope import seal
 from transformers.errors import RequestError
+from transformers.ids import to_anthropic_id
 from transformers.request_c2m import DEFAULT_MAX_TOKENS
 from transformers.request_messages import BETA_FIELDS, prepare_messages
 
-ANTHROPIC = frozenset({"anthropic_signatures", "messages_server_tools", "anthropic_beta"})
+ANTHROPIC = frozenset({"anthropic_signatures", "anthropic_tool_ids", "messages_server_tools", "anthropic_beta"})
 SEALED = seal("another upstream's reasoning", b"k")
 
 
@@ -65,6 +66,17 @@ def test_a_compatible_endpoint_gets_every_thinking_block_back() -> None:
     out, ctx = run(body(), quirks=frozenset())
     thinking = [b["thinking"] for b in out["messages"][1]["content"] if b["type"] == "thinking"]
     assert thinking == ["signed", "sealed"] and "thinking_unsigned_dropped" not in ctx.repairs
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_tool_ids_go_back_as_the_upstream_issued_them(strict: bool) -> None:
+    b = body()
+    mapped = to_anthropic_id("functions.Bash:0")  # what Claude Code got from the encoder
+    b["messages"][1]["content"][3]["id"] = b["messages"][2]["content"][0]["tool_use_id"] = mapped
+    out, _ = run(b, quirks=frozenset({"anthropic_tool_ids"}) if strict else frozenset())
+    want = mapped if strict else "functions.Bash:0"  # Kimi's endpoint gets its own id back
+    assert out["messages"][1]["content"][-1]["id"] == want
+    assert out["messages"][2]["content"][0]["tool_use_id"] == want
 
 
 @pytest.mark.parametrize("first", ["sealed", "none", "signed"])
