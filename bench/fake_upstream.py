@@ -7,6 +7,8 @@ HTTP/1.1 keep-alive.  It answers
 
 * ``POST …/chat/completions`` — Chat Completions, streaming or not;
 * ``POST …/responses``        — Responses, streaming or not;
+* ``POST …/messages``         — Anthropic Messages, streaming or not (``x-api-key`` and
+  ``anthropic-version`` not checked);
 * ``GET  …/healthz``          — ``ok``;
 * ``GET  /stats``             — ``{"connections": …, "requests": …}`` since start.
 
@@ -17,15 +19,18 @@ endpoint, so that "direct" and "through the proxy" see the same bytes:
 * ``d<MS>`` in the model name: a delay of MS milliseconds per chunk (default 0);
   e.g. ``bench-chat-n200-d5``;
 * ``pt`` in the model name (paced streams): the tail is paced too, as 5 steps on the same
-  timeline for both protocols (the call's start — Responses: with the text's end —, its 3
-  argument deltas, then finish/usage/``[DONE]`` or the done events and completed), so the
-  stream takes (N + 6) × MS instead of (N + 1) × MS;
+  timeline for every protocol (the call's start — Responses and Messages: with the text's
+  end —, its 3 argument deltas, then finish/usage/``[DONE]``, the done events and completed,
+  or the call's stop, ``message_delta`` and ``message_stop``), so the stream takes
+  (N + 6) × MS instead of (N + 1) × MS;
 * ``rel`` in the model name (paced streams): a relative schedule (sleep ``MS`` after each
   write, so the writer's own lateness adds up) instead of the absolute one below;
 * ``think<R>`` in the model name (streams): R reasoning chunks before the text, one step
   each: Chat ``delta.reasoning_content`` chunks (as Kimi K2, DeepSeek, GLM and MiMo stream
   their thinking), Responses a reasoning item's summary deltas (the item's done events and
-  the message's opening written with the last one);
+  the message's opening written with the last one), Messages a ``thinking`` block's
+  ``thinking_delta`` events (its signature, its stop and the text block's start with the
+  last one);
 * ``args<A>`` in the model name (streams): the tool call's argument text is a command of A
   words, one argument delta a step (A + 2 of them: its opening, a word each, its close)
   between the call's start and the stream's end (``tool_arg_parts``), as a model writing a
@@ -51,6 +56,15 @@ N + 1      tool call (id+name, then 3 argument deltas),           text/part/item
            (``choices: []``), ``[DONE]``                          3 argument deltas, done
                                                                   events, completed+usage
 =========  =====================================================  =============
+
+and for Messages (the events as Anthropic's API writes them, less its ``ping``):
+step 0 ``message_start`` (the input tokens in its usage) and the text block's
+``content_block_start``; step *i* one ``text_delta``; step N + 1 the text block's
+``content_block_stop``, the ``tool_use`` block (``content_block_start`` with the id, the name
+and ``input: {}``, 3 ``input_json_delta`` pieces, ``content_block_stop``), ``message_delta``
+(``stop_reason: tool_use``, the output tokens) and ``message_stop``.  With ``think<R>`` a
+``thinking`` block comes first (R ``thinking_delta`` steps, its ``signature_delta`` and stop
+written with the last, with the text block's start).
 
 Step *i* is written at ``t0 + i × delay`` (an absolute schedule, so per-chunk overheads do
 not add up), ``t0`` being when the request was read, on a ``timerfd`` deadline to the
@@ -101,6 +115,9 @@ __all__ = [
     "responses_steps",
     "chat_json",
     "responses_json",
+    "messages_steps",
+    "messages_json",
+    "PROVIDER_OF",
     "usage_for",
     "FakeUpstream",
     "serve",
@@ -134,13 +151,19 @@ KEY = "sk-bench-" + "0123456789abcdef" * 3
 
 
 def proxy_providers(base: str) -> list[dict[str, str]]:
-    """The proxy's two providers in front of this upstream (``base``: its ``/v1`` URL), as every
-    bench config names them: ``fake-chat`` on its Chat side, ``fake-resp`` on its Responses side."""
+    """The proxy's three providers in front of this upstream (``base``: its ``/v1`` URL), as every
+    bench config names them: ``fake-chat`` on its Chat side, ``fake-resp`` on its Responses side,
+    ``fake-msg`` on its Messages side (the proxy POSTs ``{base}/messages`` with ``x-api-key``)."""
     common = {"profile": "openai-compatible", "base_url": base, "api_key": KEY}
     return [
         {"name": "fake-chat", "protocol": "chat", **common},
         {"name": "fake-resp", "protocol": "responses", **common},
+        {"name": "fake-msg", "protocol": "messages", **common},
     ]
+
+
+# the provider that serves each upstream protocol (``proxy_providers``)
+PROVIDER_OF = {"chat": "fake-chat", "responses": "fake-resp", "messages": "fake-msg"}
 
 
 TOOL_NAME = "shell"
@@ -527,6 +550,102 @@ def responses_steps(model: str, n: int) -> list[bytes]:
     return steps
 
 
+# ------------------------------------------------------------------------- Messages
+_MSGS_ID = "msg_bench"
+THINK_SIGNATURE = "sig_bench_0"  # the thinking block's signature (``think<R>``)
+
+
+def _msg_usage_start() -> dict:
+    """``message_start``'s usage: the input tokens (an output token so far, as Anthropic's)."""
+    return {
+        "input_tokens": PROMPT_TOKENS,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 1,
+    }
+
+
+def messages_json(model: str, n: int) -> dict:
+    """The whole (non-streamed) Messages answer: the text block, then the ``tool_use`` block."""
+    _, out, _ = usage_for(n)
+    return {
+        "id": _MSGS_ID,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [
+            {"type": "text", "text": expected_text(n)},
+            {"type": "tool_use", "id": TOOL_CALL_ID, "name": TOOL_NAME, "input": orjson.loads(TOOL_ARGS)},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {**_msg_usage_start(), "output_tokens": out},
+    }
+
+
+def messages_steps(model: str, n: int) -> list[bytes]:
+    """The streamed Messages answer as N + 2 steps (see the module docstring; with ``think<R>``
+    N + R + 2, with ``args<A>`` N + A + 5)."""
+
+    def ev(obj: dict) -> bytes:
+        return _sse(obj, obj["type"])
+
+    def block_start(i: int, block: dict) -> bytes:
+        return ev({"type": "content_block_start", "index": i, "content_block": block})
+
+    def delta(i: int, d: dict) -> bytes:
+        return ev({"type": "content_block_delta", "index": i, "delta": d})
+
+    def stop(i: int) -> bytes:
+        return ev({"type": "content_block_stop", "index": i})
+
+    r = parse_reasoning(model)
+    a = parse_args(model)
+    t = 1 if r else 0  # the text block's index (after the thinking block)
+    msg = {
+        "id": _MSGS_ID,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": _msg_usage_start(),
+    }
+    text_open = block_start(t, {"type": "text", "text": ""})
+    head = ev({"type": "message_start", "message": msg})
+    if r:  # the thinking block, a delta a step; its end and the text's start with the last
+        steps = [head + block_start(0, {"type": "thinking", "thinking": ""})]
+        for i in range(r):
+            steps.append(delta(0, {"type": "thinking_delta", "thinking": chunk_text(i)}))
+        steps[-1] += delta(0, {"type": "signature_delta", "signature": THINK_SIGNATURE}) + stop(0) + text_open
+    else:
+        steps = [head + text_open]
+    for i in range(n):
+        steps.append(delta(t, {"type": "text_delta", "text": chunk_text(i)}))
+    _, out, _ = usage_for(n, a)
+    tail = [stop(t), block_start(t + 1, {"type": "tool_use", "id": TOOL_CALL_ID, "name": TOOL_NAME, "input": {}})]
+    for part in tool_arg_parts(a):
+        tail.append(delta(t + 1, {"type": "input_json_delta", "partial_json": part}))
+    if a:  # the text's end with the call's start, then each argument delta a step of its own
+        steps.append(b"".join(tail[:2]))
+        steps += tail[2:]
+        tail = []
+    tail += [
+        stop(t + 1),
+        ev(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": out},
+            }
+        ),
+        ev({"type": "message_stop"}),
+    ]
+    steps.append(b"".join(tail))
+    return steps
+
+
 # ---------------------------------------------------------------------------- HTTP
 def _chunked(step: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(step), step)
@@ -600,11 +719,15 @@ STAMPS_ENV = "BENCH_UPSTREAM_STAMPS"
 _STAMPS: list[dict[str, float]] | None = [] if os.environ.get(STAMPS_ENV) else None
 
 
+_STEPS = {"chat": chat_steps, "responses": responses_steps, "messages": messages_steps}
+_WHOLE = {"chat": chat_json, "responses": responses_json, "messages": messages_json}
+
+
 def _build(kind: str, model: str, stream: bool) -> _Answer:
     n, delay = parse_model(model)
     extra = HOSTED_HEADERS if _HOSTED.search(model) else b""
     if stream:
-        raw = chat_steps(model, n) if kind == "chat" else responses_steps(model, n)
+        raw = _STEPS[kind](model, n)
         paced_tail, relative = parse_pacing(model)
         if paced_tail and not parse_args(model):
             raw = raw[:-1] + _tail_steps(raw[-1], kind)
@@ -612,12 +735,12 @@ def _build(kind: str, model: str, stream: bool) -> _Answer:
         steps[0] = _STREAM_HEAD[:-2] + extra + b"\r\n" + steps[0]
         steps[-1] = steps[-1] + _CHUNK_END
         return _Answer(b"".join(steps), steps, delay, relative)
-    obj = chat_json(model, n) if kind == "chat" else responses_json(model, n)
+    obj = _WHOLE[kind](model, n)
     return _Answer(_json_response(200, orjson.dumps(obj), extra=extra), None, delay)
 
 
 # events of the tail per paced step (module docstring, ``pt``)
-_TAIL_GROUPS = {"chat": (1, 1, 1, 1, 3), "responses": (4, 1, 1, 1, 3)}
+_TAIL_GROUPS = {"chat": (1, 1, 1, 1, 3), "responses": (4, 1, 1, 1, 3), "messages": (2, 1, 1, 1, 3)}
 
 
 def _tail_steps(tail: bytes, kind: str) -> list[bytes]:
@@ -708,6 +831,8 @@ class FakeUpstream(asyncio.Protocol):
             kind = "chat"
         elif path.endswith(b"/responses"):
             kind = "responses"
+        elif path.endswith(b"/messages"):
+            kind = "messages"
         elif path.endswith((b"/healthz", b"/readyz")):
             t.write(_HEALTH)
             return

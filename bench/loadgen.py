@@ -15,13 +15,16 @@ Per request it records ``(t_send, ttfb, ttft, total, events, ok)``:
 
 * ``ttfb``  — first response byte (status line) after the request was written;
 * ``ttft``  — first SSE event that carries answer text (Chat ``delta.content`` non-empty,
-  Responses ``response.output_text.delta``); streams only;
+  Responses ``response.output_text.delta``, Messages a ``content_block_delta`` whose
+  ``text_delta`` is non-empty); streams only;
 * ``total`` — the last byte of the body;
 * ``events`` — SSE events received (``SSEParser`` from ``transformers.sse``, so comments
   and keep-alives are not counted);
 * ``ok`` — status 200 and the stream ended with its protocol's success terminator
-  (``[DONE]`` for Chat, ``response.completed`` for Responses) with no error event; for a
-  JSON answer, status 200 and a body that parses.
+  (``[DONE]`` for Chat, ``response.completed`` for Responses, ``message_stop`` for Messages)
+  with no error event; for a JSON answer, status 200 and a body that parses.
+
+A Messages client's request carries ``anthropic-version`` (as Claude Code's does).
 
 ``validate_stream`` / ``validate_json`` check one answer in full against what the fake
 upstream sent (text, tool call name and arguments, usage, terminator): run on the first
@@ -38,7 +41,15 @@ from dataclasses import dataclass, field
 import httptools
 import orjson
 
-from bench.fake_upstream import TOOL_ARGS, TOOL_CALL_ID, TOOL_NAME, expected_text, tool_args, usage_for
+from bench.fake_upstream import (
+    THINK_SIGNATURE,
+    TOOL_ARGS,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    expected_text,
+    tool_args,
+    usage_for,
+)
 from transformers.sse import SSEEvent, SSEParser
 
 __all__ = [
@@ -74,6 +85,15 @@ def is_text_event(proto: str, ev: SSEEvent) -> bool:
     """Does this event carry answer text (the TTFT mark)?"""
     if proto == "responses":
         return event_type(ev) == "response.output_text.delta"
+    if proto == "messages":
+        if event_type(ev) != "content_block_delta" or '"text_delta"' not in ev.data:
+            return False
+        try:
+            d = orjson.loads(ev.data).get("delta") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            return False
+        t = d.get("text") if isinstance(d, dict) and d.get("type") == "text_delta" else None
+        return isinstance(t, str) and bool(t)
     d = ev.data
     if '"content"' not in d:
         return False
@@ -138,6 +158,8 @@ class StreamScan:
             return False
         if self.proto == "chat":
             return self.last.data == "[DONE]"
+        if self.proto == "messages":
+            return event_type(self.last) == "message_stop"
         return event_type(self.last) == "response.completed"
 
 
@@ -224,6 +246,9 @@ def validate_stream(
         if not info["done"] or events[-1].data != "[DONE]":
             problems.append("no final [DONE]")
         return problems
+    if proto == "messages":
+        want_thinking = want_reasoning if reasoning else None
+        return _validate_messages_stream(events, want_text, want_thinking, want_args, want_out, same_ids)
     # Responses
     text = []
     thought: list[str] = []
@@ -276,6 +301,98 @@ def validate_stream(
     return problems
 
 
+def _validate_messages_stream(
+    events: list[SSEEvent], want_text: str, want_reasoning: str | None, want_args: str, want_out: int, same_ids: bool
+) -> list[str]:
+    """``validate_stream`` for a Messages stream: ``message_start`` first and once, one block
+    open at a time (start, its deltas, stop; indexes 0, 1, … in order), the text blocks'
+    text, the thinking (``want_reasoning``; ``same_ids``: the upstream's signature), one
+    ``tool_use`` block (its name, id and ``partial_json`` pieces), ``stop_reason``
+    ``tool_use`` and the output tokens in ``message_delta``, ``message_stop`` last, no
+    ``error`` event."""
+    problems: list[str] = []
+    blocks: list[dict] = []
+    open_: int | None = None
+    starts = 0
+    delta_usage = stop_reason = None
+    for ev in events:
+        try:
+            obj = orjson.loads(ev.data)
+        except orjson.JSONDecodeError:
+            problems.append(f"not JSON: {ev.data[:80]!r}")
+            continue
+        t = obj.get("type")
+        if ev.event is not None and t is not None and ev.event != t:
+            problems.append(f"event line {ev.event!r} != type {t!r}")
+        if t == "message_start":
+            starts += 1
+        elif t == "content_block_start":
+            i, b = obj.get("index"), obj.get("content_block") or {}
+            if open_ is not None:
+                problems.append(f"block {i} started while block {open_} is open")
+            if i != len(blocks):
+                problems.append(f"block index {i}, want {len(blocks)}")
+            blocks.append({"type": b.get("type"), "id": b.get("id"), "name": b.get("name"), "parts": [], "sig": None})
+            open_ = len(blocks) - 1
+        elif t == "content_block_delta":
+            i, d = obj.get("index"), obj.get("delta") or {}
+            if open_ is None or i != open_:
+                problems.append(f"delta for block {i} while {open_} is open")
+                continue
+            b, dt = blocks[open_], d.get("type")
+            if dt == "signature_delta":
+                b["sig"] = d.get("signature")
+            else:
+                key = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}.get(dt)
+                if key is None or (dt == "input_json_delta") != (b["type"] == "tool_use"):
+                    problems.append(f"{dt} in a {b['type']} block")
+                else:
+                    b["parts"].append(d.get(key, ""))
+        elif t == "content_block_stop":
+            if open_ is None or obj.get("index") != open_:
+                problems.append(f"stop of block {obj.get('index')} while {open_} is open")
+            open_ = None
+        elif t == "message_delta":
+            stop_reason = (obj.get("delta") or {}).get("stop_reason")
+            delta_usage = obj.get("usage") or {}
+        elif t == "error":
+            problems.append(f"error event: {ev.data[:200]}")
+    if starts != 1 or not events or event_type(events[0]) != "message_start":
+        problems.append(f"{starts} message_start events, want 1 (first)")
+    if open_ is not None:
+        problems.append(f"block {open_} never stopped")
+
+    def joined(kind: str) -> str:
+        return "".join(p for b in blocks if b["type"] == kind for p in b["parts"])
+
+    if joined("text") != want_text:
+        problems.append(f"text differs: {len(joined('text'))} chars, want {len(want_text)}")
+    if want_reasoning is not None:
+        if joined("thinking") != want_reasoning:
+            problems.append(f"reasoning differs: {len(joined('thinking'))} chars, want {len(want_reasoning)}")
+        sigs = [b["sig"] for b in blocks if b["type"] == "thinking"]
+        if same_ids and sigs != [THINK_SIGNATURE]:  # (a bridge signs with its own key, if any)
+            problems.append(f"thinking signatures {sigs!r}")
+    calls = [b for b in blocks if b["type"] == "tool_use"]
+    if len(calls) != 1:
+        problems.append(f"{len(calls)} tool_use blocks, want 1")
+    else:
+        c = calls[0]
+        if c["name"] != TOOL_NAME:
+            problems.append(f"tool name {c['name']!r}")
+        if "".join(c["parts"]) != want_args:
+            problems.append(f"tool arguments {''.join(c['parts'])!r}")
+        if not c["id"] or (same_ids and c["id"] != TOOL_CALL_ID):
+            problems.append(f"tool call id {c['id']!r}")
+    if stop_reason != "tool_use":
+        problems.append(f"stop_reason {stop_reason!r}")
+    if delta_usage is None or delta_usage.get("output_tokens") != want_out:
+        problems.append(f"usage {delta_usage!r}")
+    if not events or event_type(events[-1]) != "message_stop":
+        problems.append("message_stop is not the last event")
+    return problems
+
+
 def validate_json(proto: str, body: bytes, n: int, same_ids: bool = True) -> list[str]:
     """Problems with one non-streamed answer."""
     try:
@@ -304,6 +421,22 @@ def validate_json(proto: str, body: bytes, n: int, same_ids: bool = True) -> lis
         if obj["choices"][0].get("finish_reason") != "tool_calls":
             problems.append(f"finish_reason {obj['choices'][0].get('finish_reason')!r}")
         if (obj.get("usage") or {}).get("completion_tokens") != want_out:
+            problems.append(f"usage {obj.get('usage')!r}")
+        return problems
+    if proto == "messages":
+        if obj.get("type") != "message" or not isinstance(obj.get("content"), list):
+            return [f"not a message: {body[:200]!r}"]
+        blocks = obj["content"]
+        if "".join(b.get("text", "") for b in blocks if b.get("type") == "text") != want_text:
+            problems.append("text differs")
+        uses = [b for b in blocks if b.get("type") == "tool_use"]
+        if len(uses) != 1 or uses[0].get("name") != TOOL_NAME or uses[0].get("input") != orjson.loads(TOOL_ARGS):
+            problems.append(f"tool_use blocks {uses!r}")
+        elif not uses[0].get("id") or (same_ids and uses[0]["id"] != TOOL_CALL_ID):
+            problems.append(f"tool_use id {uses[0].get('id')!r}")
+        if obj.get("stop_reason") != "tool_use":
+            problems.append(f"stop_reason {obj.get('stop_reason')!r}")
+        if (obj.get("usage") or {}).get("output_tokens") != want_out:
             problems.append(f"usage {obj.get('usage')!r}")
         return problems
     out = obj.get("output") or []
@@ -336,11 +469,17 @@ def percentile(values: list[float], p: float) -> float | None:
 
 
 # ------------------------------------------------------------------------- client
-def build_request(host: str, port: int, path: str, body: bytes, stream: bool) -> bytes:
+# what a Messages client (Claude Code) sends besides its body's headers
+ANTHROPIC_HEAD = b"anthropic-version: 2023-06-01\r\n"
+
+
+def build_request(host: str, port: int, path: str, body: bytes, stream: bool, extra: bytes = b"") -> bytes:
+    """``extra``: more head lines, each ending in CRLF (``ANTHROPIC_HEAD``)."""
     accept = b"text/event-stream" if stream else b"application/json"
     return (
         b"POST %b HTTP/1.1\r\nhost: %b:%d\r\ncontent-type: application/json\r\n"
-        b"accept: %b\r\ncontent-length: %d\r\n\r\n%b" % (path.encode(), host.encode(), port, accept, len(body), body)
+        b"accept: %b\r\n%bcontent-length: %d\r\n\r\n%b"
+        % (path.encode(), host.encode(), port, accept, extra, len(body), body)
     )
 
 
@@ -348,8 +487,8 @@ def build_request(host: str, port: int, path: str, body: bytes, stream: bool) ->
 class LoadSpec:
     host: str
     port: int
-    path: str  # /v1/chat/completions or /v1/responses
-    proto: str  # the client's protocol: chat | responses
+    path: str  # /v1/chat/completions, /v1/responses or /v1/messages
+    proto: str  # the client's protocol: chat | responses | messages
     body: bytes
     stream: bool
     concurrency: int
@@ -520,7 +659,8 @@ async def run_load(spec: LoadSpec) -> LoadResult:
     """Run one measurement; the wall clock starts once every connection is open."""
     loop = asyncio.get_running_loop()
     res = LoadResult()
-    req = build_request(spec.host, spec.port, spec.path, spec.body, spec.stream)
+    extra = ANTHROPIC_HEAD if spec.proto == "messages" else b""
+    req = build_request(spec.host, spec.port, spec.path, spec.body, spec.stream, extra)
     conns: list[_Client] = []
     sem = asyncio.Semaphore(128)
 

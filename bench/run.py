@@ -6,7 +6,8 @@ Theory of operation
 
 1. pins itself (the load generator) to core 1, starts the fake upstream
    (``bench/fake_upstream.py``) under ``taskset -c 1``, and writes a proxy config whose
-   providers point at it (``openai-compatible``; one ``chat``, one ``responses``);
+   providers point at it (``openai-compatible``; one ``chat``, one ``responses``, one
+   ``messages``);
 2. starts ``.venv/bin/switchboard serve`` under ``taskset -c 0`` (the proxy alone on its
    core), timing start → ``/readyz`` 200 (several times) and reading its RSS;
 3. warms both paths up, reads the idle RSS, then runs every scenario for several rounds,
@@ -49,7 +50,7 @@ from pathlib import Path
 import orjson
 
 from bench.codex_body import codex_request
-from bench.fake_upstream import TOOL_NAME, proxy_providers
+from bench.fake_upstream import PROVIDER_OF, TOOL_NAME, proxy_providers
 from bench.loadgen import LoadResult, LoadSpec, percentile, run_load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,8 +58,8 @@ HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = 1024
 
-PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
-SHORT = {"chat": "chat", "responses": "resp"}
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+SHORT = {"chat": "chat", "responses": "resp", "messages": "msg"}
 
 
 # ------------------------------------------------------------------------ scenarios
@@ -67,7 +68,7 @@ class Scenario:
     name: str
     title: str
     kind: str  # ns (non-stream) | lat (stream, c=1) | tput (stream, CPU-bound) | rt | mem
-    client: str  # protocol the client speaks: chat | responses
+    client: str  # protocol the client speaks: chat | responses | messages
     upstream: str  # protocol the (fake) upstream speaks behind the proxy
     stream: bool
     n: int
@@ -109,11 +110,19 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
         ("responses", "chat", "bridged Responses→Chat"),
         ("chat", "responses", "bridged Chat→Responses"),
     )
-    for cl, up, title in flows:
+    # Anthropic Messages: Claude Code on a Messages upstream and on a Chat one (Kimi's), Codex
+    # on a Messages upstream, a Chat client on one
+    msg_flows = (
+        ("messages", "messages", "streaming Messages"),
+        ("messages", "chat", "bridged Messages→Chat"),
+        ("responses", "messages", "bridged Responses→Messages"),
+        ("chat", "messages", "bridged Chat→Messages"),
+    )
+    for cl, up, title in flows + msg_flows:
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
         out.append(Scenario(f"st-{tag}-c1", f"{title}, 200 chunks, c=1", "lat", cl, up, True, 200, 0, 1, d))
         out.append(Scenario(f"st-{tag}-c8", f"{title}, 200 chunks, c=8", "tput", cl, up, True, 200, 0, 8, d))
-    for cl, up, title in flows:
+    for cl, up, title in flows + msg_flows[1:3]:
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
         out.append(
             Scenario(f"rt-{tag}", f"{title}, 200 chunks × 5 ms, 4 streams", "rt", cl, up, True, 200, 5, 4, None, rt_per)
@@ -315,7 +324,16 @@ def request_body(s: Scenario) -> bytes:
         "properties": {"command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"}},
         "required": ["command"],
     }
-    if s.client == "chat":
+    if s.client == "messages":  # as Claude Code sends it: system and content as blocks
+        body = {
+            "model": s.model,
+            "max_tokens": 32000,
+            "system": [{"type": "text", "text": "You are a coding agent."}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "List the files in /tmp."}]}],
+            "tools": [{"name": TOOL_NAME, "description": "Run a command", "input_schema": params}],
+            "stream": s.stream,
+        }
+    elif s.client == "chat":
         body = {
             "model": s.model,
             "messages": [
@@ -366,7 +384,7 @@ def proxy_config(upstream_port: int, scs: list[Scenario]) -> dict:
     return {
         "server": {"host": HOST, "port": 0},
         "providers": proxy_providers(base),
-        "models": [{"name": m, "provider": "fake-chat" if s.upstream == "chat" else "fake-resp"} for m, s in models],
+        "models": [{"name": m, "provider": PROVIDER_OF[s.upstream]} for m, s in models],
     }
 
 
@@ -870,7 +888,7 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
     add("non-streaming, c=1: added latency p99", "ns-chat-c1", added("ns-chat-c1", "lat_p99_ms"), 1.5, "<=", "ms")
     _, p = pair("ns-chat-c64")
     add("non-streaming, c=64: proxy CPU per request", "ns-chat-c64", _get(p, "proxy_cpu_ms_per_req"), 1.0, "<=", "ms")
-    for tag in ("chat", "resp", "resp2chat", "chat2resp"):
+    for tag in ("chat", "resp", "resp2chat", "chat2resp", "msg", "msg2chat", "resp2msg", "chat2msg"):
         sc = f"st-{tag}-c1"
         add(f"stream, c=1: added TTFB p50 ({tag})", sc, added(sc, "ttfb_p50_ms"), 0.5, "<=", "ms")
         add(f"stream, c=1: added TTFB p99 ({tag})", sc, added(sc, "ttfb_p99_ms"), 1.5, "<=", "ms")
@@ -918,6 +936,10 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         ("resp", 50000, "same-protocol"),
         ("resp2chat", 25000, "bridged"),
         ("chat2resp", 25000, "bridged"),
+        ("msg", 50000, "same-protocol"),
+        ("msg2chat", 25000, "bridged"),
+        ("resp2msg", 25000, "bridged"),
+        ("chat2msg", 25000, "bridged"),
     ):
         _, p = pair(f"st-{tag}-c8")
         add(
@@ -967,7 +989,7 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         "ms",
         "the floor under the 4 streams' figure",
     )
-    for tag in ("chat", "resp", "resp2chat", "chat2resp"):
+    for tag in ("chat", "resp", "resp2chat", "chat2resp", "msg2chat", "resp2msg"):
         add(
             f"realistic (5 ms/chunk): stream time vs direct ({tag})",
             f"rt-{tag}",
@@ -1507,7 +1529,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.run", description="Switchboard vs direct, same run (loopback only)."
     )
-    ap.add_argument("--quick", action="store_true", help="2 rounds × 1 s per scenario (about 3 minutes)")
+    ap.add_argument("--quick", action="store_true", help="2 rounds × 1 s per scenario (about 4 minutes)")
     ap.add_argument("--rounds", type=int, help="rounds per scenario (default 2 quick, 5 full)")
     ap.add_argument("--duration", type=float, help="seconds per timed measurement (default 1 quick, 2 full)")
     ap.add_argument("--only", help="regex on scenario names, e.g. '^st-|^ns-chat-c1$'")

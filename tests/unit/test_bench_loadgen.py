@@ -354,7 +354,7 @@ def test_proxy_config_routes_models_to_protocols():
     scs = benchrun.scenarios(quick=True)
     cfg = benchrun.proxy_config(4321, scs)
     provs = {p["name"]: p for p in cfg["providers"]}
-    assert {p["protocol"] for p in provs.values()} == {"chat", "responses"}
+    assert {p["protocol"] for p in provs.values()} == {"chat", "responses", "messages"}
     assert all(
         p["profile"] == "openai-compatible" and p["base_url"] == "http://127.0.0.1:4321/v1" for p in provs.values()
     )
