@@ -265,23 +265,26 @@ _random = os.urandom  # read at each call (tests put a counter in its place)
 
 _ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")
 _MAPPED = "sbx_"
-_HEX = re.compile(r"(?:[0-9a-f]{2})*")
+_HEX = re.compile(r"(?:[0-9a-f]{2})+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def to_anthropic_id(id: str) -> str:
     """A tool id valid for Anthropic (``^[a-zA-Z0-9_-]+$``), reversibly (module docstring)."""
     if _ANTHROPIC_ID.fullmatch(id) and not id.startswith(_MAPPED):
         return id
-    return _MAPPED + id.encode().hex()
+    return _MAPPED + id.encode("utf-8", "surrogatepass").hex()  # (never raises)
 
 
 def from_anthropic_id(id: str) -> str:
     """The id ``to_anthropic_id`` was given; any other id as it is."""
     if id.startswith(_MAPPED) and _HEX.fullmatch(id, len(_MAPPED)):
         try:
-            return bytes.fromhex(id[len(_MAPPED) :]).decode()
+            raw = bytes.fromhex(id[len(_MAPPED) :]).decode()
         except UnicodeDecodeError:
             return id
+        # (an id of control characters is no id: what such hex spells stays as it came)
+        return raw if raw and _CONTROL.search(raw) is None else id
     return id
 
 

@@ -96,6 +96,17 @@ ERROR_CODES = {
 }
 
 
+class _Unwritable(Exception):
+    """Upstream data that cannot be passed on (caught inside this module, never escapes)."""
+
+
+def _json(obj: Any) -> str:
+    try:
+        return orjson.dumps(obj).decode()
+    except orjson.JSONEncodeError:  # nested deeper than JSON is written
+        raise _Unwritable("the upstream sent a tool input nested too deep to pass on") from None
+
+
 def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
 
@@ -157,6 +168,14 @@ class MessagesStreamDecoder:
         if self.finished:
             return []
         out: list[Event] = []
+        try:
+            self._feed(out, obj)
+        except _Unwritable as e:  # rejected as data: the stream fails here
+            self.finished = True
+            out.append(Finish("failed", error=stream_error("upstream_bad_event", str(e))))
+        return out
+
+    def _feed(self, out: list[Event], obj: dict[str, Any]) -> None:
         kind = obj.get("type")
         if not self.started and kind not in ("ping", "error"):
             self._start(out, obj.get("message") if kind == "message_start" else None)
@@ -181,8 +200,9 @@ class MessagesStreamDecoder:
             err: dict[str, Any] = given if isinstance(given, dict) else {}
             self.finished = True
             code = ERROR_CODES.get(str(err.get("type")), "upstream_error")
-            out.append(Finish("failed", error=stream_error(code, str(err.get("message") or "upstream error"))))
-        return out
+            message = err.get("message")
+            text = message if isinstance(message, str) and message else "upstream error"
+            out.append(Finish("failed", error=stream_error(code, text)))
 
     def end(self) -> list[Event]:
         if self.finished:
@@ -230,7 +250,7 @@ class MessagesStreamDecoder:
             )
             given = block.get("input")
             if isinstance(given, dict) and given:  # (a whole input at the start: its text)
-                text = orjson.dumps(given).decode()
+                text = _json(given)
                 b.args.append(text)  # type: ignore[union-attr]
                 out.append(ToolCall(b.call, text))
         elif kind in ("thinking", "redacted_thinking"):
@@ -304,7 +324,10 @@ def decode_message(obj: dict[str, Any], ctx: Ctx) -> list[Event]:
         kind = block.get("type")
         if kind == "tool_use":
             given = block.get("input")
-            text = orjson.dumps(given if isinstance(given, dict) else {}).decode()
+            try:
+                text = _json(given if isinstance(given, dict) else {})
+            except _Unwritable as e:
+                return [*out, Finish("failed", error=stream_error("upstream_bad_event", str(e)))]
             out += dec.feed({"type": "content_block_start", "index": i, "content_block": {**block, "input": {}}})
             out += dec.feed(
                 {"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": text}}

@@ -94,6 +94,12 @@ STOP_REASONS: dict[tuple[str, str | None], str] = {
 NATIVE_STOPS = frozenset(
     {"end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal", "model_context_window_exceeded"}
 )
+# a failure's code → Anthropic's error type (Claude Code waits and retries overloaded_error)
+ERROR_KINDS = {
+    "server_is_overloaded": "overloaded_error",
+    "rate_limit_exceeded": "rate_limit_error",
+    "context_length_exceeded": "invalid_request_error",
+}
 ERROR_TYPES = {"server_error": "api_error", "invalid_request_error": "invalid_request_error"}
 
 
@@ -422,7 +428,7 @@ class MessagesEncoder:
             self.error = {
                 "type": "error",
                 "error": {
-                    "type": ERROR_TYPES.get(str(err.get("type")), "api_error"),
+                    "type": ERROR_KINDS.get(str(err.get("code")), ERROR_TYPES.get(str(err.get("type")), "api_error")),
                     "message": str(err.get("message") or "the upstream failed"),
                 },
             }

@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 ``FaultUpstream().start()`` (in the test's own event loop) serves raw HTTP on 127.0.0.1,
 port 0 → ``.port``.  A provider points at ``{base}/bad/v1`` or ``{base}/good/v1``; the
-request path says which, and its protocol (``…/chat/completions`` or ``…/responses``).
+request path says which, and its protocol (``…/chat/completions``, ``…/responses`` or
+Anthropic's ``…/messages``).
 ``/good`` always answers validly.  ``/bad`` reads the *mode* from the request's model name
 (``<anything>-fault-<mode>``) and plays it, for a stream request (SSE) or not (JSON):
 
@@ -12,28 +13,34 @@ request path says which, and its protocol (``…/chat/completions`` or ``…/res
 mode                answer
 ==================  =======================================================================
 ``ok``              the valid answer
-``500``             HTTP 500, JSON error
-``503``             HTTP 503, ``retry-after: 1``
-``429``             HTTP 429 rate limit, ``retry-after: 1``
+``500``             HTTP 500, JSON error (Messages: Anthropic's ``api_error`` shape)
+``503``             HTTP 503, ``retry-after: 1`` (Messages: ``overloaded_error``)
+``429``             HTTP 429 rate limit, ``retry-after: 1`` (Messages: ``rate_limit_error``)
 ``html``            HTTP 502 with an HTML page
-``error200``        HTTP 200 whose JSON body is an error object (``server_error``)
+``error200``        HTTP 200 whose JSON body is an error object (``server_error``;
+                    Messages: Anthropic's ``{"type": "error", "error": {...}}``)
 ``truncjson``       HTTP 200 JSON cut in the middle (content-length of what is sent)
 ``eof``             stream: the head and three events, then the connection closes;
                     JSON: half the announced content-length, then close
-``eofargs``         stream: up to the middle of a tool call's arguments, then close;
+``eofargs``         stream: up to the middle of a tool call's arguments (Messages: after
+                    the first ``input_json_delta`` of ``Read``), then close;
                     JSON: as ``eof``
 ``stallhead``       nothing for ``STALL`` seconds (past the first-byte timeout), then close
 ``stallbody``       stream: three events, then ``STALL`` seconds of silence;
                     JSON: the head and half the body, then silence
 ``junk``            stream: the valid stream with junk ``data:`` lines between events
 ``nodone``          stream: the valid stream without ``data: [DONE]`` (Chat) / without
-                    its terminal event (Responses); JSON: the valid answer
+                    its terminal event (Responses) / without ``message_stop``
+                    (Messages); JSON: the valid answer
 ``drip``            the valid answer written one byte at a time
 ``slow<n>``         stream: the valid stream, its events spread over ``n`` seconds
 ==================  =======================================================================
 
 The valid answer is the two-call turn of ``tests/integration/conftest.py``: text
-``Hello`` and two tool calls (``Read {"path":"a.py"}``, ``Bash {"cmd":"ls"}``).
+``Hello`` and two tool calls (``Read {"path":"a.py"}``, ``Bash {"cmd":"ls"}``); for
+Messages the same turn as Anthropic's SSE (a text block, two ``tool_use`` blocks whose input
+streams as ``input_json_delta`` pieces) or its whole ``message`` object (``msg_stream`` /
+``msg_json``).
 ``hits`` records ``(good|bad, protocol, mode, stream)`` per request.
 """
 
@@ -54,6 +61,7 @@ MODES = (
     "stallhead", "stallbody", "junk", "nodone", "drip",
 )  # fmt: skip
 TEXT = "Hello"
+ANTHROPIC_ERROR = b'{"type":"error","error":{"type":"%s","message":"%s"}}'
 CALLS = [("Read", '{"path":"a.py"}'), ("Bash", '{"cmd":"ls"}')]
 
 
@@ -85,9 +93,73 @@ def resp_json() -> dict[str, Any]:
     return copy.deepcopy(resp_stream_two_calls()[-1]["response"])
 
 
+MSG_USAGE = {"input_tokens": 8, "cache_read_input_tokens": 3, "output_tokens": 7}
+
+
+def msg_json() -> dict[str, Any]:
+    """The turn as Anthropic's whole message object."""
+    return {
+        "id": "msg_up1",
+        "type": "message",
+        "role": "assistant",
+        "model": "up-msg",
+        "content": [
+            {"type": "text", "text": TEXT},
+            *(
+                {"type": "tool_use", "id": f"toolu_{i}", "name": n, "input": orjson.loads(a)}
+                for i, (n, a) in enumerate(CALLS)
+            ),
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": dict(MSG_USAGE),
+    }
+
+
+def msg_stream() -> list[dict[str, Any]]:
+    """The turn as Anthropic's SSE events: text in two deltas, ``Read``'s input in two
+    ``input_json_delta`` pieces, ``Bash``'s in one."""
+    start = {k: v for k, v in msg_json().items() if k != "content"}
+    start.update(content=[], stop_reason=None, usage={**MSG_USAGE, "output_tokens": 1})
+
+    def delta(i: int, d: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": i, "delta": d}
+
+    def tool(i: int, name: str) -> dict[str, Any]:
+        block = {"type": "tool_use", "id": f"toolu_{i - 1}", "name": name, "input": {}}
+        return {"type": "content_block_start", "index": i, "content_block": block}
+
+    return [
+        {"type": "message_start", "message": start},
+        {"type": "ping"},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        delta(0, {"type": "text_delta", "text": "Hel"}),
+        delta(0, {"type": "text_delta", "text": "lo"}),
+        {"type": "content_block_stop", "index": 0},
+        tool(1, "Read"),
+        delta(1, {"type": "input_json_delta", "partial_json": ""}),
+        delta(1, {"type": "input_json_delta", "partial_json": '{"path":'}),
+        delta(1, {"type": "input_json_delta", "partial_json": '"a.py"}'}),
+        {"type": "content_block_stop", "index": 1},
+        tool(2, "Bash"),
+        delta(2, {"type": "input_json_delta", "partial_json": '{"cmd":"ls"}'}),
+        {"type": "content_block_stop", "index": 2},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 7},
+        },
+        {"type": "message_stop"},
+    ]
+
+
 def valid(protocol: str, stream: bool, *, done: bool = True) -> tuple[str, bytes]:
     if not stream:
-        return "application/json", orjson.dumps(chat_json() if protocol == "chat" else resp_json())
+        whole = {"chat": chat_json, "responses": resp_json, "messages": msg_json}[protocol]()
+        return "application/json", orjson.dumps(whole)
+    if protocol == "messages":
+        events = msg_stream()
+        return "text/event-stream", sse_body(events if done else events[:-1], event_names=True)
     if protocol == "chat":
         return "text/event-stream", sse_body(chat_stream_two_calls(), done=done)
     events = resp_stream_two_calls()
@@ -149,7 +221,9 @@ class FaultUpstream:
                 length = int(v.strip())
         body = orjson.loads(await reader.readexactly(length)) if length else {}
         kind = "good" if path.startswith("/good/") else "bad"
-        protocol = "chat" if path.endswith("/chat/completions") else "responses"
+        protocol = (
+            "chat" if path.endswith("/chat/completions") else "messages" if path.endswith("/messages") else "responses"
+        )
         stream = body.get("stream") is True
         model = str(body.get("model", ""))
         mode = model.rsplit("-fault-", 1)[1] if kind == "bad" and "-fault-" in model else "ok"
@@ -160,6 +234,10 @@ class FaultUpstream:
         """Answer one request; whether the connection stays open for another."""
         ctype, body = valid(protocol, stream, done=mode != "nodone")
         err = b'{"error":{"message":"upstream exploded","type":"server_error","code":"server_error"}}'
+        limited = b'{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}'
+        if protocol == "messages":  # Anthropic's error shape, as such upstreams send it
+            err = ANTHROPIC_ERROR % (b"api_error", b"upstream exploded")
+            limited = ANTHROPIC_ERROR % (b"rate_limit_error", b"Rate limit reached")
         if mode.startswith("slow") and stream:  # the valid stream spread over <n> seconds
             events = [e + b"\n\n" for e in body.split(b"\n\n") if e]
             w.write(head(200, ctype, len(body)))
@@ -186,7 +264,9 @@ class FaultUpstream:
             return True
         if mode in ("500", "503", "429"):
             status = int(mode)
-            e = err if mode != "429" else b'{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}'
+            e = err if mode != "429" else limited
+            if mode == "503" and protocol == "messages":
+                e = ANTHROPIC_ERROR % (b"overloaded_error", b"Overloaded")
             extra = "retry-after: 1\r\n" if mode != "500" else ""
             w.write(head(status, "application/json", len(e), extra) + e)
             await w.drain()
@@ -224,6 +304,7 @@ class FaultUpstream:
         events = body.split(b"\n\n")
         if mode != "eofargs":
             return b"\n\n".join(events[:4]) + b"\n\n"
-        marker = b'{\\"path\\":' if protocol == "chat" else b"function_call_arguments.delta"
+        # (a Messages input_json_delta's partial_json escapes the piece as a Chat chunk does)
+        marker = b"function_call_arguments.delta" if protocol == "responses" else b'{\\"path\\":'
         n = next(i for i, e in enumerate(events) if marker in e)
         return b"\n\n".join(events[: n + 1]) + b"\n\n"

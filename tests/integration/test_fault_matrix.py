@@ -1,9 +1,13 @@
-"""Every upstream fault × the four directions × stream and non-stream, through the app
-against a real loopback fault upstream (``fault_upstream.FaultUpstream``).
+"""Every upstream fault × the nine directions × stream and non-stream, through the app
+against a real loopback fault upstream (``fault_upstream.FaultUpstream``).  The four
+directions between the OpenAI protocols run on both upstream transports; the five with
+Anthropic Messages on either side on the proxy's own (``fast``) only, to keep the file's
+runtime bounded (the transports are protocol-blind: the four cover httpx's).
 
 Each fault model has two targets: the faulty provider, then a good one on the same
 protocol.  For every case: the answer comes within ``BOUND`` seconds; before the first byte
-it is an OpenAI error with the expected status and code, after it a stream with exactly one
+it is an OpenAI error with the expected status and code (a Messages client: Anthropic's
+error with the expected status and error type), after it a stream with exactly one
 terminal; the text and tool-call arguments the client got are the upstream's (all of them
 when the answer completed, a prefix when it failed: never invented); the attempts counted
 per provider and outcome, and the provider the request was accounted to, are the expected
@@ -31,8 +35,24 @@ TIMEOUTS = {"connect": 0.5, "first_byte": 0.6, "idle": 0.6, "write": 2}
 # the good targets are only ever slow when the machine is loaded (the whole suite on two
 # cores): their timeouts leave room for that, under BOUND, instead of failing the fallback
 GOOD_TIMEOUTS = {"connect": 1.5, "first_byte": 1.8, "idle": 1.8, "write": 2}
-DIRECTIONS = [(c, u) for c in ("chat", "responses") for u in ("chat", "responses")]
-PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+PROTOCOLS = ("chat", "responses", "messages")
+DIRECTIONS = [(c, u) for c in PROTOCOLS for u in PROTOCOLS]
+# the upstream transports each direction runs on
+TRANSPORTS = {d: ("fast", "httpx") if "messages" not in d else ("fast",) for d in DIRECTIONS}
+PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+BODY: dict[str, dict[str, Any]] = {
+    "chat": {"messages": [{"role": "user", "content": "read a.py and ls"}]},
+    "responses": {"input": "read a.py and ls"},
+    "messages": {"max_tokens": 256, "messages": [{"role": "user", "content": "read a.py and ls"}]},
+}
+# the fault providers of each upstream protocol: (faulty, good, refused)
+PROVIDERS = {
+    "chat": ("fchat", "gchat", "dchat"),
+    "responses": ("fresp", "gresp", "dresp"),
+    "messages": ("fmsg", "gmsg", "dmsg"),
+}
+# an HTTP error status → the error type a Messages client gets (app/prepare.py error_body)
+ANTHROPIC_TYPES = {400: "invalid_request_error", 429: "rate_limit_error", 502: "api_error", 503: "overloaded_error"}
 
 # mode → what the client gets: "fallback" (the good target answers after one failed attempt,
 # whose outcome is given), "ok" (the faulty target answers), ("error", status, code) before
@@ -58,7 +78,7 @@ def expected(mode: str, stream: bool, upstream: str) -> tuple[Any, ...]:
         return ("failed", STREAM_FAILED) if stream else ("fallback", "stream_error")
     if mode == "stallbody":
         return ("failed", ("upstream_idle_timeout",)) if stream else ("fallback", "stream_error")
-    if mode == "nodone" and stream and upstream == "responses":
+    if mode == "nodone" and stream and upstream in ("responses", "messages"):  # no terminal event
         return ("failed", ("upstream_stream_truncated",))
     return ("ok",)
 
@@ -79,12 +99,9 @@ async def fault() -> AsyncIterator[FaultUpstream]:
 def config(f: FaultUpstream) -> dict[str, Any]:
     dead = f"http://127.0.0.1:{dead_port()}/v1"
     prov = [
-        ("fchat", "chat", f.url("bad")),
-        ("fresp", "responses", f.url("bad")),
-        ("gchat", "chat", f.url("good")),
-        ("gresp", "responses", f.url("good")),
-        ("dchat", "chat", dead),
-        ("dresp", "responses", dead),
+        (name, proto, url)
+        for proto, names in PROVIDERS.items()
+        for name, url in zip(names, (f.url("bad"), f.url("good"), dead), strict=True)
     ]
     return {
         "server": {
@@ -102,10 +119,12 @@ def config(f: FaultUpstream) -> dict[str, Any]:
             for n, p, u in prov
         ],
         "models": [
-            {"name": "chat-fault-*", "targets": [{"provider": "fchat"}, {"provider": "gchat"}]},
-            {"name": "responses-fault-*", "targets": [{"provider": "fresp"}, {"provider": "gresp"}]},
-            {"name": "chat-refused", "targets": [{"provider": "dchat"}, {"provider": "gchat"}]},
-            {"name": "responses-refused", "targets": [{"provider": "dresp"}, {"provider": "gresp"}]},
+            m
+            for proto, (bad, good, dead_) in PROVIDERS.items()
+            for m in (
+                {"name": f"{proto}-fault-*", "targets": [{"provider": bad}, {"provider": good}]},
+                {"name": f"{proto}-refused", "targets": [{"provider": dead_}, {"provider": good}]},
+            )
         ],
     }
 
@@ -128,8 +147,18 @@ def calls_of(client: str, stream: bool, r: httpx.Response) -> tuple[str, list[tu
             return msg.get("content") or "", [
                 (t["function"]["name"], t["function"]["arguments"]) for t in msg.get("tool_calls") or ()
             ]
+        if client == "messages":
+            assert out["type"] == "message" and out["role"] == "assistant", out
+            blocks = out["content"]
+            text = "".join(b["text"] for b in blocks if b["type"] == "text")
+            # the input object as its JSON text: the upstream's arguments are compact JSON
+            return text, [(b["name"], orjson.dumps(b["input"]).decode()) for b in blocks if b["type"] == "tool_use"]
         text = "".join(c["text"] for i in out["output"] if i["type"] == "message" for c in i["content"] if "text" in c)
         return text, [(i["name"], i["arguments"]) for i in out["output"] if i["type"] == "function_call"]
+    if client == "messages":
+        v = client_view("messages", r.content)
+        names = [b["name"] for b in v["blocks"] if b["type"] == "tool_use"]
+        return v["text"], list(zip(names, v["args"], strict=True))
     events = [e for e in parse_sse(r.content) if e != "[DONE]"]
     if client == "chat":
         text = ""
@@ -148,14 +177,20 @@ def calls_of(client: str, stream: bool, r: httpx.Response) -> tuple[str, list[tu
     return text, [(i["name"], i["arguments"]) for i in final if i["type"] == "function_call"]
 
 
-CASES = [(mode, c, u, stream) for mode in ("refused", *MODES) for c, u in DIRECTIONS for stream in (True, False)]
+# transport: the proxy's own ("fast"), and httpx's (the oracle)
+CASES = [
+    (mode, c, u, stream, transport)
+    for mode in ("refused", *MODES)
+    for c, u in DIRECTIONS
+    for stream in (True, False)
+    for transport in TRANSPORTS[(c, u)]
+]
 
 
-@pytest.mark.parametrize("transport", ["fast", "httpx"])  # the proxy's own, and httpx's (the oracle)
 @pytest.mark.parametrize(
-    ("mode", "client_proto", "upstream", "stream"),
+    ("mode", "client_proto", "upstream", "stream", "transport"),
     CASES,
-    ids=[f"{m}-{c}-to-{u}-{'stream' if s else 'json'}" for m, c, u, s in CASES],
+    ids=[f"{t}-{m}-{c}-to-{u}-{'stream' if s else 'json'}" for m, c, u, s, t in CASES],
 )
 async def test_fault(
     fault: FaultUpstream,
@@ -170,19 +205,13 @@ async def test_fault(
     cfg["server"]["upstream_transport"] = transport
     c = await client_factory(**cfg)
     model = f"{upstream}-refused" if mode == "refused" else f"{upstream}-fault-{mode}"
-    base: dict[str, Any] = (
-        {"messages": [{"role": "user", "content": "read a.py and ls"}]}
-        if client_proto == "chat"
-        else {"input": "read a.py and ls"}
-    )
     t0 = time.perf_counter()
-    r = await c.post(PATH[client_proto], json={**base, "model": model, "stream": stream}, timeout=10)
+    r = await c.post(PATH[client_proto], json={**BODY[client_proto], "model": model, "stream": stream}, timeout=10)
     took = time.perf_counter() - t0
     assert took < BOUND, f"answered in {took:.2f}s"
     exp = expected(mode, stream, upstream)
-    bad, good = ("dchat", "gchat") if upstream == "chat" else ("dresp", "gresp")
-    if mode != "refused":
-        bad = "fchat" if upstream == "chat" else "fresp"
+    faulty, good, dead = PROVIDERS[upstream]
+    bad = dead if mode == "refused" else faulty
     m = (await c.get("/metrics")).text
 
     def attempts(provider: str, outcome: str) -> float:
@@ -191,8 +220,15 @@ async def test_fault(
     if exp[0] == "error":
         _, status, code = exp
         assert r.status_code == status, r.text
-        err = r.json()["error"]
-        assert set(err) >= {"message", "type", "param", "code"} and err["code"] == code
+        if client_proto == "messages":  # Anthropic's shape: an error type, no code
+            body = r.json()
+            assert body["type"] == "error" and body["request_id"] == r.headers["x-request-id"], body
+            err = body["error"]
+            assert set(err) == {"type", "message"} and err["message"], err
+            assert err["type"] == ANTHROPIC_TYPES[status], err
+        else:
+            err = r.json()["error"]
+            assert set(err) >= {"message", "type", "param", "code"} and err["code"] == code
         assert attempts(bad, "bad_response") == 1 and attempts(good, "ok") == 0
         assert metric(m, "switchboard_requests_total", provider=bad, status=str(status)) == 1
         if stream:
@@ -213,12 +249,18 @@ async def test_fault(
         else:
             assert attempts(bad, "ok") == 1 and attempts(good, "ok") == 0
     else:
-        assert (got["status"], got["code"] in exp[1]) == ("failed", True), got
+        if client_proto == "messages":
+            # Anthropic's error event has a type, not a code: the code is the metrics'
+            assert (got["status"], got["error_type"]) == ("failed", "api_error"), got
+            failures = {c: metric(m, "switchboard_stream_failures_total", provider=bad, code=c) for c in exp[1]}
+            assert sum(failures.values()) == 1, failures
+        else:
+            assert (got["status"], got["code"] in exp[1]) == ("failed", True), got
+            assert metric(m, "switchboard_stream_failures_total", provider=bad, code=got["code"]) == 1
         assert TEXT.startswith(text)
         for (name, args), (real_name, real_args) in zip(calls, CALLS, strict=False):
             assert name == real_name and real_args.startswith(args)
         assert attempts(bad, "ok") == 1 and attempts(good, "ok") == 0
-        assert metric(m, "switchboard_stream_failures_total", provider=bad, code=got["code"]) == 1
     if stream:
         assert metric(m, "switchboard_stream_outcomes_total", outcome=got["status"], client=client_proto) == 1
     hits = [h for h in fault.hits if h[0] == "good"]
@@ -227,5 +269,11 @@ async def test_fault(
 
 def test_matrix_covers_the_issue() -> None:
     assert {"refused", *MODES} == {m for m, *_ in CASES}
-    assert len(CASES) == 14 * 4 * 2
+    assert {(c, u) for _, c, u, *_ in CASES} == {(c, u) for c in PROTOCOLS for u in PROTOCOLS}
+    # the four OpenAI directions on both transports, the five with Messages on the fast one
+    openai = {(c, u) for c in ("chat", "responses") for u in ("chat", "responses")}
+    for _, c, u, _, t in CASES:
+        assert t in (("fast", "httpx") if (c, u) in openai else ("fast",))
+    assert len(CASES) == 14 * (4 * 2 + 5 * 1) * 2
+    assert len(set(CASES)) == len(CASES)
     assert orjson.dumps(CALLS)

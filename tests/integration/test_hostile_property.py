@@ -1,18 +1,21 @@
 """Property: whatever a client sends, the proxy answers 2xx or a 4xx OpenAI error object,
 never 5xx; a 2xx stream always ends with its protocol's terminal.
 
-Bodies are valid Chat / Responses requests (tools, tool calls, content parts, reasoning)
-mutated at random JSON paths — a value replaced by another type, ``null``, deep nesting,
+Bodies are valid Chat / Responses / Anthropic Messages requests (tools, tool calls, content
+parts, reasoning; the Messages one Claude Code's own, ``tests/fixtures/
+claude_code_messages_request.json``) mutated at random JSON paths — a value replaced by another type, ``null``, deep nesting,
 a huge string, an integer beyond 64 bits, invalid UTF-8 bytes; a key deleted or added —
 plus arbitrary JSON objects built from the fields the proxy knows.  They go through the real
-ASGI app to every upstream kind (the demo provider, mocked Chat and Responses upstreams,
-each quirk switched on).
+ASGI app to every upstream kind (the demo provider, mocked Chat, Responses and Messages
+upstreams, each quirk switched on).  A Messages client's error is Anthropic's shape and its
+stream is checked as Claude Code reads it (``test_hostile_upstream.messages_view``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import pathlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -27,10 +30,14 @@ from transformers.context import QUIRKS
 from transformers.sse import SSEParser
 
 from .conftest import BASE_CONFIG, chat_chunk, make_config, resp_stream_two_calls, sse_body
+from .fault_upstream import msg_json, msg_stream
 from .test_hostile_input import MODELS, chat_base, resp_base
+from .test_hostile_upstream import messages_view
 
 CHAT = "/v1/chat/completions"
 RESP = "/v1/responses"
+MSG = "/v1/messages"
+FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "claude_code_messages_request.json"
 
 PROPERTY = settings(
     max_examples=150,
@@ -73,6 +80,30 @@ EXTRA_PROVIDERS = [
         "api_key": "k",
     },
     {"name": "oai", "profile": "openai", "protocol": "responses", "base_url": "http://resp.test/v1", "api_key": "k"},
+    # Messages upstreams: an Anthropic-compatible one (…/v1), Anthropic itself (its base URL
+    # without /v1: the proxy adds it), Kimi's Anthropic endpoint, every quirk switched on
+    {
+        "name": "msgup",
+        "profile": "openai-compatible",
+        "protocol": "messages",
+        "base_url": "http://msg.test/v1",
+        "api_key": "k",
+    },
+    {"name": "anthropic", "profile": "anthropic", "base_url": "http://msg.test", "api_key": "k"},
+    {
+        "name": "kimimsg",
+        "profile": "kimi",
+        "protocol": "messages",
+        "base_url": "http://msg.test/anthropic",
+        "api_key": "k",
+    },
+    {
+        "name": "allmsg",
+        "profile": "openai-compatible",
+        "protocol": "messages",
+        "base_url": "http://msg.test/v1",
+        "quirks": {"enable": sorted(QUIRKS)},
+    },
 ]
 EXTRA_MODELS = [
     {"name": n, "provider": p}
@@ -82,8 +113,13 @@ EXTRA_MODELS = [
         ("kimi-moon", "moonshot"),
         ("mantle-model", "mantle"),
         ("oai-model", "oai"),
+        ("msg-model", "msgup"),
+        ("claude-model", "anthropic"),
+        ("kimi-msg", "kimimsg"),
+        ("all-msg", "allmsg"),
     )
 ]
+MESSAGES_MODELS = ("msg-model", "claude-model", "kimi-msg", "all-msg")
 ALL_MODELS = (*MODELS, "kimi-k2.6", "mimo-v2.6-flash", *(m["name"] for m in EXTRA_MODELS))
 
 
@@ -104,6 +140,10 @@ def upstream(request: httpx.Request) -> httpx.Response:
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
             },
         )
+    if request.url.path.endswith("/v1/messages"):
+        if stream:
+            return _streamed(sse_body(msg_stream(), event_names=True))
+        return httpx.Response(200, json=msg_json())
     assert request.url.path.endswith("/responses"), request.url
     events = resp_stream_two_calls()
     if stream:
@@ -149,6 +189,9 @@ def check_answer(r: httpx.Response, path: str) -> None:
     """A 4xx error object, a JSON answer, or a stream that ends with its terminal, by what
     the answer says it is (a mutation may have flipped the body's ``stream``)."""
     assert r.status_code < 500, r.text[:800]
+    if path == MSG:
+        check_messages_answer(r)
+        return
     if r.status_code >= 400:
         body = r.json()
         assert set(body) == {"error"}, body
@@ -166,6 +209,21 @@ def check_answer(r: httpx.Response, path: str) -> None:
     else:
         last = orjson.loads(events[-1].data)
         assert last["type"] in ("response.completed", "response.failed", "response.incomplete"), last["type"]
+
+
+def check_messages_answer(r: httpx.Response) -> None:
+    """A Messages client's: Anthropic's error object, a whole message, or a stream as Claude
+    Code reads it (one terminal, blocks opened and closed in order)."""
+    if r.status_code >= 400:
+        body = r.json()
+        assert set(body) == {"type", "error", "request_id"} and body["type"] == "error", body
+        assert set(body["error"]) == {"type", "message"} and isinstance(body["error"]["message"], str), body
+        return
+    if not r.headers.get("content-type", "").startswith("text/event-stream"):
+        out = r.json()
+        assert isinstance(out, dict) and out.get("type") == "message", str(out)[:800]
+        return
+    messages_view(r.content)
 
 
 # -- mutation ----------------------------------------------------------------------------------
@@ -386,3 +444,151 @@ def test_arbitrary_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
             )
         )
     check_answer(proxy.post(path, orjson.dumps(body)), path)
+
+
+# -- Anthropic Messages clients ------------------------------------------------------------------
+
+
+def _short(obj: Any) -> Any:
+    """Claude Code's request with its long texts cut (the mutations pick among fewer paths
+    and the bodies stay small; the shape is what matters here)."""
+    if isinstance(obj, str):
+        return obj[:120]
+    if isinstance(obj, list):
+        return [_short(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _short(v) for k, v in obj.items()}
+    return obj
+
+
+def messages_base() -> dict[str, Any]:
+    """Claude Code's second request of a turn (thinking, text and a tool_use answered by a
+    tool_result, its system reminder inside ``messages``), with two of its tools, an image
+    and a server tool added."""
+    body = _short(orjson.loads(FIXTURE.read_bytes())["requests"][1])
+    body["tools"] = [t for t in body["tools"] if t["name"] in ("Bash", "Read")]
+    body["tools"].append({"type": "web_search_20250305", "name": "web_search", "max_uses": 3})
+    body["messages"][0]["content"].append(
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    )
+    body["messages"][-1]["content"].append({"type": "text", "text": "go on"})
+    return body
+
+
+MESSAGES_TOOL_CHOICES = [None, {"type": "auto"}, {"type": "any"}, {"type": "tool", "name": "Bash"}, {"type": "none"}]
+
+
+@PROPERTY
+@given(data=st.data())
+def test_mutated_messages_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
+    """Toward a Chat, a Responses and a Messages upstream (and the demo)."""
+    body = messages_base()
+    body["model"] = data.draw(st.sampled_from((*ALL_MODELS, *MESSAGES_MODELS, *MESSAGES_MODELS)))
+    body["stream"] = data.draw(st.booleans())
+    choice = data.draw(st.sampled_from(MESSAGES_TOOL_CHOICES))
+    if choice is not None:
+        body["tool_choice"] = copy.deepcopy(choice)
+    body["thinking"] = data.draw(
+        st.sampled_from([{"type": "adaptive", "display": "updates"}, {"type": "enabled", "budget_tokens": 2048}])
+    )
+    raw = mutate(data, body)
+    check_answer(proxy.post(MSG, raw), MSG)
+
+
+MESSAGES_FIELDS = [
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "tools",
+    "tool_choice",
+    "stream",
+    "thinking",
+    "metadata",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "top_k",
+    "context_management",
+    "output_config",
+    "container",
+    "mcp_servers",
+    "service_tier",
+]
+BLOCK_TYPES = ["text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking", "document", "x"]
+
+
+@PROPERTY
+@given(data=st.data())
+def test_arbitrary_messages_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
+    if data.draw(st.integers(0, 9)) == 0:  # not even JSON, sometimes
+        check_answer(proxy.post(MSG, data.draw(st.binary(max_size=64))), MSG)
+        return
+    body = data.draw(st.dictionaries(st.sampled_from(MESSAGES_FIELDS), json_values, max_size=8))
+    body["model"] = data.draw(st.sampled_from([*ALL_MODELS, *MESSAGES_MODELS, 5, None]))
+    block = st.fixed_dictionaries(
+        {"type": st.sampled_from(BLOCK_TYPES)},
+        optional={
+            "text": json_values,
+            "id": json_values,
+            "name": json_values,
+            "input": json_values,
+            "tool_use_id": json_values,
+            "content": json_values,
+            "is_error": json_values,
+            "thinking": json_values,
+            "signature": json_values,
+            "data": json_values,
+            "source": json_values,
+            "cache_control": json_values,
+        },
+    )
+    if data.draw(st.integers(0, 4)):
+        body["messages"] = data.draw(
+            st.lists(
+                st.one_of(
+                    json_values,
+                    st.fixed_dictionaries(
+                        {
+                            "role": st.sampled_from(["user", "assistant", "system", "tool", 5]),
+                            "content": st.one_of(json_values, st.lists(st.one_of(block, json_values), max_size=4)),
+                        }
+                    ),
+                ),
+                max_size=4,
+            )
+        )
+    if data.draw(st.booleans()):
+        body["system"] = data.draw(
+            st.one_of(st.text(max_size=20), st.lists(st.one_of(block, json_values), max_size=3), json_values)
+        )
+    if data.draw(st.booleans()):
+        body["tools"] = data.draw(
+            st.lists(
+                st.one_of(
+                    json_values,
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "type": st.sampled_from(["custom", "web_search_20250305", "bash_20250124", None, 5]),
+                            "name": json_values,
+                            "description": json_values,
+                            "input_schema": json_values,
+                            "cache_control": json_values,
+                        },
+                    ),
+                ),
+                max_size=3,
+            )
+        )
+    if data.draw(st.booleans()):
+        body["tool_choice"] = data.draw(
+            st.one_of(
+                json_values,
+                st.fixed_dictionaries(
+                    {"type": st.sampled_from(["auto", "any", "tool", "none", 5])},
+                    optional={"name": json_values, "disable_parallel_tool_use": json_values},
+                ),
+            )
+        )
+    check_answer(proxy.post(MSG, orjson.dumps(body)), MSG)

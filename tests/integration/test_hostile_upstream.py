@@ -17,6 +17,7 @@ import pytest
 
 from transformers.chat_decode import ChatStreamDecoder
 from transformers.responses_decode import ResponsesStreamDecoder
+from transformers.sse import SSEParser
 
 from .conftest import (
     CHAT_URL,
@@ -34,6 +35,7 @@ MODEL = {"chat": "chat-model", "responses": "resp-model"}
 PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
 DIRECTIONS = [(c, u) for c in ("chat", "responses") for u in ("chat", "responses")]
 TERMINALS = ("response.completed", "response.incomplete", "response.failed")
+MESSAGES_COMPLETED = ("end_turn", "tool_use", "stop_sequence", "pause_turn")
 
 
 def request(client: str, upstream: str, stream: bool) -> dict[str, Any]:
@@ -82,6 +84,8 @@ def hostile_resp_stream() -> list[Any]:
 
 def client_view(client: str, raw: bytes) -> dict[str, Any]:
     """What the client got: terminal, error code, text, call ids; checks the protocol shape."""
+    if client == "messages":
+        return messages_view(raw)
     events = parse_sse(raw)
     assert events
     if client == "chat":
@@ -112,6 +116,74 @@ def client_view(client: str, raw: bytes) -> dict[str, Any]:
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     code = events[-2]["code"] if types[-1] == "response.failed" else None
     return {"status": final["status"], "code": code, "ids": ids, "text": text, "usage": [final["usage"]]}
+
+
+def messages_view(raw: bytes) -> dict[str, Any]:
+    """``client_view`` for an Anthropic Messages client.  The shape Claude Code relies on:
+    every event's ``event:`` line names its type; ``message_start`` first and once; one
+    terminal, last: ``message_delta`` + ``message_stop`` (once), or a single ``error`` event
+    with nothing after it; blocks indexed from 0 in start order, one open at a time, never
+    reopened, every ``content_block_delta`` for the open block.  Anthropic's error has a
+    ``type``, not a code: ``code`` is None, ``error_type`` is that type."""
+    p = SSEParser()
+    frames = p.feed(raw) + p.end()
+    assert frames, "an empty stream"
+    events: list[dict[str, Any]] = []
+    for f in frames:
+        ev = orjson.loads(f.data)
+        assert isinstance(ev, dict) and f.event == ev.get("type"), (f.event, f.data[:200])
+        events.append(ev)
+    types = [e["type"] for e in events]
+    terminals = [i for i, t in enumerate(types) if t in ("message_stop", "error")]
+    assert terminals == [len(types) - 1], f"not one terminal, last: {types}"
+    assert types.count("message_start") <= 1 and (types[0] == "message_start" or types == ["error"]), types
+    completed = types[-1] == "message_stop"
+    assert types.count("message_delta") == (1 if completed else 0), types
+    if completed:
+        assert types[-2] == "message_delta", types
+    open_: int | None = None
+    started: list[dict[str, Any]] = []
+    text, ids, args = "", [], {}
+    for e in events:
+        t = e["type"]
+        if t == "content_block_start":
+            assert open_ is None, f"block {e['index']} started while {open_} is open"
+            assert e["index"] == len(started), f"block index {e['index']} out of order (or reopened)"
+            open_ = e["index"]
+            started.append(e["content_block"])
+            if e["content_block"]["type"] == "tool_use":
+                ids.append(e["content_block"]["id"])
+                args[e["index"]] = ""
+        elif t == "content_block_delta":
+            assert e["index"] == open_, f"a delta for block {e['index']} while {open_} is open"
+            d = e["delta"]
+            if d["type"] == "text_delta":
+                text += d["text"]
+            elif d["type"] == "input_json_delta":
+                args[e["index"]] += d["partial_json"]
+        elif t == "content_block_stop":
+            assert e["index"] == open_, f"a stop for block {e['index']} while {open_} is open"
+            open_ = None
+        elif t == "message_delta":
+            assert open_ is None, f"message_delta while block {open_} is open"
+    if completed:
+        reason = events[-2]["delta"]["stop_reason"]
+        status = "completed" if reason in MESSAGES_COMPLETED else "incomplete"
+        err_type = None
+    else:
+        err = events[-1]["error"]
+        assert set(err) >= {"type", "message"} and isinstance(err["message"], str), err
+        status, err_type = "failed", err["type"]
+    return {
+        "status": status,
+        "code": None,
+        "error_type": err_type,
+        "ids": ids,
+        "text": text,
+        "usage": [events[-2]["usage"]] if completed else [],
+        "blocks": started,
+        "args": [args[k] for k in sorted(args)],
+    }
 
 
 def upstream_stream(upstream: str) -> httpx.Response:

@@ -14,11 +14,17 @@ Three layers, all through the real entry point ``transformers.bridge.Bridge`` (s
   streams made of arbitrary events, for both upstream and both client protocols under every
   provider profile's quirk set: the client output is valid SSE for its protocol with exactly
   one terminal, and no exception was raised anywhere (the guard did not fire).
+
+The Anthropic Messages upstream (``transformers/messages_decode.py``) has the same three
+layers at the end of the file (``MSG_CASES``, its guard, its properties), for all three
+client protocols; a Messages client's stream is checked as Claude Code reads it
+(``check_messages``).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,8 @@ from transformers.chat_encode import ChatStreamEncoder
 from transformers.context import QUIRKS, Ctx, ToolInfo
 from transformers.errors import ProxyError
 from transformers.events import Finish, ToolCall
+from transformers.messages_decode import MessagesStreamDecoder
+from transformers.messages_encode import MessagesEncoder
 from transformers.responses_decode import ResponsesStreamDecoder
 from transformers.responses_encode import ResponsesStreamEncoder
 from transformers.sse import SSEParser
@@ -256,6 +264,8 @@ def guard_fired(chain: Bridge) -> bool:
 
 
 def check(client: str, raw: bytes) -> list[Any]:
+    if client == "messages":
+        return check_messages(raw)
     return check_chat(raw) if client == "chat" else check_responses(raw)
 
 
@@ -263,10 +273,18 @@ def outcome(client: str, objs: list[Any]) -> str:
     """completed | incomplete | failed, as the client sees it."""
     if client == "chat":
         return "failed" if objs[-1] != "[DONE]" else "completed"
+    if client == "messages":
+        if objs[-1]["type"] == "error":
+            return "failed"
+        return "incomplete" if objs[-2]["delta"]["stop_reason"] in ("max_tokens", "refusal") else "completed"
     return objs[-1]["response"]["status"]
 
 
 def error_code(client: str, objs: list[Any]) -> str | None:
+    """The failure's code as the client reads it (a Messages client reads none: Anthropic's
+    error has a type; ``Bridge.error_code`` has it)."""
+    if client == "messages":
+        return None
     if client == "chat":
         return objs[-1]["error"]["code"] if objs[-1] != "[DONE]" else None
     return objs[-2]["code"] if objs[-1]["type"] == "response.failed" else None
@@ -1173,7 +1191,7 @@ def drive(
     p = prepared(client, upstream, QUIRK_SETS[quirks], tools=tools)
     chain, raw = run_chain(p, sse_bytes(events, names=names, crlf=crlf), cuts, heartbeats)
     # every malformed input is handled where it happens: the guard never fires
-    assert not guard_fired(chain), "an exception escaped a stage (the guard fired)"
+    assert not guard_fired(chain), f"an exception escaped a stage (the guard fired): {chain.crashed!r}"
     check(client, raw)
 
 
@@ -1368,6 +1386,712 @@ def test_property_non_stream_bodies(client: str, upstream: str, obj: Any) -> Non
     except ProxyError as e:
         assert e.status == 502
         assert "could not process" not in e.message  # rejected as data, not by the guard
+        return
+    res = orjson.loads(out)
+    assert status == 200 and isinstance(res, dict)
+
+
+# -- Anthropic Messages upstream ------------------------------------------------------------------
+
+ALL_CLIENTS = ("chat", "responses", "messages")
+JUNKED = "sse_junk_line_skipped"  # what the Messages decoder records for a malformed event
+STOP_REASONS = ("end_turn", "tool_use", "max_tokens", "refusal", "stop_sequence", "pause_turn")
+_ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")
+_DELTA_OF = {
+    "text": ("text_delta",),
+    "thinking": ("thinking_delta", "signature_delta"),
+    "redacted_thinking": (),
+    "tool_use": ("input_json_delta",),
+}
+
+
+def check_messages(raw: bytes) -> list[dict[str, Any]]:
+    """Valid Anthropic Messages SSE, as Claude Code reads it: ``event:`` names match;
+    ``message_start`` first and once (a stream may also be one lone ``error``); exactly one
+    terminal, last: ``message_delta`` + ``message_stop``, or one ``error`` event; blocks
+    indexed from 0 in start order, one open at a time, never reopened, each delta for the
+    open block and of its kind; tool ids valid for Anthropic, names strings, ``input`` {}."""
+    p = SSEParser()
+    evs = p.feed(raw) + p.end()
+    assert evs, "no output at all"
+    objs: list[dict[str, Any]] = []
+    for e in evs:
+        o = orjson.loads(e.data)
+        assert isinstance(o, dict) and isinstance(o.get("type"), str), o
+        assert e.event == o["type"], (e.event, o["type"])
+        objs.append(o)
+    types = [o["type"] for o in objs]
+    terminals = [i for i, t in enumerate(types) if t in ("message_stop", "error")]
+    assert terminals == [len(types) - 1], f"not exactly one terminal, last: {types}"
+    assert types.count("message_start") <= 1 and (types[0] == "message_start" or types == ["error"]), types
+    completed = types[-1] == "message_stop"
+    assert types.count("message_delta") == (1 if completed else 0), types
+    if completed:
+        assert types[-2] == "message_delta", types
+    open_: tuple[int, str] | None = None
+    started = 0
+    for o in objs:
+        t = o["type"]
+        if t == "message_start":
+            m = o["message"]
+            assert m["type"] == "message" and m["role"] == "assistant" and m["content"] == [], m
+            assert isinstance(m["id"], str) and isinstance(m["model"], str), m
+            assert all(isinstance(v, int) for v in m["usage"].values()), m["usage"]
+        elif t == "content_block_start":
+            assert open_ is None, f"block {o['index']} started while {open_} is open"
+            assert o["index"] == started, f"block index {o['index']}, expected {started} (out of order or reopened)"
+            block = o["content_block"]
+            assert block["type"] in _DELTA_OF, block
+            if block["type"] == "tool_use":
+                assert isinstance(block["id"], str) and _ANTHROPIC_ID.fullmatch(block["id"]), block
+                assert isinstance(block["name"], str) and block["name"], block
+                assert block["input"] == {}, block
+            open_ = (o["index"], block["type"])
+            started += 1
+        elif t == "content_block_delta":
+            assert open_ is not None and o["index"] == open_[0], f"a delta for block {o['index']} while {open_} is open"
+            d = o["delta"]
+            assert d["type"] in _DELTA_OF[open_[1]], (open_, d)
+            key = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature"}
+            assert isinstance(d[key.get(d["type"], "partial_json")], str), d
+        elif t == "content_block_stop":
+            assert open_ is not None and o["index"] == open_[0], f"a stop for block {o['index']} while {open_} is open"
+            open_ = None
+        elif t == "message_delta":
+            assert open_ is None, f"message_delta while block {open_} is open"
+            assert o["delta"]["stop_reason"] in STOP_REASONS, o
+            assert all(isinstance(v, int) for v in o["usage"].values()), o["usage"]
+        elif t == "error":
+            err = o["error"]
+            assert set(err) == {"type", "message"}, err
+            assert isinstance(err["type"], str) and isinstance(err["message"], str), err
+        else:
+            assert t in ("ping", "message_stop"), t
+    return objs
+
+
+def mblock(i: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": i, "content_block": block}
+
+
+def mdelta(i: Any, delta: Any) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": i, "delta": delta}
+
+
+def mstop(i: Any) -> dict[str, Any]:
+    return {"type": "content_block_stop", "index": i}
+
+
+def m_start(**kw: Any) -> dict[str, Any]:
+    msg = {"id": "msg_u", "type": "message", "role": "assistant", "model": "up-msg", "content": [],
+           "usage": {"input_tokens": 3, "output_tokens": 1}}  # fmt: skip
+    return {"type": "message_start", "message": {**msg, **kw}}
+
+
+MUSAGE = {"output_tokens": 2}
+
+
+def m_stream(bad: list[Any], *, where: str = "middle", usage: Any = MUSAGE, start: Any = None) -> list[Any]:
+    """A valid stream (text, one named call, message_delta, message_stop) with ``bad`` events
+    after its blocks (``middle``), right after ``message_start`` (``first``) or in place of
+    its ``message_delta`` (``delta``)."""
+    head = [m_start() if start is None else start]
+    blocks = [
+        mblock(0, {"type": "text", "text": ""}),
+        mdelta(0, {"type": "text_delta", "text": "Hi"}),
+        mstop(0),
+        mblock(1, {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}),
+        mdelta(1, {"type": "input_json_delta", "partial_json": '{"p":1}'}),
+        mstop(1),
+    ]
+    delta = {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": usage}
+    tail = [delta, {"type": "message_stop"}]
+    if where == "first":
+        return [*head, *bad, *blocks, *tail]
+    if where == "delta":
+        return [*head, *blocks, *bad, tail[1]]
+    return [*head, *blocks, *bad, *tail]
+
+
+MSG_CASES: list[tuple[str, list[Any], dict[str, Any], set[str]]] = [
+    # index of the wrong type (a bool is an int to Python: True names block 1, closed by then)
+    ("delta-index-string", [mdelta("0", {"type": "text_delta", "text": "!"})], {}, {JUNKED}),
+    ("delta-index-float", [mdelta(1.5, {"type": "text_delta", "text": "!"})], {}, {JUNKED}),
+    ("delta-index-null", [mdelta(None, {"type": "text_delta", "text": "!"})], {}, {JUNKED}),
+    ("delta-index-array", [mdelta([0], {"type": "input_json_delta", "partial_json": "{}"})], {}, {JUNKED}),
+    ("delta-index-object", [mdelta({"i": 1}, {"type": "text_delta", "text": "!"})], {}, {JUNKED}),
+    ("delta-index-missing", [{"type": "content_block_delta", "delta": {"type": "text_delta", "text": "!"}}], {}, {JUNKED}),
+    ("delta-index-bool", [mdelta(True, {"type": "text_delta", "text": "!"})], {}, set()),
+    ("start-index-string", [{**mblock(2, {"type": "text", "text": "x"}), "index": "2"}], {}, {JUNKED}),
+    ("start-index-null", [{**mblock(2, {"type": "text", "text": "x"}), "index": None}], {}, {JUNKED}),
+    ("stop-index-string", [mstop("1")], {}, set()),
+    ("stop-index-object", [mstop({"i": 0})], {}, set()),
+    ("stop-never-started", [mstop(9)], {}, set()),
+    # delta of the wrong type
+    ("delta-string", [mdelta(0, "text")], {}, {JUNKED}),
+    ("delta-array", [mdelta(0, [{"type": "text_delta", "text": "x"}])], {}, {JUNKED}),
+    ("delta-null", [mdelta(0, None)], {}, {JUNKED}),
+    ("delta-number", [mdelta(0, 7)], {}, {JUNKED}),
+    ("delta-type-number", [mdelta(2, {"type": 5, "text": "x"})], {}, {JUNKED}),
+    ("delta-type-unknown", [mblock(2, {"type": "text", "text": ""}), mdelta(2, {"type": "citations_delta", "citation": {}}), mstop(2)], {}, set()),
+    ("text-delta-text-number", [mblock(2, {"type": "text", "text": ""}), mdelta(2, {"type": "text_delta", "text": 5}), mstop(2)], {}, set()),
+    ("text-delta-text-object", [mblock(2, {"type": "text", "text": ""}), mdelta(2, {"type": "text_delta", "text": {"t": "x"}}), mstop(2)], {}, set()),
+    ("partial-json-number", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {}}), mdelta(2, {"type": "input_json_delta", "partial_json": 5}), mstop(2)], {}, set()),
+    ("partial-json-object", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {}}), mdelta(2, {"type": "input_json_delta", "partial_json": {"cmd": "ls"}}), mstop(2)], {}, set()),
+    ("thinking-delta-array", [mblock(2, {"type": "thinking", "thinking": ""}), mdelta(2, {"type": "thinking_delta", "thinking": ["x"]}), mstop(2)], {}, set()),
+    ("signature-number", [mblock(2, {"type": "thinking", "thinking": "t"}), mdelta(2, {"type": "signature_delta", "signature": 5}), mstop(2)], {}, set()),
+    # a delta that does not belong to its block's kind
+    ("json-delta-in-text-block", [mblock(2, {"type": "text", "text": ""}), mdelta(2, {"type": "input_json_delta", "partial_json": "{}"}), mstop(2)], {}, set()),
+    ("text-delta-in-tool-block", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {}}), mdelta(2, {"type": "text_delta", "text": "!"}), mstop(2)], {}, set()),
+    ("thinking-delta-in-tool-block", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {}}), mdelta(2, {"type": "thinking_delta", "thinking": "t"}), mstop(2)], {}, set()),
+    # content_block of the wrong type
+    ("content-block-string", [{"type": "content_block_start", "index": 2, "content_block": "text"}], {}, {JUNKED}),
+    ("content-block-null", [{"type": "content_block_start", "index": 2, "content_block": None}], {}, {JUNKED}),
+    ("content-block-array", [{"type": "content_block_start", "index": 2, "content_block": [{"type": "text"}]}], {}, {JUNKED}),
+    ("content-block-missing", [{"type": "content_block_start", "index": 2}], {}, {JUNKED}),
+    ("content-block-type-number", [mblock(2, {"type": 5, "text": "x"}), mstop(2)], {}, set()),
+    ("content-block-type-unknown", [mblock(2, {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}), mstop(2)], {}, set()),
+    ("content-block-text-number", [mblock(2, {"type": "text", "text": 5}), mstop(2)], {}, set()),
+    ("tool-id-number", [mblock(2, {"type": "tool_use", "id": 42, "name": "Bash", "input": {}}), mdelta(2, {"type": "input_json_delta", "partial_json": "{}"}), mstop(2)], {}, set()),
+    ("tool-id-invalid-chars", [mblock(2, {"type": "tool_use", "id": "functions.Bash:1", "name": "Bash", "input": {}}), mstop(2)], {}, set()),
+    ("tool-name-object", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": {"n": "Bash"}, "input": {}}), mstop(2)], {}, set()),
+    ("tool-input-string", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": "ls"}), mstop(2)], {}, set()),
+    ("tool-input-array", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": [1]}), mstop(2)], {}, set()),
+    ("tool-input-whole", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {"cmd": "ls"}}), mstop(2)], {}, set()),
+    ("redacted-data-number", [mblock(2, {"type": "redacted_thinking", "data": 5}), mstop(2)], {}, set()),
+    # a delta for a block never started: taken as starting it
+    ("text-delta-never-started", [mdelta(2, {"type": "text_delta", "text": "!"}), mstop(2)], {}, {JUNKED}),
+    ("text-delta-never-started-unclosed", [mdelta(2, {"type": "text_delta", "text": "!"})], {}, {JUNKED}),
+    ("json-delta-never-started", [mdelta(2, {"type": "input_json_delta", "partial_json": '{"a":1}'}), mstop(2)], {}, {"late_tool_identity"}),
+    ("thinking-delta-never-started", [mdelta(2, {"type": "thinking_delta", "thinking": "t"}), mstop(2)], {}, {JUNKED}),
+    ("signature-never-started", [mdelta(2, {"type": "signature_delta", "signature": "s"}), mstop(2)], {}, {JUNKED}),
+    # a block started twice, blocks left open, interleaved
+    ("block-restarted", [mblock(1, {"type": "tool_use", "id": "toolu_9", "name": "Bash", "input": {}}), mdelta(1, {"type": "input_json_delta", "partial_json": "{}"}), mstop(1)], {}, set()),
+    ("block-left-open", [mblock(2, {"type": "text", "text": ""}), mdelta(2, {"type": "text_delta", "text": "!"})], {}, set()),
+    ("blocks-interleaved", [mblock(2, {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {}}), mblock(3, {"type": "text", "text": ""}), mdelta(2, {"type": "input_json_delta", "partial_json": '{"c":'}), mdelta(3, {"type": "text_delta", "text": "!"}), mdelta(2, {"type": "input_json_delta", "partial_json": "1}"}), mstop(3), mstop(2)], {}, set()),
+    # usage and the top-level events
+    ("usage-string", [], {"usage": "lots"}, set()),
+    ("usage-array", [], {"usage": [1, 2]}, set()),
+    ("usage-counts-wrong", [], {"usage": {"output_tokens": "7", "input_tokens": {"n": 1}, "cache_read_input_tokens": -3}}, set()),
+    ("usage-counts-huge", [], {"usage": {"output_tokens": 2**63 - 1, "input_tokens": 2**63 - 1}}, set()),
+    ("start-usage-wrong", [], {"start": m_start(usage=[1])}, set()),
+    ("start-message-string", [], {"start": {"type": "message_start", "message": "msg"}}, set()),
+    ("start-id-model-wrong", [], {"start": m_start(id=5, model={"m": 1})}, set()),
+    ("start-missing", [], {"start": {"type": "ping"}}, set()),
+    ("message-delta-string", [{"type": "message_delta", "delta": "end_turn"}], {"where": "delta"}, set()),
+    ("stop-reason-number", [{"type": "message_delta", "delta": {"stop_reason": 5}, "usage": MUSAGE}], {"where": "delta"}, set()),
+    ("stop-reason-unknown", [{"type": "message_delta", "delta": {"stop_reason": "mystery"}, "usage": MUSAGE}], {"where": "delta"}, set()),
+    ("message-start-twice", [m_start(id="msg_again")], {}, set()),
+    ("type-number", [{"type": 5, "delta": {"type": "text_delta", "text": "x"}}], {}, set()),
+    ("type-array", [{"type": ["message_stop"]}], {}, set()),
+    ("type-missing", [{"index": 0, "delta": {"type": "text_delta", "text": "x"}}], {}, set()),
+    ("pings", [{"type": "ping"}, {"type": "ping", "x": [1]}], {"where": "first"}, set()),
+    # junk lines between the events
+    ("junk-lines", [b"data: not json", b"data: [1, 2]", b"data: 42", b'data: "s"', b"data: null", b": keep-alive", b'data: {"a":'], {}, {JUNKED}),
+    ("junk-first", [b"data: ping", b"data: <!-- x -->"], {"where": "first"}, {JUNKED}),
+    ("deep-junk", [b'data: {"type":"content_block_delta","index":0,"delta":' + deep(300) + b"}"], {}, {JUNKED}),
+]  # fmt: skip
+
+
+def m_case(events: list[Any], kw: dict[str, Any]) -> list[Any]:
+    return m_stream(events, **kw)
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+@pytest.mark.parametrize(("events", "kw", "repairs"), [c[1:] for c in MSG_CASES], ids=[c[0] for c in MSG_CASES])
+def test_messages_upstream_malformed_field_is_skipped(
+    client: str, events: list[Any], kw: dict[str, Any], repairs: set[str]
+) -> None:
+    p = prepared(client, "messages")
+    chain, raw = run_chain(p, sse_bytes(m_case(events, kw), names=True))
+    assert not guard_fired(chain), f"an exception escaped a stage: {chain.crashed!r}"
+    objs = check(client, raw)
+    assert outcome(client, objs) == "completed" and chain.terminal == "completed"
+    assert repairs <= set(p.ctx.repairs), p.ctx.repairs
+
+
+def m_error(error: Any = None, **kw: Any) -> dict[str, Any]:
+    e = {"type": "error", **kw}
+    if error is not None:
+        e["error"] = error
+    return e
+
+
+OVERLOADED = m_error({"type": "overloaded_error", "message": "Overloaded"})
+# where an ``error`` event comes: (the events before it, the events after it)
+ERROR_AT = {
+    "first": ([], [m_start()]),
+    "after-start": ([m_start()], [mblock(0, {"type": "text", "text": ""})]),
+    "mid-text": ([m_start(), mblock(0, {"type": "text", "text": ""}), mdelta(0, {"type": "text_delta", "text": "Hi"})],
+                 [mdelta(0, {"type": "text_delta", "text": " again"}), mstop(0)]),
+    "mid-call": ([m_start(), mblock(0, {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}),
+                  mdelta(0, {"type": "input_json_delta", "partial_json": '{"p":'})],
+                 [mdelta(0, {"type": "input_json_delta", "partial_json": "1}"}), mstop(0)]),
+    "after-message-delta": (m_stream([])[:-1], []),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+@pytest.mark.parametrize("where", sorted(ERROR_AT))
+def test_messages_error_event_mid_stream_is_one_failure_terminal(client: str, where: str) -> None:
+    """An ``error`` event fails the stream there: one failure terminal, with the code of its
+    type; whatever comes after it (even a ``message_stop``) adds nothing."""
+    before, after = ERROR_AT[where]
+    p = prepared(client, "messages")
+    chain, raw = run_chain(p, sse_bytes([*before, OVERLOADED, *after, {"type": "message_stop"}], names=True))
+    assert not guard_fired(chain)
+    objs = check(client, raw)
+    assert outcome(client, objs) == "failed" and chain.terminal == "failed"
+    assert chain.error_code == "server_is_overloaded"
+    assert (objs[-2] if client == "responses" else objs[-1]["error"])["message"] == "Overloaded"
+
+
+def test_messages_error_after_message_stop_adds_nothing() -> None:
+    for client in ALL_CLIENTS:
+        p = prepared(client, "messages")
+        chain, raw = run_chain(p, sse_bytes([*m_stream([]), OVERLOADED], names=True))
+        objs = check(client, raw)
+        assert outcome(client, objs) == "completed" and not guard_fired(chain)
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        (m_error({"type": "rate_limit_error", "message": "slow down"}), "rate_limit_exceeded"),
+        (m_error({"type": "api_error", "message": "boom"}), "server_error"),
+        (m_error({"type": "mystery_error", "message": "?"}), "upstream_error"),
+        (m_error("overloaded"), "upstream_error"),
+        (m_error([1, 2]), "upstream_error"),
+        (m_error(None), "upstream_error"),
+        (m_error({"type": 5, "message": {"m": 1}}), "upstream_error"),
+        (m_error({"type": ["overloaded_error"], "message": ["x"]}), "upstream_error"),
+        (m_error({"type": {"t": 1}, "message": None}), "upstream_error"),
+        (m_error({"type": "overloaded_error", "message": DEEP_MARK % 300}), "server_is_overloaded"),
+    ],
+    ids=[
+        "rate-limit",
+        "api-error",
+        "unknown-type",
+        "error-string",
+        "error-array",
+        "error-missing",
+        "type-number-message-object",
+        "type-array",
+        "type-object",
+        "message-deep",
+    ],  # fmt: skip
+)
+def test_messages_error_fields_of_wrong_type(client: str, event: dict[str, Any], code: str) -> None:
+    p = prepared(client, "messages")
+    chain, raw = run_chain(p, sse_bytes([m_start(), mdelta(0, {"type": "text_delta", "text": "a"}), event], names=True))
+    assert not guard_fired(chain)
+    objs = check(client, raw)
+    assert outcome(client, objs) == "failed" and chain.error_code == code
+    message = (objs[-2] if client == "responses" else objs[-1]["error"])["message"]
+    assert isinstance(message, str) and message
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+@pytest.mark.parametrize(
+    "events",
+    [
+        pytest.param(m_stream([])[:-1], id="no-message-stop"),
+        pytest.param(m_stream([])[:5], id="cut-in-a-block"),
+        pytest.param([m_start()], id="start-only"),
+        pytest.param([], id="nothing"),
+        pytest.param([b"data: ping"], id="junk-only"),
+        pytest.param([*m_stream([])[:-1], b"[DONE]"], id="done-instead-of-stop"),
+    ],
+)
+def test_messages_cut_stream_is_one_failure_terminal(client: str, events: list[Any]) -> None:
+    p = prepared(client, "messages")
+    chain, raw = run_chain(p, sse_bytes(events, names=True))
+    assert not guard_fired(chain)
+    objs = check(client, raw)
+    assert outcome(client, objs) == "failed" and chain.error_code == "upstream_stream_truncated"
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+def test_messages_tool_input_object_in_a_stream(client: str) -> None:
+    """A ``tool_use`` block that brings its whole ``input`` at its start: the arguments reach
+    the client as its JSON text; nested too deep to write, they fail the stream as data
+    (``upstream_bad_event``, as a Chat upstream's arguments object does:
+    ``test_chat_arguments_object_in_a_stream``), the guard not needed."""
+    p = prepared(client, "messages", tools=False)
+    whole = [m_start(), mblock(0, {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"p": 1}}), mstop(0),
+             {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": MUSAGE}, {"type": "message_stop"}]  # fmt: skip
+    chain, raw = run_chain(p, sse_bytes(whole, names=True))
+    objs = check(client, raw)
+    assert outcome(client, objs) == "completed" and not guard_fired(chain)
+    p = prepared(client, "messages", tools=False)
+    deep_input = {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"p": DEEP_MARK % 300}}
+    chain, raw = run_chain(p, sse_bytes([*whole[:1], mblock(0, deep_input), *whole[2:]], names=True))
+    objs = check(client, raw)
+    assert outcome(client, objs) == "failed" and chain.error_code == "upstream_bad_event"
+    assert not guard_fired(chain), (
+        "DEFECT: a tool_use content_block_start whose input is nested deeper than orjson writes raises "
+        f"{chain.crashed!r} in MessagesStreamDecoder._block_start (orjson.dumps(given)): the guard had to catch it"
+    )
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+def test_messages_non_stream_tool_input_too_deep_is_a_502(client: str) -> None:
+    """A whole message whose tool_use ``input`` orjson cannot write: a 502
+    ``upstream_bad_response`` rejected as data (as a Chat upstream's ``arguments-too-deep``),
+    not by the guard's catch-all."""
+    obj = msg_obj(content=[{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"p": DEEP_MARK % 300}}])
+    p = prepared(client, "messages")
+    with pytest.raises(ProxyError) as ei:
+        full_response(p, body_of(obj))
+    e = ei.value
+    assert (e.status, e.code, e.type) == (502, "upstream_bad_response", "upstream_error")
+    assert "could not process" not in e.message, (
+        "DEFECT: decode_message's orjson.dumps(tool_use input) raised (Recursion limit reached) and "
+        "Bridge.complete's catch-all guard answered, not the decoder"
+    )
+
+
+# -- the guard, on the Messages decoder and encoder -----------------------------------------------
+
+M_GUARD_CASES = [
+    ("decoder-first-event", "messages", MessagesStreamDecoder, "feed", 0),
+    ("decoder-mid-text", "messages", MessagesStreamDecoder, "feed", 2),
+    ("decoder-mid-call", "messages", MessagesStreamDecoder, "feed", 5),
+    ("decoder-end", "messages", MessagesStreamDecoder, "end", 0),
+    ("messages-encoder-chat-upstream", "chat", MessagesEncoder, "feed", 3),
+    ("messages-encoder-responses-upstream", "responses", MessagesEncoder, "feed", 5),
+    ("messages-encoder-call", "messages", MessagesEncoder, "_call", 0),
+]
+
+
+def guard_stream(upstream: str) -> list[Any]:
+    if upstream == "chat":
+        return [*load(CHAT_FIXTURES[0]), b"[DONE]"]
+    if upstream == "responses":
+        return load(RESP_FIXTURES[1])
+    return m_stream([])[:-1]  # (no message_stop: the decoder's end is reached too)
+
+
+# (the Messages encoder writes for a Messages client only)
+_M_GUARD = [
+    (c, case) for case in M_GUARD_CASES for c in ALL_CLIENTS if case[2] is not MessagesEncoder or c == "messages"
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "upstream", "cls", "method", "after"),
+    [(c, *case[1:]) for c, case in _M_GUARD],
+    ids=[f"{case[0]}-{c}" for c, case in _M_GUARD],
+)
+def test_messages_guard_turns_a_stage_exception_into_one_failure_terminal(
+    monkeypatch: pytest.MonkeyPatch, client: str, upstream: str, cls: Any, method: str, after: int
+) -> None:
+    monkeypatch.setattr(cls, method, _failing_after(after, getattr(cls, method)))
+    p = prepared(client, upstream)
+    body = sse_bytes(guard_stream(upstream), names=upstream != "chat")
+    chain = Chain(p)
+    half = len(body) // 2
+    raw = chain.receive_data(body[:half]) + chain.receive_data(body[half:])
+    raw += chain.end()
+    assert chain.broken and chain.finished and chain.terminal == "failed"
+    objs = check(client, raw)
+    assert outcome(client, objs) == "failed" and chain.error_code == "upstream_bad_event"
+    if client == "messages":
+        assert objs[-1]["error"]["type"] == "api_error"
+    assert chain.receive_data(body) == b"" and chain.end() == b"" and chain.heartbeat() == b""
+    assert chain.fail("upstream_idle_timeout", "x") == b""
+
+
+@pytest.mark.parametrize("upstream", ["chat", "messages"])
+def test_messages_guard_when_the_encoders_finish_path_raises(monkeypatch: pytest.MonkeyPatch, upstream: str) -> None:
+    """The Messages encoder cannot even fail: its ``abort`` builds the lone error event."""
+    monkeypatch.setattr(MessagesEncoder, "_finish", boom)
+    p = prepared("messages", upstream)
+    chain, raw = run_chain(p, sse_bytes(guard_stream(upstream), names=upstream != "chat"))
+    assert chain.broken
+    objs = check_messages(raw)
+    assert objs[-1]["type"] == "error" and chain.error_code == "upstream_bad_event"
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+def test_messages_guard_sse_overflow_is_a_failure_terminal(client: str) -> None:
+    chain = Chain(prepared(client, "messages"))
+    chain.parser.max_bytes = 400
+    raw = (
+        chain.receive_data(sse_bytes(m_stream([])[:3], names=True))
+        + chain.receive_data(b"event: content_block_delta\ndata: " + b"x" * 1000)
+        + chain.end()
+    )
+    assert chain.broken
+    objs = check(client, raw)
+    assert outcome(client, objs) == "failed" and chain.error_code == "upstream_bad_event"
+
+
+@pytest.mark.parametrize("upstream", ALL_CLIENTS)
+def test_messages_client_heartbeats_between_events(upstream: str) -> None:
+    """Pings during silences: never after the terminal, never inside the block structure's
+    rules (a ping is no block event)."""
+    p = prepared("messages", upstream)
+    chain, raw = run_chain(p, sse_bytes(guard_stream(upstream), names=upstream != "chat"), [7, 50, 300, 900], True)
+    objs = check_messages(raw)
+    assert not guard_fired(chain) and objs[-1]["type"] in ("message_stop", "error")
+
+
+# -- non-stream Messages bodies -------------------------------------------------------------------
+
+
+def msg_obj(**kw: Any) -> dict[str, Any]:
+    return {
+        "id": "msg_o",
+        "type": "message",
+        "role": "assistant",
+        "model": "up",
+        "content": [
+            {"type": "text", "text": "Hi"},
+            {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"p": 1}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 3, "output_tokens": 2},
+        **kw,
+    }
+
+
+M_OPTIONAL_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("content-object", msg_obj(content={"0": {"type": "text", "text": "Hi"}})),
+    ("content-string", msg_obj(content="Hi")),
+    ("content-items-wrong", msg_obj(content=[1, None, "x", ["y"], {"type": "text", "text": "Hi"}])),
+    ("content-types-wrong", msg_obj(content=[{"type": 5, "text": "a"}, {"type": ["text"]}, {"text": "b"}])),
+    ("text-number", msg_obj(content=[{"type": "text", "text": 5}])),
+    ("tool-input-string", msg_obj(content=[{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": "p"}])),
+    (
+        "tool-id-name-wrong",
+        msg_obj(content=[{"type": "tool_use", "id": 5, "name": ["Read"], "input": {}}, *msg_obj()["content"]]),
+    ),
+    ("thinking-wrong", msg_obj(content=[{"type": "thinking", "thinking": 5, "signature": ["s"]}])),
+    ("redacted-wrong", msg_obj(content=[{"type": "redacted_thinking", "data": {"d": 1}}])),
+    ("usage-string", msg_obj(usage="lots")),
+    ("usage-counts-wrong", msg_obj(usage={"input_tokens": "3", "output_tokens": [2], "cache_read_input_tokens": None})),
+    ("stop-reason-wrong", msg_obj(stop_reason={"r": 1})),
+    ("id-model-wrong", msg_obj(id=5, model=["m"], role=7, type="mystery")),
+    ("empty", {}),
+]
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+@pytest.mark.parametrize("obj", [c[1] for c in M_OPTIONAL_BODIES], ids=[c[0] for c in M_OPTIONAL_BODIES])
+def test_messages_non_stream_bad_field_is_skipped(client: str, obj: dict[str, Any]) -> None:
+    p = prepared(client, "messages")
+    status, out = full_response(p, body_of(obj))
+    res = orjson.loads(out)
+    assert status == 200 and isinstance(res, dict)
+    if client == "messages":
+        assert res["type"] == "message" and isinstance(res["content"], list)
+        assert all(isinstance(v, int) for v in res["usage"].values())
+    elif client == "chat":
+        assert all(isinstance(v, int) for k, v in res["usage"].items() if k.endswith("tokens"))
+    else:
+        assert res["status"] in ("completed", "incomplete") and isinstance(res["output"], list)
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+def test_messages_non_stream_error_object_is_not_an_answer(client: str) -> None:
+    """Anthropic's error object with a 200 (an upstream's error200): not a message."""
+    p = prepared(client, "messages")
+    try:
+        status, out = full_response(p, body_of({"type": "error", "error": {"type": "api_error", "message": "x"}}))
+    except ProxyError as e:
+        assert e.status in (502, 500, 503)
+        return
+    res = orjson.loads(out)
+    assert status == 200 and isinstance(res, dict)
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+def test_messages_non_stream_guard_any_exception_is_a_502(monkeypatch: pytest.MonkeyPatch, client: str) -> None:
+    import transformers.bridge as bridge
+
+    monkeypatch.setattr(bridge, "decode_message", boom)
+    p = prepared(client, "messages")
+    with pytest.raises(ProxyError) as ei:
+        full_response(p, body_of(msg_obj()))
+    assert (ei.value.status, ei.value.code, ei.value.type) == (502, "upstream_bad_response", "upstream_error")
+
+
+# -- properties: Messages upstreams and clients ---------------------------------------------------
+
+
+def m_fixture(n: int) -> list[Any]:
+    """Valid Messages streams: the table's; one with thinking (signed), text, two calls whose
+    input streams in pieces; a refusal cut by max_tokens."""
+    if n % 3 == 0:
+        return m_stream([])
+    if n % 3 == 1:
+        return [
+            m_start(usage={"input_tokens": 10, "cache_read_input_tokens": 90, "output_tokens": 1}),
+            {"type": "ping"},
+            mblock(0, {"type": "thinking", "thinking": ""}),
+            mdelta(0, {"type": "thinking_delta", "thinking": "run ls"}),
+            mdelta(0, {"type": "signature_delta", "signature": "SIG"}),
+            mstop(0),
+            mblock(1, {"type": "text", "text": ""}),
+            mdelta(1, {"type": "text_delta", "text": "Running."}),
+            mstop(1),
+            mblock(2, {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}),
+            mdelta(2, {"type": "input_json_delta", "partial_json": ""}),
+            mdelta(2, {"type": "input_json_delta", "partial_json": '{"command":'}),
+            mdelta(2, {"type": "input_json_delta", "partial_json": '"ls"}'}),
+            mstop(2),
+            mblock(3, {"type": "tool_use", "id": "functions.Read:1", "name": "Read", "input": {}}),
+            mdelta(3, {"type": "input_json_delta", "partial_json": '{"p":1}'}),
+            mstop(3),
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}},
+            {"type": "message_stop"},
+        ]
+    return [
+        m_start(),
+        mblock(0, {"type": "redacted_thinking", "data": "opaque"}),
+        mstop(0),
+        mblock(1, {"type": "text", "text": "I can"}),
+        mdelta(1, {"type": "text_delta", "text": "not"}),
+        mstop(1),
+        {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 4}},
+        {"type": "message_stop"},
+    ]
+
+
+@PROPERTY
+@given(
+    client=st.sampled_from(ALL_CLIENTS),
+    upstream=st.sampled_from(ALL_CLIENTS),
+    fixture=st.integers(0, 11),
+    quirks=st.sampled_from(sorted(QUIRK_SETS)),
+    tools=st.booleans(),
+    ops=OPS,
+    names=st.booleans(),
+    crlf=st.booleans(),
+    cuts=st.lists(st.integers(0, 10**6), max_size=6),
+    heartbeats=st.booleans(),
+)
+def test_property_mutated_streams_with_messages(
+    client: str,
+    upstream: str,
+    fixture: int,
+    quirks: str,
+    tools: bool,
+    ops: list[Any],
+    names: bool,
+    crlf: bool,
+    cuts: list[int],
+    heartbeats: bool,
+) -> None:
+    """The directions with Messages on either side (the other four: the properties above)."""
+    if "messages" not in (client, upstream):
+        client = "messages"
+    base = m_fixture(fixture) if upstream == "messages" else upstream_events(upstream, fixture)
+    drive(client, upstream, quirks, tools, mutate(base, ops), names or upstream == "messages", crlf, cuts, heartbeats)
+
+
+M_TYPES = [
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+    "error",
+]
+M_KEYS = [
+    "type",
+    "index",
+    "delta",
+    "content_block",
+    "message",
+    "usage",
+    "error",
+    "id",
+    "name",
+    "input",
+    "text",
+    "thinking",
+    "signature",
+    "partial_json",
+    "data",
+    "stop_reason",
+    "model",
+    "content",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "message",
+]
+M_LEAF = st.one_of(
+    LEAF,
+    st.integers(0, 4),
+    st.sampled_from(
+        [
+            "text",
+            "thinking",
+            "tool_use",
+            "redacted_thinking",
+            "text_delta",
+            "input_json_delta",
+            "thinking_delta",
+            "signature_delta",
+            "end_turn",
+            "tool_use",
+            "max_tokens",
+            "overloaded_error",
+            '{"a":',
+            "1}",
+            "toolu_1",
+            "functions.Read:0",
+            "sbx_",
+            "sbx_00",
+            "Read",
+        ]  # fmt: skip
+    ),
+)
+M_EVENT = st.builds(
+    lambda t, rest: {**rest, "type": t},
+    st.one_of(st.sampled_from(M_TYPES), M_LEAF),
+    st.dictionaries(st.sampled_from(M_KEYS), shaped(M_KEYS, st.one_of(M_LEAF, st.sampled_from(M_TYPES))), max_size=4),
+)
+
+
+@PROPERTY
+@given(
+    client=st.sampled_from(ALL_CLIENTS),
+    quirks=st.sampled_from(sorted(QUIRK_SETS)),
+    tools=st.booleans(),
+    data=st.data(),
+    cuts=st.lists(st.integers(0, 10**6), max_size=4),
+)
+def test_property_arbitrary_messages_streams(client: str, quirks: str, tools: bool, data: Any, cuts: list[int]) -> None:
+    events = data.draw(st.lists(st.one_of(M_EVENT, st.sampled_from(JUNK)), max_size=14))
+    drive(client, "messages", quirks, tools, events, data.draw(st.booleans()), False, cuts, data.draw(st.booleans()))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    client=st.sampled_from(ALL_CLIENTS),
+    obj=st.one_of(
+        st.dictionaries(st.sampled_from(M_KEYS), shaped(M_KEYS, M_LEAF), max_size=6),
+        st.builds(lambda ops: (mutate([msg_obj()], ops) or [{}])[0], OPS),
+    ),
+)
+def test_property_non_stream_messages_bodies(client: str, obj: Any) -> None:
+    """Any Messages upstream body: a client object (200) or a 502 rejected as data."""
+    p = prepared(client, "messages")
+    try:
+        status, out = full_response(p, body_of(obj) if isinstance(obj, dict) else encode_event(obj))
+    except ProxyError as e:
+        assert e.status == 502
+        # rejected as data, not by the guard (a tool_use input too deep to write reaches the
+        # guard today: test_messages_non_stream_tool_input_too_deep_is_a_502)
+        assert "could not process" not in e.message, f"the guard answered for {str(obj)[:300]}"
         return
     res = orjson.loads(out)
     assert status == 200 and isinstance(res, dict)

@@ -1,11 +1,15 @@
 """The request translators and request quirks on hostile input, without the app's checks
 in front: a body either translates (and the result serialises) or raises RequestError,
-never another exception; no tool is dropped silently and dropped names are strings."""
+never another exception; no tool is dropped silently and dropped names are strings.
+
+Toward a Messages upstream too: ``chat_to_messages`` (transformers/request_c2m.py) and
+``prepare_messages`` (transformers/request_messages.py), on mutated Chat / Responses /
+Messages bodies and on any JSON-ish body at all."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -14,8 +18,10 @@ from hypothesis import strategies as st
 
 from transformers.context import QUIRKS, Ctx
 from transformers.errors import RequestError
+from transformers.request_c2m import chat_to_messages
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
 from transformers.request_check import MAX_DEPTH, check_body, check_parsed
+from transformers.request_messages import prepare_messages
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.schema import sanitize_tools
@@ -144,7 +150,17 @@ def _mutated(data: st.DataObject, base: dict[str, Any]) -> dict[str, Any]:
 def _translate(body: dict[str, Any], client: str, upstream: str, quirks: frozenset[str]) -> None:
     ctx = Ctx(quirks=quirks, upstream_model="up", envelope_key=b"k" * 32)
     try:
-        if client == "chat" and upstream == "chat":
+        if upstream == "messages":  # the Bridge's three rows toward a Messages upstream
+            if client == "chat":
+                ctx.tools = toolinfo_from_chat(body.get("tools"))
+                out = prepare_messages(chat_to_messages(body, ctx), ctx)
+            elif client == "responses":
+                out = prepare_messages(chat_to_messages(responses_to_chat(body, ctx, signed=True), ctx), ctx)
+            else:
+                ctx.tools = toolinfo_from_chat(None)
+                out = prepare_messages(body, ctx)
+            assert isinstance(out, dict), out
+        elif client == "chat" and upstream == "chat":
             ctx.tools = toolinfo_from_chat(body.get("tools"))
             out = prepare_chat(body, ctx, translated=False)
         elif client == "chat":
@@ -160,6 +176,14 @@ def _translate(body: dict[str, Any], client: str, upstream: str, quirks: frozens
 
 
 QUIRK_SETS = [frozenset(), frozenset(QUIRKS), frozenset(QUIRKS - {"moonshot_fields"})]
+# toward a Messages upstream: none, Anthropic's own rows, an Anthropic-compatible endpoint's
+# (providers/profiles.py), everything
+MESSAGES_QUIRK_SETS = [
+    frozenset(),
+    frozenset({"anthropic_signatures", "messages_server_tools", "anthropic_beta"}),
+    frozenset({"messages_thinking_replay", "messages_compat"}),
+    frozenset(QUIRKS) | {"messages_thinking_replay", "messages_compat"},
+]
 TRANSLATORS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -271,3 +295,195 @@ def test_c2r_type_confusion() -> None:
         ).single_string_param
         == {}
     )
+
+
+# -- toward a Messages upstream -------------------------------------------------------------------
+
+MSG_BODY = {
+    "model": "m",
+    "stream": True,
+    "max_tokens": 32000,
+    "system": [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2"},
+        {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": ""},
+    ],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "run ls"}, {"type": "text", "text": ""}]},
+        {"role": "system", "content": "# Environment"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "t", "signature": "c2lnbmF0dXJl"},
+                {"type": "thinking", "thinking": "u", "signature": "pxy1.x.y"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "Running it."},
+                {"type": "tool_use", "id": "functions.Bash:0", "name": "Bash", "input": {"command": "ls"}},
+                {"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "functions.Bash:0", "content": "a.py", "is_error": False},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01",
+                    "content": [
+                        {"type": "text", "text": ""},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+                    ],
+                    "cache_control": {"type": "ephemeral"},
+                },
+                {"type": "text", "text": "go on"},
+            ],
+        },
+        {"role": "assistant", "content": ""},
+    ],
+    "tools": [
+        {"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}},
+        {"type": "custom", "name": "Read", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+    ],
+    "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+    "thinking": {"type": "adaptive", "display": "updates"},
+    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    "container": "c",
+    "mcp_servers": [{"type": "url", "url": "https://x"}],
+    "metadata": {"user_id": "u"},
+    "output_config": {"effort": "high"},
+}
+# a Chat body with what chat_to_messages reads besides CHAT_BODY's: the limits, stop, the
+# effort, sampling, a user, a json_schema format and a data: image
+CHAT_TO_MSG_BODY = {
+    **CHAT_BODY,
+    "max_completion_tokens": 4096,
+    "stop": ["\n\n", ""],
+    "reasoning_effort": "high",
+    "temperature": 1.5,
+    "top_p": 0.9,
+    "user": "u",
+    "n": 1,
+    "parallel_tool_calls": False,
+    "tool_choice": {"type": "function", "function": {"name": "f"}},
+    "messages": [
+        *cast(list[Any], CHAT_BODY["messages"]),
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "r",
+            "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "g", "arguments": "[1]"}}],
+        },
+        {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "o"}]},
+    ],  # fmt: skip
+}
+
+JSONISH = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=6),
+        st.sampled_from(
+            [
+                "user",
+                "assistant",
+                "system",
+                "tool",
+                "developer",
+                "text",
+                "image",
+                "tool_use",
+                "tool_result",
+                "thinking",
+                "redacted_thinking",
+                "function",
+                "custom",
+                "auto",
+                "any",
+                "none",
+                "required",
+                "enabled",
+                "adaptive",
+                "data:image/png;base64,AA",
+                "https://x",
+                "pxy1.a.b",
+                "functions.f:0",
+                "sbx_00",
+                "{}",
+                "[1]",
+            ]  # fmt: skip
+        ),
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=14,
+)
+MSG_FIELDS = sorted(set(MSG_BODY) | set(CHAT_TO_MSG_BODY) | {"top_k", "stop_sequences", "max_output_tokens"})
+MSG_KEYS = ["type", "role", "content", "text", "id", "name", "input", "tool_use_id", "thinking", "signature",
+            "data", "source", "tool_calls", "tool_call_id", "function", "arguments", "image_url", "url",
+            "reasoning_content", "refusal", "cache_control", "input_schema", "parameters", "is_error"]  # fmt: skip
+
+
+def _shaped(leaf: Any) -> Any:
+    """JSON made of the translators' own keys, a few levels deep: arbitrary, yet reaching
+    into the walks over messages, blocks and tools."""
+    return st.recursive(
+        leaf,
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(MSG_KEYS), c, max_size=5),
+        max_leaves=16,
+    )
+
+
+@TRANSLATORS
+@given(data=st.data())
+def test_chat_to_messages_on_mutated_chat_bodies(data: st.DataObject) -> None:
+    """Any mutation of a Chat body, even its top level: a Messages body or a RequestError."""
+    body = _mutated(data, data.draw(st.sampled_from([CHAT_BODY, CHAT_TO_MSG_BODY])))
+    _translate(body, "chat", "messages", data.draw(st.sampled_from(MESSAGES_QUIRK_SETS)))
+
+
+@TRANSLATORS
+@given(data=st.data())
+def test_responses_to_messages_on_mutated_responses_bodies(data: st.DataObject) -> None:
+    body = _mutated(data, RESP_BODY)
+    if not isinstance(body.get("input"), (str, list, type(None))) or not isinstance(
+        body.get("instructions"), (str, type(None))
+    ):
+        return  # check_body's own top-level rules (responses_to_chat's, as above)
+    _translate(body, "responses", "messages", data.draw(st.sampled_from(MESSAGES_QUIRK_SETS)))
+
+
+@TRANSLATORS
+@given(data=st.data())
+def test_prepare_messages_on_mutated_messages_bodies(data: st.DataObject) -> None:
+    """A Messages client's body to a Messages upstream: its top level is all the app checks
+    of it (the types of ``check_body``'s table), so any mutation below is possible."""
+    _translate(_mutated(data, MSG_BODY), "messages", "messages", data.draw(st.sampled_from(MESSAGES_QUIRK_SETS)))
+
+
+@TRANSLATORS
+@given(data=st.data())
+def test_messages_translators_on_any_jsonish_body(data: st.DataObject) -> None:
+    """chat_to_messages and prepare_messages, each on its own, on any JSON-ish object: a dict
+    or a RequestError, never another exception."""
+    body = data.draw(st.dictionaries(st.sampled_from(MSG_FIELDS), st.one_of(JSONISH, _shaped(JSONISH)), max_size=10))
+    if data.draw(st.booleans()):
+        body["messages"] = data.draw(st.lists(_shaped(JSONISH), max_size=5))
+    quirks = data.draw(st.sampled_from(MESSAGES_QUIRK_SETS))
+    for fn in (chat_to_messages, prepare_messages):
+        ctx = Ctx(quirks=quirks, upstream_model=data.draw(st.sampled_from(["up", ""])), envelope_key=b"k" * 32)
+        try:
+            out = fn(copy.deepcopy(body), ctx)
+        except RequestError as e:
+            assert e.status == 400 and isinstance(e.param, (str, type(None)))
+            continue
+        assert isinstance(out, dict), (fn.__name__, out)
+        assert all(isinstance(name, str) for name in ctx.tools.dropped)
+
+
+def test_prepare_messages_leaves_the_clients_body_alone() -> None:
+    body = copy.deepcopy(MSG_BODY)
+    prepare_messages(body, Ctx(upstream_model="up"))
+    assert body == MSG_BODY
