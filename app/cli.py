@@ -1,5 +1,6 @@
-"""Command line: ``switchboard serve``, ``switchboard check-config`` and
-``switchboard codex-catalog`` (app/codex_catalog.py)."""
+"""Command line: ``switchboard serve``, ``switchboard check-config``,
+``switchboard codex-catalog`` (app/codex_catalog.py) and ``switchboard usage``
+(app/usage.py)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,44 @@ def _codex_catalog(args: argparse.Namespace) -> int:
     else:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
+    return 0
+
+
+def _usage(args: argparse.Namespace) -> int:
+    """The usage records of the configured store, summed by key, model or day: read straight
+    from the store's backend (no server needed)."""
+    import asyncio
+    import json
+    import time
+
+    from app.config import ConfigError, load_config
+    from app.usage import UsageError, UsageOff, aggregate, iso, parse_when, read_usage, table
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"switchboard: {e}", file=sys.stderr)
+        return 2
+    now = time.time()
+    try:
+        since = parse_when(args.since, now)
+        until = parse_when(args.until, now, end=True) if args.until else None
+    except ValueError as e:
+        print(f"switchboard: --since/--until: {e}", file=sys.stderr)
+        return 2
+    try:
+        records = asyncio.run(read_usage(cfg, since, until))
+    except UsageError as e:
+        print(f"switchboard: {e}", file=sys.stderr)
+        return 2 if isinstance(e, UsageOff) else 1
+    rows = aggregate(records, args.by)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+        return 0
+    span = f"{iso(since)} .. {iso(until) if until is not None else 'now'}"
+    print(f"usage by {args.by}, {span} ({cfg.store.backend} store)")
+    print(table(rows, args.by))
     return 0
 
 
@@ -138,11 +177,24 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--base", required=True, help="Codex's own catalogue: codex debug models --bundled > FILE")
     k.add_argument("--all", action="store_true", help="an entry for every configured model, codex: block or not")
     k.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+    u = sub.add_parser(
+        "usage",
+        help="usage records (tokens, cost, errors) summed by key, model or day, read from the configured store",
+    )
+    u.add_argument("--config", required=True, help="YAML config file (its store holds the records)")
+    u.add_argument("--by", choices=("key", "model", "day"), default="key", help="group by (default: key)")
+    u.add_argument(
+        "--since", default="30d", help="YYYY-MM-DD, an ISO time, or a span back from now: 7d, 24h (default: 30d)"
+    )
+    u.add_argument("--until", default=None, help="as --since; a date includes its day (default: now)")
+    u.add_argument("--json", action="store_true", help="one JSON object per group and line instead of a table")
     args = ap.parse_args(argv)
     if args.cmd == "check-config":
         return _check(args.file)
     if args.cmd == "codex-catalog":
         return _codex_catalog(args)
+    if args.cmd == "usage":
+        return _usage(args)
     return _serve(args)
 
 

@@ -39,6 +39,13 @@ HELP = {
     "switchboard_envelope_rejected_total": "Proxy-sealed envelopes that did not open, by kind and reason.",
     "switchboard_store_errors_total": "Response store operations that failed, by operation (put, get, chain, ...).",
     "switchboard_websocket_connections_total": "Responses WebSocket upgrades accepted and refused, and closes, by event.",
+    "switchboard_store_bytes": "Total compressed size of the stored responses, as of the last put or delete "
+    "(store.max_bytes caps it).",
+    "switchboard_store_evicted_total": "Stored responses deleted to keep the store under store.max_bytes.",
+    "switchboard_usage_records_total": "Usage records written to the store's backend.",
+    "switchboard_usage_dropped_total": "Usage records lost: dropped from a full buffer, or still pending at shutdown "
+    "when the backend failed.",
+    "switchboard_usage_write_errors_total": "Usage record batches whose write failed (kept and written again later).",
 }
 
 OTHER = "other"

@@ -39,6 +39,21 @@ call                      does
 ``ping()``                True when the backend answers (``/readyz``)
 ========================  =================================================================
 
+The store's total size is bounded: ``store.max_bytes`` caps the sum of the records'
+compressed sizes (``switchboard_store_bytes``, set on every put).  A put that takes the
+total past it deletes the records least recently written or continued first (the ones
+that would expire first: a live conversation renews its whole chain), with their item
+index entries, never the record just put; each deletion counts in
+``switchboard_store_evicted_total``, and a ``get`` of an evicted id answers None as for
+an expired one.  SQLite keeps each row's ``size`` and the total in ``store_meta`` (kept by
+triggers, so every deletion path — purge, delete, eviction, another worker's — keeps it
+right); Redis keeps a sorted set of record ids by the time of their last write or renewal
+(``key_prefix + "meta:bytime"``), a hash of their sizes (``"meta:sizes"``) and the total
+(``"meta:bytes"``), updated and trimmed by one Lua script run in the put's pipeline
+(records a TTL removed leave the set at the next put).  Records written by a version
+without the cap are counted in SQLite (the column is filled when the file is opened) and
+not in Redis (they expire by their TTL).
+
 Every item id of a record (its input items and its output items) is indexed to the
 record's id by ``put``, with the record's TTL (renewed with it when a later turn renews
 its ancestors): an ``item_reference`` names an item, not a response, and one read of the
@@ -154,6 +169,7 @@ class Store:
         self.cfg = cfg
         self.ttl = cfg.ttl_seconds
         self.max_bytes = cfg.max_record_bytes
+        self.max_total_bytes = cfg.max_bytes  # every record together (store.max_bytes)
         self.timeout = cfg.timeout_seconds
         self.counters = counters if counters is not None else Metrics()
         self.healthy = True  # the last operation reached the backend
@@ -193,7 +209,10 @@ class Store:
         if len(blob) > self.max_bytes:
             self.counters.inc("switchboard_store_errors_total", op="too_large")
             raise RecordTooLarge(f"record of {len(blob)} bytes compressed exceeds store.max_record_bytes")
-        await self._call("put", self._put(rec.id, blob, rec.ancestors, rec.item_ids()))
+        total, evicted = await self._call("put", self._put(rec.id, blob, rec.ancestors, rec.item_ids()))
+        self.counters.set_gauge("switchboard_store_bytes", total)
+        if evicted:
+            self.counters.inc("switchboard_store_evicted_total", evicted)
 
     async def get(self, rid: str, owner: str) -> Record | None:
         blobs = await self._call("get", self._get_many([rid]))
@@ -237,7 +256,9 @@ class Store:
     async def delete(self, rid: str, owner: str) -> bool:
         if await self.get(rid, owner) is None:
             return False
-        await self._call("delete", self._delete(rid))
+        total = await self._call("delete", self._delete(rid))
+        if total is not None:
+            self.counters.set_gauge("switchboard_store_bytes", total)
         return True
 
     async def ping(self) -> bool:
@@ -249,7 +270,8 @@ class Store:
 
     # -- the backend ----------------------------------------------------------------------
 
-    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> None:
+    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
+        """Store; (the store's total bytes after it, the records evicted to stay under the cap)."""
         raise NotImplementedError
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
@@ -258,7 +280,8 @@ class Store:
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         raise NotImplementedError
 
-    async def _delete(self, rid: str) -> None:
+    async def _delete(self, rid: str) -> int | None:
+        """Delete; the store's total bytes after it (None: not known)."""
         raise NotImplementedError
 
     async def _ping(self) -> None:
@@ -276,6 +299,27 @@ def _owned(blob: bytes | None, owner: str) -> Record | None:
     except Exception:  # not a record of ours (a foreign key under the prefix): as unknown
         return None
     return rec if rec.owner == owner else None
+
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, expires_at REAL NOT NULL, data BLOB NOT NULL, "
+    "size INTEGER NOT NULL DEFAULT 0)",
+    "CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)",
+    "CREATE TABLE IF NOT EXISTS items (id TEXT PRIMARY KEY, rid TEXT NOT NULL, expires_at REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS items_rid ON items (rid)",
+)
+# the total of the records' sizes, kept by triggers (whichever statement or process adds,
+# replaces or deletes a row); started from the rows already there
+_SIZE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS store_meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL)",
+    "CREATE TRIGGER IF NOT EXISTS responses_size_insert AFTER INSERT ON responses BEGIN "
+    "UPDATE store_meta SET v = v + NEW.size WHERE k = 'bytes'; END",
+    "CREATE TRIGGER IF NOT EXISTS responses_size_update AFTER UPDATE OF size ON responses BEGIN "
+    "UPDATE store_meta SET v = v + NEW.size - OLD.size WHERE k = 'bytes'; END",
+    "CREATE TRIGGER IF NOT EXISTS responses_size_delete AFTER DELETE ON responses BEGIN "
+    "UPDATE store_meta SET v = v - OLD.size WHERE k = 'bytes'; END",
+    "INSERT OR IGNORE INTO store_meta (k, v) SELECT 'bytes', COALESCE(SUM(size), 0) FROM responses",
+)
 
 
 class SQLiteStore(Store):
@@ -298,27 +342,39 @@ class SQLiteStore(Store):
                 if self.path != ":memory:":
                     Path(self.path).parent.mkdir(parents=True, exist_ok=True)
                 db = await aiosqlite.connect(self.path)
-                await db.execute("PRAGMA busy_timeout=5000")
-                await db.execute("PRAGMA journal_mode=WAL")
-                await db.execute("PRAGMA synchronous=NORMAL")
-                await db.execute(
-                    "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, expires_at REAL NOT NULL, data BLOB NOT NULL)"
-                )
-                await db.execute("CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)")
-                await db.execute(
-                    "CREATE TABLE IF NOT EXISTS items (id TEXT PRIMARY KEY, rid TEXT NOT NULL, expires_at REAL NOT NULL)"
-                )
-                await db.execute("CREATE INDEX IF NOT EXISTS items_rid ON items (rid)")
-                await db.commit()
+                try:
+                    await db.execute("PRAGMA busy_timeout=5000")
+                    await db.execute("PRAGMA journal_mode=WAL")
+                    await db.execute("PRAGMA synchronous=NORMAL")
+                    # one writer at a time: workers opening the file together migrate it once
+                    await db.execute("BEGIN IMMEDIATE")
+                    for statement in _SCHEMA:
+                        await db.execute(statement)
+                    cols = [row[1] for row in await db.execute_fetchall("PRAGMA table_info(responses)")]
+                    if "size" not in cols:  # a file of a version without the size cap
+                        await db.execute("ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0")
+                        await db.execute("UPDATE responses SET size = length(data)")
+                    for statement in _SIZE_SCHEMA:
+                        await db.execute(statement)
+                    await db.commit()
+                except BaseException:
+                    await db.close()
+                    raise
                 self._db = db
         return self._db
 
-    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> None:
+    async def connection(self) -> Any:
+        """The open database connection (app/usage.py keeps its table in the same file)."""
+        return await self._conn()
+
+    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
         db = await self._conn()
         now = time.time()
         expires = now + self.ttl
         await db.execute(
-            "INSERT OR REPLACE INTO responses (id, expires_at, data) VALUES (?, ?, ?)", (rid, expires, blob)
+            "INSERT INTO responses (id, expires_at, data, size) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "expires_at = excluded.expires_at, data = excluded.data, size = excluded.size",
+            (rid, expires, blob, len(blob)),
         )
         if item_ids:
             await db.executemany(
@@ -337,7 +393,39 @@ class SQLiteStore(Store):
         if self._puts % _PURGE_EVERY == 0:
             await db.execute("DELETE FROM responses WHERE expires_at <= ?", (now,))
             await db.execute("DELETE FROM items WHERE expires_at <= ?", (now,))
+        total, evicted = await self._trim(db, rid)
         await db.commit()
+        return total, evicted
+
+    async def _total(self, db: Any) -> int:
+        async with db.execute("SELECT v FROM store_meta WHERE k = 'bytes'") as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def _trim(self, db: Any, keep: str) -> tuple[int, int]:
+        """Delete the records that would expire first (not ``keep``) until the total is
+        under the cap; (the total, how many were deleted)."""
+        total = await self._total(db)
+        evicted = 0
+        while total > self.max_total_bytes:
+            victims: list[str] = []
+            freed = 0
+            async with db.execute(
+                "SELECT id, size FROM responses WHERE id != ? ORDER BY expires_at LIMIT 256", (keep,)
+            ) as cur:
+                async for victim, size in cur:
+                    victims.append(victim)
+                    freed += size
+                    if total - freed <= self.max_total_bytes:
+                        break
+            if not victims:
+                break
+            marks = ",".join("?" * len(victims))
+            await db.execute(f"DELETE FROM responses WHERE id IN ({marks})", victims)
+            await db.execute(f"DELETE FROM items WHERE rid IN ({marks})", victims)
+            evicted += len(victims)
+            total = await self._total(db)
+        return total, evicted
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         return await self._select("SELECT id, rid FROM items", item_ids)
@@ -358,11 +446,12 @@ class SQLiteStore(Store):
                     found[row[0]] = row[1]
         return [found.get(i) for i in ids]
 
-    async def _delete(self, rid: str) -> None:
+    async def _delete(self, rid: str) -> int | None:
         db = await self._conn()
         await db.execute("DELETE FROM responses WHERE id = ?", (rid,))
         await db.execute("DELETE FROM items WHERE rid = ?", (rid,))
         await db.commit()
+        return await self._total(db)
 
     async def _ping(self) -> None:
         if self._db is None:
@@ -377,6 +466,67 @@ class SQLiteStore(Store):
 
 
 _REDIS_CONNECTIONS = 256  # per process
+
+# The size bookkeeping of a put (RedisStore._put, in its pipeline).  KEYS: the sorted set
+# (id → time of its last write or renewal), the hash (id → size), the total.  ARGV: the key
+# prefix, now, the TTL, the cap, the id put, its size, then the ids it renewed.  Forgets what
+# its TTL removed (a minute of slack for clocks), then deletes the oldest records (and their
+# item index entries) until the total is under the cap, never the one put; {total, evicted}.
+_TRIM_LUA = """
+local zs, hs, tot = KEYS[1], KEYS[2], KEYS[3]
+local prefix = ARGV[1]
+local now, ttl, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local rid, size = ARGV[5], tonumber(ARGV[6])
+local function forget(id)
+  local s = redis.call('HGET', hs, id)
+  redis.call('ZREM', zs, id)
+  if s then
+    redis.call('HDEL', hs, id)
+    redis.call('DECRBY', tot, tonumber(s))
+  end
+end
+forget(rid)
+redis.call('HSET', hs, rid, size)
+redis.call('INCRBY', tot, size)
+redis.call('ZADD', zs, now, rid)
+for i = 7, #ARGV do
+  redis.call('ZADD', zs, 'XX', now, ARGV[i])
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', zs, '-inf', now - ttl - 60, 'LIMIT', 0, 256)) do
+  forget(id)
+end
+local total = tonumber(redis.call('GET', tot) or '0')
+local evicted = 0
+while total > cap do
+  local oldest = redis.call('ZRANGE', zs, 0, 1)
+  local id = oldest[1]
+  if id == rid then id = oldest[2] end
+  if not id then break end
+  local listed = redis.call('GET', prefix .. 'items:' .. id)
+  if listed then
+    for item in string.gmatch(listed, '[^\\n]+') do
+      local key = prefix .. 'item:' .. item
+      if redis.call('GET', key) == id then redis.call('DEL', key) end
+    end
+  end
+  redis.call('DEL', prefix .. id, prefix .. 'items:' .. id)
+  forget(id)
+  evicted = evicted + 1
+  total = tonumber(redis.call('GET', tot) or '0')
+end
+return {total, evicted}
+"""
+
+# a deleted record leaves the bookkeeping (KEYS as above; ARGV: the id); the total
+_FORGET_LUA = """
+local s = redis.call('HGET', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+if s then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('DECRBY', KEYS[3], tonumber(s))
+end
+return tonumber(redis.call('GET', KEYS[3]) or '0')
+"""
 
 
 class RedisStore(Store):
@@ -404,8 +554,10 @@ class RedisStore(Store):
             health_check_interval=30,
         )
         self.redis = Redis(connection_pool=pool)
+        # the size bookkeeping (see the module docstring)
+        self._sizes = [self.prefix + "meta:bytime", self.prefix + "meta:sizes", self.prefix + "meta:bytes"]
 
-    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> None:
+    async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
         # the item index: one key per item id (→ the record's id), and the record's list of
         # its item ids, so that renewing an ancestor renews its items without decoding it
         lists: list[Any] = await self.redis.mget([self.prefix + "items:" + t for t in touch]) if touch else []
@@ -421,25 +573,35 @@ class RedisStore(Store):
                     pipe.expire(self.prefix + "items:" + t, self.ttl)
                     for i in listed.decode().split("\n"):
                         pipe.expire(self.prefix + "item:" + i, self.ttl)
-            await pipe.execute()
+            args: list[str | int] = [self.prefix, repr(time.time()), self.ttl, self.max_total_bytes, rid, len(blob)]
+            args += touch
+            # EVAL, not a registered script: redis-py checks a pipeline's scripts with SCRIPT
+            # EXISTS before each execute (a round trip); the server caches the compiled body
+            pipe.eval(_TRIM_LUA, len(self._sizes), *self._sizes, *args)
+            got = await pipe.execute()
+        total, evicted = got[-1]
+        return int(total), int(evicted)
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         got = await self.redis.mget([self.prefix + "item:" + i for i in item_ids])
         return [b.decode() if isinstance(b, bytes) else None for b in got]
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
-        if len(ids) == 1:
-            got = [await self.redis.get(self.prefix + ids[0])]
-        else:
-            got = list(await self.redis.mget([self.prefix + i for i in ids]))
+        # MGET, even for one id: it answers nil for a key of another type under the prefix
+        # (the size bookkeeping, usage streams) where GET would fail with WRONGTYPE
+        got = await self.redis.mget([self.prefix + i for i in ids])
         return [b if isinstance(b, bytes) else None for b in got]
 
-    async def _delete(self, rid: str) -> None:
+    async def _delete(self, rid: str) -> int | None:
         listed = await self.redis.get(self.prefix + "items:" + rid)
         keys = [self.prefix + rid, self.prefix + "items:" + rid]
         if isinstance(listed, bytes) and listed:
             keys += [self.prefix + "item:" + i for i in listed.decode().split("\n")]
-        await self.redis.delete(*keys)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(*keys)
+            pipe.eval(_FORGET_LUA, len(self._sizes), *self._sizes, rid)
+            got = await pipe.execute()
+        return int(got[-1])
 
     async def _ping(self) -> None:
         await self.redis.ping()

@@ -249,6 +249,9 @@ class StoreCfg(_Strict):
     max_record_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # how long one store operation may take before the store counts as unavailable
     timeout_seconds: float = Field(default=2.0, gt=0)
+    # the stored records' total size (compressed, as max_record_bytes counts them); past it
+    # the records least recently written or continued are deleted first (1 GiB)
+    max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
 
 
 # seconds an idle upstream connection is kept by default: reqwest's default (Codex's client)

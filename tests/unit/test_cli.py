@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import json
 import os
 import socket
 import subprocess
@@ -161,3 +162,118 @@ def test_serve_reuse_port_hands_uvicorn_its_own_reuseport_socket_not_yet_listeni
     # a worker that cannot serve
     assert got["app"] == "app.asgi:app" and got["reuse"] == 1 and got["listening"] == 0
     assert got["port"][0] == "127.0.0.1"
+
+
+# -- switchboard usage --------------------------------------------------------------------
+
+
+def _usage_config(tmp_path: Path, store: str) -> Path:
+    f = tmp_path / "usage.yaml"
+    f.write_text(
+        "providers: [{name: demo, profile: demo}]\n"
+        "models: [{name: demo, provider: demo}, {name: other, provider: demo}]\n"
+        f"store: {store}\n"
+    )
+    return f
+
+
+def _write_usage(path: Path) -> None:
+    """Three records (two keys, two models, one failed) through the app's UsageLog."""
+    import asyncio
+    import time
+
+    from app.store import open_store
+    from app.usage import UsageLog, UsageRecord
+
+    async def write() -> None:
+        cfg = load_config(path)
+        store = open_store(cfg.store)
+        log = UsageLog(cfg, store)
+        now = time.time()
+        log.write(UsageRecord(now - 60, "alice", "demo", "demo", input=100, output=10, cost_micros=1500))
+        log.write(UsageRecord(now - 50, "alice", "other", "demo", input=50, output=5, reasoning=2))
+        log.write(UsageRecord(now - 40, "bob", "demo", "demo", input=7, output=0, outcome="failed", status=502))
+        assert await log.flush()
+        assert store is not None
+        await store.aclose()
+
+    asyncio.run(write())
+
+
+def _clean_redis(prefix: str) -> None:
+    import asyncio
+
+    from redis.asyncio import Redis
+
+    async def clean() -> None:
+        r = Redis.from_url("redis://127.0.0.1:6379/0")
+        keys = [k async for k in r.scan_iter(match=prefix + "*")]
+        if keys:
+            await r.delete(*keys)
+        await r.aclose()
+
+    asyncio.run(clean())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_usage_prints_a_table_read_from_the_store(tmp_path: Path, capsys: Any, backend: str) -> None:
+    import uuid
+
+    prefix = f"switchboard-test:{uuid.uuid4().hex}:"
+    store = f"{{path: {tmp_path / 'r.db'}}}" if backend == "sqlite" else f"{{backend: redis, key_prefix: '{prefix}'}}"
+    cfg = _usage_config(tmp_path, store)
+    try:
+        _write_usage(cfg)
+        assert cli.main(["usage", "--config", str(cfg), "--by", "key", "--since", "24h"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith("usage by key, ") and f"({backend} store)" in out[0]
+        assert out[1].split() == [
+            "KEY",
+            "REQUESTS",
+            "INPUT",
+            "OUTPUT",
+            "CACHE_READ",
+            "CACHE_WRITE",
+            "REASONING",
+            "COST_USD",
+            "ERRORS",
+        ]
+        assert out[2].split() == ["alice", "2", "150", "15", "0", "0", "2", "0.0015", "0"]
+        assert out[3].split() == ["bob", "1", "7", "0", "0", "0", "0", "0.0000", "1"]
+        assert out[-1].split() == ["total", "3", "157", "15", "0", "0", "2", "0.0015", "1"]
+        assert len(out[1]) == len(out[2]) == len(out[-1])  # aligned
+        assert cli.main(["usage", "--config", str(cfg), "--by", "model", "--json"]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [(r["model"], r["requests"], r["input"]) for r in rows] == [("demo", 2, 107), ("other", 1, 50)]
+        assert rows[0]["cost_usd"] == 0.0015 and rows[0]["errors"] == 1
+        # a span before the records: none
+        assert cli.main(["usage", "--config", str(cfg), "--by", "day", "--until", "2001-01-01", "--json"]) == 0
+        assert capsys.readouterr().out == ""
+    finally:
+        if backend == "redis":
+            _clean_redis(prefix)
+
+
+def test_usage_without_a_database_file_prints_an_empty_table(tmp_path: Path, capsys: Any) -> None:
+    db = tmp_path / "absent" / "r.db"
+    cfg = _usage_config(tmp_path, f"{{path: {db}}}")
+    assert cli.main(["usage", "--config", str(cfg), "--by", "day"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[0] == "DAY" and out[-1].split()[:2] == ["total", "0"]
+    assert not db.parent.exists()  # reading never creates the store
+
+
+def test_usage_errors_exit_with_a_message(tmp_path: Path, capsys: Any) -> None:
+    off = _usage_config(tmp_path, "{enabled: false}")
+    assert cli.main(["usage", "--config", str(off), "--by", "key"]) == 2
+    assert "store.enabled: false" in capsys.readouterr().err
+    ok = _usage_config(tmp_path, f"{{path: {tmp_path / 'r.db'}}}")
+    assert cli.main(["usage", "--config", str(ok), "--by", "key", "--since", "last week"]) == 2
+    assert "--since/--until" in capsys.readouterr().err
+    assert cli.main(["usage", "--config", str(tmp_path / "missing.yaml"), "--by", "key"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    down = _usage_config(tmp_path, "{backend: redis, url: 'redis://127.0.0.1:1/0', timeout_seconds: 0.3}")
+    assert cli.main(["usage", "--config", str(down), "--by", "key"]) == 1
+    assert "could not be read" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["usage", "--config", str(ok), "--by", "provider"])

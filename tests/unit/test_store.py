@@ -186,3 +186,120 @@ async def test_unreachable_redis_is_unavailable_then_counted():
 def test_disabled_store_is_none():
     assert open_store(StoreCfg(enabled=False)) is None
     assert isinstance(open_store(StoreCfg()), SQLiteStore)
+
+
+# -- the total size cap (store.max_bytes) -------------------------------------------------
+
+
+def _noisy(rid: str, ancestors: list[str] | None) -> Record:
+    """A record of about 1.2 KB compressed (random hex text does not compress below half)."""
+    r = rec_items(rid, ancestors=ancestors)
+    r.input[0]["content"] = os.urandom(1000).hex()
+    return r
+
+
+async def _sizes(store: Store, ids: list[str]) -> int:
+    total = 0
+    for i in ids:
+        got = await store.get(i, "alice")
+        assert got is not None, i
+        total += len(got.encode())
+    return total
+
+
+async def test_total_cap_evicts_the_oldest_first(store: Store):
+    one = len(_noisy("resp_probe", None).encode())
+    store.max_total_bytes = int(one * 3.5)  # room for three
+    ids = [f"resp_cap{i}" for i in range(10)]
+    for i in ids:
+        await store.put(_noisy(i, None))
+    for i in ids[:7]:
+        assert await store.get(i, "alice") is None, i  # evicted: as unknown
+    kept = await _sizes(store, ids[7:])
+    gauge = store.counters.get("switchboard_store_bytes")
+    assert gauge == kept <= store.max_total_bytes
+    assert store.counters.get("switchboard_store_evicted_total") == 7
+    # an evicted record's items went with it; the kept ones' are there
+    assert set(await store.items([f"fc_{ids[0]}", f"fc_{ids[9]}"], "alice")) == {f"fc_{ids[9]}"}
+    # a delete lowers the total
+    assert await store.delete(ids[9], "alice") is True
+    assert store.counters.get("switchboard_store_bytes") == await _sizes(store, ids[7:9])
+
+
+async def test_total_cap_keeps_a_continued_conversation(store: Store):
+    """Oldest = least recently written or continued: a turn renews its ancestors, so the
+    start of a live conversation outlives a newer record nobody continued."""
+    one = len(_noisy("resp_probe", None).encode())
+    store.max_total_bytes = int(one * 3.5)
+    await store.put(_noisy("resp_a", None))
+    await store.put(_noisy("resp_b", None))
+    await store.put(_noisy("resp_c", ["resp_a"]))  # continues resp_a: renewed
+    await store.put(_noisy("resp_d", None))  # over the cap: resp_b goes, not resp_a
+    assert await store.get("resp_b", "alice") is None
+    assert [r.id for r in await store.chain("resp_c", "alice") or []] == ["resp_a", "resp_c"]
+    assert await store.get("resp_d", "alice") is not None
+
+
+async def test_total_counts_a_record_put_again_once(store: Store):
+    r = _noisy("resp_same", None)
+    await store.put(r)
+    first = store.counters.get("switchboard_store_bytes")
+    await store.put(r)
+    assert store.counters.get("switchboard_store_bytes") == first == len(r.encode())
+
+
+async def test_a_record_larger_than_the_cap_is_kept_alone(store: Store):
+    store.max_total_bytes = 1024
+    await store.put(_noisy("resp_x1", None))
+    await store.put(_noisy("resp_x2", None))
+    assert await store.get("resp_x1", "alice") is None
+    assert await store.get("resp_x2", "alice") is not None  # never the record just put
+
+
+async def test_redis_forgets_records_their_ttl_removed():
+    prefix = f"switchboard-test:{uuid.uuid4().hex}:"
+    s = RedisStore(StoreCfg(backend="redis", url=REDIS_URL, key_prefix=prefix), Metrics())
+    try:
+        a, b = _noisy("resp_ta", None), _noisy("resp_tb", None)
+        await s.put(a)
+        # as if resp_ta's TTL had passed: its key gone, its last write long ago
+        await s.redis.delete(prefix + "resp_ta")
+        await s.redis.zadd(prefix + "meta:bytime", {"resp_ta": 1000.0})
+        await s.put(b)
+        assert s.counters.get("switchboard_store_bytes") == len(b.encode())
+        assert await s.redis.zrange(prefix + "meta:bytime", 0, -1) == [b"resp_tb"]
+        # the bookkeeping's keys under the prefix answer as unknown ids, not as a failure
+        assert await s.get("meta:sizes", "alice") is None
+    finally:
+        keys = [k async for k in s.redis.scan_iter(match=prefix + "*")]
+        if keys:
+            await s.redis.delete(*keys)
+        await s.aclose()
+
+
+async def test_sqlite_file_of_an_earlier_version_is_migrated(tmp_path):
+    import sqlite3
+    import time
+
+    path = tmp_path / "old.db"
+    old = rec("resp_old")
+    old.created_at = time.time()
+    blob = old.encode()
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE responses (id TEXT PRIMARY KEY, expires_at REAL NOT NULL, data BLOB NOT NULL)")
+    con.execute("CREATE TABLE items (id TEXT PRIMARY KEY, rid TEXT NOT NULL, expires_at REAL NOT NULL)")
+    con.execute("INSERT INTO responses VALUES (?, ?, ?)", ("resp_old", time.time() + 60, blob))
+    con.commit()
+    con.close()
+    m = Metrics()
+    s = SQLiteStore(StoreCfg(path=str(path)), m)
+    try:
+        assert await s.get("resp_old", "alice") is not None
+        new = rec("resp_new")
+        await s.put(new)
+        assert m.get("switchboard_store_bytes") == len(blob) + len(new.encode())
+        s.max_total_bytes = len(new.encode()) + 10
+        await s.put(rec("resp_newer"))
+        assert await s.get("resp_old", "alice") is None  # the oldest went first
+    finally:
+        await s.aclose()
