@@ -76,7 +76,7 @@ _TEXT = re.compile(rb'(?:[^"\\\x00-\x1f]++|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a
 class ChatPassthrough:
     """The encoder's text chunk template for one stream, and the check against it."""
 
-    __slots__ = ("prefix", "suffix", "_np", "_ns", "_head", "_tail")
+    __slots__ = ("prefix", "suffix", "_np", "_ns", "_head", "_tail", "around", "frame")
 
     def __init__(self) -> None:
         self.prefix = ""  # the chunk's JSON up to the text's opening quote ('' until armed)
@@ -85,6 +85,8 @@ class ChatPassthrough:
         self._ns = 0
         self._head = b""  # an event's bytes up to its text's first byte
         self._tail = b""  # from its text's closing quote to its end
+        self.around = 0  # characters of a chunk's JSON around its text's inside
+        self.frame = 0  # bytes of an event around its text's inside
 
     @property
     def armed(self) -> bool:
@@ -98,6 +100,8 @@ class ChatPassthrough:
         self._ns = len(suffix) + 1
         self._head = b"data: " + prefix.encode() + b'"'
         self._tail = b'"' + suffix.encode() + b"\n\n"
+        self.around = self._np + self._ns
+        self.frame = len(self._head) + len(self._tail)
 
     def run(self, chunk: bytes, pos: int) -> int:
         """The end of the longest run of whole template events in ``chunk`` from ``pos``
