@@ -224,11 +224,7 @@ class Metrics:
             "error_type": LABELS["error_type"] | codes,
         }
         self.registry = CollectorRegistry(auto_describe=False)
-        # what a scrape reads: this app's metrics, or every worker's files
-        self._export = self.registry
-        if MULTIPROC_DIR is not None:
-            self._export = CollectorRegistry(auto_describe=False)
-            MultiProcessCollector(self._export, MULTIPROC_DIR)
+        self._export: CollectorRegistry | None = None  # what a scrape reads (render)
         self._metrics: dict[str, Any] = {}  # name → prometheus_client metric, made at first use
         self._series: dict[str, dict[Key, Any]] = {}  # name → label set → its child
         # the series key of each label set already seen, as the call site passed it (a call
@@ -449,6 +445,12 @@ class Metrics:
         return sum(len(s) for s in self._series.values())
 
     def render(self) -> bytes:
+        """The exposition: this app's metrics, or in multiprocess mode every process's files."""
+        if self._export is None:
+            self._export = self.registry
+            if MULTIPROC_DIR is not None:
+                self._export = CollectorRegistry(auto_describe=False)
+                MultiProcessCollector(self._export, MULTIPROC_DIR)
         return generate_latest(self._export)
 
 
