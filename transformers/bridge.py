@@ -755,8 +755,7 @@ class Bridge:
             ):
                 end = pt.run(chunk, pos)
                 if end > pos:
-                    # the run's text bytes: its length less each event's frame around its text
-                    self.chars += end - pos - chunk.count(b"\n\n", pos, end) * pt.frame
+                    self.chars += pt.ran  # (the bytes of its texts)
                     out.append(chunk[pos:end])
                     pos = end
                     misses = 0
