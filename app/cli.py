@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -149,7 +150,12 @@ def _serve(args: argparse.Namespace) -> int:
             argv = [sys.executable, "-P", "-m", "app.cli", "serve", "--config", os.path.abspath(args.config)]
             argv += ["--workers", "1", "--log-level", args.log_level]
             return supervision.Supervisor(argv, workers, host, port).run()
-    uvicorn.run("app.asgi:app", host=host, port=port, workers=workers, **options)
+    with contextlib.ExitStack() as stack:
+        if workers > 1:  # uvicorn's own supervisor: its workers share a metrics directory too
+            from app import workers as supervision
+
+            os.environ[supervision.MULTIPROC_ENV] = stack.enter_context(supervision.metrics_dir())
+        uvicorn.run("app.asgi:app", host=host, port=port, workers=workers, **options)
     return 0
 
 

@@ -249,10 +249,29 @@ async def send_error(send: Any, e: ProxyError, request_id: str, client: str = "c
     await send({"type": "http.response.body", "body": body})
 
 
-def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> None:
+def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str, error: str = "") -> None:
+    """The request's log line and metrics, saying what the client received: ``terminal``
+    (its outcome), ``error`` (the code of an error answered before the first byte)."""
     dur = time.perf_counter() - p.started
     prov = p.route.provider.name
     p.metrics.answered(p.route_name, p.client, prov, status, dur, ttfb, (terminal or "none") if p.stream else None)
+    bridge = p.bridge
+    # the GenAI metrics: what the request failed with ("" when it did not), and its tokens:
+    # the upstream's usage, else (a client that left, an upstream that sent none) an
+    # estimate of the output from the characters the client was sent (4 per token)
+    if status >= 400 or terminal not in _SUCCEEDED:
+        if not error:
+            if terminal == "client_cancel":
+                error = "client_cancel"
+            elif terminal == "failed":
+                error = bridge.error_code or "failed"
+            else:
+                error = str(status) if status >= 400 else terminal
+    tokens: tuple[int | None, ...] | None = bridge.tokens()
+    estimated = tokens is None and bridge.chars > 0
+    if estimated:
+        tokens = (None, -(-bridge.chars // 4), None, None, None)
+    p.metrics.turn(p.client, prov, p.route.public_model, p.owner, error, dur, p.first_token, tokens, estimated)
     repairs = p.ctx.repairs
     if repairs:
         for rule in repairs:
@@ -265,7 +284,6 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> N
         log.warning("input_items_dropped", request_id=p.request_id, provider=prov, items=p.ctx.dropped_items)
         if terminal == "completed":
             terminal = "completed_items_dropped"
-    bridge = p.bridge
     if bridge.crashed is not None:
         log.warning(
             "stream_guard",
@@ -286,14 +304,23 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str) -> N
         upstream_protocol=p.upstream,
         model=p.route.public_model,
         upstream_model=p.route.upstream_model,
+        key_name=p.owner,
         stream=p.stream,
         transport=p.transport,
         attempts=p.attempts,
         status=status,
         duration_ms=round(dur * 1000, 2),
         ttfb_ms=round(ttfb * 1000, 2) if ttfb is not None else None,
+        ttft_ms=round(p.first_token * 1000, 2) if p.first_token is not None else None,
+        input_tokens=tokens[0] if tokens is not None else None,
+        output_tokens=tokens[1] if tokens is not None else None,
+        tokens_estimated=estimated,
         terminal=terminal,
+        code=error or None,
     )
+
+
+_SUCCEEDED = frozenset({"completed", "incomplete"})  # terminals of an answer that did not fail
 
 
 class Resume:

@@ -177,7 +177,12 @@ class Service:
         self.secrets = config.secrets()
         pairs = [(t.provider, t.upstream_model or m.name) for m in config.models for t in m.target_list()]
         self.counters = metrics.Metrics(
-            (p.name for p in config.providers), known_codes(), models=(model for _, model in pairs)
+            (p.name for p in config.providers),
+            known_codes(),
+            models=(model for _, model in pairs),
+            # the names clients may send (a glob entry's are the clients' own: "other")
+            public_models=(m.name for m in config.models if not any(c in m.name for c in "*?[")),
+            keys=(name for name, _ in config.auth.named()),
         )
         self.envelope_key = config.server.secret.encode()
         self._owner_keys: dict[str, bytes] = {}  # client key name → its envelope key
@@ -324,6 +329,7 @@ class Service:
             websocket=websocket,
             resilience=self.resilience,
             drainer=self.drain,
+            owner=owner,
         )
 
     def proxy_handler(self, client: str, outer: bool) -> ASGIHandler:
@@ -510,7 +516,8 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
-        return Response(svc.counters.render(), media_type="text/plain; version=0.0.4")
+        # with --workers N, every worker's (app/workers.py: prometheus_client's multiprocess mode)
+        return Response(svc.counters.render(), media_type=metrics.CONTENT_TYPE)
 
 
 def _error_handlers(app: FastAPI, svc: Service) -> None:

@@ -1,52 +1,155 @@
-"""In-process metrics, exported at ``GET /metrics`` in the Prometheus text format.
+"""Metrics on prometheus_client, exported at ``GET /metrics`` in the Prometheus text format.
 
-Counters are plain dicts keyed by label tuples: an increment is one dict update, cheap
-enough for the per-request path.  With several workers or instances, each process exports
-its own series (scrape every instance; sum in the query).  Metric list: docs/operations.md.
+Theory of operation
+-------------------
+**The library.**  prometheus_client (the Prometheus project's own Python client) holds the
+values and writes the exposition.  It was chosen over the OpenTelemetry SDK with its
+Prometheus exporter because of ``--workers N``: its *multiprocess mode* keeps every
+worker's values in a small memory-mapped file of a directory the workers share
+(``PROMETHEUS_MULTIPROC_DIR``), and any worker's scrape merges the files, so one scrape of
+``/metrics`` answers for every worker of the instance.  The OpenTelemetry exporter serves
+the one process it runs in (a scrape would see whichever worker the kernel handed the
+connection).  It is also the lighter of the two: no SDK pipeline, views or attribute sets
+per measurement, and no further dependency.
 
-Label values come from closed sets, never from what a client or an upstream sent: a label
-whose value is not in its set (``LABELS``, completed for each ``Metrics`` with the
-configured provider names and the known error codes) is exported as ``other``.  A request path, an upstream's
-own error code or a client's model name can therefore never create a series, and the
-number of series is bounded by the product of the sets.  As a second bound, a metric that
-somehow reached ``MAX_SERIES`` series adds no new ones: further label sets are counted
-under all-``other`` labels.
+**Multiprocess mode** is on when ``PROMETHEUS_MULTIPROC_DIR`` is set when the process
+starts; ``app/workers.py`` (the ``--workers N`` supervisor) creates a private directory per
+instance, passes it to its workers, marks a worker that exits dead
+(``multiprocess.mark_process_dead``: its gauges leave the scrape, its counts stay in the
+sums) and removes the directory when it exits.  Without it (one process) the values live in
+memory.  Either way one ``Metrics`` is made per app (``create_app``); two apps in one
+process, as in the tests, never see each other's counts (in multiprocess mode a worker
+holds one app, and its scrape is the directory's).  Counters and histograms are summed over
+the workers; the breaker gauge shows the worst state any live worker has
+(``livemax``).
+
+**Closed label sets.**  Label values come from closed sets, never from what a client or an
+upstream sent: a label whose value is not in its set (``LABELS``, completed for each
+``Metrics`` with the configured provider, model and client key names and the known error
+codes) is exported as ``other``.  A request path, an upstream's own error code or a
+client's model name can therefore never create a series, and the number of series is
+bounded by the product of the sets.  As a second bound, a metric that somehow reached
+``MAX_SERIES`` label sets adds no new ones: further label sets are counted under
+all-``other`` labels.
+
+**Hot path.**  A label set's series (prometheus_client's child) is found once and
+remembered: ``answered`` and ``turn`` do one dict lookup for all the series of a request,
+then one ``inc``/``observe`` each (their cost: docs/operations.md, "Metrics").
+
+Metric list, units, labels and buckets: docs/operations.md.  The GenAI metrics follow the
+OpenTelemetry GenAI semantic conventions as the OpenTelemetry Prometheus exporter names
+them (``gen_ai.server.request.duration`` → ``gen_ai_server_request_duration_seconds``).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import os
 from collections.abc import Iterable
 from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from app.logs import log
 from providers.retry import ATTEMPT_OUTCOMES
 from transformers import repairs
 from transformers.vocab import OUTCOMES, PROTOCOLS
 
-HELP = {
-    "switchboard_requests_total": "Requests answered, by route, client protocol, provider and status.",
-    "switchboard_stream_outcomes_total": "Streams by terminal outcome (completed, incomplete, failed, client_cancel).",
-    "switchboard_repairs_total": "Wire repairs that fired, by rule and provider.",
-    "switchboard_upstream_errors_total": "Upstream failures before the first byte, by provider and code.",
-    "switchboard_stream_failures_total": "Answers that ended failed after the first byte, by provider and code.",
-    "switchboard_request_duration_seconds_sum": "Total request time, by route.",
-    "switchboard_ttfb_seconds_sum": "Total time to first upstream byte, by route.",
-    "switchboard_upstream_attempts_total": "Upstream attempts before the first byte (retries and fallbacks), by "
-    "provider and outcome.",
-    "switchboard_breaker_state": "Circuit breaker state per provider (model -) and per provider+model: "
-    "0 closed, 1 half-open, 2 open.",
-    "switchboard_envelope_rejected_total": "Proxy-sealed envelopes that did not open, by kind and reason.",
-    "switchboard_store_errors_total": "Response store operations that failed, by operation (put, get, chain, ...).",
-    "switchboard_websocket_connections_total": "Responses WebSocket upgrades accepted and refused, and closes, by event.",
-    "switchboard_store_bytes": "Total compressed size of the stored responses, as of the last put or delete "
-    "(store.max_bytes caps it).",
-    "switchboard_store_evicted_total": "Stored responses deleted to keep the store under store.max_bytes.",
-    "switchboard_usage_records_total": "Usage records written to the store's backend.",
-    "switchboard_usage_dropped_total": "Usage records lost: dropped from a full buffer, or still pending at shutdown "
-    "when the backend failed.",
-    "switchboard_usage_write_errors_total": "Usage record batches whose write failed (kept and written again later).",
-}
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# read once, as prometheus_client reads it once (at import) to choose where values live
+MULTIPROC_DIR = os.environ.get(MULTIPROC_ENV) or None
+
+# no ``_created`` series beside each counter, histogram and summary (the multiprocess
+# collector has none either): a scrape is the same in both modes
+disable_created_metrics()
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the exposition format /metrics has always answered in
+
+# OpenTelemetry GenAI semantic conventions: the explicit bucket boundaries they advise
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+TOKEN_BUCKETS = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
+
+# name → (type, help, histogram buckets).  A counter's name ends in _total (prometheus_client
+# exports it so); a summary's series are <name>_sum and <name>_count.
+METRICS: dict[str, tuple[str, str, tuple[float, ...]]] = {
+    "switchboard_requests_total": (
+        "counter", "Requests answered, by route, client protocol, provider and status.", ()
+    ),
+    "switchboard_stream_outcomes_total": (
+        "counter", "Streams by terminal outcome (completed, incomplete, failed, client_cancel).", ()
+    ),
+    "switchboard_repairs_total": ("counter", "Wire repairs that fired, by rule and provider.", ()),
+    "switchboard_upstream_errors_total": (
+        "counter", "Upstream failures before the first byte, by provider and code.", ()
+    ),
+    "switchboard_stream_failures_total": (
+        "counter", "Answers that ended failed after the first byte, by provider and code.", ()
+    ),
+    "switchboard_request_duration_seconds": (
+        "summary", "Request time, by route (_sum: total seconds, _count: requests).", ()
+    ),
+    "switchboard_ttfb_seconds": (
+        "summary", "Time to the upstream's first byte, by route (_sum: total seconds, _count: requests).", ()
+    ),
+    "switchboard_upstream_attempts_total": (
+        "counter", "Upstream attempts before the first byte (retries and fallbacks), by provider and outcome.", ()
+    ),
+    "switchboard_breaker_state": (
+        "gauge", "Circuit breaker state per provider (model -) and per provider+model: 0 closed, 1 half-open, 2 open.", ()
+    ),
+    "switchboard_envelope_rejected_total": (
+        "counter", "Proxy-sealed envelopes that did not open, by kind and reason.", ()
+    ),
+    "switchboard_store_errors_total": (
+        "counter", "Response store operations that failed, by operation (put, get, chain, ...).", ()
+    ),
+    "switchboard_websocket_connections_total": (
+        "counter", "Responses WebSocket upgrades accepted and refused, and closes, by event.", ()
+    ),
+    "switchboard_store_bytes": (
+        "gauge", "Total compressed size of the stored responses, as of the last put or delete (store.max_bytes caps it).", ()
+    ),
+    "switchboard_store_evicted_total": (
+        "counter", "Stored responses deleted to keep the store under store.max_bytes.", ()
+    ),
+    "switchboard_usage_records_total": ("counter", "Usage records written to the store's backend.", ()),
+    "switchboard_usage_dropped_total": (
+        "counter", "Usage records lost: dropped from a full buffer, or still pending at shutdown when the backend failed.", ()
+    ),
+    "switchboard_usage_write_errors_total": (
+        "counter", "Usage record batches whose write failed (kept and written again later).", ()
+    ),
+    "switchboard_limits_refused_total": (
+        "counter", "Requests refused by their key's limits, by the limit hit (kind).", ()
+    ),
+    "switchboard_limits_degraded_total": (
+        "counter", "Requests admitted without their limits checked: the limits' Redis did not answer (fail open).", ()
+    ),
+    "gen_ai_server_request_duration_seconds": (
+        "histogram", "GenAI request duration: from the request to the client's last byte.", DURATION_BUCKETS
+    ),
+    "gen_ai_server_time_to_first_token_seconds": (
+        "histogram", "Time from the request to the first output token sent to the client (streams).", DURATION_BUCKETS
+    ),
+    "gen_ai_server_time_per_output_token_seconds": (
+        "histogram", "Time per output token after the first one (streams).", TPOT_BUCKETS
+    ),
+    "gen_ai_client_token_usage": (
+        "histogram", "Tokens used per request, by type (input, output, cache_read, cache_write, reasoning).", TOKEN_BUCKETS
+    ),
+}  # fmt: skip
 
 OTHER = "other"
 MAX_SERIES = 4096
@@ -58,6 +161,10 @@ ROUTES = frozenset({
 })  # fmt: skip
 
 _STATUSES = frozenset(str(s) for s in range(100, 600))
+
+# gen_ai_token_type: the OpenTelemetry types (input, output) and the parts of them the
+# upstreams report (cache_read and cache_write of the input, reasoning of the output)
+TOKEN_TYPES = ("input", "output", "cache_read", "cache_write", "reasoning")
 
 # label name → the closed set of its values (protocols, outcomes and repair rule names come
 # from the one vocabulary: transformers/vocab.py, transformers/repairs.py)
@@ -78,41 +185,82 @@ LABELS: dict[str, frozenset[str]] = {
         | {"closed_client", "closed_idle", "closed_lifetime", "closed_shutdown"}
     ),
     # proxy envelopes (transformers/envelope.py): what was sealed, why it did not open
-    "kind": frozenset({"reasoning", "compaction"}),
+    # ... and, for switchboard_limits_refused_total, the limit a request hit (app/limits.py)
+    "kind": frozenset({"reasoning", "compaction"})
+    | frozenset({"requests", "tokens_minute", "tokens_day", "tokens_month", "cost_day", "cost_month", "concurrent"}),
     "reason": frozenset({"bad_mac", "malformed", "unknown_version", "no_key", "foreign"}),
+    # the GenAI metrics: the client's protocol, the configured provider, the configured
+    # public model name (completed per Metrics), the client key's configured name ("-": an
+    # open proxy), what the request failed with ("": it did not; the error codes and the
+    # HTTP statuses), the token type, and whether the count is an estimate
+    "gen_ai_operation_name": PROTOCOLS,
+    "gen_ai_provider_name": frozenset({"-"}),
+    "gen_ai_request_model": frozenset(),
+    "key_name": frozenset({"-"}),
+    "error_type": frozenset({"", "client_cancel"}) | _STATUSES,
+    "gen_ai_token_type": frozenset(TOKEN_TYPES),
+    "gen_ai_token_estimated": frozenset({"true", "false"}),
 }
 
 
 _KEY_MEMO = 4096  # label sets whose series key is remembered (Metrics._keys)
 
-Series = dict[tuple[tuple[str, str], ...], float]
+Key = tuple[tuple[str, str], ...]  # a series' labels, cleaned, sorted by name
+
+# Metrics.turn's series of one (operation, provider, model, key, error, estimated), by slot:
+# the duration, the time to first token, the time per output token, then one per token type
+_DURATION, _TTFT, _TPOT, _TOKENS = 0, 1, 2, 3
 
 
 class Metrics:
-    """The counters of one app instance (``create_app`` makes one: two apps in one process,
-    as in the tests, never see each other's counts)."""
+    """The metrics of one app instance (see the module docstring)."""
 
-    __slots__ = ("counters", "labels", "gauges", "_keys", "_answers")
+    __slots__ = ("labels", "registry", "_export", "_metrics", "_series", "_keys", "_answers", "_turns")
 
-    def __init__(self, providers: Iterable[str] = (), codes: Iterable[str] = (), models: Iterable[str] = ()) -> None:
-        self.counters: dict[str, Series] = defaultdict(lambda: defaultdict(float))
-        self.gauges: dict[str, Series] = defaultdict(dict)
-        # the closed sets, completed with the configured provider names and the error codes
-        # the proxy knows (its own and the well-known OpenAI ones)
+    def __init__(
+        self,
+        providers: Iterable[str] = (),
+        codes: Iterable[str] = (),
+        models: Iterable[str] = (),
+        *,
+        public_models: Iterable[str] = (),
+        keys: Iterable[str] = (),
+    ) -> None:
+        """``providers``: the configured provider names; ``codes``: the error codes the proxy
+        knows; ``models``: the configured upstream model names (breaker gauges);
+        ``public_models``: the model names clients may send (``models[].name``, globs left
+        out: their names are the clients'); ``keys``: the client keys' configured names."""
+        providers = frozenset(providers)
+        codes = frozenset(codes)
+        # the closed sets, completed with the configured names and the error codes the proxy
+        # knows (its own and the well-known OpenAI ones)
         self.labels = {
             **LABELS,
-            "provider": LABELS["provider"] | frozenset(providers),
-            "code": LABELS["code"] | frozenset(codes),
+            "provider": LABELS["provider"] | providers,
+            "code": LABELS["code"] | codes,
             "model": LABELS["model"] | frozenset(models),
+            "gen_ai_provider_name": LABELS["gen_ai_provider_name"] | providers,
+            "gen_ai_request_model": LABELS["gen_ai_request_model"] | frozenset(public_models),
+            "key_name": LABELS["key_name"] | frozenset(keys),
+            "error_type": LABELS["error_type"] | codes,
         }
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._export: CollectorRegistry | None = None  # what a scrape reads (render)
+        self._metrics: dict[str, Any] = {}  # name → prometheus_client metric, made at first use
+        self._series: dict[str, dict[Key, Any]] = {}  # name → label set → its child
         # the series key of each label set already seen, as the call site passed it (a call
         # site passes its labels in one order): one lookup instead of a sort and a set test
         # per label on every request; bounded, as the series are
-        self._keys: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+        self._keys: dict[Key, Key] = {}
         # answered(): the series each (route, client, provider, status, outcome) adds to
-        self._answers: dict[tuple[str, str, str, int, str | None], tuple[tuple[Series, Any], ...]] = {}
+        self._answers: dict[tuple[str, str, str, int, str | None], tuple[Any, Any, Any, Any]] = {}
+        # turn(): the series of each (operation, provider, model, key, error, estimated),
+        # filled as they are first used (a label set never used is never exported)
+        self._turns: dict[tuple[str, str, str, str, str, bool], list[Any]] = {}
 
-    def _clean(self, labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    # -- label sets and series ------------------------------------------------------------
+
+    def _clean(self, labels: dict[str, str]) -> Key:
         sets = self.labels
         out = []
         for k, v in sorted(labels.items()):
@@ -120,7 +268,7 @@ class Metrics:
             out.append((k, v if allowed is not None and v in allowed else OTHER))
         return tuple(out)
 
-    def _key(self, labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    def _key(self, labels: dict[str, str]) -> Key:
         """``_clean(labels)``, remembered for the label set as the call site passed it."""
         given = tuple(labels.items())
         key = self._keys.get(given)
@@ -130,18 +278,48 @@ class Metrics:
                 self._keys[given] = key
         return key
 
-    def _slot(self, name: str, labels: dict[str, str]) -> tuple[Series, tuple[tuple[str, str], ...]]:
-        """Counter ``name``'s series and the key ``labels`` count under: all-"other" once the
-        counter holds MAX_SERIES series and this one is not among them."""
-        series = self.counters[name]
-        key = self._key(labels)
-        if key not in series and len(series) >= MAX_SERIES:
-            key = tuple((k, OTHER) for k, _ in key)
-        return series, key
+    def _metric(self, name: str, key: Key) -> Any:
+        m = self._metrics.get(name)
+        if m is None:
+            kind, doc, buckets = METRICS.get(name, ("counter", name, ()))
+            names = [k for k, _ in key]
+            reg = self.registry
+            if kind == "counter":
+                m = Counter(name, doc, names, registry=reg)
+            elif kind == "gauge":
+                m = Gauge(name, doc, names, registry=reg, multiprocess_mode="livemax")
+            elif kind == "summary":
+                m = Summary(name, doc, names, registry=reg)
+            else:
+                m = Histogram(name, doc, names, registry=reg, buckets=buckets)
+            self._metrics[name] = m
+        return m
+
+    def _child(self, name: str, key: Key) -> Any:
+        """Metric ``name``'s series for ``key``: the all-"other" one once the metric holds
+        MAX_SERIES label sets and ``key`` is not among them."""
+        series = self._series.get(name)
+        if series is None:
+            series = self._series[name] = {}
+        child = series.get(key)
+        if child is None:
+            if len(series) >= MAX_SERIES:
+                key = tuple((k, OTHER) for k, _ in key)
+                child = series.get(key)
+            if child is None:
+                child = series[key] = self._metric(name, key).labels(*[v for _, v in key])
+        return child
+
+    # -- updates --------------------------------------------------------------------------
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
-        series, key = self._slot(name, labels)
-        series[key] += value
+        self._child(name, self._key(labels)).inc(value)
+
+    def set_gauge(self, name: str, value: float, **labels: str) -> None:
+        key = self._key(labels)
+        series = self._series.get(name)
+        if series is None or key in series or len(series) < MAX_SERIES:
+            self._child(name, key).set(value)
 
     def answered(
         self,
@@ -153,72 +331,148 @@ class Metrics:
         ttfb: float | None,
         outcome: str | None,
     ) -> None:
-        """One proxied answer's counters: ``switchboard_requests_total``, the duration and
-        time-to-first-byte sums, and a stream's outcome (``outcome`` None: not a stream).
-        What ``inc`` does for each, with the four series found once per combination."""
+        """One proxied answer's ``switchboard_*`` series: ``switchboard_requests_total``, the
+        duration and time-to-first-byte summaries, and a stream's outcome (``outcome`` None:
+        not a stream), with the series found once per combination."""
         at = (route, client, provider, status, outcome)
         series = self._answers.get(at)
         if series is None:
             series = self._answer_series(at)
-        (s, k), (ds, dk), (ts, tk), *rest = series
-        s[k] += 1.0
-        ds[dk] += duration
+        requests, dur, first, out = series
+        requests.inc(1.0)
+        dur.observe(duration)
         if ttfb is not None:
-            ts[tk] += ttfb
-        for s, k in rest:
-            s[k] += 1.0
+            first.observe(ttfb)
+        if out is not None:
+            out.inc(1.0)
 
-    def _answer_series(self, at: tuple[str, str, str, int, str | None]) -> tuple[tuple[Series, Any], ...]:
+    def _answer_series(self, at: tuple[str, str, str, int, str | None]) -> tuple[Any, Any, Any, Any]:
         route, client, provider, status, outcome = at
-        wanted: list[tuple[str, dict[str, str]]] = [
-            (
-                "switchboard_requests_total",
-                {"route": route, "client": client, "provider": provider, "status": str(status)},
-            ),
-            ("switchboard_request_duration_seconds_sum", {"route": route}),
-            ("switchboard_ttfb_seconds_sum", {"route": route}),
-        ]
-        if outcome is not None:
-            wanted.append(("switchboard_stream_outcomes_total", {"outcome": outcome, "client": client}))
-        out = tuple(self._slot(name, labels) for name, labels in wanted)
+        req = {"route": route, "client": client, "provider": provider, "status": str(status)}
+        out = (
+            self._child("switchboard_requests_total", self._clean(req)),
+            self._child("switchboard_request_duration_seconds", self._clean({"route": route})),
+            self._child("switchboard_ttfb_seconds", self._clean({"route": route})),
+            None
+            if outcome is None
+            else self._child("switchboard_stream_outcomes_total", self._clean({"outcome": outcome, "client": client})),
+        )
         if len(self._answers) < _KEY_MEMO:
             self._answers[at] = out
         return out
 
-    def set_gauge(self, name: str, value: float, **labels: str) -> None:
-        series = self.gauges[name]
-        key = self._key(labels)
-        if key in series or len(series) < MAX_SERIES:
-            series[key] = value
+    def turn(
+        self,
+        operation: str,
+        provider: str,
+        model: str,
+        key: str,
+        error: str,
+        duration: float,
+        ttft: float | None,
+        tokens: tuple[int | None, ...] | None,
+        estimated: bool,
+    ) -> None:
+        """One model request's GenAI series.
+
+        ``error``: what it failed with ("" when it did not); ``ttft``: seconds to the first
+        output token sent (a stream's; None otherwise); ``tokens``: (input, output,
+        cache_read, cache_write, reasoning), each None when unknown, or None; ``estimated``:
+        the counts are the proxy's estimate, not the upstream's.  The duration is always
+        recorded; the time to first token and per output token for answers that did not
+        fail (the latter from the upstream's own output count); input and output tokens
+        when known, the other types when not zero."""
+        at = (operation, provider, model, key, error, estimated)
+        slots = self._turns.get(at)
+        if slots is None:
+            slots = self._turn_slots(at)
+        s = slots[_DURATION]
+        if s is None:
+            s = self._turn_child(at, slots, _DURATION)
+        s.observe(duration)
+        if ttft is not None and not error:
+            s = slots[_TTFT]
+            if s is None:
+                s = self._turn_child(at, slots, _TTFT)
+            s.observe(ttft)
+            out = tokens[1] if tokens is not None and not estimated else None
+            if out is not None and out > 1 and duration > ttft:
+                s = slots[_TPOT]
+                if s is None:
+                    s = self._turn_child(at, slots, _TPOT)
+                s.observe((duration - ttft) / (out - 1))
+        if tokens is not None:
+            i = _TOKENS
+            for n in tokens:
+                if n is not None and (n or i < _TOKENS + 2):
+                    s = slots[i]
+                    if s is None:
+                        s = self._turn_child(at, slots, i)
+                    s.observe(n)
+                i += 1
+
+    def _turn_slots(self, at: tuple[str, str, str, str, str, bool]) -> list[Any]:
+        slots: list[Any] = [None] * (_TOKENS + len(TOKEN_TYPES))
+        if len(self._turns) < _KEY_MEMO:
+            self._turns[at] = slots
+        return slots
+
+    def _turn_child(self, at: tuple[str, str, str, str, str, bool], slots: list[Any], i: int) -> Any:
+        operation, provider, model, key, error, estimated = at
+        labels = {
+            "gen_ai_operation_name": operation,
+            "gen_ai_provider_name": provider,
+            "gen_ai_request_model": model,
+            "key_name": key,
+        }
+        if i == _DURATION:
+            name = "gen_ai_server_request_duration_seconds"
+            labels["error_type"] = error
+        elif i == _TTFT:
+            name = "gen_ai_server_time_to_first_token_seconds"
+        elif i == _TPOT:
+            name = "gen_ai_server_time_per_output_token_seconds"
+        else:
+            name = "gen_ai_client_token_usage"
+            labels["gen_ai_token_type"] = TOKEN_TYPES[i - _TOKENS]
+            labels["gen_ai_token_estimated"] = "true" if estimated else "false"
+        child = slots[i] = self._child(name, self._clean(labels))
+        return child
+
+    # -- reading --------------------------------------------------------------------------
 
     def get(self, name: str, **labels: str) -> float:
-        key = self._clean(labels)
-        if name in self.gauges:
-            return self.gauges[name].get(key, 0.0)
-        return self.counters.get(name, {}).get(key, 0.0)
+        """The value of a sample of this process's series (0 when there is none): a counter
+        or gauge by its name, a histogram's or summary's by ``<name>_sum``, ``_count`` or
+        ``_bucket`` (with ``le``)."""
+        le = labels.pop("le", None)
+        want = dict(self._clean(labels))
+        if le is not None:
+            want["le"] = le
+        for base in (name, *(name.removesuffix(s) for s in ("_sum", "_count", "_bucket"))):
+            metric = self._metrics.get(base)
+            if metric is not None:
+                break
+        else:
+            return 0.0
+        for family in metric.collect():
+            for sample in family.samples:
+                if sample.name == name and sample.labels == want:
+                    return float(sample.value)
+        return 0.0
 
     def series_count(self) -> int:
-        return sum(len(s) for s in self.counters.values())
+        """Label sets over every metric (a histogram's label set is one, whatever its buckets)."""
+        return sum(len(s) for s in self._series.values())
 
     def render(self) -> bytes:
-        out: list[str] = []
-        for name in sorted(self.counters):
-            out.append(f"# HELP {name} {HELP.get(name, name)}")
-            out.append(f"# TYPE {name} counter")
-            for labels, v in sorted(self.counters[name].items()):
-                lab = ",".join(f'{k}="{_esc(val)}"' for k, val in labels)
-                out.append(f"{name}{{{lab}}} {v:g}" if lab else f"{name} {v:g}")
-        for name in sorted(self.gauges):
-            out.append(f"# HELP {name} {HELP.get(name, name)}")
-            out.append(f"# TYPE {name} gauge")
-            for labels, v in sorted(self.gauges[name].items()):
-                lab = ",".join(f'{k}="{_esc(val)}"' for k, val in labels)
-                out.append(f"{name}{{{lab}}} {v:g}" if lab else f"{name} {v:g}")
-        return ("\n".join(out) + "\n").encode()
-
-
-def _esc(v: str) -> str:
-    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        """The exposition: this app's metrics, or in multiprocess mode every process's files."""
+        if self._export is None:
+            self._export = self.registry
+            if MULTIPROC_DIR is not None:
+                self._export = CollectorRegistry(auto_describe=False)
+                MultiProcessCollector(self._export, MULTIPROC_DIR)
+        return generate_latest(self._export)
 
 
 def route_label(path: str) -> str:

@@ -62,6 +62,7 @@ class ProxyResponse(Response):
         status = 200
         ttfb = None
         terminal = ""
+        error = ""  # the code of the error answered before the first byte
         me = asyncio.current_task()
         watch: asyncio.Future[Any] | None = None
         cancelled_by_client = False
@@ -122,13 +123,17 @@ class ProxyResponse(Response):
                 }
             )
             if whole is not None:  # an upstream that ignored `stream`
-                await send({"type": "http.response.body", "body": p.bridge.replay(whole), "more_body": False})
+                out = p.bridge.replay(whole)
+                if p.bridge.chars:
+                    p.first_token = time.perf_counter() - p.started
+                await send({"type": "http.response.body", "body": out, "more_body": False})
                 return
             drain = await _stream(p, prov, resp, send)
         except ProxyError as e:
             p = self.p
             status = e.status
             terminal = "error"
+            error = e.code or str(status)
             p.metrics.inc("switchboard_upstream_errors_total", provider=p.route.provider.name, code=str(e.code))
             self.started = True
             await send_error(send, e, p.request_id, p.client)
@@ -137,7 +142,7 @@ class ProxyResponse(Response):
             if p.stop and not cancelled_by_client and not self.started and me is not None:
                 me.uncancel()  # the drain's deadline: answered, not cut
                 err = ProxyError(503, SHUTDOWN_MESSAGE, type="server_error", code=p.stop, headers={"retry-after": "1"})
-                status, terminal = 503, "error"
+                status, terminal, error = 503, "error", p.stop
                 self.started = True
                 await send_error(send, err, p.request_id, p.client)
             elif not cancelled_by_client:
@@ -153,7 +158,7 @@ class ProxyResponse(Response):
             if watch is not None:
                 watch.remove_done_callback(on_disconnect)
                 watch.cancel()
-            finish_log(p, status, ttfb, terminal or p.bridge.terminal or "failed")
+            finish_log(p, status, ttfb, terminal or p.bridge.terminal or "failed", error)
             if p.resilience is not None and ttfb is not None and p.bridge.error_code in STREAM_FAULTS:
                 p.resilience.report(p.route, "failure")  # the upstream broke after its head
             try:
@@ -209,6 +214,7 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
     ticker = _Heartbeats(bridge, send, p.keepalive, waiting) if p.keepalive > 0 else None
     responses = p.client == "responses"
     left = b""  # the rest of a large read, for the Bridge a slice at a time (_SLICE_BYTES)
+    no_output = True  # no output written for the client yet (the time to first token)
     try:
         try:
             while True:
@@ -241,6 +247,9 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
                     if len(chunk) > _SLICE_BYTES:
                         chunk, left = _slice(chunk)
                 out = bridge.receive_data(chunk)
+                if no_output and bridge.chars:
+                    no_output = False
+                    p.first_token = clock() - p.started
                 if bridge.finished or (bridge.terminal and responses):
                     if out:
                         pending.append(out)
@@ -283,6 +292,8 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
     finally:
         if ticker is not None:
             ticker.cancel()
+    if no_output and bridge.chars:  # the first output came with the end (a call held to the end)
+        p.first_token = clock() - p.started
     pending.append(out)
     await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
     return rest

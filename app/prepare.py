@@ -64,6 +64,7 @@ class Prepared:
     keepalive: float = 15.0  # seconds of upstream silence before a heartbeat (0 = never)
     secrets: SecretMask = NO_SECRETS  # masks the configured secrets in upstream text
     metrics: Metrics = field(default_factory=Metrics)  # the app's counters
+    owner: str = "-"  # the client key's configured name ("-": an open proxy)
     transport: str = "http"  # http | websocket (app.ws)
     # fallbacks (app.failover): the same request prepared for another target of its model
     # (None: the model has one target), the app's breakers/budgets, the attempt number
@@ -75,6 +76,9 @@ class Prepared:
     # a non-streamed answer's (status, body) made from the Bridge's body, before anything is
     # sent, so that the log line and the counters say what the client got (app.compact)
     reshape: Any = None
+    # a stream's time to first token: seconds from ``started`` to the first output (text,
+    # reasoning, tool call arguments) written for the client; None until then
+    first_token: float | None = None
 
 
 def retarget(p: Prepared, route: Route) -> Prepared:
@@ -106,6 +110,7 @@ def prepare(
     resilience: Any = None,
     drainer: Any = None,
     target: Route | None = None,
+    owner: str = "-",
 ) -> Prepared:
     """``body``: the already checked body (the app read it before its store lookups; ``raw``
     is then unused); ``answered``: response fields the app honoured itself (the Bridge echoes
@@ -182,6 +187,7 @@ def prepare(
         again=None if pristine is None else partial(_again, call, pristine),
         resilience=resilience,
         drainer=drainer,
+        owner=owner,
     )
 
 

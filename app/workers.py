@@ -27,6 +27,14 @@ The supervisor (``run``):
    looping;
 5. exits once every worker has: 0 when all ended cleanly.
 
+Metrics: the supervisor creates a private directory (``tempfile.mkdtemp``: mode 0700) for
+the instance and passes it to every worker as ``PROMETHEUS_MULTIPROC_DIR``: each worker's
+metrics live in memory-mapped files there, and any worker's ``GET /metrics`` merges them
+(``app/metrics.py``), so one scrape answers for the whole instance.  A worker that exits
+is marked dead (``prometheus_client.multiprocess.mark_process_dead``: its gauges leave
+the scrape; its counts stay in the sums, which never go back); the directory is removed
+when the supervisor exits.
+
 A worker whose supervisor dies is sent SIGTERM by the kernel (``PR_SET_PDEATHSIG``, Linux)
 and drains like any other: orphans do not keep serving a port nobody manages.
 
@@ -38,12 +46,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
+
+from prometheus_client.multiprocess import mark_process_dead
 
 from app.logs import log
 
@@ -52,6 +65,7 @@ _CRASH_WINDOW = 10.0  # a worker that exits this soon after its start counts as 
 _CRASH_LIMIT = 5  # crashes in a row after which the supervisor gives up
 _POLL = 0.1  # seconds between looks at the workers
 SUPERVISOR_ENV = "SWITCHBOARD_SUPERVISOR_PID"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's multiprocess mode (app/metrics.py)
 
 
 def available() -> bool:
@@ -83,6 +97,17 @@ def reuseport_socket(host: str, port: int, *, listen: bool, backlog: int = 2048)
     return sock
 
 
+@contextlib.contextmanager
+def metrics_dir() -> Iterator[str]:
+    """A private directory for the workers' metrics files (``PROMETHEUS_MULTIPROC_DIR``),
+    removed on the way out."""
+    path = tempfile.mkdtemp(prefix="switchboard-metrics-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def die_with_parent() -> None:
     """In a worker: SIGTERM from the kernel when the supervisor dies (Linux), and exit now
     if it is already gone."""
@@ -111,9 +136,12 @@ class Supervisor:
         self.signals: list[int] = []  # received, not yet passed on
         self.stopping = False
         self.failed = False
+        self.metrics_dir = ""  # the workers' PROMETHEUS_MULTIPROC_DIR (made by run())
 
     def _spawn(self, i: int) -> None:
         env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
+        if self.metrics_dir:
+            env[MULTIPROC_ENV] = self.metrics_dir
         cmd = [*self.argv, "--host", self.host, "--port", str(self.port), "--reuse-port"]
         self.procs[i] = subprocess.Popen(cmd, env=env, process_group=0)
         self.started_at[i] = time.monotonic()
@@ -144,14 +172,20 @@ class Supervisor:
         self.port = reserve.getsockname()[1]
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            for i in range(self.n):
-                self._spawn(i)
-            log.info("workers_started", workers=self.n, host=self.host, port=self.port, pids=self._pids())
-            return self._watch()
+            with metrics_dir() as self.metrics_dir:
+                for i in range(self.n):
+                    self._spawn(i)
+                log.info("workers_started", workers=self.n, host=self.host, port=self.port, pids=self._pids())
+                return self._watch()
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
             reserve.close()
+
+    def _dead(self, pid: int) -> None:
+        """Worker ``pid`` exited: its live gauges leave the instance's scrape."""
+        if self.metrics_dir:
+            mark_process_dead(pid, self.metrics_dir)
 
     def _pids(self) -> list[int]:
         return [p.pid for p in self.procs if p is not None]
@@ -172,6 +206,8 @@ class Supervisor:
                 code = p.poll()
                 if code is None:
                     continue
+                if i not in codes:
+                    self._dead(p.pid)
                 if self.stopping:
                     codes[i] = code
                     continue

@@ -46,6 +46,11 @@ call                   returns
 ``error_code``         the code of the failure terminal the client received, if any
 ``crashed``            the exception the guard caught, if it fired (the app logs it)
 ``finished``           nothing more to read upstream (the decoder ended, or the guard fired)
+``usage``              the upstream's usage (Responses shape, ``usage.py``) once it came,
+                       else None; ``tokens()``: its counts by type
+``chars``              characters of output written for the client so far: text,
+                       reasoning, refusal and tool call arguments (its estimate of the
+                       output tokens when no usage came, and its first output)
 =====================  ==================================================================
 
 Non-streaming answers go through the very same machines: the upstream's object is replayed
@@ -80,7 +85,7 @@ from transformers.chat_text_lane import ChatTextLane
 from transformers.chat_whole import plain_completion
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
-from transformers.events import Event, Finish, Reasoning, Text, ToolCall
+from transformers.events import Event, Finish, Reasoning, Refusal, Text, ToolCall, Usage
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.messages_decode import MessagesStreamDecoder, decode_message
 from transformers.messages_encode import MessagesEncoder
@@ -95,6 +100,7 @@ from transformers.responses_decode import ResponsesStreamDecoder, decode_respons
 from transformers.responses_encode import ResponsesStreamEncoder, encode_response
 from transformers.text_runs import TextRuns
 from transformers.tool_stage import ToolStage, needed
+from transformers.usage import from_chat
 from transformers.vocab import ProtocolName
 
 __all__ = ["DIRECTIONS", "AnswerError", "Bridge", "Direction", "open_bridge", "SSEFraming", "WSFraming"]
@@ -348,6 +354,8 @@ class Bridge:
         "alane",
         "runs",
         "_learning",
+        "usage",
+        "chars",
     )
 
     def __init__(
@@ -412,6 +420,10 @@ class Bridge:
         # _text_runs offers (a Chat upstream's text chunks have the passthrough and the lane)
         self.runs = TextRuns(direction.upstream) if direction.upstream == "responses" else None
         self._learning = False  # the event _text_runs offers to teach the runs' template
+        self.usage: dict[str, Any] | None = None  # the upstream's, once it came (Responses shape)
+        # characters of output written for the client: text, reasoning, refusal, arguments
+        # (a passthrough run's: the bytes of its texts as they came, escapes included)
+        self.chars = 0
 
     @property
     def framing(self) -> SSEFraming | WSFraming:
@@ -537,8 +549,10 @@ class Bridge:
                     out = orjson.dumps(result)  # (it may refuse an integer: the guard below)
                     self.terminal = _chat_status(result)
                     self._result = result
+                    self._account_plain(obj, result)
                     return 200, out
             events = self._decode_object(obj)
+            self._account(events)
             if self.stage is not None:
                 staged: list[Event] = []
                 for ev in events:
@@ -587,6 +601,50 @@ class Bridge:
         self._result = result
         return 200, body
 
+    def tokens(self) -> tuple[int, int, int, int, int] | None:
+        """The upstream's usage as (input, output, cache read, cache write, reasoning)
+        tokens (the last three are parts of the first two); None when no usage came."""
+        u = self.usage
+        if u is None:
+            return None
+        itd = u["input_tokens_details"]
+        return (
+            u["input_tokens"],
+            u["output_tokens"],
+            itd["cached_tokens"],
+            itd["cache_write_tokens"],
+            u["output_tokens_details"]["reasoning_tokens"],
+        )
+
+    def _account(self, events: list[Event]) -> None:
+        """A whole answer's usage and output characters (a stream's are noted in ``_encode``
+        and the fast lanes as they go)."""
+        chars = 0
+        for ev in events:
+            if type(ev) is Text or type(ev) is Reasoning or type(ev) is Refusal:
+                chars += len(ev.text)
+            elif type(ev) is ToolCall:
+                chars += len(ev.arguments)
+            elif type(ev) is Usage:
+                self.usage = ev.usage
+        self.chars += chars
+
+    def _account_plain(self, obj: dict[str, Any], result: dict[str, Any]) -> None:
+        """``_account`` for a Chat answer written by ``plain_completion``: the upstream's
+        usage when it sent one, the output characters of the client's message."""
+        u = obj.get("usage")
+        if u.__class__ is dict and u:
+            self.usage = from_chat(u)
+        msg = result["choices"][0]["message"]
+        chars = 0
+        for k in ("content", "reasoning_content", "refusal"):
+            v = msg.get(k)
+            if v.__class__ is str:
+                chars += len(v)
+        for call in msg.get("tool_calls") or ():
+            chars += len(call["function"]["arguments"])
+        self.chars += chars
+
     # -- the pieces -----------------------------------------------------------------------
 
     def _decode_object(self, obj: dict[str, Any]) -> list[Event]:
@@ -603,6 +661,7 @@ class Bridge:
     def _event(self, data: str, decoder: Any, out: list[bytes]) -> None:
         pt = self.passthrough
         if pt is not None and self._passes(data, pt, decoder):
+            self.chars += len(data) - pt.around
             out.append(b"data: " + data.encode() + b"\n\n")
             return
         if data == "[DONE]":
@@ -665,6 +724,7 @@ class Bridge:
         if (stage is None or stage.plain_text) and self.compaction is None:
             written = self.encoder.text_delta(text)  # framed (the framing setter)
             if written is not None:
+                self.chars += len(text)
                 out.append(written)
                 return
         self._encode([Text(text)], out)
@@ -675,6 +735,7 @@ class Bridge:
         if (stage is None or stage.plain_text) and self.compaction is None:
             written = self.encoder.reasoning_delta(ev)  # framed (the framing setter)
             if written is not None:
+                self.chars += len(ev.text)
                 out.append(written)
                 return
         self._encode([ev], out)
@@ -686,6 +747,7 @@ class Bridge:
         if (stage is None or stage.plain_call(ev.index)) and self.compaction is None:
             written = self.encoder.args_delta(ev)  # framed (the framing setter)
             if written is not None:
+                self.chars += len(ev.arguments)
                 out.append(written)
                 return
         self._encode([ev], out)
@@ -730,6 +792,7 @@ class Bridge:
             ):
                 end = pt.run(chunk, pos)
                 if end > pos:
+                    self.chars += pt.ran  # (the bytes of its texts)
                     out.append(chunk[pos:end])
                     pos = end
                     misses = 0
@@ -824,6 +887,7 @@ class Bridge:
         bytes."""
         texts = orjson.loads(b"[" + b",".join(quoted) + b"]")
         self.decoder.texts(iid.decode(), texts)
+        self.chars += sum(map(len, texts))
         return self.encoder.text_deltas(quoted, texts)
 
     def _feed(self, data: bytes, out: list[bytes]) -> None:
@@ -935,11 +999,18 @@ class Bridge:
         frame = self._framing.frame
         for ev in events:
             if type(ev) is Text:
+                self.chars += len(ev.text)
                 # the commonest event, already serialized by the encoder when it is one plain delta
                 data = enc.text_delta(ev.text)  # framed (the framing setter)
                 if data is not None:
                     out.append(data)
                     continue
+            elif type(ev) is Reasoning or type(ev) is Refusal:
+                self.chars += len(ev.text)
+            elif type(ev) is ToolCall:
+                self.chars += len(ev.arguments)
+            elif type(ev) is Usage:
+                self.usage = ev.usage
             fin = type(ev) is Finish
             if fin and not self._closed:
                 self.terminal = ev.status  # type: ignore[union-attr]

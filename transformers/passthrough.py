@@ -76,7 +76,7 @@ _TEXT = re.compile(rb'(?:[^"\\\x00-\x1f]++|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a
 class ChatPassthrough:
     """The encoder's text chunk template for one stream, and the check against it."""
 
-    __slots__ = ("prefix", "suffix", "_np", "_ns", "_head", "_tail")
+    __slots__ = ("prefix", "suffix", "_np", "_ns", "_head", "_tail", "around", "ran")
 
     def __init__(self) -> None:
         self.prefix = ""  # the chunk's JSON up to the text's opening quote ('' until armed)
@@ -85,6 +85,8 @@ class ChatPassthrough:
         self._ns = 0
         self._head = b""  # an event's bytes up to its text's first byte
         self._tail = b""  # from its text's closing quote to its end
+        self.around = 0  # characters of a chunk's JSON around its text's inside
+        self.ran = 0  # bytes of the texts' insides in the last run (run)
 
     @property
     def armed(self) -> bool:
@@ -98,14 +100,17 @@ class ChatPassthrough:
         self._ns = len(suffix) + 1
         self._head = b"data: " + prefix.encode() + b'"'
         self._tail = b'"' + suffix.encode() + b"\n\n"
+        self.around = self._np + self._ns
 
     def run(self, chunk: bytes, pos: int) -> int:
         """The end of the longest run of whole template events in ``chunk`` from ``pos``
-        (``pos`` itself when there is none): bytes the Bridge forwards as they are."""
+        (``pos`` itself when there is none): bytes the Bridge forwards as they are; ``ran``:
+        the bytes of their texts (as JSON string insides)."""
         head, tail = self._head, self._tail
         nh, nt = len(head), len(tail)
         text = _TEXT.match
         start = pos
+        frames = 0  # the bytes around the texts
         while chunk.startswith(head, pos):
             m = text(chunk, pos + nh)
             if m is None:
@@ -114,11 +119,14 @@ class ChatPassthrough:
             if not chunk.startswith(tail, end):
                 break
             pos = end + nt
+            frames += nh + nt
         if pos > start and not chunk.isascii():
             try:
                 chunk[start:pos].decode()
             except UnicodeDecodeError:
+                self.ran = 0
                 return start
+        self.ran = pos - start - frames
         return pos
 
     def text(self, data: str) -> bool:

@@ -280,12 +280,15 @@ async def test_metrics_count_requests(client: httpx.AsyncClient, mock: Any) -> N
         return_value=sse_response([chat_chunk({"content": "x"}), chat_chunk({}, "stop")], done=True)
     )
     await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
-    text = (await client.get("/metrics")).text
+    r = await client.get("/metrics")
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    text = r.text
+    # (prometheus_client writes every value as a float)
     assert (
-        'switchboard_requests_total{client="chat",provider="chatup",route="/v1/chat/completions",status="200"} 1\n'
+        'switchboard_requests_total{client="chat",provider="chatup",route="/v1/chat/completions",status="200"} 1.0\n'
         in text
     )
-    assert 'switchboard_stream_outcomes_total{client="chat",outcome="completed"} 1\n' in text
+    assert 'switchboard_stream_outcomes_total{client="chat",outcome="completed"} 1.0\n' in text
 
 
 async def test_unknown_previous_response_id_is_previous_response_not_found(

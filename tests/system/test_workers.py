@@ -3,7 +3,8 @@
 Each worker listens on its own ``SO_REUSEPORT`` socket: connections opened together are
 spread over both workers by the kernel (uvicorn's shared socket left most of them to one);
 a worker that dies is started again and the port keeps answering meanwhile; a busy port
-fails the start with one message.  The drain with workers is covered by
+fails the start with one message; one scrape of ``/metrics`` counts what every worker
+served.  The drain with workers is covered by
 ``tests/system/test_drain.py`` (parametrized over one process and two workers).
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 E2E = Path(__file__).resolve().parent.parent / "e2e"
 if str(E2E) not in sys.path:
@@ -177,3 +179,53 @@ def test_a_taken_port_fails_the_start_with_one_message(tmp_path: Path) -> None:
         assert f"cannot bind 127.0.0.1:{port}" in r.stderr, r.stderr
     finally:
         busy.close()
+
+
+def metrics_dir_of(pid: int) -> str:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    return env[b"PROMETHEUS_MULTIPROC_DIR"].decode()
+
+
+def total(text: str, name: str, **labels: str) -> float:
+    out = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            out += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_one_scrape_counts_every_worker(proxy: Proxy) -> None:
+    """Requests on new connections land on both workers; one GET /metrics, answered by either
+    worker, counts all of them (each worker's own share read from its file)."""
+    pids = workers_of(proxy)
+    where = {metrics_dir_of(pid) for pid in pids}
+    assert len(where) == 1 and not where & {""}  # the supervisor's one private directory
+    d = where.pop()
+    n = 40
+    with httpx.Client(timeout=10) as c:
+        for i in range(n):  # a new connection each: the kernel spreads them over the workers
+            hdrs = {"connection": "close", "authorization": f"Bearer {KEY}"}
+            body = {"model": "demo", "stream": i % 2 == 0, "messages": [{"role": "user", "content": "hi"}]}
+            r = c.post(f"{proxy.url}/v1/chat/completions", json=body, headers=hdrs)
+            assert r.status_code == 200, r.text
+        scrape = c.get(f"{proxy.url}/metrics", headers={"connection": "close"}).text
+    served = {}
+    for pid in pids:
+        (family,) = [
+            m for m in MultiProcessCollector.merge([f"{d}/counter_{pid}.db"]) if m.name == "switchboard_requests"
+        ]
+        served[pid] = sum(s.value for s in family.samples if s.labels.get("route") == "/v1/chat/completions")
+    assert sum(served.values()) == n and all(v > 0 for v in served.values()), served  # all on one: 2 x 2^-40
+    assert total(scrape, "switchboard_requests_total", route="/v1/chat/completions", status="200") == n
+    assert total(scrape, "switchboard_stream_outcomes_total", outcome="completed") == n / 2
+    assert total(scrape, "switchboard_request_duration_seconds_count", route="/v1/chat/completions") == n
+    labels = {"gen_ai_operation_name": "chat", "gen_ai_provider_name": "demo", "gen_ai_request_model": "demo"}
+    assert total(scrape, "gen_ai_server_request_duration_seconds_count", **labels, error_type="") == n
+    assert total(scrape, "gen_ai_server_request_duration_seconds_bucket", **labels, le="+Inf") == n
+    assert total(scrape, "gen_ai_server_time_to_first_token_seconds_count", **labels) == n / 2
+    outputs = total(scrape, "gen_ai_client_token_usage_count", **labels, gen_ai_token_type="output")
+    assert outputs == n  # the demo provider reports its usage, streamed or not
+    assert total(scrape, "gen_ai_client_token_usage_count", gen_ai_token_estimated="true") == 0
+    proxy.stop()
+    assert not os.path.exists(d)  # the supervisor removed its directory on the way out

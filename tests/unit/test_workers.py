@@ -185,3 +185,63 @@ def test_die_with_parent(monkeypatch: pytest.MonkeyPatch) -> None:
     if os.getppid() != 1:
         with pytest.raises(SystemExit):
             workers.die_with_parent()  # the supervisor is gone already: the worker exits
+
+
+# a worker that leaves a gauge and a counter file where its metrics go, notes that place; the
+# first one to start crashes (and says which it was)
+METRICS_WORKER = """
+import os, signal, sys, time
+d = sys.argv[1]
+where = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+pid = os.getpid()
+for kind in ("gauge_livemax", "counter"):
+    open(os.path.join(where, f"{kind}_{pid}.db"), "wb").close()
+with open(os.path.join(d, str(pid)), "w") as f:
+    f.write(where + "\\n")
+try:
+    fd = os.open(os.path.join(d, "crashed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.write(fd, str(pid).encode())
+    os.close(fd)
+    sys.exit(3)
+except FileExistsError:
+    pass
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_workers_share_a_private_metrics_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every worker gets the instance's own PROMETHEUS_MULTIPROC_DIR (made private, whatever
+    the environment said); a worker that exits is marked dead there (its live gauges go, its
+    counts stay); the directory is gone once the supervisor is."""
+    monkeypatch.setattr(workers, "_RESTART_DELAY", 0.05)
+    monkeypatch.setenv(workers.MULTIPROC_ENV, str(tmp_path / "not-this-one"))
+    sup = Supervisor([sys.executable, "-c", METRICS_WORKER, str(tmp_path)], 2, "127.0.0.1", 0)
+    seen: dict[str, Any] = {}
+
+    def later() -> None:
+        wait_for(lambda: len(notes(tmp_path)) >= 3)  # the crashed one, its replacement, the other
+        where = Path(sup.metrics_dir)
+        crashed = int((tmp_path / "crashed").read_text())
+        wait_for(lambda: not (where / f"gauge_livemax_{crashed}.db").exists())
+        seen["crashed"] = crashed
+        seen["files"] = sorted(p.name for p in where.iterdir())
+        seen["mode"] = where.stat().st_mode & 0o777
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=later, daemon=True)
+    t.start()
+    assert sup.run() == 0
+    t.join(5)
+    got = notes(tmp_path)
+    assert len(got) == 3
+    dirs = {lines[0] for lines in got.values()}
+    assert dirs == {sup.metrics_dir} and "switchboard-metrics-" in sup.metrics_dir
+    assert seen["mode"] == 0o700
+    crashed = seen["crashed"]
+    live = sorted(pid for pid in got if pid != crashed)
+    assert seen["files"] == sorted(
+        [f"counter_{crashed}.db", *(f"{kind}_{pid}.db" for pid in live for kind in ("counter", "gauge_livemax"))]
+    )
+    assert not Path(sup.metrics_dir).exists()
