@@ -307,7 +307,9 @@ class Metrics:
                 key = tuple((k, OTHER) for k, _ in key)
                 child = series.get(key)
             if child is None:
-                child = series[key] = self._metric(name, key).labels(*[v for _, v in key])
+                m = self._metric(name, key)
+                # (a metric without labels is its own series: prometheus_client refuses .labels())
+                child = series[key] = m.labels(*[v for _, v in key]) if key else m
         return child
 
     # -- updates --------------------------------------------------------------------------
