@@ -241,10 +241,15 @@ async def drain_rest(raw: Any) -> None:
         pass
 
 
-async def send_error(send: Any, e: ProxyError, request_id: str, client: str = "chat") -> None:
+async def send_error(
+    send: Any, e: ProxyError, request_id: str, client: str = "chat", extra: dict[str, str] | None = None
+) -> None:
+    """An error answer in the client's protocol; ``extra``: the request's own headers (its
+    key's rate limits, what was dropped), the error's winning."""
     body = error_body(client, e.status, orjson.loads(e.body())["error"], request_id)
     hdrs = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    hdrs += [(b"x-request-id", request_id.encode()), *[(k.encode(), v.encode()) for k, v in e.headers.items()]]
+    headers = {**extra, **e.headers} if extra else e.headers
+    hdrs += [(b"x-request-id", request_id.encode()), *[(k.encode(), v.encode()) for k, v in headers.items()]]
     await send({"type": "http.response.start", "status": e.status, "headers": hdrs})
     await send({"type": "http.response.body", "body": body})
 
@@ -254,6 +259,7 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str, erro
     (its outcome), ``error`` (the code of an error answered before the first byte)."""
     dur = time.perf_counter() - p.started
     prov = p.route.provider.name
+    p.status = status
     p.metrics.answered(p.route_name, p.client, prov, status, dur, ttfb, (terminal or "none") if p.stream else None)
     bridge = p.bridge
     # the GenAI metrics: what the request failed with ("" when it did not), and its tokens:

@@ -21,6 +21,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import os
+import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -34,16 +37,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from app import compact, logs, metrics, stored, tokens
-from app.config import Config
+from app import accounting, compact, logs, metrics, stored, tokens
+from app.config import Config, ConfigError, load_config
 from app.drain import Drain
 from app.failover import Resilience
 from app.guard import Guard
+from app.limits import Limiter, MemoryCounters, RedisCounters
 from app.logs import log
 from app.pipeline import ProxyResponse
 from app.prepare import Prepared, check_body, error_body, new_request_id, prepare, scope_headers
 from app.store import Store, open_store
 from app.stored import Turn
+from app.usage import UsageLog, usage_routes
 from app.ws import serve_socket
 from providers.errors import known_codes
 from providers.upstream import Router
@@ -160,6 +165,13 @@ def _warn_secret(server: Any) -> None:
         log.warning("deprecated_setting", setting="server.reasoning_envelope_key", use="server.secret_key")
 
 
+def _on_sighup(loop: asyncio.AbstractEventLoop, reload: Callable[[], None]) -> None:
+    """SIGHUP reloads the limits (``Service.reload``) instead of ending the process (its
+    default), in the main thread of a server process (elsewhere nothing changes)."""
+    if threading.current_thread() is threading.main_thread():
+        loop.add_signal_handler(signal.SIGHUP, reload)
+
+
 def owner_envelope_key(secret: bytes, owner: str) -> bytes:
     """The envelope key of client key ``owner`` (``Service.envelope_key_for``); empty
     without a secret."""
@@ -196,6 +208,15 @@ class Service:
         # the response store (app/store.py), None when storing is off; a WebSocket falls back
         # to it for a previous_response_id not on its socket (app.stored.stored_chain)
         self.store: Store | None = open_store(config.store, self.counters)
+        # per-key limits (app/limits.py): shared through the Redis store, else per process
+        shared = getattr(self.store, "redis", None)
+        self.limiter = Limiter(
+            config,
+            RedisCounters(shared, config.store.key_prefix) if shared is not None else MemoryCounters(),
+            self.counters,
+        )
+        # usage records (app/usage.py), in the store's backend
+        self.usage = UsageLog(config, self.store, self.counters)
 
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
@@ -206,9 +227,12 @@ class Service:
                 "configured provider",
             )
         _warn_secret(self.config.server)
+        await self.usage.start()
         self.ready = True
         if self.signals:
-            self.drain.install(asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            self.drain.install(loop)
+            _on_sighup(loop, self.reload)
         log.info("ready", models=len(self.router.routes), providers=len(self.config.providers))
         try:
             yield
@@ -216,8 +240,24 @@ class Service:
             self.ready = False
             self.drain.done()
             await self.router.aclose()
+            await self.usage.aclose()
             if self.store is not None:
                 await self.store.aclose()
+
+    def reload(self) -> None:
+        """SIGHUP: the keys' limits and the models' prices read again from the config file
+        (``SWITCHBOARD_CONFIG``); nothing else changes and no stream is touched (a request
+        admitted before keeps its ticket).  A file that does not load leaves them as they were."""
+        path = os.environ.get("SWITCHBOARD_CONFIG")
+        if not path:
+            return
+        try:
+            fresh = load_config(path)
+        except ConfigError as e:
+            log.error("reload_failed", error=str(e))
+            return
+        self.limiter.reload(fresh)
+        log.info("reloaded", what="limits")
 
     def envelope_key_for(self, owner: str) -> bytes:
         """The key that seals and opens this client key's envelopes (reasoning, compaction):
@@ -375,21 +415,25 @@ class Service:
                     )
                     if turn is not None and turn.resolved:
                         p.ctx.repaired("item_reference_resolved")
+                    ticket = await accounting.admit(self, owner, p, len(raw))
                 except (ProxyError, RequestError) as e:
                     metrics.log_rejected(counters, scope["path"], e.status, e.code, rid)
                     await _error_answer(e, rid, client)(scope, receive, send)
                     return
                 response = ProxyResponse(p)
-                if turn is not None and self.store is not None:
-                    owed = self.store.expect()  # before the answer goes out: the next turn may wait for it
-                    try:
+                try:
+                    if turn is not None and self.store is not None:
+                        owed = self.store.expect()  # before the answer goes out: the next turn may wait for it
+                        try:
+                            await response(scope, receive, send)
+                            await stored.finish(self.store, turn, p)  # after the client's last byte
+                        finally:
+                            if not owed.done():
+                                owed.set_result(None)
+                    else:
                         await response(scope, receive, send)
-                        await stored.finish(self.store, turn, p)  # after the client's last byte
-                    finally:
-                        if not owed.done():
-                            owed.set_result(None)
-                else:
-                    await response(scope, receive, send)
+                finally:  # the key's limits settled, the usage recorded (a fallback's own p)
+                    await accounting.close(self, owner, ticket, response.p, len(raw))
             except ClientDisconnect:
                 # the client left while sending its body: nobody to answer, nothing went wrong
                 counters.inc(
@@ -433,6 +477,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     app.socket_routes = {"/v1/responses": partial(serve_socket, svc)}
     _info_routes(app, svc)
     stored.routes(app, svc)
+    usage_routes(app, svc)
     _error_handlers(app, svc)
     return app
 
@@ -512,6 +557,8 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
         if svc.store is not None:
             # degraded, not down: stateless requests are served without the store
             body["store"] = "ok" if await svc.store.ping() else "degraded"
+        if svc.limiter.degraded:  # the limits' Redis did not answer lately: requests go through unchecked
+            body["limits"] = "degraded"
         return _json(200, body)
 
     @app.get("/metrics")

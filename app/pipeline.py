@@ -136,7 +136,7 @@ class ProxyResponse(Response):
             error = e.code or str(status)
             p.metrics.inc("switchboard_upstream_errors_total", provider=p.route.provider.name, code=str(e.code))
             self.started = True
-            await send_error(send, e, p.request_id, p.client)
+            await send_error(send, e, p.request_id, p.client, p.headers)
         except asyncio.CancelledError:
             p = self.p
             if p.stop and not cancelled_by_client and not self.started and me is not None:
@@ -144,7 +144,7 @@ class ProxyResponse(Response):
                 err = ProxyError(503, SHUTDOWN_MESSAGE, type="server_error", code=p.stop, headers={"retry-after": "1"})
                 status, terminal, error = 503, "error", p.stop
                 self.started = True
-                await send_error(send, err, p.request_id, p.client)
+                await send_error(send, err, p.request_id, p.client, p.headers)
             elif not cancelled_by_client:
                 raise
             else:

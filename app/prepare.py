@@ -79,6 +79,8 @@ class Prepared:
     # a stream's time to first token: seconds from ``started`` to the first output (text,
     # reasoning, tool call arguments) written for the client; None until then
     first_token: float | None = None
+    # the HTTP status the client got (set with the log line: app.exchange.finish_log)
+    status: int = 0
 
 
 def retarget(p: Prepared, route: Route) -> Prepared:

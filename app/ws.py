@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from app import stored
+from app import accounting, stored
 from app.logs import log
 from app.metrics import log_rejected
 from app.pipeline import ProxyResponse
@@ -335,6 +335,8 @@ class _Connection:
             p = self._prepare(action.body, rid, answered)
             if resolved:
                 p.ctx.repaired("item_reference_resolved")
+            size = len(p.upstream_body)  # (the frame rebuilt into the whole request: what the upstream reads)
+            ticket = await accounting.admit(self.svc, self.owner, p, size)
         except _NotFound:
             self.session.failed()
             self.chain = None
@@ -349,14 +351,20 @@ class _Connection:
         self._status = 200
         self._error.clear()
         self.holds_listener = True
+        response = ProxyResponse(p)
         try:
-            await ProxyResponse(p)({"type": "http"}, self._turn_receive, self._turn_send)
+            limits = ticket.event()
+            if limits is not None:  # the key's windows, as Codex reads them before a response
+                await self._frame(limits)
+            await response({"type": "http"}, self._turn_receive, self._turn_send)
         except _Gone:
             self.session.failed()
             raise
         finally:
             self.holds_listener = False
             self.svc.drain.released()
+            await accounting.close(self.svc, self.owner, ticket, response.p, size)
+        p = response.p
         if p.bridge.terminal == "completed":
             resp = p.bridge.encoder.response
             self.session.completed(resp["id"], resp.get("output") or [])
