@@ -20,7 +20,8 @@ The supervisor (``run``):
    own, so a terminal's Ctrl-C reaches them once, through the supervisor, not twice (a
    second signal would force their drain);
 3. passes every SIGTERM/SIGINT it gets to every worker: the first starts each worker's
-   drain (``app.drain``), a second ends it at once, as with one process;
+   drain (``app.drain``), a second ends it at once, as with one process; and every SIGHUP
+   (each worker reloads its keys' limits, ``Service.reload``; nothing stops);
 4. restarts a worker that exits while no signal came (after ``_RESTART_DELAY``), and gives
    up, stopping the others, when workers keep failing within ``_CRASH_WINDOW`` seconds of
    their start (``_CRASH_LIMIT`` times in a row): a config that cannot serve exits instead of
@@ -152,6 +153,13 @@ class Supervisor:
     def _pass_on(self) -> None:
         while self.signals:
             sig = self.signals.pop(0)
+            if sig == signal.SIGHUP:  # reload (app/main.py Service.reload): each worker, none stops
+                log.info("workers_reloading", workers=self.n)
+                for p in self.procs:
+                    if p is not None and p.poll() is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            p.send_signal(sig)
+                continue
             if not self.stopping:
                 log.info("workers_stopping", signal=signal.Signals(sig).name, workers=self.n)
             self._signal_all(sig)
@@ -170,7 +178,7 @@ class Supervisor:
             print(f"switchboard: cannot bind {self.host}:{self.port}: {e.strerror or e}", file=sys.stderr)
             return 1
         self.port = reserve.getsockname()[1]
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
             with metrics_dir() as self.metrics_dir:
                 for i in range(self.n):
