@@ -154,7 +154,7 @@ def _serve(args: argparse.Namespace) -> int:
         if workers > 1:  # uvicorn's own supervisor: its workers share a metrics directory too
             from app import workers as supervision
 
-            os.environ[supervision.MULTIPROC_ENV] = stack.enter_context(supervision.metrics_dir())
+            stack.enter_context(supervision.metrics_env())
         uvicorn.run("app.asgi:app", host=host, port=port, workers=workers, **options)
     return 0
 

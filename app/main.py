@@ -563,8 +563,10 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
-        # with --workers N, every worker's (app/workers.py: prometheus_client's multiprocess mode)
-        return Response(svc.counters.render(), media_type=metrics.CONTENT_TYPE)
+        # with --workers N, every worker's (app/workers.py: prometheus_client's multiprocess
+        # mode).  Written in a thread: tens of ms for a few thousand series, which the event
+        # loop's requests would otherwise wait for (the GIL is passed every few ms)
+        return Response(await asyncio.to_thread(svc.counters.render), media_type=metrics.CONTENT_TYPE)
 
 
 def _error_handlers(app: FastAPI, svc: Service) -> None:

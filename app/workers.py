@@ -109,6 +109,22 @@ def metrics_dir() -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def metrics_env() -> Iterator[str]:
+    """``metrics_dir()`` as this process's ``PROMETHEUS_MULTIPROC_DIR`` (for the workers it
+    starts: uvicorn's supervisor), the variable as it was afterwards."""
+    before = os.environ.get(MULTIPROC_ENV)
+    with metrics_dir() as path:
+        os.environ[MULTIPROC_ENV] = path
+        try:
+            yield path
+        finally:
+            if before is None:
+                os.environ.pop(MULTIPROC_ENV, None)
+            else:
+                os.environ[MULTIPROC_ENV] = before
+
+
 def die_with_parent() -> None:
     """In a worker: SIGTERM from the kernel when the supervisor dies (Linux), and exit now
     if it is already gone."""

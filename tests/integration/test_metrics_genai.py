@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import orjson
+import pytest
+import structlog
 
+from app import logs
 from tests.integration.conftest import (
     CHAT_URL,
     RESP_URL,
@@ -147,12 +151,17 @@ async def test_names_outside_the_configured_sets_are_other(client_factory: Any, 
     assert "made-up" not in text
 
 
-async def test_a_client_that_leaves_mid_stream_still_counts_its_tokens(capsys: Any) -> None:
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """logs.setup binds the logger to this test's captured stderr: undone afterwards."""
+    yield
+    structlog.reset_defaults()
+
+
+async def test_a_client_that_leaves_mid_stream_still_counts_its_tokens(capsys: Any, restore_logging: None) -> None:
     """The upstream never sent its usage: the output the client was sent is counted, 4
     characters a token, marked ``gen_ai_token_estimated="true"``; the request's error type
     is ``client_cancel``."""
-    from app import logs
-
     logs.setup("info")
     upstream = SlowUpstream()
     up, srv, port = await _serve(upstream)

@@ -96,6 +96,28 @@ def test_serve_with_workers_starts_the_reuseport_supervisor(monkeypatch: Any) ->
     assert got["argv"][4:] == ["serve", "--config", str(EXAMPLE), "--workers", "1", "--log-level", "warning"]
 
 
+def test_serve_with_workers_without_reuseport_shares_a_metrics_directory(monkeypatch: Any) -> None:
+    """Where the platform has no SO_REUSEPORT, uvicorn's supervisor runs the workers: they get
+    a metrics directory of their own too, removed when it returns."""
+    import uvicorn
+
+    from app import workers
+
+    got: dict[str, Any] = {}
+
+    def run(app: str, **kw: Any) -> None:
+        where = os.environ[workers.MULTIPROC_ENV]
+        got.update(workers=kw["workers"], where=where, existed=os.path.isdir(where))
+
+    monkeypatch.setenv(workers.MULTIPROC_ENV, "/before")
+    monkeypatch.setattr(workers, "available", lambda: False)
+    monkeypatch.setattr(uvicorn, "run", run)
+    assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "2", "--log-level", "warning"]) == 0
+    assert got["workers"] == 2 and got["existed"] and "switchboard-metrics-" in got["where"]
+    assert not os.path.exists(got["where"])
+    assert os.environ[workers.MULTIPROC_ENV] == "/before"  # as it was
+
+
 def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
     import uvicorn
 

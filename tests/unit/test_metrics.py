@@ -217,6 +217,13 @@ sys.stdout.write(Metrics().render().decode())
 """
 
 
+def scrape_here(d: Path) -> str:
+    """What a worker's scrape reads (its values live in the directory, not in memory)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(metrics, "MULTIPROC_DIR", str(d))
+        return Metrics().render().decode()
+
+
 def _python(code: str, d: Path, *args: str) -> str:
     env = {**os.environ, metrics.MULTIPROC_ENV: str(d)}
     r = subprocess.run([sys.executable, "-c", code, str(d), *args], env=env, capture_output=True, text=True, timeout=60)
@@ -244,6 +251,7 @@ def test_multiprocess_mode_one_scrape_sums_every_process(tmp_path: Path) -> None
     tokens = labels.replace(',key_name="k"', ',gen_ai_token_estimated="false",gen_ai_token_type="input",key_name="k"')
     assert got[f"gen_ai_client_token_usage_sum{{{tokens}}}"] == 700
     assert got['switchboard_breaker_state{model="-",provider="p"}'] == 2  # the worst live one
+    assert got == samples(scrape_here(tmp_path))  # the same, read by this process
     # the processes are gone: marked dead, their gauges leave the scrape, their counts stay
     for f in tmp_path.glob("gauge_livemax_*.db"):
         mark_process_dead(int(f.stem.rsplit("_", 1)[1]), str(tmp_path))

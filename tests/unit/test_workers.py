@@ -245,3 +245,10 @@ def test_workers_share_a_private_metrics_directory(tmp_path: Path, monkeypatch: 
         [f"counter_{crashed}.db", *(f"{kind}_{pid}.db" for pid in live for kind in ("counter", "gauge_livemax"))]
     )
     assert not Path(sup.metrics_dir).exists()
+
+
+def test_metrics_env_is_set_for_the_block_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(workers.MULTIPROC_ENV, raising=False)
+    with workers.metrics_env() as where:
+        assert os.environ[workers.MULTIPROC_ENV] == where and os.path.isdir(where)
+    assert workers.MULTIPROC_ENV not in os.environ and not os.path.exists(where)
