@@ -67,6 +67,7 @@ class Start:
     response_id: str | None = None
     model: str | None = None
     created: int | None = None
+    usage: dict[str, Any] | None = None  # what the upstream said at its start (Messages: the input)
 
 
 @dataclass(slots=True)

@@ -227,7 +227,11 @@ class MessagesStreamDecoder:
             self.usage.update(msg["usage"])
         rid, model = msg.get("id"), msg.get("model")
         out.append(
-            Start(response_id=rid if isinstance(rid, str) else None, model=model if isinstance(model, str) else None)
+            Start(
+                response_id=rid if isinstance(rid, str) else None,
+                model=model if isinstance(model, str) else None,
+                usage=usage_of(self.usage) if self.usage else None,  # the input, known at the start
+            )
         )
 
     def _block_start(self, out: list[Event], obj: dict[str, Any]) -> None:

@@ -251,6 +251,8 @@ class MessagesEncoder:
         self.started = True
         if ev is not None and ev.model and not self.model:
             self.model = ev.model
+        if ev is not None and ev.usage:  # a Messages upstream's input count, at the start as it gave it
+            self._usage(ev.usage)
         out.append(
             {
                 "type": "message_start",

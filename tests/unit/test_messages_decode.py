@@ -44,8 +44,10 @@ def feed(objs: list[dict[str, Any]]) -> list[Any]:
 
 def test_a_stream() -> None:
     evs = feed(STREAM)
+    start = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 90, "cache_write_tokens": 0},
+             "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 100}  # fmt: skip
     assert evs == [
-        Start(response_id="msg_1", model="kimi-k2.6"),
+        Start(response_id="msg_1", model="kimi-k2.6", usage=start),  # the input, known at the start
         Reasoning("run ls"),
         ReasoningEnd(encrypted_content="SIG"),
         Text("Running."),
