@@ -233,9 +233,9 @@ async def test_an_error_event_mid_stream_ends_the_messages_stream_once(client_fa
     mock.post(MSG_URL).mock(return_value=httpx.Response(200, content=up, headers={"content-type": "text/event-stream"}))
     r = await c.post("/v1/messages", json={**BODY, "model": "claude", "stream": True})
     evs = events(r.content)
-    assert [e["type"] for e in evs if e["type"] in ("error", "message_stop")] == ["error"] and evs[-1][
-        "type"
-    ] == "error"
+    assert evs[0]["message"]["usage"]["input_tokens"] == 3  # the upstream's input count, at the start
+    assert [e["type"] for e in evs if e["type"] in ("error", "message_stop")] == ["error"]
+    assert evs[-1]["type"] == "error"
     assert "".join(e["delta"].get("text", "") for e in evs if e["type"] == "content_block_delta") == "Hel"
     r = await c.post("/v1/responses", json={"model": "claude", "input": "hi", "stream": True})
     types = [e["type"] for e in parse_sse(r.content)]
