@@ -159,6 +159,40 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay(args: argparse.Namespace) -> int:
+    import orjson
+
+    from app.replay import replay_line
+
+    try:
+        with open(args.file, "rb") as f:
+            lines = [orjson.loads(x) for x in f if x.strip()]
+    except (OSError, orjson.JSONDecodeError) as e:
+        print(f"switchboard: {args.file}: {e}", file=sys.stderr)
+        return 2
+    chosen = list(enumerate(lines)) if args.index is None else [(args.index, lines[args.index])]
+    if args.golden:
+        if len(chosen) != 1:
+            print("switchboard: --golden writes one line: give --index", file=sys.stderr)
+            return 2
+        path = os.path.join("tests", "golden", "captured", args.golden + ".json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(orjson.dumps(chosen[0][1], option=orjson.OPT_INDENT_2) + b"\n")
+        print(f"wrote {path}")
+    changed = 0
+    for i, line in chosen:
+        out = replay_line(line, i)
+        what = "same" if out.same else "CHANGED"
+        print(f"#{i} {out.request_id} {line.get('client')}→{line.get('upstream')} {line.get('model')}: {what}")
+        if args.show:
+            print(out.client_now)
+        if not out.same:
+            changed += 1
+            print(out.diff())
+    return 1 if changed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="switchboard", description="OpenAI-compatible reverse proxy for coding agents")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -194,7 +228,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     u.add_argument("--until", default=None, help="as --since; a date includes its day (default: now)")
     u.add_argument("--json", action="store_true", help="one JSON object per group and line instead of a table")
+    r = sub.add_parser(
+        "replay",
+        help="run captured exchanges (capture: in the config) through today's code, offline, and show what changed",
+    )
+    r.add_argument("file", help="a capture file (JSON lines)")
+    r.add_argument("--index", type=int, default=None, help="only this line (0-based)")
+    r.add_argument("--show", action="store_true", help="print the client bytes of each exchange as they are now")
+    r.add_argument("--golden", default=None, metavar="NAME", help="write the line to tests/golden/captured/NAME.json")
     args = ap.parse_args(argv)
+    if args.cmd == "replay":
+        return _replay(args)
     if args.cmd == "check-config":
         return _check(args.file)
     if args.cmd == "codex-catalog":

@@ -71,6 +71,8 @@ async def exchange(p: Prepared, prov: Provider) -> httpx.Response:
         ):
             retry = strip_encrypted_reasoning(orjson.loads(payload))
         if retry is None:
+            if p.trace is not None:  # (app.tracing: the attempt span's status)
+                p.trace.upstream_status = resp.status_code
             raise upstream_error(resp.status_code, body, resp.headers, prov.name, p.secrets)
         p.ctx.repaired("encrypted_content_retry")
         payload = orjson.dumps(retry)
@@ -301,6 +303,8 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str, erro
         )
     if terminal == "failed" and bridge.error_code:
         p.metrics.inc("switchboard_stream_failures_total", provider=prov, code=bridge.error_code)
+    if p.capture is not None:  # (app/capture.py: the exchange's line, once its answer ended)
+        p.capture.sink.finish(p, terminal)
     log.info(
         "request",
         request_id=p.request_id,
@@ -323,6 +327,7 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str, erro
         tokens_estimated=estimated,
         terminal=terminal,
         code=error or None,
+        trace_id=p.trace.trace_id if p.trace is not None else None,
     )
 
 

@@ -38,6 +38,7 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from app import accounting, compact, logs, metrics, stored, tokens
+from app.capture import Capture
 from app.config import Config, ConfigError, load_config
 from app.drain import Drain
 from app.failover import Resilience
@@ -48,6 +49,7 @@ from app.pipeline import ProxyResponse
 from app.prepare import Prepared, check_body, error_body, new_request_id, prepare, scope_headers
 from app.store import Store, open_store
 from app.stored import Turn
+from app.tracing import Tracing
 from app.usage import UsageLog, usage_routes
 from app.ws import serve_socket
 from providers.errors import known_codes
@@ -165,6 +167,13 @@ def _warn_secret(server: Any) -> None:
         log.warning("deprecated_setting", setting="server.reasoning_envelope_key", use="server.secret_key")
 
 
+def _parsed(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("latin-1")
+
+
 def _on_sighup(loop: asyncio.AbstractEventLoop, reload: Callable[[], None]) -> None:
     """SIGHUP reloads the limits (``Service.reload``) instead of ending the process (its
     default), in the main thread of a server process (elsewhere nothing changes)."""
@@ -217,6 +226,10 @@ class Service:
         )
         # usage records (app/usage.py), in the store's backend
         self.usage = UsageLog(config, self.store, self.counters)
+        # OpenTelemetry spans (app/tracing.py), None when tracing is off
+        self.tracing: Tracing | None = Tracing.build(config.tracing)
+        # capture of exchanges for switchboard replay (app/capture.py), None when off
+        self.capture = Capture(config.capture, self.secrets) if config.capture.enabled else None
 
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
@@ -243,6 +256,8 @@ class Service:
             await self.usage.aclose()
             if self.store is not None:
                 await self.store.aclose()
+            if self.tracing is not None:
+                await self.tracing.shutdown()  # the spans still queued, exported
 
     def reload(self) -> None:
         """SIGHUP: the keys' limits and the models' prices read again from the config file
@@ -350,7 +365,7 @@ class Service:
         fallbacks and breakers, the drain): one request of any route or transport, for the
         client key named ``owner``."""
         server = self.config.server
-        return prepare(
+        p = prepare(
             self.router,
             raw,
             client,
@@ -371,6 +386,11 @@ class Service:
             drainer=self.drain,
             owner=owner,
         )
+        if self.tracing is not None:
+            p.trace = self.tracing.begin(p, headers, raw)
+        if self.capture is not None:
+            self.capture.begin(p, body if body is not None else _parsed(raw))
+        return p
 
     def proxy_handler(self, client: str, outer: bool) -> ASGIHandler:
         """The raw ASGI handler of one proxy route; ``outer``: called by the fast path, so it
@@ -385,6 +405,7 @@ class Service:
                 scope.setdefault("state", {})["request_id"] = rid  # for on_unexpected
             response: ProxyResponse | None = None
             turn: Turn | None = None
+            p: Prepared | None = None
             try:
                 try:
                     h = scope_headers(scope)
@@ -418,6 +439,8 @@ class Service:
                     ticket = await accounting.admit(self, owner, p, len(raw))
                 except (ProxyError, RequestError) as e:
                     metrics.log_rejected(counters, scope["path"], e.status, e.code, rid)
+                    if p is not None and p.trace is not None:  # refused after prepare (limits)
+                        p.trace.refused(e.status, e.code)
                     await _error_answer(e, rid, client)(scope, receive, send)
                     return
                 response = ProxyResponse(p)

@@ -178,7 +178,7 @@ LABELS: dict[str, frozenset[str]] = {
     "rule": repairs.NAMES,
     "code": frozenset(),
     # response store operations (app/store.py); too_large: a record over store.max_record_bytes
-    "op": frozenset({"put", "get", "chain", "delete", "ping", "too_large"}),
+    "op": frozenset({"put", "get", "chain", "items", "delete", "ping", "too_large"}),
     # Responses WebSocket connections (app/ws.py)
     "event": frozenset(
         {"accepted", "refused_auth", "refused_capacity", "refused_disabled"}

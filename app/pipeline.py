@@ -159,6 +159,8 @@ class ProxyResponse(Response):
                 watch.remove_done_callback(on_disconnect)
                 watch.cancel()
             finish_log(p, status, ttfb, terminal or p.bridge.terminal or "failed", error)
+            if p.trace is not None:
+                p.trace.end(p, status, terminal or p.bridge.terminal or "failed", error)
             if p.resilience is not None and ttfb is not None and p.bridge.error_code in STREAM_FAULTS:
                 p.resilience.report(p.route, "failure")  # the upstream broke after its head
             try:
@@ -185,11 +187,12 @@ class ProxyResponse(Response):
         """The upstream answer head (and a whole JSON answer), after the fallbacks and
         retries of app.failover when the app has them; ``self.p`` is then the target's."""
         self.task = asyncio.current_task()
+        send = attempt if p.trace is None else p.trace.attempt  # (app.tracing: a span per attempt)
         if p.resilience is None:
-            return await attempt(p)
+            return await send(p)
         fo = Failover(p, p.resilience)
         try:
-            return await fo.run(attempt, retarget)
+            return await fo.run(send, retarget)
         finally:
             self.p = fo.p
 

@@ -81,6 +81,10 @@ class Prepared:
     first_token: float | None = None
     # the HTTP status the client got (set with the log line: app.exchange.finish_log)
     status: int = 0
+    # its spans (app.tracing.RequestTrace) when tracing is on, else None
+    trace: Any = None
+    # the capture's recording of this exchange (app/capture.py), None when not captured
+    capture: Any = None
 
 
 def retarget(p: Prepared, route: Route) -> Prepared:
@@ -90,6 +94,9 @@ def retarget(p: Prepared, route: Route) -> Prepared:
         raise AssertionError("a one-target model has no other target")
     q: Prepared = p.again(route)
     q.route_name, q.reshape = p.route_name, p.reshape  # what the route's handler set (app.compact)
+    q.trace = p.trace  # (app.tracing)
+    if p.capture is not None:  # the same exchange goes on being recorded (app/capture.py)
+        q.capture = q.bridge.tap = p.capture
     return q
 
 

@@ -411,11 +411,44 @@ class UsageCfg(_Strict):
     retention_days: int = Field(default=90, ge=1)
 
 
+class TracingCfg(_Strict):
+    """OpenTelemetry traces (app/tracing.py): a span per request and per upstream attempt,
+    sent over OTLP/HTTP (docs/operations.md, "Traces").  Off by default."""
+
+    enabled: bool = False
+    # the collector's OTLP/HTTP traces endpoint (protobuf)
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    # sent with every export (a collector's or a vendor's auth)
+    headers: dict[str, str] = Field(default_factory=dict)
+    service_name: str = Field(default="switchboard", min_length=1)
+    # the share of new traces kept (a client's sampled traceparent decides for its own)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    # the request body and the answer as span events (size-bounded); off: no content at all
+    capture_content: bool = False
+
+
+class CaptureCfg(_Strict):
+    """Capture: each matching exchange written as one JSON line (app/capture.py), for
+    ``switchboard replay``.  Off by default; it holds prompts and answers (secrets masked)."""
+
+    enabled: bool = False
+    # the file (rotated: FILE.1 … FILE.<keep>); empty: $XDG_STATE_HOME/switchboard/capture.jsonl
+    path: str = ""
+    # public model globs and client key names to capture; empty: every one
+    models: list[str] = Field(default_factory=list)
+    keys: list[str] = Field(default_factory=list)
+    # a file is rotated when it reaches this size; this many rotated files are kept
+    max_bytes: int = Field(default=64 * 1024 * 1024, ge=4096)
+    keep: int = Field(default=3, ge=0)
+
+
 class Config(_Strict):
     server: ServerCfg = Field(default_factory=ServerCfg)
     auth: AuthCfg = Field(default_factory=AuthCfg)
     store: StoreCfg = Field(default_factory=StoreCfg)
     usage: UsageCfg = Field(default_factory=UsageCfg)
+    capture: CaptureCfg = Field(default_factory=CaptureCfg)
+    tracing: TracingCfg = Field(default_factory=TracingCfg)
     providers: list[ProviderCfg]
     models: list[ModelCfg]
     # values that ``${VAR}`` put into this config (set by app.config.parse_config)
@@ -430,6 +463,7 @@ class Config(_Strict):
         if store_auth:
             found += [store_auth.group(1), *store_auth.group(1).split(":", 1)]
         found += [k for _, k in self.auth.named() if not k.startswith("sha256:")]
+        found += [v for k, v in self.tracing.headers.items() if _CREDENTIAL.search(k)]  # the collector's
         for p in self.providers:
             found.append(p.api_key or "")
             found += [v for k, v in p.headers.items() if _CREDENTIAL.search(k)]

@@ -356,6 +356,7 @@ class Bridge:
         "_learning",
         "usage",
         "chars",
+        "tap",
     )
 
     def __init__(
@@ -420,6 +421,9 @@ class Bridge:
         # _text_runs offers (a Chat upstream's text chunks have the passthrough and the lane)
         self.runs = TextRuns(direction.upstream) if direction.upstream == "responses" else None
         self._learning = False  # the event _text_runs offers to teach the runs' template
+        # what the capture records (app/capture.py): called with (what, what came in, the client
+        # bytes it made) after each call that takes upstream input; None: nothing recorded
+        self.tap: Callable[[str, Any, bytes], None] | None = None
         self.usage: dict[str, Any] | None = None  # the upstream's, once it came (Responses shape)
         # characters of output written for the client: text, reasoning, refusal, arguments
         # (a passthrough run's: the bytes of its texts as they came, escapes included)
@@ -445,6 +449,7 @@ class Bridge:
     def receive_data(self, chunk: bytes) -> bytes:
         if self.broken:
             return b""
+        chunk_in = chunk
         out: list[bytes] = []
         try:
             if self.passthrough is not None:
@@ -457,9 +462,19 @@ class Bridge:
             self._crash(out, e, "upstream_bad_event", str(e))
         except Exception as e:
             self._crash(out, e)
+        if self.tap is not None:
+            data = b"".join(out)
+            self.tap("data", chunk_in, data)
+            return data
         return b"".join(out)
 
     def end(self) -> bytes:
+        data = self._end()
+        if self.tap is not None:
+            self.tap("end", None, data)
+        return data
+
+    def _end(self) -> bytes:
         out: list[bytes] = []
         if not self.broken:
             try:
@@ -491,6 +506,8 @@ class Bridge:
             self._encode([Finish("failed", error=stream_error(code, message))], out)
         except Exception as e:
             self._crash(out, e, code, message)
+        if self.tap is not None:
+            self.tap("fail", {"code": code, "message": message}, b"".join(out))
         return b"".join(out)
 
     def heartbeat(self) -> bytes:
@@ -516,7 +533,10 @@ class Bridge:
                 self._encode_stage_end(out)
         except Exception as e:
             self._crash(out, e)
-        return b"".join(out) + self.end()
+        data = b"".join(out) + self._end()
+        if self.tap is not None:
+            self.tap("object", obj, data)
+        return data
 
     def empty(self) -> bytes:
         """A complete response that produces nothing, without asking the upstream (a
@@ -541,6 +561,17 @@ class Bridge:
         """The client's answer object for the upstream's answer object, through the same
         machines (a Chat upstream's plain answer to a Chat client as they would write it:
         ``transformers/chat_whole.py``); raises ``AnswerError`` when the answer failed."""
+        if self.tap is None:
+            return self._complete(obj)
+        try:
+            status, body = self._complete(obj)
+        except AnswerError as e:
+            self.tap("object", obj, orjson.dumps({"error": e.error}))
+            raise
+        self.tap("object", obj, body)
+        return status, body
+
+    def _complete(self, obj: dict[str, Any]) -> tuple[int, bytes]:
         ctx = self.ctx
         try:
             if self._chat and self.stage is None and self.direction.upstream == "chat" and not ctx.on("inline_think"):
