@@ -17,6 +17,7 @@ from typing import Any
 
 from app.limits import Ticket
 from app.prepare import Prepared
+from app.usage import UsageRecord
 
 __all__ = ["admit", "close"]
 
@@ -52,8 +53,6 @@ async def close(svc: Any, owner: str, ticket: Ticket | None, p: Prepared, size: 
     usage = svc.usage
     if usage is None or not usage.enabled:
         return
-    from app.usage import UsageRecord
-
     t = tokens or (0, 0, 0, 0, 0)
     usage.write(
         UsageRecord(
