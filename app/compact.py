@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from app import accounting
 from app.pipeline import ProxyResponse
 from app.prepare import new_request_id, scope_headers
 from transformers.errors import ProxyError, RequestError
@@ -140,6 +141,7 @@ def compact_handler(svc: Any) -> Any:
             p = svc.prepare(
                 orjson.dumps(sent), "responses", rid, h, started, incomplete_as_completed=False, owner=owner
             )
+            ticket = await accounting.admit(svc, owner, p, len(raw))  # its key's limits, as any request
         except (ProxyError, RequestError) as e:
             status = e.status
             err = (
@@ -148,12 +150,18 @@ def compact_handler(svc: Any) -> Any:
             body = orjson.dumps({"error": err})
             headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
             headers.append((b"x-request-id", rid.encode()))
+            if isinstance(e, ProxyError):  # (a limit's retry-after)
+                headers += [(k.encode(), v.encode()) for k, v in e.headers.items()]
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             svc.counters.inc("switchboard_requests_total", route=PATH, client="-", provider="-", status=str(status))
             return
         p.route_name = PATH
         p.reshape = partial(compact_answer, users, rid)
-        await ProxyResponse(p)(scope, receive, send)
+        response = ProxyResponse(p)
+        try:
+            await response(scope, receive, send)
+        finally:
+            await accounting.close(svc, owner, ticket, response.p, len(raw))
 
     return handler

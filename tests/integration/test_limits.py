@@ -83,3 +83,13 @@ async def test_tokens_are_settled_and_the_usage_recorded(client_factory: Any, mo
     r = await c.post(path, json={**body, "stream": True}, headers=auth("sk-alice"))
     # the day window holds what was settled (11 + 7) and this request's reservation
     assert 1.8 <= float(r.headers["x-codex-secondary-used-percent"]) < 10
+
+
+async def test_a_compaction_counts_against_the_key(client_factory: Any, mock: Any) -> None:
+    c = await client_factory(auth={"keys": [{"name": "dan", "key": "sk-dan", "limits": {"requests_per_minute": 1}}]})
+    mock.post(CHAT_URL).mock(side_effect=lambda req: sse_response(chat_stream_two_calls(), done=True))
+    path, body = BODIES["chat"]
+    r = await c.post(path, json={**body, "stream": True}, headers=auth("sk-dan"))
+    assert r.status_code == 200
+    r = await c.post("/v1/responses/compact", json={"model": "chat-model", "input": "hi"}, headers=auth("sk-dan"))
+    assert r.status_code == 429 and r.headers["retry-after"] and r.json()["error"]["code"] == "rate_limit_exceeded"
