@@ -56,6 +56,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from app.logs import log
 from providers.config import Config, LimitsCfg, PriceCfg
 from transformers.errors import ProxyError
@@ -73,6 +75,7 @@ __all__ = [
 _LEASE = 3600.0  # seconds a concurrency slot is held at most (a stream longer keeps going)
 _DEGRADED_FOR = 30.0  # seconds /readyz says degraded after the last Redis failure
 _SLACK = 120  # seconds a window's counter outlives its window
+_RECONNECTS = 3  # tries on a connection error before the last one, which may fail open
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +104,9 @@ class Counters(Protocol):
         1`` for the slot — and the counts it saw)."""
         ...
 
-    async def add(self, key: str, amount: int, ttl: int) -> None: ...
-
-    async def release(self, slot: Slot) -> None: ...
+    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
+        """Add each ``(key, amount, ttl)`` and release ``slot``, in one step."""
+        ...
 
 
 class MemoryCounters:
@@ -136,12 +139,12 @@ class MemoryCounters:
             self.counts = {k: v for k, v in self.counts.items() if v[1] > now}
         return 0, seen
 
-    async def add(self, key: str, amount: int, ttl: int) -> None:
-        got = self.counts.get(key)  # (the window's own end kept: the key names the window)
-        self.counts[key] = (got[0] + amount, got[1]) if got is not None else (amount, time.time() + ttl)
-
-    async def release(self, slot: Slot) -> None:
-        self.slots.get(slot.key, {}).pop(slot.member, None)
+    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
+        for key, amount, ttl in adds:
+            got = self.counts.get(key)  # (the window's own end kept: the key names the window)
+            self.counts[key] = (got[0] + amount, got[1]) if got is not None else (amount, time.time() + ttl)
+        if slot is not None:
+            self.slots.get(slot.key, {}).pop(slot.member, None)
 
 
 # KEYS: the entries' counters, then the slot's sorted set when ARGV[1] == "1".
@@ -177,6 +180,21 @@ return seen
 """
 
 
+# KEYS: the counters to add to, then the slot's sorted set when ARGV[1] == "1".
+# ARGV: has_slot, then per counter: amount, ttl; then the slot's member.
+SETTLE = """
+local has_slot = ARGV[1] == '1'
+local n = #KEYS
+if has_slot then n = n - 1 end
+for i = 1, n do
+  redis.call('INCRBY', KEYS[i], tonumber(ARGV[2 * i]))
+  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[2 * i + 1]))
+end
+if has_slot then redis.call('ZREM', KEYS[n + 1], ARGV[2 * n + 2]) end
+return 0
+"""
+
+
 class RedisCounters:
     """Counters shared by every instance on one Redis (the store's connection)."""
 
@@ -184,6 +202,7 @@ class RedisCounters:
         self.redis = redis
         self.prefix = prefix
         self.script = redis.register_script(TAKE)
+        self.settle_script = redis.register_script(SETTLE)
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         keys = [self.prefix + e.key for e in entries]
@@ -196,14 +215,14 @@ class RedisCounters:
         got = [int(x) for x in await self.script(keys=keys, args=args)]
         return got[0], got[1:]
 
-    async def add(self, key: str, amount: int, ttl: int) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.incrby(self.prefix + key, amount)
-            pipe.expire(self.prefix + key, ttl)
-            await pipe.execute()
-
-    async def release(self, slot: Slot) -> None:
-        await self.redis.zrem(self.prefix + slot.key, slot.member)
+    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
+        keys = [self.prefix + k for k, _, _ in adds]
+        args: list[Any] = ["1" if slot is not None else "0"]
+        args += [x for _, amount, ttl in adds for x in (amount, ttl)]
+        if slot is not None:
+            keys.append(self.prefix + slot.key)
+            args.append(slot.member)
+        await self.settle_script(keys=keys, args=args)
 
 
 class LimitExceeded(ProxyError):
@@ -399,7 +418,7 @@ class Limiter:
         if not ticket.entries and ticket.slot is None:
             return ticket
         try:
-            index, seen = await self.counters.take(ticket.entries, ticket.slot, now)
+            index, seen = await self._take(ticket, now)
         except Exception as e:  # Redis down: fail open, counted, never settled
             self._failed(e, name)
             ticket.degraded = True
@@ -408,6 +427,17 @@ class Limiter:
             raise self._refusal(ticket, index, seen)
         ticket.counts = seen if len(seen) == len(ticket.entries) else [0] * len(ticket.entries)
         return ticket
+
+    async def _take(self, ticket: Ticket, now: float) -> tuple[int, list[int]]:
+        for _ in range(_RECONNECTS):
+            try:
+                return await self.counters.take(ticket.entries, ticket.slot, now)
+            except RedisConnectionError:
+                # a pooled connection from before a Redis restart fails once (redis-py hands
+                # it out unchecked, and drops it): again, on another, before failing open (a
+                # Redis that is down refuses at once: the tries cost no wait)
+                continue
+        return await self.counters.take(ticket.entries, ticket.slot, now)
 
     async def settle(self, ticket: Ticket, model: str, tokens: tuple[int, int, int, int, int] | None) -> int:
         """The request ended: its slot released, its windows given the real tokens and cost
@@ -420,14 +450,16 @@ class Limiter:
         if ticket.degraded or ticket.policy is None:
             return cost
         used = (tokens[0] + tokens[1]) if tokens is not None else 0
+        adds = []
+        for e in ticket.entries:
+            if e.kind.startswith("tokens") and used != ticket.reserved:
+                adds.append((e.key, used - ticket.reserved, e.ttl))
+            elif e.kind.startswith("cost") and cost:
+                adds.append((e.key, cost, e.ttl))
+        if not adds and ticket.slot is None:
+            return cost
         try:
-            if ticket.slot is not None:
-                await self.counters.release(ticket.slot)
-            for e in ticket.entries:
-                if e.kind.startswith("tokens") and used != ticket.reserved:
-                    await self.counters.add(e.key, used - ticket.reserved, e.ttl)
-                elif e.kind.startswith("cost") and cost:
-                    await self.counters.add(e.key, cost, e.ttl)
+            await self.counters.settle(adds, ticket.slot)
         except Exception as e:
             self._failed(e, ticket.name)
         return cost
