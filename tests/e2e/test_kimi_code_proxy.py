@@ -115,6 +115,14 @@ def test_kimi_code_without_repair(kimi_code, upstream, proxy_for, tmp_path, prov
     up, run, info = _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **off)
     second = up.model_requests[1].json
     calls, tools = _history(second)
+    if provider_type == "anthropic":
+        # the Messages encoder gave Kimi Code the id mapped to Anthropic's pattern (sbx_…),
+        # which its sanitiser leaves as it is, and it comes back as Kimi's own: that type
+        # needs no restoring (transformers/ids.py, to_anthropic_id)
+        assert run.tool_calls[0]["id"].startswith("sbx_"), info
+        assert [tc["id"] for m in calls for tc in m["tool_calls"]] == ["functions.Bash:0"], info
+        assert run.returncode == 0 and run.final_text == sc.KIMI_CODE_FINAL, info
+        return
     assert [tc["id"] for m in calls for tc in m["tool_calls"]] == [sc.KIMI_CODE_SANITISED], info
     assert [m["tool_call_id"] for m in tools] == [sc.KIMI_CODE_SANITISED], info
     assert up.model_requests[1].matched is False, info  # Kimi's reasoning-only answer was played
