@@ -56,8 +56,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-
 from app.logs import log
 from providers.config import Config, LimitsCfg, PriceCfg
 from transformers.errors import ProxyError
@@ -99,6 +97,8 @@ class Slot:
 
 
 class Counters(Protocol):
+    reconnect_errors: tuple[type[BaseException], ...]  # errors worth another try on another connection
+
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         """(0 when taken, else the 1-based index of the refusing entry — ``len(entries) +
         1`` for the slot — and the counts it saw)."""
@@ -111,6 +111,8 @@ class Counters(Protocol):
 
 class MemoryCounters:
     """Counters in this process (SQLite or no store)."""
+
+    reconnect_errors: tuple[type[BaseException], ...] = ()  # (nothing to reconnect to)
 
     def __init__(self) -> None:
         self.counts: dict[str, tuple[int, float]] = {}  # key → (count, expires at)
@@ -201,6 +203,9 @@ class RedisCounters:
     def __init__(self, redis: Any, prefix: str) -> None:
         self.redis = redis
         self.prefix = prefix
+        from redis.exceptions import ConnectionError as RedisConnectionError  # (redis only with this store)
+
+        self.reconnect_errors: tuple[type[BaseException], ...] = (RedisConnectionError,)
         self.script = redis.register_script(TAKE)
         self.settle_script = redis.register_script(SETTLE)
 
@@ -432,7 +437,7 @@ class Limiter:
         for _ in range(_RECONNECTS):
             try:
                 return await self.counters.take(ticket.entries, ticket.slot, now)
-            except RedisConnectionError:
+            except self.counters.reconnect_errors:
                 # a pooled connection from before a Redis restart fails once (redis-py hands
                 # it out unchecked, and drops it): again, on another, before failing open (a
                 # Redis that is down refuses at once: the tries cost no wait)

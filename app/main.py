@@ -28,7 +28,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -49,12 +49,14 @@ from app.pipeline import ProxyResponse
 from app.prepare import Prepared, check_body, error_body, new_request_id, prepare, scope_headers
 from app.store import Store, open_store
 from app.stored import Turn
-from app.tracing import Tracing
 from app.usage import UsageLog, usage_routes
 from app.ws import serve_socket
 from providers.errors import known_codes
 from providers.upstream import Router
 from transformers.errors import ProxyError, RequestError
+
+if TYPE_CHECKING:
+    from app.tracing import Tracing
 
 
 def _key_digests(named: list[tuple[str, str]]) -> list[tuple[bytes, str]]:
@@ -167,6 +169,16 @@ def _warn_secret(server: Any) -> None:
         log.warning("deprecated_setting", setting="server.reasoning_envelope_key", use="server.secret_key")
 
 
+def _tracing(config: Config) -> Tracing | None:
+    """The app's tracing when ``tracing.enabled``; its module, and OpenTelemetry's with it
+    (some 10 MB and 60 ms at start), is imported only then."""
+    if not config.tracing.enabled:
+        return None
+    from app.tracing import Tracing
+
+    return Tracing.build(config.tracing)
+
+
 def _parsed(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
@@ -227,7 +239,7 @@ class Service:
         # usage records (app/usage.py), in the store's backend
         self.usage = UsageLog(config, self.store, self.counters)
         # OpenTelemetry spans (app/tracing.py), None when tracing is off
-        self.tracing: Tracing | None = Tracing.build(config.tracing)
+        self.tracing: Tracing | None = _tracing(config)
         # capture of exchanges for switchboard replay (app/capture.py), None when off
         self.capture = Capture(config.capture, self.secrets) if config.capture.enabled else None
 
