@@ -15,18 +15,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.limits import Ticket
+from app.limits import Ticket, cost_micros
 from app.prepare import Prepared
 from app.usage import UsageRecord
 
 __all__ = ["admit", "close"]
 
 
-async def admit(svc: Any, owner: str, p: Prepared, size: int) -> Ticket:
-    """Check and take the key's windows for ``p`` (``size``: the request body's bytes)."""
-    ticket: Ticket = await svc.limiter.admit(owner, p.route.public_model, size // 4, p.request_id)
-    if ticket.policy is not None:
-        p.headers.update(ticket.headers())
+async def admit(svc: Any, owner: str, p: Prepared, size: int) -> Ticket | None:
+    """Check and take the key's windows for ``p`` (``size``: the request body's bytes);
+    None for a key without limits (nothing to settle)."""
+    limiter = svc.limiter
+    if limiter.policy(owner) is None:
+        return None
+    ticket: Ticket = await limiter.admit(owner, p.route.public_model, size // 4, p.request_id)
+    p.headers.update(ticket.headers())
     return ticket
 
 
@@ -46,11 +49,19 @@ def tokens_of(p: Prepared, size: int) -> tuple[tuple[int, int, int, int, int] | 
 async def close(svc: Any, owner: str, ticket: Ticket | None, p: Prepared, size: int) -> None:
     """Settle the key's windows and write the usage record of the finished request ``p``
     (``size``: the request body's bytes)."""
+    usage = svc.usage
+    if ticket is None and (usage is None or not usage.enabled):
+        return  # no limits, no records: nothing to count
     status = p.status or 500
     tokens, estimated = tokens_of(p, size) if status < 400 else (None, False)
     model = p.route.public_model
-    cost = await svc.limiter.settle(ticket, model, tokens) if ticket is not None else 0
-    usage = svc.usage
+    cost = (
+        await svc.limiter.settle(ticket, model, tokens)
+        if ticket is not None
+        else cost_micros(svc.limiter.price(model), tokens)
+        if tokens is not None
+        else 0
+    )
     if usage is None or not usage.enabled:
         return
     t = tokens or (0, 0, 0, 0, 0)

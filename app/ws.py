@@ -353,7 +353,7 @@ class _Connection:
         self.holds_listener = True
         response = ProxyResponse(p)
         try:
-            limits = ticket.event()
+            limits = ticket.event() if ticket is not None else None
             if limits is not None:  # the key's windows, as Codex reads them before a response
                 await self._frame(limits)
             await response({"type": "http"}, self._turn_receive, self._turn_send)
