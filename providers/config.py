@@ -162,7 +162,7 @@ class LimitsCfg(_Strict):
     requests_per_minute: int | None = Field(default=None, ge=1)
     # input + output tokens a minute
     tokens_per_minute: int | None = Field(default=None, ge=1)
-    # streams and WebSocket sessions open at once
+    # answers streaming at once (an HTTP request, or a WebSocket response while it streams)
     concurrent: int | None = Field(default=None, ge=1)
     tokens_per_day: int | None = Field(default=None, ge=1)
     tokens_per_month: int | None = Field(default=None, ge=1)
