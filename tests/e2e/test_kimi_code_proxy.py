@@ -146,6 +146,49 @@ def test_kimi_code_parallel_and_multi_turn(kimi_code, upstream, proxy_for, tmp_p
     assert run.returncode == 0 and run.final_text == sc.KIMI_CODE_MULTI_FINAL, info
 
 
+def test_kimi_code_anthropic_on_a_responses_upstream(kimi_code, upstream, proxy_for, tmp_path):
+    """Kimi Code's ``anthropic`` type on a Responses upstream (Messages → Chat → Responses):
+    the Bash call as a function_call, its output back as a function_call_output with the
+    same call_id, the final text printed."""
+    from scripted_upstream import ToolCall, responses_turn
+
+    model = "e2e-resp"
+    call_id = "call_kc_bash_1"
+    args = json.dumps({"command": sc.KIMI_CODE_CMD, "description": "write the marker file"})
+    turns = [
+        responses_turn(model=model, text="Running it.", tool_calls=[ToolCall("Bash", args, id=call_id)], label="Bash"),
+        responses_turn(
+            model=model,
+            text=sc.KIMI_CODE_FINAL,
+            label="final",
+            when=sc.tool_output_contains(call_id, sc.KIMI_CODE_MARKER),
+            otherwise=sc.miss("responses", "Bash output missing"),
+        ),
+    ]
+    up = upstream(turns, "kimi-code-anthropic-responses")
+    px = proxy_for(up, model=model, profile="openai-compatible", protocol="responses")
+    run = run_kimi_code(
+        kimi_code,
+        PROMPT,
+        provider_type="anthropic",
+        base_url=px.url,
+        model=model,
+        workspace=tmp_path / "ws",
+        home=tmp_path / "kimi_home",
+        api_key=PROXY_CLIENT_KEY,
+        timeout=KIMI_TIMEOUT,
+    )
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    assert not run.timed_out and run.returncode == 0, info
+    assert (run.workspace / sc.KIMI_CODE_FILE).read_text() == sc.KIMI_CODE_MARKER, info
+    assert run.final_text == sc.KIMI_CODE_FINAL, info
+    reqs = up.model_requests
+    assert [r.endpoint for r in reqs] == ["responses", "responses"] and reqs[1].matched is True, info
+    items = reqs[1].json["input"]
+    calls = [i for i in items if i.get("type") in ("function_call", "function_call_output")]
+    assert [(i["type"], i["call_id"]) for i in calls] == [("function_call", call_id), ("function_call_output", call_id)]
+
+
 PROBE = """
 import json, socket, sys, urllib.request
 out = {}
