@@ -176,7 +176,7 @@ def _tracing(config: Config) -> Tracing | None:
         return None
     from app.tracing import Tracing
 
-    return Tracing.build(config.tracing)
+    return Tracing.build(config.tracing, config.secrets())
 
 
 def _parsed(raw: bytes) -> Any:

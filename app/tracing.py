@@ -38,6 +38,7 @@ from app.exchange import attempt as exchange_attempt
 from providers.config import TracingCfg
 from providers.retry import classify
 from transformers.errors import ProxyError
+from transformers.masking import NO_SECRETS, SecretMask
 
 __all__ = ["CONTENT_MAX", "RequestTrace", "Tracing", "traceparent"]
 
@@ -57,8 +58,9 @@ def traceparent(span: Span) -> str:
 class Tracing:
     """One app's tracer provider, span processor and exporter (module docstring)."""
 
-    def __init__(self, cfg: TracingCfg, exporter: SpanExporter | None = None) -> None:
+    def __init__(self, cfg: TracingCfg, exporter: SpanExporter | None = None, mask: SecretMask = NO_SECRETS) -> None:
         self.capture = cfg.capture_content
+        self.mask = mask  # captured content goes through the configured secrets' mask, as log lines do
         self.provider = TracerProvider(
             sampler=ParentBased(TraceIdRatioBased(cfg.sample_ratio)),
             resource=Resource.create({"service.name": cfg.service_name}),
@@ -71,9 +73,9 @@ class Tracing:
         self._urls: dict[tuple[int, str], tuple[str, str, int | None]] = {}
 
     @classmethod
-    def build(cls, cfg: TracingCfg) -> Tracing | None:
+    def build(cls, cfg: TracingCfg, mask: SecretMask = NO_SECRETS) -> Tracing | None:
         """The app's tracing, None when ``tracing.enabled`` is false."""
-        return cls(cfg) if cfg.enabled else None
+        return cls(cfg, mask=mask) if cfg.enabled else None
 
     def begin(self, p: Any, headers: dict[str, str], raw: bytes = b"") -> RequestTrace:
         """The trace of prepared request ``p`` (started at ``p.started``), the client's
@@ -100,7 +102,7 @@ class Tracing:
         t = RequestTrace(self, span)
         if self.capture and span.is_recording():
             body = raw or p.upstream_body
-            span.add_event("gen_ai.request.body", {"body": _cut(body.decode("utf-8", "replace"))})
+            span.add_event("gen_ai.request.body", {"body": _cut(self.mask(body.decode("utf-8", "replace")))})
         return t
 
     def endpoint(self, prov: Any, protocol: str) -> tuple[str, str, int | None]:
@@ -236,7 +238,8 @@ class RequestTrace:
                 span.set_status(Status(StatusCode.ERROR))
             span.set_attributes(attrs)
             if self.tracing.capture and answer is not None:
-                span.add_event("gen_ai.response.body", {"body": _cut(orjson.dumps(answer).decode())})
+                text = self.tracing.mask(orjson.dumps(answer).decode())
+                span.add_event("gen_ai.response.body", {"body": _cut(text)})
         span.end()
 
     def refused(self, status: int, code: str | None) -> None:

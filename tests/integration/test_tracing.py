@@ -112,7 +112,9 @@ def config(receiver: Receiver, **tracing: Any) -> dict[str, Any]:
     }
 
 
-async def run(data: dict[str, Any], mock: Any, headers: dict[str, str] | None = None) -> tuple[Any, list[Any]]:
+async def run(
+    data: dict[str, Any], mock: Any, headers: dict[str, str] | None = None, prompt: str = PROMPT
+) -> tuple[Any, list[Any]]:
     """One bridged (Responses → Chat) stream request whose first target answers 500; the
     response and the requests each upstream got.  The app's lifespan ends before this
     returns (its tracing flushed)."""
@@ -144,7 +146,7 @@ async def run(data: dict[str, Any], mock: Any, headers: dict[str, str] | None = 
             body = {
                 "model": "m",
                 "stream": True,
-                "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}],
+                "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}],
             }
             r = await c.post("/v1/responses", json=body, headers=headers or {})
     finally:
@@ -266,6 +268,15 @@ async def test_capture_content_records_the_body_and_answer_as_events(receiver: R
     assert ANSWER in ev["gen_ai.response.body"]["body"]
     for s in receiver.spans():  # never as an attribute
         assert "secret-prompt-words" not in " ".join(str(v) for v in attrs(s.attributes).values())
+
+
+async def test_captured_content_is_masked(receiver: Receiver, mock: Any) -> None:
+    # a configured secret in the client's text (a pasted provider key) never reaches the collector
+    r, _ = await run(config(receiver, enabled=True, capture_content=True), mock, prompt="my key is sk-good, ok")
+    assert r.status_code == 200
+    server = next(s for s in receiver.spans() if s.kind == SERVER)
+    body = {e.name: attrs(e.attributes) for e in server.events}["gen_ai.request.body"]["body"]
+    assert "my key is" in body and "sk-good" not in body
 
 
 async def test_sample_ratio_zero_exports_nothing_yet_propagates(receiver: Receiver, mock: Any) -> None:
