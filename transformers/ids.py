@@ -96,6 +96,7 @@ __all__ = [
     "strict_policy",
     "unique_map",
     "upstream_call_id",
+    "is_anthropic_id",
     "to_anthropic_id",
     "from_anthropic_id",
 ]
@@ -263,15 +264,19 @@ def kimi_restore_map(messages: Iterable[Any]) -> dict[str, str]:
 _random = os.urandom  # read at each call (tests put a counter in its place)
 
 
-_ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")
 _MAPPED = "sbx_"
 _HEX = re.compile(r"(?:[0-9a-f]{2})+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def is_anthropic_id(id: str) -> bool:
+    """Does Anthropic take ``id`` as a tool id (``^[a-zA-Z0-9_-]+$``)?"""
+    return _SAFE_NAME.fullmatch(id) is not None
+
+
 def to_anthropic_id(id: str) -> str:
     """A tool id valid for Anthropic (``^[a-zA-Z0-9_-]+$``), reversibly (module docstring)."""
-    if _ANTHROPIC_ID.fullmatch(id) and not id.startswith(_MAPPED):
+    if is_anthropic_id(id) and not id.startswith(_MAPPED):
         return id
     return _MAPPED + id.encode("utf-8", "surrogatepass").hex()  # (never raises)
 

@@ -54,13 +54,12 @@ it as the client wrote it.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from . import envelope
 from .context import Ctx
 from .errors import RequestError
-from .ids import from_anthropic_id, to_anthropic_id
+from .ids import from_anthropic_id, is_anthropic_id, to_anthropic_id
 from .request_c2m import DEFAULT_MAX_TOKENS
 
 __all__ = ["BETA_FIELDS", "prepare_messages"]
@@ -68,14 +67,11 @@ __all__ = ["BETA_FIELDS", "prepare_messages"]
 BETA_FIELDS = ("context_management", "container", "mcp_servers")
 
 
-_VALID_ID = re.compile(r"[A-Za-z0-9_-]+")
-
-
 def _id(id: str, strict: bool) -> str:
     """An id as the upstream issued it (a ``sbx_…`` the Messages encoder made for the client
     turned back), made valid where the upstream requires Anthropic's pattern (``strict``)."""
     id = from_anthropic_id(id)
-    return to_anthropic_id(id) if strict and _VALID_ID.fullmatch(id) is None else id
+    return to_anthropic_id(id) if strict and not is_anthropic_id(id) else id
 
 
 def _keep(block: Any) -> bool:
