@@ -268,7 +268,9 @@ class Direction:
     client: ProtocolName
     upstream: ProtocolName
     translate: Callable[[dict[str, Any], Ctx], dict[str, Any]]
-    tool_stage: bool  # a Chat upstream's calls are finished by the ToolStage (when needed)
+    # the upstream's calls are finished by the ToolStage (when needed): a Chat upstream's, and a
+    # Messages upstream's (its tools went in the Chat form)
+    tool_stage: bool
 
 
 DIRECTIONS: dict[tuple[str, str], Direction] = {
@@ -280,9 +282,11 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("messages", "chat"): Direction("messages", "chat", _messages_to_chat, tool_stage=True),
     ("messages", "responses"): Direction("messages", "responses", _messages_to_responses, tool_stage=False),
     # Anthropic Messages upstreams (Anthropic, the Anthropic-compatible endpoints)
-    ("chat", "messages"): Direction("chat", "messages", _chat_to_messages, tool_stage=False),
-    ("responses", "messages"): Direction("responses", "messages", _responses_to_messages, tool_stage=False),
-    ("messages", "messages"): Direction("messages", "messages", _messages_to_messages, tool_stage=False),
+    # (the tool stage: a Responses client's custom and namespaced tools went as Chat-form
+    # functions, and come back as it knows them, as from a Chat upstream)
+    ("chat", "messages"): Direction("chat", "messages", _chat_to_messages, tool_stage=True),
+    ("responses", "messages"): Direction("responses", "messages", _responses_to_messages, tool_stage=True),
+    ("messages", "messages"): Direction("messages", "messages", _messages_to_messages, tool_stage=True),
 }
 
 

@@ -196,3 +196,34 @@ def test_codex_tool_turn_with_thinking(stage, codex_run, mode):
     else:
         assert seen == ["http", "http"], (seen, info)
     assert json.dumps(second).count(SIG) == 1, info
+
+
+PATCH_TOOL_ID = "toolu_e2e_codex_patch_01"
+PATCH_FINAL = "The notes file is written."
+
+
+def test_codex_apply_patch_on_a_messages_upstream(stage, codex_run):
+    """Codex's freeform ``apply_patch`` (a custom tool) goes to the Messages upstream as a
+    client tool with one string ``input``; the model's ``tool_use`` comes back to Codex as a
+    ``custom_tool_call`` holding the raw patch, which Codex applies, and the output reaches
+    the upstream under the same tool_use_id."""
+    call = tool_use("apply_patch", {"input": sc.RAW_PATCH}, PATCH_TOOL_ID)
+    turns = [
+        MessageTurn([text("Patching."), call], label="apply_patch call"),
+        MessageTurn(
+            [text(PATCH_FINAL)],
+            when=lambda r: result_has(r, PATCH_TOOL_ID, sc.PATCH_FILE),
+            otherwise=_miss("apply_patch output missing"),
+            label="final",
+        ),
+    ]
+    up, px, mark = stage.script(CODEX_MODEL, turns), stage.proxy, stage.mark()
+    run = codex_run("patch the notes", base_url=px.base_url, model=CODEX_MODEL, version=CODEX_LATEST)
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert run.returncode == 0 and not run.timed_out and run.turn_completed, info
+    assert (run.workspace / sc.PATCH_FILE).read_bytes() == sc.PATCH_EXPECTED_BYTES, info
+    assert run.final_message == PATCH_FINAL, info
+    first = up.message_requests[0].json
+    tool = next(t for t in first["tools"] if t["name"] == "apply_patch")
+    assert tool["input_schema"]["required"] == ["input"], info
+    assert [r.matched for r in up.message_requests] == [None, True] and up.errors == [], info

@@ -167,4 +167,36 @@ def test_directions_table_is_complete() -> None:
     assert set(DIRECTIONS) == {(c, u) for c in three for u in three}
     for (c, u), d in DIRECTIONS.items():
         assert (d.client, d.upstream) == (c, u)
-        assert d.tool_stage == (u == "chat")
+        assert d.tool_stage == (u in ("chat", "messages"))  # the upstreams whose tools go in the Chat form
+
+
+def test_a_custom_tool_comes_back_as_itself_from_a_messages_upstream() -> None:
+    """Codex's freeform apply_patch goes to a Messages upstream as a one-string client tool
+    (the Chat form); the model's tool_use comes back to Codex as a custom_tool_call with the
+    raw text, as from a Chat upstream (the tool stage runs on this row too)."""
+    from transformers.messages_encode import sse as messages_sse
+
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch"
+    up = messages_sse([
+        {"type": "message_start", "message": {"id": "msg_1", "model": "c", "usage": {"input_tokens": 1}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "tool_use", "id": "toolu_1", "name": "apply_patch", "input": {}}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": orjson.dumps({"input": patch}).decode()}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}},
+        {"type": "message_stop"},
+    ])  # fmt: skip
+    tool = {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark", "definition": "s"}}
+    sent, bridge = open_bridge(
+        {"model": "m", "stream": True, "input": "patch it", "tools": [tool]}, "responses", "messages", Ctx()
+    )
+    assert sent["tools"][0]["input_schema"]["required"] == ["input"]
+    out = (bridge.receive_data(up) + bridge.end()).decode()
+    done = [
+        orjson.loads(line[6:])["item"]
+        for line in out.split("\n")
+        if "output_item.done" in line and line[:6] == "data: "
+    ]
+    assert [(d["type"], d["call_id"], d["input"]) for d in done] == [("custom_tool_call", "toolu_1", patch)]
+    assert bridge.terminal == "completed"
