@@ -26,7 +26,6 @@ instant query of the HTTP API (``/api/v1/query``).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,57 +40,22 @@ import yaml
 E2E = Path(__file__).resolve().parent.parent / "e2e"
 if str(E2E) not in sys.path:
     sys.path.insert(0, str(E2E))
-from procs import installing  # noqa: E402
 from proxy_harness import REPO, free_port  # noqa: E402
+
+from tests.system.debian import answers, debian_binary  # noqa: E402
 
 HOME = REPO / ".e2e" / "prometheus"
 JOB = "switchboard"  # the scrape job's name, as in docker/prometheus.yml
 
 
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LANG", "LC_ALL")}
-    return subprocess.run(argv, cwd=str(cwd), env=env, capture_output=True, text=True, timeout=300, check=False)
-
-
 def _works(exe: Path) -> bool:
-    if not exe.is_file():
-        return False
-    try:
-        r = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except OSError:
-        return False
-    return r.returncode == 0 and "prometheus" in (r.stdout + r.stderr)
+    return answers(exe, ["--version"], "prometheus")
 
 
 def ensure_prometheus(home: Path = HOME) -> Path:
-    """``<home>/root/usr/bin/prometheus``, downloaded and unpacked if missing (see above)."""
-    exe = home / "root" / "usr" / "bin" / "prometheus"
-    with installing(home):
-        if _works(exe):
-            return exe
-        for tool in ("apt-get", "dpkg-deb"):
-            if shutil.which(tool) is None:
-                pytest.fail(f"cannot obtain Prometheus: {tool} is not installed (a Debian or Ubuntu host is needed)")
-        debs = home / "deb"
-        shutil.rmtree(debs, ignore_errors=True)
-        debs.mkdir(parents=True)
-        got = _run(["apt-get", "download", "prometheus"], debs)
-        files = sorted(debs.glob("prometheus_*.deb"))
-        if got.returncode != 0 or not files:
-            pytest.fail(
-                "cannot obtain Prometheus: `apt-get download prometheus` failed "
-                f"(rc={got.returncode}; are the package lists there? `apt-get update` refreshes them)\n"
-                f"stdout:\n{got.stdout[-3000:]}\nstderr:\n{got.stderr[-3000:]}"
-            )
-        root = home / "root"
-        shutil.rmtree(root, ignore_errors=True)
-        unpacked = _run(["dpkg-deb", "-x", str(files[-1]), str(root)], home)
-        if unpacked.returncode != 0 or not _works(exe):
-            pytest.fail(
-                f"cannot obtain Prometheus: `dpkg-deb -x {files[-1].name}` gave no working {exe} "
-                f"(rc={unpacked.returncode})\n{unpacked.stderr[-3000:]}"
-            )
-        return exe
+    """``<home>/root/usr/bin/prometheus``, downloaded and unpacked if missing (see above: a
+    static Go binary, it needs nothing else of the package)."""
+    return debian_binary(home, ["prometheus"], "usr/bin/prometheus", _works)
 
 
 class Prometheus:

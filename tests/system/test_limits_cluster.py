@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,7 +53,8 @@ if str(E2E) not in sys.path:
 from proxy_harness import Proxy, provider_entry  # noqa: E402
 from scripted_upstream import ScriptedUpstream, chat_turn  # noqa: E402
 
-REDIS_SERVER = "/usr/bin/redis-server"
+from tests.system.debian import answers, debian_binary  # noqa: E402
+
 PREFIX = "sbcluster:"
 SECRET = "limits-cluster-test-secret-0123456789abcdef0123456789"
 KEYS = {
@@ -63,7 +65,15 @@ KEYS = {
 }
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "hi"}]}
 
-pytestmark = pytest.mark.skipif(not os.path.exists(REDIS_SERVER), reason=f"{REDIS_SERVER} not installed")
+
+def redis_server() -> str:
+    """The machine's ``redis-server``, else Debian's, fetched into ``.e2e/redis`` (never a skip)."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    home = Path(__file__).resolve().parent.parent.parent / ".e2e" / "redis"
+    exe = "usr/bin/redis-server"
+    return str(debian_binary(home, ["redis-server", "redis-tools"], exe, lambda p: answers(p, ["--version"], "Redis")))
 
 
 def free_port() -> int:
@@ -85,7 +95,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        argv = [redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         argv += ["--dir", str(self.workdir), "--protected-mode", "no"]
         with open(self.workdir / "redis.log", "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
