@@ -186,7 +186,7 @@ LABELS: dict[str, frozenset[str]] = {
     ),
     # proxy envelopes (transformers/envelope.py): what was sealed, why it did not open
     # ... and, for switchboard_limits_refused_total, the limit a request hit (app/limits.py)
-    "kind": frozenset({"reasoning", "compaction"})
+    "kind": frozenset({"reasoning", "compaction", "thought_signature"})
     | frozenset({"requests", "tokens_minute", "tokens_day", "tokens_month", "cost_day", "cost_month", "concurrent"}),
     "reason": frozenset({"bad_mac", "malformed", "unknown_version", "no_key", "foreign"}),
     # the GenAI metrics: the client's protocol, the configured provider, the configured

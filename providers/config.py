@@ -33,6 +33,7 @@ PROFILES = (
     "anthropic",
     "minimax",
     "qwen",
+    "gemini",
 )
 # profiles whose Responses endpoint keeps responses (previous_response_id works upstream)
 STORING_PROFILES = frozenset({"openai", "azure", "xai"})

@@ -39,8 +39,12 @@ mimo               Bearer      chat               mimo_raw_patch, invalid_json_p
 deepseek           Bearer      chat               reasoning_replay, developer_to_system
 glm                Bearer      chat               reasoning_replay, thinking_param,
                                                   developer_to_system
-openai-compatible  Bearer      chat, responses    strip_reasoning_envelope (only: nothing else is
-                                                  assumed, quirks opt-in)
+openai-compatible  Bearer      chat, responses,   strip_reasoning_envelope (only: nothing else is
+                               messages           assumed, quirks opt-in); Google's hosts
+                                                  (``GEMINI_HOSTS``): + gemini_thought_signatures,
+                                                  gemini_request
+gemini             Bearer      chat               gemini_thought_signatures, gemini_request,
+                                                  developer_to_system
 demo               none        chat               (in-process)
 =================  ==========  =================  =============================================
 
@@ -62,6 +66,7 @@ from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
 __all__ = [
+    "GEMINI_HOSTS",
     "MODEL_QUIRKS",
     "MOONSHOT_HOSTS",
     "PROFILES",
@@ -90,6 +95,9 @@ _OPENAI = _RESPONSES | frozenset(
         "schema_strict_mode",
     }
 )
+# Gemini's OpenAI-compatible endpoint: thought signatures carried, the fields it refuses dropped
+_GEMINI = frozenset({"gemini_thought_signatures", "gemini_request"})
+GEMINI_HOSTS = ("generativelanguage.googleapis.com", "*aiplatform.googleapis.com")
 AZURE_API_VERSION = "2025-04-01-preview"  # serves both chat completions and responses
 
 DEPLOYMENT_PATHS = {
@@ -155,8 +163,16 @@ PROFILES: dict[str, Profile] = {
             quirks=frozenset({"reasoning_replay", "thinking_param", "developer_to_system"}),
             protocols=("chat", "messages"),
         ),
-        # (vLLM, SGLang and LiteLLM serve Anthropic's /v1/messages too)
-        Profile("openai-compatible", quirks=_RESPONSES, protocols=("chat", "responses", "messages")),
+        # (vLLM, SGLang and LiteLLM serve Anthropic's /v1/messages too); Google's own hosts are
+        # Gemini's OpenAI-compatible endpoint whatever the profile says
+        Profile(
+            "openai-compatible",
+            quirks=_RESPONSES,
+            protocols=("chat", "responses", "messages"),
+            url_quirks=tuple((h, _GEMINI) for h in GEMINI_HOSTS),
+        ),
+        # Gemini's OpenAI-compatible endpoint (AI Studio, or Vertex AI's openapi route)
+        Profile("gemini", quirks=_GEMINI | {"developer_to_system"}, protocols=("chat",)),
         Profile("demo", auth="none", protocols=("chat",)),
         # Anthropic itself: Messages only; signatures checked, server tools run, betas honoured
         Profile(

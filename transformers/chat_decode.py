@@ -26,7 +26,8 @@ returns the unified events (``events.py``) it completes; the app calls ``end()``
   ``function.name``) is passed on the first ``ToolCall`` where it appears and never
   repeated; argument text is passed as it comes, so arguments before identity are fine
   (encoders defer).  Legacy ``delta.function_call`` is its own call (ordinal 0 when it
-  is the only one).
+  is the only one).  A tool call's ``extra_content.google.thought_signature`` (Gemini) is
+  the call's ``signature``, passed once, on the ``ToolCall`` of the chunk that carried it.
 * ``finish_reason`` and ``usage`` (top-level, or Moonshot's ``choices[0].usage``) are only
   remembered: a usage chunk with ``choices: []`` routinely arrives *after* the
   ``finish_reason`` chunk (PAINS 19), so ``ToolCallEnd``s, ``Usage`` and ``Finish`` are
@@ -80,6 +81,7 @@ from .events import (
 )
 from .ids import upstream_call_id
 from .reasoning_keys import reasoning_text
+from .thought_signatures import signature_in
 from .usage import from_chat
 from .vocab import FinishStatus
 
@@ -170,12 +172,13 @@ class _Unwritable(Exception):
 
 
 class _Call:
-    __slots__ = ("call_id", "name", "args")
+    __slots__ = ("call_id", "name", "args", "signed")
 
     def __init__(self) -> None:
         self.call_id: str | None = None
         self.name: str | None = None
         self.args: list[str] = []
+        self.signed = False  # its thought signature went out (the first one wins)
 
 
 class ChatStreamDecoder:
@@ -403,7 +406,7 @@ class ChatStreamDecoder:
         if a.__class__ is not str or not a:
             return None
         idx = tc.get("index")
-        if idx.__class__ is not int:
+        if idx.__class__ is not int or "extra_content" in tc:
             return None
         if len(d) > 1:
             for k in _NOT_ARGS:
@@ -533,6 +536,15 @@ class ChatStreamDecoder:
             call.call_id = ev.call_id = cid
             self._by_id[cid] = n
             new = True
+        extra = tc.get("extra_content")
+        if extra is not None and not call.signed:
+            sig = signature_in(extra)
+            if sig is not None:
+                call.signed = True
+                ev.signature = sig
+                new = True
+            elif extra.__class__ is not dict:
+                rep("chat_malformed_field_dropped")
         _name_and_args(call, ev, fn, new, out, self.ctx)
 
     def _legacy(self, fc: dict[str, Any], out: list[Event]) -> None:

@@ -89,6 +89,7 @@ from .events import (
 )
 from .ids import random_hex
 from .reasoning_keys import upstream_key
+from .thought_signatures import for_client
 from .usage import normalize_responses, to_chat
 
 __all__ = ["ChatStreamEncoder", "encode_chat_completion", "finish_reason"]
@@ -113,6 +114,11 @@ def _completion_id(given: str | None, upstream: str | None) -> str:
     if isinstance(upstream, str) and upstream.startswith("chatcmpl"):
         return upstream
     return "chatcmpl-" + random_hex()
+
+
+def _extra(signature: str) -> dict[str, Any]:
+    """A tool call's ``extra_content`` carrying a thought signature (Gemini's own shape)."""
+    return {"google": {"thought_signature": signature}}
 
 
 def _mint_call_id() -> str:
@@ -148,7 +154,7 @@ _ZERO_USAGE = normalize_responses(None)
 
 
 class _Call:
-    __slots__ = ("call_id", "name", "namespace", "buf", "released", "ended", "cindex", "fmt")
+    __slots__ = ("call_id", "name", "namespace", "buf", "released", "ended", "cindex", "fmt", "sig")
 
     def __init__(self) -> None:
         self.call_id: str | None = None
@@ -159,6 +165,7 @@ class _Call:
         self.ended = False
         self.cindex = -1  # client index once released
         self.fmt: bytes | None = None  # args_delta's format once released, ``%b`` the text's JSON
+        self.sig: str | None = None  # the upstream's thought signature, until released
 
 
 class ChatStreamEncoder:
@@ -435,7 +442,12 @@ class ChatStreamEncoder:
         if c.released:
             if a and not c.ended:
                 out.append(self._chunk({"tool_calls": [{"index": c.cindex, "function": {"arguments": a}}]}))
+            if ev.signature is not None:  # it came after the call went out: a delta of its own
+                extra = _extra(for_client(ev.signature, cast(str, c.call_id), self.ctx))
+                out.append(self._chunk({"tool_calls": [{"index": c.cindex, "extra_content": extra}]}))
             return out
+        if ev.signature is not None and c.sig is None:
+            c.sig = ev.signature
         if ev.call_id is not None and c.call_id is None:
             c.call_id = ev.call_id
         if ev.name is not None and c.name is None:
@@ -478,20 +490,16 @@ class ChatStreamEncoder:
             c.call_id = _mint_call_id()
         # _pump releases named calls only
         name = c.name if c.namespace is None else _client_name(cast(str, c.name), c.namespace)
-        out.append(
-            self._chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": c.cindex,
-                            "id": c.call_id,
-                            "type": "function",
-                            "function": {"name": name, "arguments": "".join(c.buf)},
-                        }
-                    ]
-                }
-            )
-        )
+        tc: dict[str, Any] = {
+            "index": c.cindex,
+            "id": c.call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": "".join(c.buf)},
+        }
+        if c.sig is not None:
+            tc["extra_content"] = _extra(for_client(c.sig, c.call_id, self.ctx))
+            c.sig = None
+        out.append(self._chunk({"tool_calls": [tc]}))
         c.buf = []
 
     def _pump(self, out: list[dict[str, Any]], force: bool) -> None:
@@ -614,7 +622,10 @@ def completion_from_chunks(chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
                         "type": "function",
                         "function": {"name": tc["function"].get("name"), "arguments": []},
                     }
-                slot["function"]["arguments"].append(tc["function"].get("arguments", ""))
+                if "function" in tc:
+                    slot["function"]["arguments"].append(tc["function"].get("arguments", ""))
+                if "extra_content" in tc:
+                    slot["extra_content"] = tc["extra_content"]
             if ch.get("finish_reason"):
                 finish = ch["finish_reason"]
     if head is None:  # pragma: no cover - the encoder always begins

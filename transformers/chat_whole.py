@@ -33,7 +33,8 @@ no refusal or legacy ``function_call``    each has its own rules (joined content
 objects, each with a non-empty string     numeric id is stringified, two calls with one
 ``id`` of its own and a ``function``      id are one call, non-string arguments are
 object with a non-empty string ``name``   written as JSON (a repair)
-and string or null ``arguments``
+and string or null ``arguments``, and    (``extra_content``: a thought signature is
+no ``extra_content``                      sealed for the client, thought_signatures.py)
 ``usage`` null or an object               any other type is dropped (a repair)
 ========================================  ================================================
 
@@ -108,7 +109,7 @@ def plain_completion(obj: dict[str, Any], ctx: Ctx) -> dict[str, Any] | None:
                 return None
             cid = tc.get("id")
             fn = tc.get("function")
-            if cid.__class__ is not str or not cid or cid in seen or fn.__class__ is not dict:
+            if cid.__class__ is not str or not cid or cid in seen or fn.__class__ is not dict or "extra_content" in tc:
                 return None
             name = fn.get("name")
             args = fn.get("arguments")

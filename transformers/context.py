@@ -48,6 +48,11 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
                            ``compaction`` items pass through; transformers/compaction.py)
 ``responses_native``       the upstream is OpenAI's own Responses API: every item and tool
                            type passes (responses-lite, hosted calls; transformers/items.py)
+``gemini_thought_signatures`` Gemini's thought signatures carried through the client and put
+                           back on their calls, the escape value where none came back
+                           (transformers/thought_signatures.py)
+``gemini_request``         Gemini's OpenAI-compatible endpoint: the fields it refuses
+                           dropped, ``reasoning_effort`` on the levels the model takes
 =========================  ===============================================================
 """
 
@@ -90,6 +95,9 @@ QUIRKS = frozenset(
         "anthropic_tool_ids",
         "messages_server_tools",
         "anthropic_beta",
+        # Gemini's OpenAI-compatible endpoint (transformers/thought_signatures.py, request_quirks)
+        "gemini_thought_signatures",
+        "gemini_request",
     }
 )
 
@@ -158,6 +166,9 @@ class Ctx:
     # input items dropped as named repairs, ``input[i]:<type>`` (transformers/items.py): the
     # app warns, names them in a header and never logs the turn ``completed``
     dropped_items: list[str] = field(default_factory=list)
+    # Gemini thought signatures the request's proxy envelopes carried back (upstream call id →
+    # signature), for transformers/thought_signatures.restore
+    thought_signatures: dict[str, str] = field(default_factory=dict)
 
     def on(self, quirk: str) -> bool:
         return quirk in self.quirks

@@ -15,11 +15,18 @@ conversation, readable by whoever holds the blob.
 =========  ===============================================  ======================================
 kind       format                                           MAC input
 =========  ===============================================  ======================================
-reasoning  ``pxy1.<b64url(json {"r": text})>.<b64url(mac)>``  the JSON bytes
+reasoning  ``pxy1.<b64url(json {"r": text[, "g": sigs]})>.  the JSON bytes
+           <b64url(mac)>``
 compaction ``pxc1.<b64url(json {"v":1,"s":summary,"m":model})>.<b64url(mac)>``
                                                             ``pxc1.`` + the JSON bytes (so a blob
                                                             of one kind never opens as the other)
 =========  ===============================================  ======================================
+
+A reasoning envelope may also carry the thought signatures a Gemini upstream put on its tool
+calls (``"g"``: upstream call id → the signature, as Gemini wrote it): the client replays
+the item, and the next request puts each signature back on its call
+(``transformers/thought_signatures.py``).  Sealed with the request's key, so a signature
+only comes back through the client key it was given to, unaltered.
 
 Opening says why a blob did not open, so the caller can tell a foreign blob (someone
 else's format: not ours to judge) from one of ours that fails:
@@ -77,8 +84,8 @@ def _split(rest: str) -> tuple[bytes, bytes] | None:
 # -- reasoning ---------------------------------------------------------------------------
 
 
-def seal(text: str, key: bytes) -> str:
-    body = orjson.dumps({"r": text})
+def seal(text: str, key: bytes, signatures: dict[str, str] | None = None) -> str:
+    body = orjson.dumps({"r": text, "g": signatures} if signatures else {"r": text})
     mac = hmac.new(key, body, hashlib.sha256).digest()
     return PREFIX + _b64(body) + "." + _b64(mac)
 
@@ -89,22 +96,36 @@ def is_envelope(blob: object) -> bool:
 
 def open_reasoning(blob: object, key: bytes) -> tuple[Status, str | None]:
     """``(status, text)``: the sealed reasoning text when ``status == "ok"``."""
+    status, text, _ = open_sealed(blob, key)
+    return status, text
+
+
+def open_sealed(blob: object, key: bytes) -> tuple[Status, str | None, dict[str, str]]:
+    """``(status, text, signatures)``: the sealed reasoning text and the thought signatures
+    it carries (upstream call id → signature; empty when none) when ``status == "ok"``."""
     if not is_envelope(blob):
-        return "foreign", None
+        return "foreign", None, {}
     if not key:
-        return "no_key", None
+        return "no_key", None, {}
     parts = _split(blob[len(PREFIX) :])  # type: ignore[index]
     if parts is None:
-        return "malformed", None
+        return "malformed", None, {}
     body, mac = parts
     if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
-        return "bad_mac", None
+        return "bad_mac", None, {}
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return "malformed", None
+        return "malformed", None, {}
     text = obj.get("r") if isinstance(obj, dict) else None
-    return ("ok", text) if isinstance(text, str) else ("malformed", None)
+    if not isinstance(text, str):
+        return "malformed", None, {}
+    sigs = obj.get("g")
+    if sigs is None:
+        return "ok", text, {}
+    if not (isinstance(sigs, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in sigs.items())):
+        return "malformed", None, {}
+    return "ok", text, sigs
 
 
 def unseal(blob: object, key: bytes) -> str | None:

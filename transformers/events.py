@@ -20,7 +20,8 @@ Grammar of a decoded stream (decoders guarantee it, encoders may rely on it)::
   are ``None`` until known and may arrive on any later ``ToolCall`` of the same index (late
   identity, SPEC §3); once set they do not change.  ``arguments`` is the next piece of
   argument text ('' allowed).  The concatenation of all ``arguments`` of one index is the
-  call's argument text, byte for byte.
+  call's argument text, byte for byte.  A call's ``signature`` (Gemini's thought signature)
+  comes at most once, on any ``ToolCall`` of its index.
 * ``ToolCallEnd(index, arguments)`` closes a call; ``arguments`` is the authoritative full
   text after done-reconciliation.  Decoders already emitted any missing suffix as a
   ``ToolCall`` delta, so normally ``arguments == concat(deltas)``; when the upstream's
@@ -105,6 +106,9 @@ class ToolCall:
     # True for a Responses custom tool call (free-form ``input`` instead of JSON arguments)
     custom: bool | None = None
     item_id: str | None = None
+    # the upstream's opaque thought signature for this call (Gemini: ``extra_content.google.
+    # thought_signature``), on the one event that carried it; encoders seal it for the client
+    signature: str | None = None
 
 
 @dataclass(slots=True)

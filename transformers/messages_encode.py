@@ -28,6 +28,9 @@ non-streamed answer.  The rules it holds, whatever order the upstream's pieces c
   ``signature_delta``: the upstream's own signature when it gave one (an Anthropic
   upstream's), else the text sealed in the proxy's reasoning envelope with the request's
   key, so that the proxy can recognise the block when the client sends it back.
+* **Thought signatures** (Gemini's, ``ToolCall.signature``) are sealed with their call id
+  into the signature of the thinking block open when the call's block starts, else of an
+  empty thinking block just before it (transformers/thought_signatures.py).
 * **Redacted thinking** (an Anthropic upstream's ``redacted_thinking``: ``ReasoningEnd``
   ``redacted``) is a ``redacted_thinking`` block with its data, as it came.
 * **Tool ids** a Messages client may not accept (Kimi's ``functions.Bash:0``) are mapped
@@ -60,7 +63,7 @@ encoder skips it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -117,6 +120,7 @@ class _Call:
     block: int | None = None  # its block's index once started
     ended: bool = False
     final: str | None = None  # the done-reconciled argument text
+    sig: str | None = None  # the upstream's thought signature (Gemini), not yet sealed out
 
 
 class MessagesEncoder:
@@ -134,6 +138,8 @@ class MessagesEncoder:
         self.order: list[int] = []  # call indexes in the order they appeared
         self.held: list[Event] = []  # text/reasoning that came while a call's block was open
         self.signature: str | None = None  # the upstream's own, for the open thinking block
+        # thought signatures (call id → Gemini's) sealed into the open thinking block's signature
+        self.sigs: dict[str, str] | None = None
         self.tool_used = False
         self.usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0}
         self.content: list[dict[str, Any]] = []  # the whole message's blocks (non-streamed)
@@ -276,7 +282,9 @@ class MessagesEncoder:
         i = self.blocks - 1
         if kind == "thinking":
             text = "".join(self.pieces[i])
-            sig = self.signature or (envelope.seal(text, self.ctx.envelope_key) if self.ctx.envelope_key else "")
+            key = self.ctx.envelope_key
+            sig = self.signature or (envelope.seal(text, key, self.sigs) if key else "")
+            self.sigs = None
             out.append(
                 {"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": sig}}
             )
@@ -338,6 +346,8 @@ class MessagesEncoder:
             c.call_id = ev.call_id
         if ev.name and not c.name:
             c.name = ev.name
+        if ev.signature is not None and c.sig is None:
+            c.sig = ev.signature
         if ev.arguments:
             c.parts.append(ev.arguments)
         if c.block is not None:
@@ -371,9 +381,11 @@ class MessagesEncoder:
         c = self.calls[index]
         if c.block is not None or not c.name:
             return
-        self._close(out)
         if not c.call_id:
             c.call_id = "toolu_" + random_hex()
+        if c.sig is not None:
+            self._signature(out, c)
+        self._close(out)
         # (an upstream's id a Messages client may not accept, reversibly: ids.to_anthropic_id)
         block = {"type": "tool_use", "id": to_anthropic_id(c.call_id), "name": c.name, "input": {}}
         c.block = self._open_block(out, "tool_use", block, index)
@@ -394,6 +406,22 @@ class MessagesEncoder:
             rest = c.final[len(sent) :]  # the done-reconciled suffix the deltas fell short of
             c.sent.append(rest)
             self._delta(out, {"type": "input_json_delta", "partial_json": rest})
+        self._close(out)
+        if c.sig is not None:  # it came after the call's block started: a block after it
+            self._signature(out, c)
+
+    def _signature(self, out: list[dict[str, Any]], c: _Call) -> None:
+        """Call ``c``'s thought signature (Gemini) sealed with its call id into a thinking
+        block's signature, which Claude Code sends back: the open thinking block's, else an
+        empty thinking block of its own (transformers/thought_signatures.py)."""
+        sigs = {cast(str, c.call_id): cast(str, c.sig)}
+        c.sig = None
+        if not self.ctx.envelope_key:
+            return  # nothing to seal it with: Gemini gets the escape value next time
+        if not (self.open is not None and self.open[0] == "thinking"):
+            self._close(out)
+            self._open_block(out, "thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        self.sigs = sigs
         self._close(out)
 
     def _after_call(self, out: list[dict[str, Any]]) -> None:

@@ -54,6 +54,11 @@ REPAIRS: dict[str, Repair] = {
     "encrypted_content_retry":    Repair("request", "app (upstream retry)", "400 invalid_encrypted_content: retried once without the reasoning blobs"),
     "kimi_tool_ids_restored":     Repair("request", "request_quirks (ids.kimi_restore_map)", "Kimi: a client-sanitised native id (functions_Read_0) restored to functions.Read:0 on calls and their tool messages"),
     "reasoning_placeholder":      Repair("request", "request_quirks, request_r2c", "reasoning_replay: placeholder reasoning on an assistant tool-call message without any"),
+    "gemini_request":             Repair("request", "request_quirks", "Gemini's OpenAI-compatible endpoint: fields it refuses removed, reasoning_effort on a level the model takes, assistant reasoning keys removed"),
+    "thought_signature_skipped":  Repair("request", "thought_signatures", "Gemini: the first call of an assistant step of the current turn came back without its thought signature; sent with the documented escape value skip_thought_signature_validator"),
+    "thought_signature_rejected": Repair("request", "thought_signatures", "Gemini: a thought signature the proxy did not see Gemini make (forged, edited, sealed for another key or call) not sent"),
+    "thought_signature_stripped": Repair("request", "thought_signatures", "the proxy's sealed thought signature removed from a tool call's extra_content before an upstream that is not Gemini"),
+    "tool_schema_gemini_subset":  Repair("request", "schema", "quirk gemini_request: JSON Schema keywords Gemini does not know removed, const sent as a one-value enum"),
     # -- request side: always on ---------------------------------------------------------------
     "stream_include_usage":       Repair("request", "request_quirks", "Chat→Chat: stream → stream_options.include_usage true; no stream → no stream_options"),
     "tool_choice_without_tools":  Repair("request", "request_quirks", "no tools → no tool_choice / parallel_tool_calls"),

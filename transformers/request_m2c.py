@@ -30,7 +30,9 @@ a ``system`` role inside            a ``system`` message in place (Claude Code a
 ``assistant`` ``tool_use``          ``tool_calls[]`` ``{id, type:function, function:
                                     {name, arguments: JSON of input}}``
 ``assistant`` ``thinking``          ``reasoning_content`` of that assistant message (the
-                                    text; our sealed signature opens to the same text)
+                                    text; our sealed signature opens to the same text,
+                                    and its thought signatures go to
+                                    ``ctx.thought_signatures``)
 ``assistant`` ``redacted_thinking`` dropped: only Anthropic reads it
                                     (``redacted_thinking_dropped``)
 empty text blocks                   never sent
@@ -74,6 +76,7 @@ from typing import Any
 import orjson
 
 from .context import Ctx
+from .envelope import is_envelope, open_sealed
 from .errors import RequestError
 from .ids import from_anthropic_id
 from .request_c2r import force_object_schema, toolinfo_from_chat
@@ -161,8 +164,12 @@ def _assistant(i: int, blocks: list[dict[str, Any]], ctx: Ctx) -> dict[str, Any]
                     "function": {"name": name, "arguments": orjson.dumps(args if args is not None else {}).decode()},
                 }
             )
-        elif kind == "thinking" and isinstance(b.get("thinking"), str) and b["thinking"]:
-            reasoning.append(b["thinking"])
+        elif kind == "thinking":
+            if is_envelope(b.get("signature")):
+                # Gemini's thought signatures, by call id (transformers/thought_signatures.py)
+                ctx.thought_signatures.update(open_sealed(b["signature"], ctx.envelope_key)[2])
+            if isinstance(b.get("thinking"), str) and b["thinking"]:
+                reasoning.append(b["thinking"])
         elif kind == "redacted_thinking":
             ctx.repaired("redacted_thinking_dropped")
     if calls:

@@ -54,6 +54,20 @@ developer_to_system         that quirk          ``developer`` messages → ``sys
 system_at_head              that quirk          every ``system`` message merged (text
                                                 joined with a blank line, in order) into
                                                 ONE system message at the head
+gemini_request              that quirk          fields Gemini's OpenAI-compatible
+                                                endpoint refuses (``store``,
+                                                ``metadata``, ``prompt_cache_key``…)
+                                                removed; ``reasoning_effort`` on the
+                                                levels the model takes
+                                                (``_GEMINI_EFFORT``); assistant
+                                                reasoning keys removed
+gemini_thought_signatures   that quirk          every assistant call's thought signature
+                                                back where Gemini put it, the escape
+                                                value where none came back
+                                                (``thought_signatures.restore``)
+thought_signature_stripped  that quirk OFF      the proxy's sealed signatures removed
+                                                from ``extra_content``
+                                                (``thought_signatures.strip``)
 tool_schemas                always              ``schema.sanitize_tools``: the tool
                                                 JSON-schema rules of ``schema.RULES``
                                                 (some gated by ``schema_*`` quirks)
@@ -104,6 +118,7 @@ Decisions:
 from __future__ import annotations
 
 from collections.abc import Callable
+from fnmatch import fnmatchcase
 from typing import Any
 
 from .context import Ctx
@@ -112,6 +127,8 @@ from .ids import MAX_CALL_ID, kimi_restore_map, responses_policy, unique_map
 from .reasoning_keys import KEYS, normalize_history, upstream_key
 from .request_c2r import text_of, toolinfo_from_chat
 from .schema import sanitize_tools
+from .thought_signatures import restore as restore_signatures
+from .thought_signatures import strip as strip_signatures
 from .vocab import ProtocolName
 
 __all__ = [
@@ -376,6 +393,49 @@ def _kimi_request(body: Body, ctx: Ctx) -> None:
         ctx.repaired("kimi_request")
 
 
+# Gemini's OpenAI-compatible endpoint: fields outside its request schema (it answers 400
+# "Invalid JSON payload received. Unknown name \"store\": Cannot find field"), other vendors'
+# own, and the assistant message keys that carry another model's reasoning text
+_GEMINI_REFUSED = (
+    "store", "metadata", "reasoning", "top_k", "prompt_cache_key", "prompt_cache_retention",
+    "service_tier", "safety_identifier", "user", "verbosity", "thinking",
+)  # fmt: skip
+# reasoning_effort: the levels it takes (low, medium, high, none), per model; first match wins
+_GEMINI_EFFORT: tuple[tuple[str, dict[str, str]], ...] = (
+    # Gemini 3 Pro thinks at low or high only, and cannot stop thinking
+    ("gemini-3*pro*", {"minimal": "low", "none": "low", "medium": "high", "xhigh": "high"}),
+    ("*", {"minimal": "low", "xhigh": "high"}),
+)
+
+
+def _gemini_request(body: Body, ctx: Ctx) -> None:
+    changed = False
+    for k in _GEMINI_REFUSED:
+        if k in body:
+            del body[k]
+            changed = True
+    effort = body.get("reasoning_effort")
+    if isinstance(effort, str):
+        model = str(body.get("model") or ctx.upstream_model)
+        for glob, levels in _GEMINI_EFFORT:
+            if fnmatchcase(model, glob):
+                if effort in levels:
+                    body["reasoning_effort"] = levels[effort]
+                    changed = True
+                break
+    messages = body.get("messages")
+    if isinstance(messages, list) and any(
+        isinstance(m, dict) and m.get("role") == "assistant" and any(k in m for k in KEYS) for m in messages
+    ):
+        body["messages"] = [
+            {k: v for k, v in m.items() if k not in KEYS} if isinstance(m, dict) and m.get("role") == "assistant" else m
+            for m in messages
+        ]
+        changed = True
+    if changed:
+        ctx.repaired("gemini_request")
+
+
 def _max_completion_tokens(body: Body, ctx: Ctx) -> None:
     if _to_max_completion_tokens(body, ctx):
         ctx.repaired("max_completion_tokens")
@@ -598,6 +658,9 @@ QUIRK_TABLE: tuple[tuple[str, ProtocolName, Gate, Pass], ...] = (
     ("reasoning_replay",          "chat",      _on("reasoning_replay"),          _reasoning_replay),
     ("developer_to_system",       "chat",      _on("developer_to_system"),       _developer_to_system),
     ("system_at_head",            "chat",      _on("system_at_head"),            _system_at_head),
+    ("gemini_request",            "chat",      _on("gemini_request"),            _gemini_request),
+    ("gemini_thought_signatures", "chat",      _on("gemini_thought_signatures"), restore_signatures),
+    ("thought_signature_stripped", "chat",     _off("gemini_thought_signatures"), strip_signatures),
     ("tool_schemas",              "chat",      _always,                          _tool_schemas),
     ("same_protocol_model",       "responses", _same_protocol,                   _set_model),
     ("strip_reasoning_envelope",  "responses", _on("strip_reasoning_envelope"),  _strip_reasoning_envelope),

@@ -44,7 +44,9 @@ consecutive ``function_call``/  ONE ``assistant{content:null,tool_calls:[…]}``
                                 opened with ``ctx.envelope_key``, else the ``summary_text``
                                 parts, else the ``reasoning_text`` content, parts and
                                 consecutive items joined with ``"\\n\\n"``.  OpenAI
-                                ``encrypted_content`` is dropped.
+                                ``encrypted_content`` is dropped.  Gemini thought
+                                signatures in the envelope go to
+                                ``ctx.thought_signatures`` (thought_signatures.py)
 any other item                  ``transformers/items.py`` handled it before (translated,
                                 resolved, dropped as a named repair or refused); one that
                                 still gets here is dropped (``input_item_dropped``) and
@@ -130,7 +132,7 @@ from typing import Any
 import orjson
 
 from .context import Ctx, ToolInfo, flatten_name, one_string_param
-from .envelope import is_envelope, open_reasoning
+from .envelope import is_envelope, open_sealed
 from .errors import RequestError
 from .ids import MAX_CALL_ID, chat_policy, strict_policy, unique_map
 from .request_c2m import SIGNED
@@ -369,7 +371,9 @@ def _tool_output(output: Any, ctx: Ctx) -> tuple[str, list[dict[str, Any]]]:
 
 
 def _reasoning_text(item: dict[str, Any], ctx: Ctx) -> str:
-    status, opened = open_reasoning(item.get("encrypted_content"), ctx.envelope_key)
+    status, opened, signatures = open_sealed(item.get("encrypted_content"), ctx.envelope_key)
+    if signatures:  # Gemini's thought signatures, by call id (transformers/thought_signatures.py)
+        ctx.thought_signatures.update(signatures)
     if opened is not None:
         return opened
     if status != "foreign":  # ours but it does not open: the summary stands in, the app reports it
@@ -642,6 +646,8 @@ def responses_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -
     elif instructions is not None and not isinstance(instructions, str):
         raise RequestError("'instructions' must be a string", param="instructions")
     messages.extend(_Transcript(items, kinds, ids, _pair_outputs(items, kinds), ctx, signed).walk())
+    if ctx.thought_signatures:  # by the ids the calls go upstream with
+        ctx.thought_signatures = {ids.get(k, k): v for k, v in ctx.thought_signatures.items()}
 
     out: dict[str, Any] = {"model": ctx.upstream_model or body.get("model"), "messages": messages}
 

@@ -60,6 +60,10 @@ Items and their output slots:
 Reasoning replay: the reasoning item's ``encrypted_content`` is the upstream's blob when
 one came with ``ReasoningEnd``, else — when ``ctx.envelope_key`` is set — the full
 reasoning text sealed by ``envelope.seal`` so the next turn can replay it statelessly.
+A call's thought signature (``ToolCall.signature``, Gemini) is sealed with its call id into
+the reasoning item open when the call is released, else into a reasoning item of its own
+emitted just before the call (after it, when the signature came after the call went out):
+Codex replays reasoning items, and ``transformers/thought_signatures.py`` reads them back.
 
 The response object (on ``response.created``/``in_progress`` and the terminal event, and
 the non-streaming answer) carries every field the Open Responses ``ResponseResource``
@@ -80,7 +84,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -284,6 +288,7 @@ class _Call:
         "kind",
         "fmt",
         "fmt_id",
+        "sig",
     )
 
     def __init__(self, index: int) -> None:
@@ -303,6 +308,7 @@ class _Call:
         self.kind = _TOOL_KIND[False]
         self.fmt = b""  # args_delta's format once released, for the call id fmt_id
         self.fmt_id: str | None = None
+        self.sig: str | None = None  # the upstream's thought signature, not yet sealed out
 
     def merge(self, call_id: str | None, name: str | None, namespace: str | None, item_id: str | None) -> None:
         if call_id and (self.call_id is None or self.minted):
@@ -849,6 +855,8 @@ class ResponsesStreamEncoder:
             c = self._calls[ev.index] = _Call(ev.index)
             self._add_pending(c)
         c.merge(ev.call_id, ev.name, ev.namespace, ev.item_id)
+        if ev.signature is not None and c.sig is None:
+            c.sig = ev.signature
         if ev.custom is not None and c.custom is None and not c.released:
             c.custom = ev.custom
         a = ev.arguments
@@ -914,12 +922,15 @@ class ResponsesStreamEncoder:
 
     def _release(self, out: list[dict], c: _Call) -> None:
         self._close_msg(out)
-        self._close_rs(out)
-        c.released = True
-        c.kind = kind = _TOOL_KIND[bool(c.custom)]
         if not c.call_id:
             c.call_id = "call_" + _hex()
             c.minted = True
+        if c.sig is not None:
+            self._signature(out, c)
+        else:
+            self._close_rs(out)
+        c.released = True
+        c.kind = kind = _TOOL_KIND[bool(c.custom)]
         if not c.item_id:
             c.item_id = kind[4] + c.call_id
         c.oi = self._slot()
@@ -964,6 +975,26 @@ class ResponsesStreamEncoder:
         self._slots[c.oi] = item
         self._emit(out, {"type": "response.output_item.done", "output_index": c.oi, "item": item})
         c.ended = True
+        if c.sig is not None:  # it came after the call went out: its own item, after the call
+            self._signature(out, c)
+
+    def _signature(self, out: list[dict], c: _Call) -> None:
+        """Call ``c``'s thought signature (Gemini) sealed into a reasoning item's
+        ``encrypted_content``, which Codex replays: the open reasoning item's, else a
+        reasoning item of its own, before the call (transformers/thought_signatures.py)."""
+        sigs = {cast(str, c.call_id): cast(str, c.sig)}
+        c.sig = None
+        key = self.ctx.envelope_key
+        r = self._rs
+        if r is not None:
+            self._rs = None
+            if r.kind is not None:
+                self._close_rs_part(out, r)
+            self._finish_rs(out, r, envelope.seal("".join(r.all), key, sigs) if key else None)
+        elif key:
+            r = self._open_rs(out)
+            self._rs = None
+            self._finish_rs(out, r, envelope.seal("", key, sigs))
 
     # ------------------------------------------------------------------ the rest
 

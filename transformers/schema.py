@@ -52,6 +52,11 @@ tool_schema_strict_mode        ``schema_strict_mode``      all    strict  every 
                                                                           ``additionalProperties: false``
                                                                           and ``required`` = all its
                                                                           properties (in order)
+tool_schema_gemini_subset      ``gemini_request``          all    any     keywords Gemini's schema subset
+                                                                          does not know removed
+                                                                          (``additionalProperties``,
+                                                                          ``$schema``, ``propertyNames``…);
+                                                                          ``const`` → a one-value ``enum``
 =============================  ==========================  =====  ======  =================================
 
 Decisions:
@@ -233,6 +238,27 @@ def _strict_object(node: Node) -> Node:
     return out
 
 
+# JSON Schema keywords outside the schema subset Gemini's function declarations accept: its
+# OpenAI-compatible endpoint answers 400 "Invalid JSON payload received. Unknown name
+# \"additionalProperties\" … Cannot find field" for each (docs/quirks.md, gemini_request)
+_GEMINI_UNKNOWN = frozenset(
+    {
+        "$schema", "$id", "$comment", "additionalProperties", "propertyNames", "patternProperties",
+        "unevaluatedProperties", "dependentRequired", "dependentSchemas", "exclusiveMinimum",
+        "exclusiveMaximum", "const", "examples", "contentEncoding", "contentMediaType",
+    }
+)  # fmt: skip
+
+
+def _gemini_subset(node: Node) -> Node:
+    if not any(k in _GEMINI_UNKNOWN for k in node):
+        return node
+    out = {k: v for k, v in node.items() if k not in _GEMINI_UNKNOWN}
+    if "const" in node and "enum" not in node:
+        out["enum"] = [node["const"]]  # the one value, in the form Gemini reads
+    return out
+
+
 # -- the table -------------------------------------------------------------------------------
 
 RULES: tuple[tuple[str, str | None, str, str, Fix], ...] = (
@@ -242,6 +268,7 @@ RULES: tuple[tuple[str, str | None, str, str, Fix], ...] = (
     ("tool_schema_root_combinators", "schema_no_root_combinators",  "root", "any",    _merge_branches),
     ("tool_schema_property_types",   "schema_strict_subset",        "sub",  "any",    _property_type),
     ("tool_schema_strict_mode",      "schema_strict_mode",          "all",  "strict", _strict_object),
+    ("tool_schema_gemini_subset",    "gemini_request",              "all",  "any",    _gemini_subset),
 )  # fmt: skip
 
 SCHEMA_QUIRKS = frozenset(q for _, q, _, _, _ in RULES if q is not None)

@@ -222,6 +222,7 @@ class ToolStage:
         "_invalid",
         "_bad_custom",
         "_done",
+        "_sigs",
     )
 
     def __init__(self, ctx: Ctx, client: ProtocolName) -> None:
@@ -241,6 +242,8 @@ class ToolStage:
         self._invalid: list[_Invalid] = []
         self._bad_custom: list[str] = []  # custom calls that could not be resolved
         self._done = False
+        # thought signatures not yet handed on: they ride the call's next ToolCall out
+        self._sigs: dict[int, str] = {}
 
     # ------------------------------------------------------------------ public API
 
@@ -289,6 +292,10 @@ class ToolStage:
     # ------------------------------------------------------------------ calls
 
     def _emit(self, out: list[Event], ev: Event) -> None:
+        if self._sigs and ev.__class__ is ToolCall:
+            sig = self._sigs.pop(ev.index, None)
+            if sig is not None:
+                ev.signature = sig
         if self._held is None:
             out.append(ev)
         else:
@@ -319,6 +326,10 @@ class ToolStage:
         return None, name
 
     def _on_call(self, out: list[Event], ev: ToolCall) -> None:
+        if ev.signature is not None:
+            # whichever ToolCall of this index goes out next carries it (a rebuilt one too)
+            self._sigs[ev.index] = ev.signature
+            ev.signature = None
         c = self._calls.get(ev.index)
         new = c is None
         if c is None:

@@ -20,9 +20,14 @@ from transformers.schema import RULES, SCHEMA_QUIRKS, sanitize_parameters, sanit
 CODEX_TOOLS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent.parent / "fixtures" / "codex_tools_0.169.json").read_text()
 )
-ALL = frozenset(SCHEMA_QUIRKS)
-QUIRK_SETS = [frozenset(), *(frozenset({q}) for q in sorted(SCHEMA_QUIRKS)), ALL]
+# Gemini's subset removes what strict mode adds: no profile has both (providers/profiles.py)
+GEMINI = frozenset({"gemini_request"})
+ALL = frozenset(SCHEMA_QUIRKS) - GEMINI
+QUIRK_SETS = [frozenset(), *(frozenset({q}) for q in sorted(ALL)), ALL]
+# with Gemini's: every set that does not close schemas strictly
+GEMINI_SETS = [q | GEMINI for q in QUIRK_SETS if "schema_strict_mode" not in q]
 COMBINATORS = ("anyOf", "oneOf", "allOf", "not", "if", "then", "else", "$ref")
+GEMINI_UNKNOWN = ("$schema", "additionalProperties", "propertyNames", "patternProperties", "const", "exclusiveMinimum")
 
 
 def violations(schema: Any, quirks: frozenset[str], strict: bool) -> list[str]:
@@ -30,6 +35,7 @@ def violations(schema: Any, quirks: frozenset[str], strict: bool) -> list[str]:
     out: list[str] = []
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return ["root is not type object"]
+    # (keywords Gemini's function declarations refuse: "Unknown name … Cannot find field")
     for n in subschemas(schema):
         if "type" in n and n["type"] is None:
             out.append("type: null")
@@ -37,6 +43,9 @@ def violations(schema: Any, quirks: frozenset[str], strict: bool) -> list[str]:
             out.append(f"untyped subschema {n}")
     if "schema_no_root_combinators" in quirks:
         out += [f"root {k}" for k in ("anyOf", "oneOf", "allOf", "enum", "const", "not") if k in schema]
+    if "gemini_request" in quirks:
+        for n in [schema, *subschemas(schema)]:
+            out += [f"{k} (Gemini does not know it)" for k in GEMINI_UNKNOWN if k in n]
     if "schema_strict_mode" in quirks and strict:
         for n in [schema, *subschemas(schema)]:
             t = n.get("type")
@@ -102,6 +111,50 @@ def test_codex_tools_through_responses_to_chat(quirks: frozenset[str]) -> None:
     assert not [r for r in c.repairs if r.startswith("tool_schema_")]
     for fn in functions(out["tools"]):
         assert violations(fn["parameters"], quirks, fn.get("strict") is True) == [], fn["name"]
+
+
+def test_codex_tools_toward_gemini_lose_only_what_gemini_refuses() -> None:
+    """Codex's tools close their objects (additionalProperties: false), which Gemini's
+    function declarations refuse: removed, one repair per tool, the rest as it was."""
+    body = {"model": "m", "input": "hi", "tools": copy.deepcopy(CODEX_TOOLS)}
+    c = Ctx(quirks=GEMINI, upstream_model="m")
+    out = prepare_chat(responses_to_chat(body, c), c, translated=True)
+    fns = [fn for fn in functions(out["tools"]) if _codex_params(fn["name"]) is not None]
+    changed = [fn for fn in fns if fn["parameters"] != _codex_params(fn["name"])]
+    assert changed and c.repairs.count("tool_schema_gemini_subset") == len(changed)
+    for fn in functions(out["tools"]):
+        assert violations(fn["parameters"], GEMINI, False) == [], fn["name"]
+    for fn in fns:
+        assert _strip_closed(_codex_params(fn["name"])) == fn["parameters"]
+
+
+def _codex_params(name: str) -> Any:
+    for fn in functions(CODEX_TOOLS):
+        if fn["name"] == name:
+            return fn["parameters"]
+    return None
+
+
+def _strip_closed(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip_closed(v) for k, v in node.items() if k != "additionalProperties"}
+    if isinstance(node, list):
+        return [_strip_closed(v) for v in node]
+    return node
+
+
+def test_gemini_subset_const_becomes_enum() -> None:
+    got, fired = sanitize_parameters(
+        {
+            "type": "object",
+            "$schema": "x",
+            "properties": {"k": {"const": "a"}, "n": {"type": "number", "exclusiveMinimum": 0}},
+        },
+        GEMINI,
+        strict=False,
+    )
+    assert got == {"type": "object", "properties": {"k": {"enum": ["a"]}, "n": {"type": "number"}}}
+    assert fired == ["tool_schema_gemini_subset"]
 
 
 def test_codex_tools_strict_variant_made_strict() -> None:
@@ -338,7 +391,7 @@ _root = st.builds(
 
 
 @settings(max_examples=300, deadline=None)
-@given(_root, st.sampled_from(QUIRK_SETS), st.booleans())
+@given(_root, st.sampled_from(QUIRK_SETS + GEMINI_SETS), st.booleans())
 def test_property_result_is_valid_and_fixed_point(schema: dict[str, Any], quirks: frozenset[str], strict: bool) -> None:
     before = copy.deepcopy(schema)
     got, _ = sanitize_parameters(schema, quirks, strict=strict)
