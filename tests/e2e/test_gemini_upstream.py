@@ -1,0 +1,415 @@
+"""Real clients -> Switchboard -> a scripted Gemini OpenAI-compatible upstream
+(``gemini_upstream.py``, ``profile: gemini``): Gemini's thought signatures survive every
+client.
+
+The scripted Gemini signs the first tool call of each answer with hundreds of random bytes
+of base64 and answers 400 exactly where Gemini does (a current-turn step whose first call
+comes back unsigned, a signature it never issued, the fields and schema keywords it does
+not know).  One proxy process serves the module (``scenarios_gemini.gemini_stage``, a
+``server.secret_key`` set).  Cases (``scenarios_gemini.script``): ``single`` (one call, then
+the answer), ``parallel`` (two calls in one step, only the first signed), ``steps`` (a call,
+another call, then the answer: the third request carries two signed steps).
+
+Every case asserts: no request was refused, the tool ran and its output reached Gemini
+under Gemini's call id, the final text printed, and every request after the first carried
+each signed call of the current turn with the signature Gemini issued for it, byte for byte
+(carried through the client sealed: a Chat call's ``extra_content``, a Responses reasoning
+item's ``encrypted_content``, a Messages thinking block's ``signature``).  A client that
+echoes no carrier (Kimi Code's ``openai`` Chat type drops ``extra_content``) gets the escape
+value ``skip_thought_signature_validator`` on the first call of each step instead, counted
+as ``thought_signature_skipped`` in ``switchboard_repairs_total``; for the others that
+counter must not move.
+
+* ``test_direct_plain_history_is_refused``: the openai SDK straight to the scripted Gemini
+  (no proxy): a history rebuilt as plain dicts (no ``extra_content``) gets Gemini's 400, the
+  assistant message kept as the SDK returned it (``model_dump``) is accepted: the
+  upstream's refusal is real.
+* ``test_openai_sdk``: the openai SDK (2.14, in process), Chat and Responses, stream and not;
+  the history kept as the SDK returns it (Chat: ``message.model_dump(exclude_none=True)``,
+  Responses: ``response.output`` items dumped the same way).
+* ``test_anthropic_sdk``: the anthropic SDK (``messages.create`` / ``messages.stream``),
+  content blocks sent back as returned.
+* ``test_codex``: Codex 0.171.0 over HTTP and over the Responses WebSocket.
+* ``test_kimi_code``: Kimi Code 2.1.0, its ``openai`` (Chat), ``openai_responses`` and
+  ``anthropic`` provider types.
+* ``test_claude_code``: Claude Code 2.1.332.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+
+import anthropic
+import openai
+import pytest
+from claude_code_harness import ClaudeCode, ClaudeCodeUnavailable, ensure_claude_code, run_claude_code
+from codex_harness import CODEX_LATEST
+from gemini_upstream import ESCAPE, Call, GeminiTurn, GeminiUpstream
+from kimi_code_harness import KimiCode, KimiCodeUnavailable, ensure_kimi_code, run_kimi_code
+from proxy_harness import PROXY_CLIENT_KEY, REPO
+from scenarios_gemini import (
+    CASES,
+    check_headers,
+    check_signatures,
+    expected_requests,
+    gemini_stage,
+    marker,
+    script,
+)
+from test_codex_websocket import transports
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "gemini-3-pro-preview"
+_stage = gemini_stage(MODEL)
+SKIPPED = "thought_signature_skipped"
+CLI_TIMEOUT = 60
+FINAL = "Gemini saw its signatures come back; done ✓"
+PROMPT = "Print the markers with the shell tool, then say you are done."
+
+
+def _steps_replayed(case: str) -> int:
+    """How many current-turn steps the requests after the first carry in all (each one a
+    first call that gets the escape value when the client kept no carrier)."""
+    return {"single": 1, "parallel": 1, "steps": 3}[case]
+
+
+def _finish(stage, up, case: str, info: str, *, escape: bool, skipped_before: float) -> None:
+    """What every case must show on Gemini's side (the client's side is checked by the test)."""
+    reqs = up.model_requests
+    assert up.errors == [] and up.rejections == [], info
+    assert len(reqs) == expected_requests(case) and up.turns_played == len(up.turns), info
+    assert all(r.matched is not False for r in reqs), info
+    check_headers(up, info)
+    check_signatures(up, info, escape=escape)
+    skipped = stage.repairs(SKIPPED, MODEL) - skipped_before
+    assert skipped == (_steps_replayed(case) if escape else 0), (f"{SKIPPED} moved by {skipped}", info)
+
+
+# --------------------------------------------------------------------------- SDK tool
+
+GEMINI_PARAMS = {
+    "type": "object",
+    "properties": {"cmd": {"type": "string", "description": "a shell command"}},
+    "required": ["cmd"],
+}
+# what clients send: the proxy must drop the keywords Gemini refuses
+RUN_TOOL_PARAMS = {
+    **GEMINI_PARAMS,
+    "additionalProperties": False,
+    "$schema": "http://json-schema.org/draft-07/schema#",
+}
+GEMINI_TOOLS = [
+    {"type": "function", "function": {"name": "run", "description": "Run a command.", "parameters": GEMINI_PARAMS}}
+]
+CHAT_TOOLS = [
+    {"type": "function", "function": {"name": "run", "description": "Run a command.", "parameters": RUN_TOOL_PARAMS}}
+]
+RESPONSES_TOOLS = [{"type": "function", "name": "run", "description": "Run a command.", "parameters": RUN_TOOL_PARAMS}]
+ANTHROPIC_TOOLS = [{"name": "run", "description": "Run a command.", "input_schema": RUN_TOOL_PARAMS}]
+
+
+def _sdk_call(case: str) -> Callable[[int], Call]:
+    return lambda k: Call("run", {"cmd": f"printf '%s' '{marker(case, k)}'"})
+
+
+def _run(args: str | dict) -> str:
+    """The tool, really run: the command's output."""
+    cmd = (json.loads(args) if isinstance(args, str) else args)["cmd"]
+    return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=10).stdout
+
+
+def _chat_loop(
+    client: openai.OpenAI, model: str, *, stream: bool, plain: bool = False, tools: list = CHAT_TOOLS
+) -> tuple[str, int]:
+    """The openai SDK's Chat API until an answer without calls; the assistant message goes
+    back as the SDK returns it (``plain``: rebuilt as a plain dict, without extra_content)."""
+    messages: list[dict] = [{"role": "user", "content": PROMPT}]
+    ran = 0
+    for _ in range(5):
+        if stream:
+            with client.chat.completions.stream(model=model, messages=messages, tools=tools) as s:
+                for _ev in s:
+                    pass
+                msg = s.get_final_completion().choices[0].message
+        else:
+            msg = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message
+        if not msg.tool_calls:
+            return msg.content or "", ran
+        if plain:
+            calls = [
+                {
+                    "id": tc.id,
+                    "type": "function",
+                    "function": {"name": tc.function.name, "arguments": tc.function.arguments},
+                }
+                for tc in msg.tool_calls
+            ]
+            messages.append({"role": "assistant", "content": msg.content, "tool_calls": calls})
+        else:
+            messages.append(msg.model_dump(exclude_none=True))
+        for tc in msg.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": tc.id, "content": _run(tc.function.arguments)})
+            ran += 1
+    raise AssertionError("no final answer after 5 requests")
+
+
+def _responses_loop(client: openai.OpenAI, model: str, *, stream: bool) -> tuple[str, int]:
+    """The openai SDK's Responses API until an answer without calls; every output item goes
+    back as the SDK returns it."""
+    items: list[dict] = [{"role": "user", "content": PROMPT}]
+    ran = 0
+    for _ in range(5):
+        kw = dict(model=model, input=items, tools=RESPONSES_TOOLS, include=["reasoning.encrypted_content"])
+        if stream:
+            with client.responses.stream(**kw) as s:
+                for _ev in s:
+                    pass
+                resp = s.get_final_response()
+        else:
+            resp = client.responses.create(**kw)
+        calls = [it for it in resp.output if it.type == "function_call"]
+        if not calls:
+            return resp.output_text, ran
+        items += [it.model_dump(exclude_none=True) for it in resp.output]
+        for c in calls:
+            items.append({"type": "function_call_output", "call_id": c.call_id, "output": _run(c.arguments)})
+            ran += 1
+    raise AssertionError("no final answer after 5 requests")
+
+
+def _message(err: openai.APIStatusError) -> str:
+    """Gemini's error message (its body is a JSON array of one error)."""
+    body = err.body
+    return body[0]["error"]["message"] if isinstance(body, list) and body else repr(body)
+
+
+def test_direct_plain_history_is_refused():
+    """Straight to the scripted Gemini: what a client that drops ``extra_content`` gets."""
+    call = Call("run", {"cmd": "printf '%s' 'direct-ok'"})
+    up = GeminiUpstream(name="direct").start()
+    try:
+        client = openai.OpenAI(base_url=up.base_url, api_key="sk-direct", max_retries=0, timeout=30)
+        # a history rebuilt from plain dicts: Gemini's 400, as a JSON array
+        up.set_script([GeminiTurn(calls=[call]), GeminiTurn(text="unreachable")])
+        with pytest.raises(openai.BadRequestError) as err:
+            _chat_loop(client, "gemini-3-pro-preview", stream=False, plain=True, tools=GEMINI_TOOLS)
+        info = up.describe()
+        assert err.value.status_code == 400, info
+        body = err.value.body
+        assert isinstance(body, list) and body[0]["error"]["status"] == "INVALID_ARGUMENT", (body, info)
+        msg = body[0]["error"]["message"]
+        assert msg.startswith("Function call is missing a thought_signature in functionCall parts."), msg
+        assert "function call `default_api:run` , position 2." in msg, msg
+        assert [n for n, _ in up.rejections] == [1] and up.turns_played == 1, info
+        # the message as the SDK returned it keeps extra_content: accepted
+        up.set_script([GeminiTurn(calls=[call]), GeminiTurn(text=FINAL)])
+        text, ran = _chat_loop(client, "gemini-3-pro-preview", stream=False, tools=GEMINI_TOOLS)
+        info = up.describe()
+        assert (text, ran) == (FINAL, 1) and up.rejections == [], info
+        (step,) = [s for s in up.model_requests[1].json["messages"] if s.get("tool_calls")]
+        assert step["tool_calls"][0]["extra_content"]["google"]["thought_signature"] == up.issued[0].signature, info
+        # the fields and schema keywords Gemini does not know, and a signature it never issued
+        for bad, needle in [
+            ({"store": True}, 'Unknown name "store": Cannot find field.'),
+            ({"metadata": {"a": "b"}}, 'Unknown name "metadata"'),
+        ]:
+            with pytest.raises(openai.BadRequestError) as err:
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], extra_body=bad)
+            assert needle in _message(err.value), err.value.body
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tools=CHAT_TOOLS)
+        assert "Unknown name \"additionalProperties\" at 'tools[0].function.parameters'" in _message(err.value), err
+        forged = {"id": "function-call-1", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+        forged["extra_content"] = {"google": {"thought_signature": "Zm9yZ2Vk"}}
+        history = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [forged]},
+            {"role": "tool", "tool_call_id": "function-call-1", "content": "x"},
+        ]
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="m", messages=history)
+        assert "Thought signature is not valid." in _message(err.value), err
+        forged["extra_content"] = {"google": {"thought_signature": ESCAPE}}  # the escape value passes
+        up.set_script([GeminiTurn(text="escape accepted")])
+        r = client.chat.completions.create(model="m", messages=history)
+        assert r.choices[0].message.content == "escape accepted", up.describe()
+    finally:
+        up.stop()
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_openai_sdk(stage, api, stream, case):
+    up, px, mark = stage.script(MODEL, script(case, _sdk_call(case), FINAL)), stage.proxy, stage.mark()
+    before = stage.repairs(SKIPPED, MODEL)
+    client = openai.OpenAI(base_url=px.base_url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
+    loop = _chat_loop if api == "chat" else _responses_loop
+    try:
+        text, ran = loop(client, MODEL, stream=stream)
+    except Exception as exc:
+        pytest.fail(f"openai SDK failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}")
+    info = f"text={text!r} ran={ran}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert text == FINAL and ran == (1 if case == "single" else 2), info
+    _finish(stage, up, case, info, escape=False, skipped_before=before)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
+def test_anthropic_sdk(stage, stream, case):
+    up, px, mark = stage.script(MODEL, script(case, _sdk_call(case), FINAL)), stage.proxy, stage.mark()
+    before = stage.repairs(SKIPPED, MODEL)
+    client = anthropic.Anthropic(base_url=px.url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
+    messages: list[dict] = [{"role": "user", "content": PROMPT}]
+    ran, final = 0, None
+    try:
+        for _ in range(5):
+            kw = dict(model=MODEL, max_tokens=2048, tools=ANTHROPIC_TOOLS, messages=messages)
+            if stream:
+                with client.messages.stream(**kw) as s:
+                    for _ev in s:
+                        pass
+                    msg = s.get_final_message()
+            else:
+                msg = client.messages.create(**kw)
+            uses = [b for b in msg.content if b.type == "tool_use"]
+            if not uses:
+                final = "".join(b.text for b in msg.content if b.type == "text")
+                break
+            content = [b.model_dump(exclude_none=True, exclude={"parsed_output"}) for b in msg.content]
+            messages.append({"role": "assistant", "content": content})
+            results = [{"type": "tool_result", "tool_use_id": u.id, "content": _run(u.input)} for u in uses]
+            messages.append({"role": "user", "content": results})
+            ran += len(uses)
+    except Exception as exc:
+        pytest.fail(
+            f"anthropic SDK failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+        )
+    info = f"final={final!r} ran={ran}\n{json.dumps(messages)[-3000:]}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert final == FINAL and ran == (1 if case == "single" else 2), info
+    # the signature rode in a thinking block before the signed call
+    for m in messages[1:]:
+        if m["role"] == "assistant":
+            kinds = [b["type"] for b in m["content"]]
+            assert kinds[0] == "thinking" and m["content"][0]["signature"].startswith("pxy1."), (kinds, info)
+    _finish(stage, up, case, info, escape=False, skipped_before=before)
+
+
+# --------------------------------------------------------------------------- CLIs
+
+
+def _shell_call(case: str, name: str, key: str) -> Callable[[int], Call]:
+    def make(k: int) -> Call:
+        args = {key: f"printf '%s' '{marker(case, k)}'"}
+        if name == "Bash":
+            args["description"] = f"Print marker {k}"
+        return Call(name, args)
+
+    return make
+
+
+CODEX_MODES = {
+    "http": {"provider": "custom"},
+    "websocket": {"provider": "custom", "supports_websockets": True},
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", list(CODEX_MODES))
+def test_codex(stage, codex_run, mode, case):
+    up = stage.script(MODEL, script(case, _shell_call(case, "exec_command", "cmd"), FINAL))
+    px, mark, before = stage.proxy, stage.mark(), stage.repairs(SKIPPED, MODEL)
+    run = codex_run(
+        PROMPT, base_url=px.base_url, model=MODEL, version=CODEX_LATEST, timeout=CLI_TIMEOUT, **CODEX_MODES[mode]
+    )
+    log = stage.log_since(mark)
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{log[-6000:]}"
+    assert run.returncode == 0 and not run.timed_out and run.turn_completed, info
+    n = 1 if case == "single" else 2
+    outs = sorted(c.get("aggregated_output") for c in run.command_executions)
+    assert outs == [marker(case, k) for k in range(n)], info
+    assert run.final_message == FINAL, info
+    _finish(stage, up, case, info, escape=False, skipped_before=before)
+    seen = transports(log)
+    if mode == "websocket":
+        assert "http" not in seen and seen.count("websocket") >= expected_requests(case), (seen, info)
+    else:
+        assert seen == ["http"] * expected_requests(case), (seen, info)
+
+
+@pytest.fixture(scope="session")
+def kimi_code() -> KimiCode:
+    try:
+        return ensure_kimi_code(REPO)
+    except KimiCodeUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def claude_code() -> ClaudeCode:
+    try:
+        return ensure_claude_code(REPO)
+    except ClaudeCodeUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+# Kimi Code's Chat type keeps no extra_content on its calls: the escape value stands in
+KIMI_ESCAPE = {"openai": True, "openai_responses": False, "anthropic": False}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("provider_type", list(KIMI_ESCAPE))
+def test_kimi_code(stage, kimi_code, tmp_path, provider_type, case):
+    up = stage.script(MODEL, script(case, _shell_call(case, "Bash", "command"), FINAL))
+    px, mark, before = stage.proxy, stage.mark(), stage.repairs(SKIPPED, MODEL)
+    run = run_kimi_code(
+        kimi_code,
+        PROMPT,
+        provider_type=provider_type,
+        base_url=px.url if provider_type == "anthropic" else px.base_url,
+        model=MODEL,
+        workspace=tmp_path / "ws",
+        home=tmp_path / "kimi_home",
+        api_key=PROXY_CLIENT_KEY,
+        timeout=CLI_TIMEOUT,
+    )
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert not run.timed_out, info
+    if run.isolation == "netns":
+        assert run.interfaces == ["lo"], info
+    n = 1 if case == "single" else 2
+    assert [tc["function"]["name"] for tc in run.tool_calls] == ["Bash"] * n, info
+    for k in range(n):
+        assert any(marker(case, k) in str(r.get("content")) for r in run.tool_results), info
+    assert run.returncode == 0 and run.final_text == FINAL, info
+    _finish(stage, up, case, info, escape=KIMI_ESCAPE[provider_type], skipped_before=before)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_claude_code(stage, claude_code, tmp_path, case):
+    up = stage.script(MODEL, script(case, _shell_call(case, "Bash", "command"), FINAL))
+    px, mark, before = stage.proxy, stage.mark(), stage.repairs(SKIPPED, MODEL)
+    run = run_claude_code(
+        claude_code,
+        PROMPT,
+        base_url=px.url,
+        model=MODEL,
+        small_model=MODEL,
+        workspace=tmp_path / "ws",
+        home=tmp_path / "home",
+        api_key=PROXY_CLIENT_KEY,
+        timeout=CLI_TIMEOUT,
+    )
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert not run.timed_out, info
+    if run.isolation == "netns":
+        assert run.interfaces == ["lo"], info
+    n = 1 if case == "single" else 2
+    assert [u["name"] for u in run.tool_uses] == ["Bash"] * n, info
+    for k in range(n):
+        assert any(marker(case, k) in str(r.get("content")) for r in run.tool_results), info
+    assert run.returncode == 0 and run.final_text == FINAL, info
+    _finish(stage, up, case, info, escape=False, skipped_before=before)
