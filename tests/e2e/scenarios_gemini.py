@@ -16,10 +16,10 @@ Theory of operation
 
   ============  ==============================================================
   ``single``    call 0; then ``final`` once call 0's output came back
-  ``parallel``  calls 0 and 1 in one step (only call 0 signed); then ``final``
-                once both outputs came back
-  ``steps``     call 0; then call 1 once call 0's output came back; then
-                ``final`` once both did
+  ``parallel``  text, then calls 0 and 1 in one step (only call 0 signed); then
+                ``final`` once both outputs came back
+  ``steps``     call 0; then text and call 1 once call 0's output came back;
+                then ``final`` once both did
   ============  ==============================================================
 
   A missed predicate answers ``PREDICATE-MISS: ...``, which the client prints: the
@@ -44,6 +44,7 @@ from scenarios import tool_outputs
 SECRET_KEY = "e2e-gemini-secret-key-0123456789abcdef0123456789"
 CASES = ("single", "parallel", "steps")
 CALL_ID = re.compile(r"^function-call-\d{19}$")
+SAID = ("Printing both markers at once.", "Now the second marker.")  # text before the calls
 
 
 def marker(case: str, k: int) -> str:
@@ -158,13 +159,15 @@ def script(case: str, call: Callable[[int], Call], final: str) -> Callable[[Gemi
             ]
         if case == "parallel":
             return [
-                GeminiTurn(calls=[call(0), call(1)], label="calls 0 and 1"),
+                GeminiTurn(text=SAID[0], calls=[call(0), call(1)], label="calls 0 and 1"),
                 GeminiTurn(text=final, when=_outputs_back(up, case, 2), label="outputs of calls 0, 1 missing"),
             ]
         if case == "steps":
             return [
                 GeminiTurn(calls=[call(0)], label="call 0"),
-                GeminiTurn(calls=[call(1)], when=_outputs_back(up, case, 1), label="output of call 0 missing"),
+                GeminiTurn(
+                    text=SAID[1], calls=[call(1)], when=_outputs_back(up, case, 1), label="output of call 0 missing"
+                ),
                 GeminiTurn(text=final, when=_outputs_back(up, case, 2), label="outputs of calls 0, 1 missing"),
             ]
         raise ValueError(case)

@@ -290,11 +290,13 @@ def test_anthropic_sdk(stage, stream, case):
         )
     info = f"final={final!r} ran={ran}\n{json.dumps(messages)[-3000:]}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
     assert final == FINAL and ran == (1 if case == "single" else 2), info
-    # the signature rode in a thinking block before the signed call
+    # the signature rode in a (sealed, empty) thinking block just before the signed call
     for m in messages[1:]:
         if m["role"] == "assistant":
-            kinds = [b["type"] for b in m["content"]]
-            assert kinds[0] == "thinking" and m["content"][0]["signature"].startswith("pxy1."), (kinds, info)
+            blocks = m["content"]
+            first = [b["type"] for b in blocks].index("tool_use")
+            assert first > 0 and blocks[first - 1]["type"] == "thinking", ([b["type"] for b in blocks], info)
+            assert blocks[first - 1]["signature"].startswith("pxy1."), info
     _finish(stage, up, case, info, escape=False, skipped_before=before)
 
 
