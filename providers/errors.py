@@ -22,6 +22,8 @@ vLLM, SGLang                                             ``{"object": "error", "
                                                          "code": 400}``
 xAI, Ollama                                              ``{"error": "<message>"[, "code":
                                                          "<description>"]}``
+Gemini, Vertex AI (Google's APIs; the OpenAI-compatible   ``{"error": {"code": 400, "message",
+endpoint wraps it in an array)                           "status": "INVALID_ARGUMENT"}}``
 Bedrock (Mantle's AWS front)                             ``{"message": …}`` (+ ``__type`` or
                                                          the ``x-amzn-errortype`` header)
 gateways (FastAPI style)                                 ``{"detail": "<message>"}``
@@ -135,6 +137,10 @@ UPSTREAM_CODES: dict[str, str] = {
     "overloaded_error": "server_is_overloaded",
     "rate_limit_error": "rate_limit_exceeded",
     "not_found_error": "model_not_found",
+    # Google (Gemini, Vertex AI): the canonical status of {"error": {"code", "message", "status"}}
+    "RESOURCE_EXHAUSTED": "rate_limit_exceeded",
+    "UNAVAILABLE": "server_is_overloaded",
+    "NOT_FOUND": "model_not_found",
 }
 
 # phrases of an upstream message (lower case) → code
@@ -148,6 +154,7 @@ MESSAGE_HINTS: tuple[tuple[str, str], ...] = (
     ("exceeded model token limit", "context_length_exceeded"),  # Moonshot
     ("prompt exceeds max length", "context_length_exceeded"),  # GLM 1261
     ("input is too long", "context_length_exceeded"),  # Bedrock
+    ("exceeds the maximum number of tokens allowed", "context_length_exceeded"),  # Gemini
     ("prompt is too long", "context_length_exceeded"),
     ("too many tokens", "context_length_exceeded"),
     ("exceeds the maximum allowed length", "context_length_exceeded"),  # SGLang
@@ -218,6 +225,8 @@ def _extract(body: bytes, content_type: str = "") -> tuple[str, list[str], str |
         obj = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
         obj = None
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict):
+        obj = obj[0]  # Gemini's OpenAI-compatible endpoint wraps its error in an array
     if not isinstance(obj, dict):
         return _text(body, content_type), [], None, None
     err = obj.get("error")
@@ -226,7 +235,8 @@ def _extract(body: bytes, content_type: str = "") -> tuple[str, list[str], str |
         if not isinstance(inner, dict):
             inner = {}
         code = _str(err.get("code"))
-        cands = [c for c in (code, _str(err.get("type")), _str(inner.get("code"))) if c]
+        # (Google's APIs: a numeric code and the canonical ``status``, e.g. RESOURCE_EXHAUSTED)
+        cands = [c for c in (code, _str(err.get("type")), _str(inner.get("code")), _str(err.get("status"))) if c]
         return str(err.get("message") or ""), cands, code, _str(err.get("param"))
     if isinstance(err, str):  # xAI {"code": "<description>", "error": "<message>"}, Ollama
         code = _str(obj.get("code"))

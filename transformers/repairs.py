@@ -103,6 +103,7 @@ REPAIRS: dict[str, Repair] = {
     "mimo_raw_patch_function":    Repair("response", "tool_stage", "R3-a′: a raw patch wrapped as {param: raw} for a client's one-string function apply_patch (Chat or Responses client)"),
     "invalid_json_passthrough":   Repair("response", "tool_stage", "R3-b: non-JSON arguments of a registered function passed through"),
     "inline_think":               Repair("response", "chat_decode", "a leading <think>…</think> in Chat content becomes reasoning"),
+    "gemini_thought_tokens":      Repair("response", "usage", "quirk gemini_request: thinking tokens counted only in total_tokens added to the output and reasoning tokens"),
     # -- response side: always on --------------------------------------------------------------
     "responses_stray_output_index": Repair("response", "normalize", "a stray output_index inside a done item removed"),
     "responses_item_id_adopted":  Repair("response", "normalize", "an id-less item takes the id registered in its slot"),

@@ -167,7 +167,10 @@ def _assistant(i: int, blocks: list[dict[str, Any]], ctx: Ctx) -> dict[str, Any]
         elif kind == "thinking":
             if is_envelope(b.get("signature")):
                 # Gemini's thought signatures, by call id (transformers/thought_signatures.py)
-                ctx.thought_signatures.update(open_sealed(b["signature"], ctx.envelope_key)[2])
+                status, _, signatures = open_sealed(b["signature"], ctx.envelope_key)
+                ctx.thought_signatures.update(signatures)
+                if status != "ok":  # ours, but it does not open: the app reports it
+                    ctx.envelope_rejected.append(("reasoning", status))
             if isinstance(b.get("thinking"), str) and b["thinking"]:
                 reasoning.append(b["thinking"])
         elif kind == "redacted_thinking":

@@ -25,6 +25,11 @@ field (Responses shape)      read from a Chat upstream            read from a Re
                              ``reasoning_tokens``                 ``reasoning_tokens``
 ==========================  ===================================  ==========================
 
+With ``gemini_request`` (Gemini's OpenAI-compatible endpoint), a ``total_tokens`` larger than
+``prompt_tokens + completion_tokens`` holds thinking tokens the endpoint left out of
+``completion_tokens``: the difference is added to the output and to ``reasoning_tokens``
+(rule ``gemini_thought_tokens``), so the output counts what Gemini bills as output.
+
 ``to_chat`` writes ``prompt_tokens_details`` with ``cached_tokens`` and
 ``cache_write_tokens`` and ``completion_tokens_details`` with ``reasoning_tokens``, always.
 
@@ -107,12 +112,19 @@ def from_chat(u: Any, ctx: Any = None) -> dict[str, Any]:
         "cache_write_tokens": r.first(ptd.get("cache_write_tokens"), u.get("cache_creation_input_tokens")),
     }
     total = r.count(u.get("total_tokens"))
+    reasoning = r.first(ctd.get("reasoning_tokens"))
     r.done(ctx)
+    if total is not None and total > inp + out and ctx is not None and ctx.on("gemini_request"):
+        # Gemini counts its thinking in the total only: it is output (and billed so)
+        gap = total - inp - out
+        out += gap
+        reasoning = max(reasoning, gap)
+        ctx.repaired("gemini_thought_tokens")
     return {
         "input_tokens": inp,
         "input_tokens_details": details,
         "output_tokens": out,
-        "output_tokens_details": {"reasoning_tokens": r.first(ctd.get("reasoning_tokens"))},
+        "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": inp + out if total is None else total,
     }
 

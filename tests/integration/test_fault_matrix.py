@@ -1,4 +1,4 @@
-"""Every upstream fault × the nine directions × stream and non-stream, through the app
+"""Every upstream fault × the nine directions (and the three to Gemini) × stream and non-stream, through the app
 against a real loopback fault upstream (``fault_upstream.FaultUpstream``).  The four
 directions between the OpenAI protocols run on both upstream transports; the five with
 Anthropic Messages on either side on the proxy's own (``fast``) only, to keep the file's
@@ -36,9 +36,12 @@ TIMEOUTS = {"connect": 0.5, "first_byte": 0.6, "idle": 0.6, "write": 2}
 # cores): their timeouts leave room for that, under BOUND, instead of failing the fallback
 GOOD_TIMEOUTS = {"connect": 1.5, "first_byte": 1.8, "idle": 1.8, "write": 2}
 PROTOCOLS = ("chat", "responses", "messages")
-DIRECTIONS = [(c, u) for c in PROTOCOLS for u in PROTOCOLS]
+# the upstream kinds: the three protocols, and Gemini's OpenAI-compatible endpoint (a Chat
+# upstream under the gemini profile: its request rows run on every fault)
+UPSTREAMS = (*PROTOCOLS, "gemini")
+DIRECTIONS = [(c, u) for c in PROTOCOLS for u in UPSTREAMS]
 # the upstream transports each direction runs on
-TRANSPORTS = {d: ("fast", "httpx") if "messages" not in d else ("fast",) for d in DIRECTIONS}
+TRANSPORTS = {d: ("fast", "httpx") if "messages" not in d and "gemini" not in d else ("fast",) for d in DIRECTIONS}
 PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 BODY: dict[str, dict[str, Any]] = {
     "chat": {"messages": [{"role": "user", "content": "read a.py and ls"}]},
@@ -50,7 +53,11 @@ PROVIDERS = {
     "chat": ("fchat", "gchat", "dchat"),
     "responses": ("fresp", "gresp", "dresp"),
     "messages": ("fmsg", "gmsg", "dmsg"),
+    "gemini": ("fgem", "ggem", "dgem"),
 }
+# the protocol of each upstream kind's providers, and the profile when it is not the default
+WIRE = {"chat": "chat", "responses": "responses", "messages": "messages", "gemini": "chat"}
+PROFILE = {"gemini": "gemini"}
 # an HTTP error status → the error type a Messages client gets (app/prepare.py error_body)
 ANTHROPIC_TYPES = {400: "invalid_request_error", 429: "rate_limit_error", 502: "api_error", 503: "overloaded_error"}
 
@@ -99,8 +106,8 @@ async def fault() -> AsyncIterator[FaultUpstream]:
 def config(f: FaultUpstream) -> dict[str, Any]:
     dead = f"http://127.0.0.1:{dead_port()}/v1"
     prov = [
-        (name, proto, url)
-        for proto, names in PROVIDERS.items()
+        (name, kind, url)
+        for kind, names in PROVIDERS.items()
         for name, url in zip(names, (f.url("bad"), f.url("good"), dead), strict=True)
     ]
     return {
@@ -111,12 +118,13 @@ def config(f: FaultUpstream) -> dict[str, Any]:
         "providers": [
             {
                 "name": n,
-                "protocol": p,
+                "protocol": WIRE[kind],
+                **({"profile": PROFILE[kind]} if kind in PROFILE else {}),
                 "base_url": u,
                 "api_key": "sk-up",
                 "timeouts": GOOD_TIMEOUTS if n.startswith("g") else TIMEOUTS,
             }
-            for n, p, u in prov
+            for n, kind, u in prov
         ],
         "models": [
             m
@@ -269,11 +277,12 @@ async def test_fault(
 
 def test_matrix_covers_the_issue() -> None:
     assert {"refused", *MODES} == {m for m, *_ in CASES}
-    assert {(c, u) for _, c, u, *_ in CASES} == {(c, u) for c in PROTOCOLS for u in PROTOCOLS}
-    # the four OpenAI directions on both transports, the five with Messages on the fast one
+    assert {(c, u) for _, c, u, *_ in CASES} == {(c, u) for c in PROTOCOLS for u in UPSTREAMS}
+    # the four OpenAI directions on both transports, the five with Messages and the three
+    # to Gemini on the fast one
     openai = {(c, u) for c in ("chat", "responses") for u in ("chat", "responses")}
     for _, c, u, _, t in CASES:
         assert t in (("fast", "httpx") if (c, u) in openai else ("fast",))
-    assert len(CASES) == 14 * (4 * 2 + 5 * 1) * 2
+    assert len(CASES) == 14 * (4 * 2 + 5 * 1 + 3 * 1) * 2
     assert len(set(CASES)) == len(CASES)
     assert orjson.dumps(CALLS)

@@ -25,7 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.main import create_app
+from app.main import OPEN_OWNER, create_app, owner_envelope_key
+from transformers import envelope
 from transformers.context import QUIRKS
 from transformers.sse import SSEParser
 
@@ -97,6 +98,8 @@ EXTRA_PROVIDERS = [
         "base_url": "http://msg.test/anthropic",
         "api_key": "k",
     },
+    # Gemini's OpenAI-compatible endpoint: thought signatures restored, its refusals removed
+    {"name": "gem", "profile": "gemini", "base_url": "http://chat.test/v1", "api_key": "k"},
     {
         "name": "allmsg",
         "profile": "openai-compatible",
@@ -117,8 +120,10 @@ EXTRA_MODELS = [
         ("claude-model", "anthropic"),
         ("kimi-msg", "kimimsg"),
         ("all-msg", "allmsg"),
+        ("gemini-3-pro-preview", "gem"),
     )
 ]
+SEALED = envelope.seal("", owner_envelope_key(b"h" * 48, OPEN_OWNER), {"functions.ls:0": "R2VtaW5p"})
 MESSAGES_MODELS = ("msg-model", "claude-model", "kimi-msg", "all-msg")
 ALL_MODELS = (*MODELS, "kimi-k2.6", "mimo-v2.6-flash", *(m["name"] for m in EXTRA_MODELS))
 
@@ -157,7 +162,9 @@ class Proxy:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         config = make_config(
-            providers=BASE_CONFIG["providers"] + EXTRA_PROVIDERS, models=BASE_CONFIG["models"] + EXTRA_MODELS
+            providers=BASE_CONFIG["providers"] + EXTRA_PROVIDERS,
+            models=BASE_CONFIG["models"] + EXTRA_MODELS,
+            server={"secret_key": "h" * 48},  # the envelopes open, as in production
         )
         self.app = create_app(config, transport=httpx.MockTransport(upstream))
         self.life = self.app.router.lifespan_context(self.app)
@@ -324,6 +331,8 @@ def test_mutated_chat_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> Non
         st.sampled_from(["auto", "required", {"type": "function", "function": {"name": "ls"}}])
     )
     body["stream_options"] = {"include_usage": True}
+    # a sealed thought signature (Gemini's carrier for a Chat client), for the mutations to hit
+    body["messages"][3]["tool_calls"][0]["extra_content"] = {"google": {"thought_signature": SEALED}}
     raw = mutate(data, body)
     check_answer(proxy.post(CHAT, raw), CHAT)
 

@@ -246,6 +246,27 @@ def b_codex_chat(model: str, *, max_key: str | None, max_value: int | None = Non
     return check
 
 
+def b_gemini_chat(model: str) -> Callable[[dict[str, Any]], None]:
+    """Codex → Gemini's OpenAI-compatible endpoint: nothing it refuses goes, effort on its levels."""
+
+    def check(b: dict[str, Any]) -> None:
+        assert b["model"] == model
+        roles = [m["role"] for m in b["messages"]]
+        assert roles == ["system", "system", "user", "assistant", "tool", "assistant", "user"]
+        call_msg = b["messages"][3]
+        assert call_msg["tool_calls"][0]["id"] == "functions.exec_command:0"
+        # an earlier turn: no escape value invented; no other model's reasoning keys
+        assert "extra_content" not in call_msg["tool_calls"][0]
+        assert not {"reasoning_content", "reasoning", "reasoning_details"} & set(call_msg)
+        for k in ("store", "include", "metadata", "prompt_cache_key", "reasoning", "thinking"):
+            assert k not in b
+        assert b["reasoning_effort"] == "high"  # Gemini 3 Pro: low or high
+        for t in b["tools"]:
+            assert "additionalProperties" not in orjson.dumps(t["function"]["parameters"]).decode()
+
+    return check
+
+
 def b_kimi_chat(
     model: str, *, moonshot: bool, max_key: str = "max_completion_tokens"
 ) -> Callable[[dict[str, Any]], None]:
@@ -702,6 +723,11 @@ CASES: list[Case] = [
          {"name": "qwen3-coder-plus", "provider": "qw"}, "chat", kimi_request("qwen3-coder-plus"),
          "https://dashscope-intl.aliyuncs.com/apps/anthropic/v1/messages", ("x-api-key", "qw-key"),
          b_kimi_cli_messages("qwen3-coder-plus", anthropic=False), messages_answer, c_kimi_from_messages),
+    Case("gemini-codex", {"name": "gm", "profile": "gemini", "base_url": "https://generativelanguage.googleapis.com/v1beta/openai",
+                          "api_key": "gm-key"},
+         {"name": "gemini-3-pro-preview", "provider": "gm"}, "responses", codex_request("gemini-3-pro-preview"),
+         "https://generativelanguage.googleapis.com/v1beta/openai/chat/completions", ("authorization", "Bearer gm-key"),
+         b_gemini_chat("gemini-3-pro-preview"), CHAT_OK, c_codex_from_chat),
     Case("qwen-chat-codex", {"name": "qw", "profile": "qwen", "base_url": "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
                              "api_key": "qw-key"},
          {"name": "qwen3-coder-plus", "provider": "qw"}, "responses", codex_request("qwen3-coder-plus"),
@@ -1070,6 +1096,37 @@ def q_anthropic_tool_ids(on: bool, bodies: list[dict[str, Any]], r: httpx.Respon
     assert bodies[0]["messages"][2]["content"][0]["tool_use_id"] == sent
 
 
+def _gemini_current_turn() -> dict[str, Any]:
+    """A Chat client's second step of a turn, its call back without the signature (Kimi Code
+    keeps no unknown field)."""
+    req = kimi_request("m")
+    req["messages"] = req["messages"][:2] + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "id": "function-call-1", "function": {"name": "Read", "arguments": "{}"}},
+            {"type": "function", "id": "function-call-2", "function": {"name": "Read", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "function-call-1", "content": "a"},
+        {"role": "tool", "tool_call_id": "function-call-2", "content": "b"},
+    ]  # fmt: skip
+    return req
+
+
+def q_gemini_signatures(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_kimi_from_chat(r)
+    calls = bodies[0]["messages"][2]["tool_calls"]
+    # on: the first call of the step gets Gemini's escape value; off: nothing is invented
+    want = {"google": {"thought_signature": "skip_thought_signature_validator"}}
+    assert calls[0].get("extra_content") == (want if on else None)
+    assert "extra_content" not in calls[1]
+
+
+def q_gemini_request(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_kimi_from_chat(r)
+    sent = bodies[0]
+    assert ("store" in sent, "metadata" in sent, "prompt_cache_key" in sent) == (not on, not on, not on)
+    assert sent["reasoning_effort"] == ("low" if on else "minimal")
+    assert ("reasoning_content" in sent["messages"][2]) is not on
+
+
 def _one(resp: Callable[[], httpx.Response]) -> Callable[[], list[httpx.Response]]:
     return lambda: [resp()]
 
@@ -1119,6 +1176,10 @@ QCASES: list[QCase] = [
           q_anthropic_tool_ids),
     QCase("anthropic_beta", Q_MSG, "messages", lambda: claude_code_request("m"), _one(messages_answer),
           q_anthropic_beta),
+    QCase("gemini_thought_signatures", Q_CHAT, "chat", _gemini_current_turn, _one(CHAT_OK), q_gemini_signatures),
+    QCase("gemini_request", Q_CHAT, "chat",
+          lambda: kimi_request("m", store=True, metadata={"a": "b"}, reasoning_effort="minimal"), _one(CHAT_OK),
+          q_gemini_request),
 ]  # fmt: skip
 
 # how the switch is thrown: (provider quirks, model quirks) for on / off

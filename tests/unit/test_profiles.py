@@ -303,6 +303,19 @@ ERRORS: list[tuple[str, int, Any, dict[str, str], int, str, str]] = [
     ("plain-text-overloaded", 503, b"overloaded", {}, 503, "server_is_overloaded", "overloaded"),
     ("server-500-context", 500, {"error": {"message": "maximum context length exceeded"}}, {}, 400,
      "context_length_exceeded", "maximum context length"),
+    # Gemini's OpenAI-compatible endpoint: Google's error, wrapped in an array
+    ("gemini-signature", 400, [{"error": {"code": 400, "message": "Function call is missing a thought_signature in "
+                                          "functionCall parts.", "status": "INVALID_ARGUMENT"}}], {}, 400,
+     "upstream_bad_request", "thought_signature"),
+    ("gemini-quota", 429, [{"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).",
+                                      "status": "RESOURCE_EXHAUSTED"}}], {}, 429, "rate_limit_exceeded", "exhausted"),
+    ("gemini-unavailable", 503, [{"error": {"code": 503, "message": "The model is overloaded. Please try again later.",
+                                            "status": "UNAVAILABLE"}}], {}, 503, "server_is_overloaded", "overloaded"),
+    ("gemini-context", 400, {"error": {"code": 400, "message": "The input token count (1200000) exceeds the maximum "
+                                       "number of tokens allowed (1048576).", "status": "INVALID_ARGUMENT"}}, {}, 400,
+     "context_length_exceeded", "input token count"),
+    ("gemini-model", 404, [{"error": {"code": 404, "message": "models/gemini-9 is not found for API version v1beta",
+                                      "status": "NOT_FOUND"}}], {}, 404, "model_not_found", "not found"),
 ]  # fmt: skip
 
 
@@ -460,3 +473,9 @@ def test_default_protocol_is_the_profiles_first(provider: dict[str, Any], protoc
 def test_a_protocol_the_profile_does_not_speak_is_refused(provider: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="speaks"):
         config_schema.ProviderCfg(name="p", base_url="http://x.test", **provider)
+
+
+def test_gemini_error_array_gives_its_message_not_its_json() -> None:
+    body = [{"error": {"code": 400, "message": "Invalid JSON payload received.", "status": "INVALID_ARGUMENT"}}]
+    e = upstream_error(400, orjson.dumps(body), httpx.Headers({}), "gemini")
+    assert e.message == "upstream gemini answered HTTP 400: Invalid JSON payload received."

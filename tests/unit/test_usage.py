@@ -169,3 +169,27 @@ def test_first_is_the_first_usable_count_and_notes_bad_ones_before_it(vals: list
     got = r.first(*vals)
     assert got == want and type(got) is int
     assert r.bad is ref.bad
+
+
+@pytest.mark.parametrize(
+    ("usage", "quirks", "want_out", "want_reasoning", "repaired"),
+    [
+        # Gemini thinking: only the total counts it
+        ({"prompt_tokens": 21, "completion_tokens": 0, "total_tokens": 81}, {"gemini_request"}, 60, 60, True),
+        ({"prompt_tokens": 20, "completion_tokens": 198, "total_tokens": 623}, {"gemini_request"}, 603, 405, True),
+        # the endpoint counted it already: nothing to add
+        ({"prompt_tokens": 20, "completion_tokens": 603, "total_tokens": 623,
+          "completion_tokens_details": {"reasoning_tokens": 405}}, {"gemini_request"}, 603, 405, False),
+        # any other upstream: its figures as they came
+        ({"prompt_tokens": 20, "completion_tokens": 198, "total_tokens": 623}, set(), 198, 0, False),
+    ],
+)  # fmt: skip
+def test_gemini_thinking_counted_as_output(
+    usage: dict[str, Any], quirks: set[str], want_out: int, want_reasoning: int, repaired: bool
+) -> None:
+    ctx = Ctx(quirks=frozenset(quirks))
+    got = from_chat(usage, ctx)
+    assert got["output_tokens"] == want_out
+    assert got["output_tokens_details"]["reasoning_tokens"] == want_reasoning
+    assert got["input_tokens"] + got["output_tokens"] == usage["total_tokens"] or not repaired
+    assert ("gemini_thought_tokens" in ctx.repairs) is repaired
