@@ -10,7 +10,8 @@ Theory of operation
   ``/v1beta/openai``).  ``stage.script(model, build)`` gives that upstream a fresh script
   (``build(up)`` returns the turns, so predicates can read ``up.issued``) and returns it;
   ``mark()`` / ``log_since(mark)`` cut one test's part out of the proxy log;
-  ``repairs(rule, model)`` reads ``switchboard_repairs_total`` off ``/metrics``.
+  ``repairs(rule, model)`` reads ``switchboard_repairs_total`` off ``/metrics``
+  (``counter(url, name, **labels)`` any counter).
 * ``script(case, call, final)``: the three cases, ``call(k)`` the client's shell tool
   call printing ``marker(case, k)``:
 
@@ -20,14 +21,18 @@ Theory of operation
                 ``final`` once both outputs came back
   ``steps``     call 0; then text and call 1 once call 0's output came back;
                 then ``final`` once both did
+  ``turns``     (the SDKs) call 0, then ``FIRST_DONE``; the client's second prompt
+                (``SECOND_PROMPT``), call 1, then ``final``: the first turn's signed
+                step is history, not the current turn
   ============  ==============================================================
 
   A missed predicate answers ``PREDICATE-MISS: ...``, which the client prints: the
   final-text check fails.
-* ``check_signatures(up, escape=...)``: every request after the first sent each signed call
-  of the current turn back with the signature Gemini issued for it, byte for byte
-  (``escape=True``: with the escape value instead), no signature on the unsigned calls,
-  under Gemini's own call ids; and no request was refused (``up.rejections``).
+* ``check_signatures(up, escape=...)``: every request sent back each step Gemini answered
+  before it, in order, under Gemini's own call ids, the first call of each with the
+  signature Gemini issued for it, byte for byte, no signature on the unsigned calls
+  (``escape=True``: the current turn's with the escape value instead, an earlier turn's
+  with none); and no request was refused (``up.rejections``).
 """
 
 from __future__ import annotations
@@ -43,7 +48,10 @@ from scenarios import tool_outputs
 
 SECRET_KEY = "e2e-gemini-secret-key-0123456789abcdef0123456789"
 CASES = ("single", "parallel", "steps")
+SDK_CASES = (*CASES, "turns")  # a second user turn: the SDKs only
 CALL_ID = re.compile(r"^function-call-\d{19}$")
+FIRST_DONE = "The first marker is printed."  # the answer to the first prompt of ``turns``
+SECOND_PROMPT = "Now print the second marker."
 SAID = ("Printing both markers at once.", "Now the second marker.")  # text before the calls
 
 
@@ -122,17 +130,23 @@ def gemini_stage(*models: str):
     return _stage
 
 
-def repairs(proxy_url: str, rule: str, provider: str) -> float:
-    """``switchboard_repairs_total`` for ``rule`` and ``provider`` (0 when absent)."""
+def counter(proxy_url: str, name: str, **labels: str) -> float:
+    """The sum of counter ``name`` over its series with ``labels`` (0 when none), off ``/metrics``."""
     text = httpx.get(f"{proxy_url}/metrics", timeout=10).text
+    want = [f'{k}="{v}"' for k, v in labels.items()]
     total = 0.0
     for line in text.splitlines():
-        if not line.startswith("switchboard_repairs_total{"):
+        if not line.startswith(name + "{"):
             continue
-        labels, _, value = line.rpartition(" ")
-        if f'rule="{rule}"' in labels and f'provider="{provider}"' in labels:
+        series, _, value = line.rpartition(" ")
+        if all(w in series for w in want):
             total += float(value)
     return total
+
+
+def repairs(proxy_url: str, rule: str, provider: str) -> float:
+    """``switchboard_repairs_total`` for ``rule`` and ``provider``."""
+    return counter(proxy_url, "switchboard_repairs_total", rule=rule, provider=provider)
 
 
 # --------------------------------------------------------------------------- scripts
@@ -148,6 +162,11 @@ def _outputs_back(up: GeminiUpstream, case: str, n: int) -> Callable[[dict], boo
         return len(ids) >= n and all(marker(case, k) in (outs.get(ids[k]) or "") for k in range(n))
 
     return pred
+
+
+def _second_prompt(req: dict) -> bool:
+    users = [m for m in req.get("messages") or [] if m.get("role") == "user"]
+    return bool(users) and SECOND_PROMPT in str(users[-1].get("content"))
 
 
 def script(case: str, call: Callable[[int], Call], final: str) -> Callable[[GeminiUpstream], list[GeminiTurn]]:
@@ -170,61 +189,61 @@ def script(case: str, call: Callable[[int], Call], final: str) -> Callable[[Gemi
                 ),
                 GeminiTurn(text=final, when=_outputs_back(up, case, 2), label="outputs of calls 0, 1 missing"),
             ]
+        if case == "turns":  # two user turns: the first turn's step is history in the second
+            return [
+                GeminiTurn(calls=[call(0)], label="call 0"),
+                GeminiTurn(text=FIRST_DONE, when=_outputs_back(up, case, 1), label="output of call 0 missing"),
+                GeminiTurn(calls=[call(1)], when=_second_prompt, label="second user message missing"),
+                GeminiTurn(text=final, when=_outputs_back(up, case, 2), label="outputs of calls 0, 1 missing"),
+            ]
         raise ValueError(case)
 
     return build
 
 
 def expected_requests(case: str) -> int:
-    return 3 if case == "steps" else 2
+    return {"single": 2, "parallel": 2, "steps": 3, "turns": 4}[case]
 
 
 # --------------------------------------------------------------------------- checks
 
 
 def sent_signatures(up: GeminiUpstream) -> list[list[list[tuple[str, str | None]]]]:
-    """Per request: the current turn's assistant steps, each [(call id, signature sent)]."""
-    out = []
-    for r in up.model_requests:
-        steps = [[(cid, sig) for cid, _, sig in calls] for _, current, calls in assistant_steps(r.json) if current]
-        out.append(steps)
-    return out
+    """Per request: its assistant steps (each assistant message with calls), each [(call id,
+    signature sent or None)]."""
+    return [
+        [[(cid, sig) for cid, _, sig in calls] for _, _, calls in assistant_steps(r.json)] for r in up.model_requests
+    ]
 
 
 def expected_signatures(up: GeminiUpstream, *, escape: bool) -> list[list[list[tuple[str, str | None]]]]:
-    """What each request should have carried: every step Gemini answered before it, its first
-    call with the signature Gemini issued for it (or the escape value), the others none."""
-    reqs = up.model_requests
+    """What each request should have carried: every step Gemini answered before it, in order,
+    under Gemini's call ids, the first call of each with the signature Gemini issued for it,
+    byte for byte, the others none.  ``escape``: the client kept no carrier, so the first
+    call of each step of the current turn has the escape value instead (and an earlier
+    turn's, none)."""
+    by_turn: dict[int, list[str]] = {}
+    for turn, cid, _ in up.calls:
+        by_turn.setdefault(turn, []).append(cid)
     out = []
-    for n, r in enumerate(reqs):
-        steps = []
-        for _, current, calls in assistant_steps(r.json):
-            if not current:
-                continue
-            row = []
-            for j, (cid, _, _) in enumerate(calls):
-                sig = (ESCAPE if escape else up.issued_for(cid)) if j == 0 else None
-                row.append((cid, sig))
-            steps.append(row)
-        # the steps must be the ones Gemini answered on the requests before this one
-        assert len(steps) == n, f"request {n} replays {len(steps)} assistant steps, expected {n}"
-        out.append(steps)
+    for r in up.model_requests:
+        current = [c for _, c, _ in assistant_steps(r.json)]
+        steps = [ids for turn, ids in sorted(by_turn.items()) if r.turn is not None and turn < r.turn]
+        rows = []
+        for k, ids in enumerate(steps):
+            first = up.issued_for(ids[0])
+            if escape:
+                first = ESCAPE if k < len(current) and current[k] else None
+            rows.append([(cid, first if j == 0 else None) for j, cid in enumerate(ids)])
+        out.append(rows)
     return out
 
 
 def check_signatures(up: GeminiUpstream, info: str, *, escape: bool) -> None:
     assert up.rejections == [], info  # no 400 from Gemini
-    sent = sent_signatures(up)
-    assert sent == expected_signatures(up, escape=escape), info
-    # the calls went back under Gemini's own ids, each issued signature exactly once per request
-    for r in up.model_requests[1:]:
-        for _, _, calls in assistant_steps(r.json):
-            assert all(CALL_ID.match(cid or "") for cid, _, _ in calls), info
-    if not escape:
-        issued = [i.signature for i in up.issued]
-        for n, steps in enumerate(sent):
-            carried = [sig for step in steps for _, sig in step if sig is not None]
-            assert carried == issued[:n], info
+    assert all(r.turn is not None for r in up.model_requests), info
+    assert sent_signatures(up) == expected_signatures(up, escape=escape), info
+    assert all(CALL_ID.match(cid) for _, cid, _ in up.calls), info
 
 
 def check_headers(up: GeminiUpstream, info: str) -> None:

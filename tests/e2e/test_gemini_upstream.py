@@ -51,12 +51,17 @@ from kimi_code_harness import KimiCode, KimiCodeUnavailable, ensure_kimi_code, r
 from proxy_harness import PROXY_CLIENT_KEY, REPO
 from scenarios_gemini import (
     CASES,
+    FIRST_DONE,
+    SDK_CASES,
+    SECOND_PROMPT,
     check_headers,
     check_signatures,
+    counter,
     expected_requests,
     gemini_stage,
     marker,
     script,
+    sent_signatures,
 )
 from test_codex_websocket import transports
 
@@ -73,7 +78,7 @@ PROMPT = "Print the markers with the shell tool, then say you are done."
 def _steps_replayed(case: str) -> int:
     """How many current-turn steps the requests after the first carry in all (each one a
     first call that gets the escape value when the client kept no carrier)."""
-    return {"single": 1, "parallel": 1, "steps": 3}[case]
+    return {"single": 1, "parallel": 1, "steps": 3, "turns": 2}[case]
 
 
 def _finish(stage, up, case: str, info: str, *, escape: bool, skipped_before: float) -> None:
@@ -122,62 +127,137 @@ def _run(args: str | dict) -> str:
 
 
 def _chat_loop(
-    client: openai.OpenAI, model: str, *, stream: bool, plain: bool = False, tools: list = CHAT_TOOLS
-) -> tuple[str, int]:
-    """The openai SDK's Chat API until an answer without calls; the assistant message goes
-    back as the SDK returns it (``plain``: rebuilt as a plain dict, without extra_content)."""
-    messages: list[dict] = [{"role": "user", "content": PROMPT}]
-    ran = 0
-    for _ in range(5):
-        if stream:
-            with client.chat.completions.stream(model=model, messages=messages, tools=tools) as s:
-                for _ev in s:
-                    pass
-                msg = s.get_final_completion().choices[0].message
+    client: openai.OpenAI,
+    model: str,
+    *,
+    stream: bool,
+    prompts: tuple[str, ...] = (PROMPT,),
+    plain: bool = False,
+    tools: list = CHAT_TOOLS,
+) -> tuple[list[str], int]:
+    """The openai SDK's Chat API: each prompt until an answer without calls; the assistant
+    message goes back as the SDK returns it (``plain``: rebuilt as a plain dict, without
+    extra_content).  The answers' texts and how many calls ran."""
+    messages: list[dict] = []
+    texts, ran = [], 0
+    for prompt in prompts:
+        messages.append({"role": "user", "content": prompt})
+        for _ in range(5):
+            if stream:
+                with client.chat.completions.stream(model=model, messages=messages, tools=tools) as s:
+                    for _ev in s:
+                        pass
+                    msg = s.get_final_completion().choices[0].message
+            else:
+                msg = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message
+            if not msg.tool_calls:
+                texts.append(msg.content or "")
+                messages.append({"role": "assistant", "content": msg.content or ""})
+                break
+            if plain:
+                calls = [
+                    {
+                        "id": tc.id,
+                        "type": "function",
+                        "function": {"name": tc.function.name, "arguments": tc.function.arguments},
+                    }
+                    for tc in msg.tool_calls
+                ]
+                messages.append({"role": "assistant", "content": msg.content, "tool_calls": calls})
+            else:
+                messages.append(msg.model_dump(exclude_none=True))
+            for tc in msg.tool_calls:
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": _run(tc.function.arguments)})
+                ran += 1
         else:
-            msg = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message
-        if not msg.tool_calls:
-            return msg.content or "", ran
-        if plain:
-            calls = [
-                {
-                    "id": tc.id,
-                    "type": "function",
-                    "function": {"name": tc.function.name, "arguments": tc.function.arguments},
-                }
-                for tc in msg.tool_calls
-            ]
-            messages.append({"role": "assistant", "content": msg.content, "tool_calls": calls})
-        else:
-            messages.append(msg.model_dump(exclude_none=True))
-        for tc in msg.tool_calls:
-            messages.append({"role": "tool", "tool_call_id": tc.id, "content": _run(tc.function.arguments)})
-            ran += 1
-    raise AssertionError("no final answer after 5 requests")
+            raise AssertionError("no final answer after 5 requests")
+    return texts, ran
 
 
-def _responses_loop(client: openai.OpenAI, model: str, *, stream: bool) -> tuple[str, int]:
-    """The openai SDK's Responses API until an answer without calls; every output item goes
-    back as the SDK returns it."""
-    items: list[dict] = [{"role": "user", "content": PROMPT}]
-    ran = 0
-    for _ in range(5):
-        kw = dict(model=model, input=items, tools=RESPONSES_TOOLS, include=["reasoning.encrypted_content"])
-        if stream:
-            with client.responses.stream(**kw) as s:
-                for _ev in s:
-                    pass
-                resp = s.get_final_response()
+def _responses_loop(
+    client: openai.OpenAI,
+    model: str,
+    *,
+    stream: bool,
+    prompts: tuple[str, ...] = (PROMPT,),
+    chained: bool = False,
+) -> tuple[list[str], int]:
+    """The openai SDK's Responses API, the same way; every output item goes back as the SDK
+    returns it (``chained``: only the new items, with ``previous_response_id``: the proxy's
+    store holds the rest)."""
+    items: list[dict] = []
+    texts, ran, prev = [], 0, None
+    for prompt in prompts:
+        items.append({"role": "user", "content": prompt})
+        for _ in range(5):
+            kw = dict(model=model, input=items, tools=RESPONSES_TOOLS, include=["reasoning.encrypted_content"])
+            if chained and prev is not None:
+                kw["previous_response_id"] = prev
+            if stream:
+                with client.responses.stream(**kw) as s:
+                    for _ev in s:
+                        pass
+                    resp = s.get_final_response()
+            else:
+                resp = client.responses.create(**kw)
+            prev = resp.id
+            if chained:
+                items = []
+            else:
+                items += [it.model_dump(exclude_none=True) for it in resp.output]
+            calls = [it for it in resp.output if it.type == "function_call"]
+            if not calls:
+                texts.append(resp.output_text)
+                break
+            for c in calls:
+                items.append({"type": "function_call_output", "call_id": c.call_id, "output": _run(c.arguments)})
+                ran += 1
         else:
-            resp = client.responses.create(**kw)
-        calls = [it for it in resp.output if it.type == "function_call"]
-        if not calls:
-            return resp.output_text, ran
-        items += [it.model_dump(exclude_none=True) for it in resp.output]
-        for c in calls:
-            items.append({"type": "function_call_output", "call_id": c.call_id, "output": _run(c.arguments)})
-            ran += 1
-    raise AssertionError("no final answer after 5 requests")
+            raise AssertionError("no final answer after 5 requests")
+    return texts, ran
+
+
+def _anthropic_loop(
+    client: anthropic.Anthropic, model: str, *, stream: bool, prompts: tuple[str, ...] = (PROMPT,)
+) -> tuple[list[str], int, list[dict]]:
+    """The anthropic SDK, the same way; content blocks go back as returned."""
+    messages: list[dict] = []
+    texts, ran = [], 0
+    for prompt in prompts:
+        messages.append({"role": "user", "content": prompt})
+        for _ in range(5):
+            kw = dict(model=model, max_tokens=2048, tools=ANTHROPIC_TOOLS, messages=messages)
+            if stream:
+                with client.messages.stream(**kw) as s:
+                    for _ev in s:
+                        pass
+                    msg = s.get_final_message()
+            else:
+                msg = client.messages.create(**kw)
+            content = [b.model_dump(exclude_none=True, exclude={"parsed_output"}) for b in msg.content]
+            messages.append({"role": "assistant", "content": content})
+            uses = [b for b in msg.content if b.type == "tool_use"]
+            if not uses:
+                texts.append("".join(b.text for b in msg.content if b.type == "text"))
+                break
+            results = [{"type": "tool_result", "tool_use_id": u.id, "content": _run(u.input)} for u in uses]
+            messages.append({"role": "user", "content": results})
+            ran += len(uses)
+        else:
+            raise AssertionError("no final answer after 5 requests")
+    return texts, ran, messages
+
+
+def _prompts(case: str) -> tuple[str, ...]:
+    return (PROMPT, SECOND_PROMPT) if case == "turns" else (PROMPT,)
+
+
+def _answers(case: str) -> list[str]:
+    return [FIRST_DONE, FINAL] if case == "turns" else [FINAL]
+
+
+def _calls(case: str) -> int:
+    return 1 if case == "single" else 2
 
 
 def _message(err: openai.APIStatusError) -> str:
@@ -206,9 +286,9 @@ def test_direct_plain_history_is_refused():
         assert [n for n, _ in up.rejections] == [1] and up.turns_played == 1, info
         # the message as the SDK returned it keeps extra_content: accepted
         up.set_script([GeminiTurn(calls=[call]), GeminiTurn(text=FINAL)])
-        text, ran = _chat_loop(client, "gemini-3-pro-preview", stream=False, tools=GEMINI_TOOLS)
+        texts, ran = _chat_loop(client, "gemini-3-pro-preview", stream=False, tools=GEMINI_TOOLS)
         info = up.describe()
-        assert (text, ran) == (FINAL, 1) and up.rejections == [], info
+        assert (texts, ran) == ([FINAL], 1) and up.rejections == [], info
         (step,) = [s for s in up.model_requests[1].json["messages"] if s.get("tool_calls")]
         assert step["tool_calls"][0]["extra_content"]["google"]["thought_signature"] == up.issued[0].signature, info
         # the fields and schema keywords Gemini does not know, and a signature it never issued
@@ -240,63 +320,86 @@ def test_direct_plain_history_is_refused():
         up.stop()
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SDK_CASES)
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
-@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("api", ["chat", "responses", "responses_chained"])
 def test_openai_sdk(stage, api, stream, case):
     up, px, mark = stage.script(MODEL, script(case, _sdk_call(case), FINAL)), stage.proxy, stage.mark()
     before = stage.repairs(SKIPPED, MODEL)
     client = openai.OpenAI(base_url=px.base_url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
-    loop = _chat_loop if api == "chat" else _responses_loop
     try:
-        text, ran = loop(client, MODEL, stream=stream)
+        if api == "chat":
+            texts, ran = _chat_loop(client, MODEL, stream=stream, prompts=_prompts(case))
+        else:
+            chained = api == "responses_chained"
+            texts, ran = _responses_loop(client, MODEL, stream=stream, prompts=_prompts(case), chained=chained)
     except Exception as exc:
         pytest.fail(f"openai SDK failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}")
-    info = f"text={text!r} ran={ran}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
-    assert text == FINAL and ran == (1 if case == "single" else 2), info
+    info = f"texts={texts!r} ran={ran}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert texts == _answers(case) and ran == _calls(case), info
     _finish(stage, up, case, info, escape=False, skipped_before=before)
 
 
-@pytest.mark.parametrize("case", CASES)
+def test_openai_sdk_edited_signature(stage):
+    """A Chat client that edits the sealed signature it was given: the proxy sends Gemini
+    nothing of it (``thought_signature_rejected``, and the envelope counted as rejected), the
+    escape value stands in on that first call (``thought_signature_skipped``), and Gemini
+    takes the request."""
+    up, px, mark = stage.script(MODEL, script("single", _sdk_call("single"), FINAL)), stage.proxy, stage.mark()
+    counts = {
+        "rejected": lambda: stage.repairs("thought_signature_rejected", MODEL),
+        "skipped": lambda: stage.repairs(SKIPPED, MODEL),
+        "envelope": lambda: counter(px.url, "switchboard_envelope_rejected_total", kind="thought_signature"),
+    }
+    before = {k: f() for k, f in counts.items()}
+    client = openai.OpenAI(base_url=px.base_url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
+    messages: list[dict] = [{"role": "user", "content": PROMPT}]
+    msg = client.chat.completions.create(model=MODEL, messages=messages, tools=CHAT_TOOLS).choices[0].message
+    assistant = msg.model_dump(exclude_none=True)
+    google = assistant["tool_calls"][0]["extra_content"]["google"]
+    sealed = google["thought_signature"]
+    assert sealed.startswith("pxy1.") and up.issued[0].signature not in sealed, sealed  # sealed, not readable
+    i = len(sealed) // 2
+    google["thought_signature"] = sealed[:i] + ("A" if sealed[i] != "A" else "B") + sealed[i + 1 :]
+    messages += [
+        assistant,
+        {"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": _run(msg.tool_calls[0].function.arguments)},
+    ]
+    try:
+        final = client.chat.completions.create(model=MODEL, messages=messages, tools=CHAT_TOOLS).choices[0].message
+    except openai.APIStatusError as exc:
+        pytest.fail(f"{exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}")
+    info = f"{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert final.content == FINAL and up.rejections == [] and up.errors == [], info
+    assert sent_signatures(up)[1] == [[(up.calls[0][1], ESCAPE)]], info
+    moved = {k: f() - before[k] for k, f in counts.items()}
+    assert moved == {"rejected": 1, "skipped": 1, "envelope": 1}, (moved, info)
+
+
+@pytest.mark.parametrize("case", SDK_CASES)
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
 def test_anthropic_sdk(stage, stream, case):
     up, px, mark = stage.script(MODEL, script(case, _sdk_call(case), FINAL)), stage.proxy, stage.mark()
     before = stage.repairs(SKIPPED, MODEL)
     client = anthropic.Anthropic(base_url=px.url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
-    messages: list[dict] = [{"role": "user", "content": PROMPT}]
-    ran, final = 0, None
     try:
-        for _ in range(5):
-            kw = dict(model=MODEL, max_tokens=2048, tools=ANTHROPIC_TOOLS, messages=messages)
-            if stream:
-                with client.messages.stream(**kw) as s:
-                    for _ev in s:
-                        pass
-                    msg = s.get_final_message()
-            else:
-                msg = client.messages.create(**kw)
-            uses = [b for b in msg.content if b.type == "tool_use"]
-            if not uses:
-                final = "".join(b.text for b in msg.content if b.type == "text")
-                break
-            content = [b.model_dump(exclude_none=True, exclude={"parsed_output"}) for b in msg.content]
-            messages.append({"role": "assistant", "content": content})
-            results = [{"type": "tool_result", "tool_use_id": u.id, "content": _run(u.input)} for u in uses]
-            messages.append({"role": "user", "content": results})
-            ran += len(uses)
+        texts, ran, messages = _anthropic_loop(client, MODEL, stream=stream, prompts=_prompts(case))
     except Exception as exc:
         pytest.fail(
             f"anthropic SDK failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
         )
-    info = f"final={final!r} ran={ran}\n{json.dumps(messages)[-3000:]}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
-    assert final == FINAL and ran == (1 if case == "single" else 2), info
+    info = (
+        f"texts={texts!r} ran={ran}\n{json.dumps(messages)[-3000:]}\n{up.describe()}\n"
+        f"--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    )
+    assert texts == _answers(case) and ran == _calls(case), info
     # the signature rode in a (sealed, empty) thinking block just before the signed call
-    for m in messages[1:]:
-        if m["role"] == "assistant":
-            blocks = m["content"]
-            first = [b["type"] for b in blocks].index("tool_use")
-            assert first > 0 and blocks[first - 1]["type"] == "thinking", ([b["type"] for b in blocks], info)
-            assert blocks[first - 1]["signature"].startswith("pxy1."), info
+    for m in messages:
+        kinds = [b["type"] for b in m["content"]] if m["role"] == "assistant" else []
+        if "tool_use" in kinds:
+            first = kinds.index("tool_use")
+            assert first > 0 and kinds[first - 1] == "thinking", (kinds, info)
+            assert m["content"][first - 1]["signature"].startswith("pxy1."), info
     _finish(stage, up, case, info, escape=False, skipped_before=before)
 
 
@@ -358,8 +461,8 @@ def claude_code() -> ClaudeCode:
         pytest.fail(str(exc))
 
 
-# Kimi Code's Chat type keeps no extra_content on its calls: the escape value stands in
-KIMI_ESCAPE = {"openai": True, "openai_responses": False, "anthropic": False}
+# Kimi Code's Chat types (kimi, openai) keep no extra_content on their calls: the escape value stands in
+KIMI_ESCAPE = {"kimi": True, "openai": True, "openai_responses": False, "anthropic": False}
 
 
 @pytest.mark.parametrize("case", CASES)
