@@ -24,7 +24,8 @@ a reasoning key on a message                ``... Unknown name "reasoning_conten
 ``additionalProperties`` / ``$schema``      ``... Unknown name "additionalProperties" at
 anywhere in a tool's parameter schema       'tools[0].function.parameters': ...``
 ``reasoning_effort`` not low/medium/high/   ``Invalid reasoning_effort: minimal. ...``
-none
+none; ``medium`` or ``none`` to a           ``Thinking level MEDIUM is not supported for
+``gemini-3*pro*`` model                     this model.``
 a thought signature this upstream never     ``Thought signature is not valid.``: on any
 issued (not the escape value)               call, of any turn
 the FIRST call of an assistant message of   ``Function call is missing a thought_signature
@@ -59,6 +60,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from scripted_upstream import Recorded, ScriptedUpstream, _decode_body, dumps
@@ -81,6 +83,7 @@ REFUSED_FIELDS = (
     "store",
     "metadata",
     "prompt_cache_key",
+    "prompt_cache_retention",
     "reasoning",
     "service_tier",
     "safety_identifier",
@@ -231,6 +234,9 @@ class GeminiUpstream(ScriptedUpstream):
         effort = body.get("reasoning_effort")
         if effort is not None and effort not in EFFORTS:
             return f"Invalid reasoning_effort: {effort}. Valid values are: high, low, medium, none"
+        model = str(body.get("model") or "")
+        if effort in ("medium", "none") and fnmatchcase(model, "gemini-3*pro*"):  # it thinks at low or high only
+            return f"Thinking level {str(effort).upper()} is not supported for this model."
         for i, t in enumerate(body.get("tools") or []):
             params = ((t or {}).get("function") or {}).get("parameters")
             found = _schema_refused(params, f"tools[{i}].function.parameters")
