@@ -7,7 +7,8 @@ Theory of operation
 * ``gemini_stage(*models)``: a module-scoped fixture ``stage``: ONE proxy process (a
   ``server.secret_key`` set, so the proxy seals signatures) in front of one ``GeminiUpstream``
   per model, each its own provider ``profile: gemini`` (``base_url`` the upstream's
-  ``/v1beta/openai``).  ``stage.script(model, build)`` gives that upstream a fresh script
+  ``/v1beta/openai``), and a plain scripted Chat upstream (``openai-compatible``) per
+  ``other`` model (``stage.others``), for a conversation that switches models.  ``stage.script(model, build)`` gives that upstream a fresh script
   (``build(up)`` returns the turns, so predicates can read ``up.issued``) and returns it;
   ``mark()`` / ``log_since(mark)`` cut one test's part out of the proxy log;
   ``repairs(rule, model)`` reads ``switchboard_repairs_total`` off ``/metrics``
@@ -45,6 +46,7 @@ import pytest
 from gemini_upstream import ESCAPE, Call, GeminiTurn, GeminiUpstream, assistant_steps
 from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY, Proxy, provider_entry
 from scenarios import tool_outputs
+from scripted_upstream import ScriptedUpstream
 
 SECRET_KEY = "e2e-gemini-secret-key-0123456789abcdef0123456789"
 CASES = ("single", "parallel", "steps")
@@ -64,16 +66,24 @@ def provider_name(model: str) -> str:
 
 
 class GeminiStage:
-    """One proxy process in front of one scripted Gemini upstream per model."""
+    """One proxy process in front of one scripted Gemini upstream per model (and one plain
+    scripted Chat upstream, ``openai-compatible``, per ``other`` model)."""
 
-    def __init__(self, models: tuple[str, ...], workdir) -> None:
+    def __init__(self, models: tuple[str, ...], workdir, other: tuple[str, ...] = ()) -> None:
         self.ups: dict[str, GeminiUpstream] = {}
+        self.others: dict[str, ScriptedUpstream] = {}
         providers, entries = [], []
         try:
             for m in models:
                 up = GeminiUpstream([], name=f"gemini-{m}").start()
                 self.ups[m] = up
                 prov = provider_entry(up, name=provider_name(m), profile="gemini", protocol="chat")
+                providers.append(prov)
+                entries.append({"name": m, "provider": prov["name"]})
+            for m in other:
+                plain = ScriptedUpstream([], name=f"chat-{m}").start()
+                self.others[m] = plain
+                prov = provider_entry(plain, name=provider_name(m), profile="openai-compatible", protocol="chat")
                 providers.append(prov)
                 entries.append({"name": m, "provider": prov["name"]})
             cfg = {
@@ -114,16 +124,16 @@ class GeminiStage:
         proxy = getattr(self, "proxy", None)
         if proxy is not None:
             proxy.stop()
-        for up in self.ups.values():
+        for up in [*self.ups.values(), *self.others.values()]:
             up.stop()
 
 
-def gemini_stage(*models: str):
+def gemini_stage(*models: str, other: tuple[str, ...] = ()):
     """A module-scoped fixture named ``stage`` (assign it to a module-level name)."""
 
     @pytest.fixture(scope="module", name="stage")
     def _stage(tmp_path_factory):
-        st = GeminiStage(models, tmp_path_factory.mktemp("gemini-stage"))
+        st = GeminiStage(models, tmp_path_factory.mktemp("gemini-stage"), other)
         yield st
         st.stop()
 

@@ -49,6 +49,7 @@ from codex_harness import CODEX_LATEST
 from gemini_upstream import ESCAPE, Call, GeminiTurn, GeminiUpstream
 from kimi_code_harness import KimiCode, KimiCodeUnavailable, ensure_kimi_code, run_kimi_code
 from proxy_harness import PROXY_CLIENT_KEY, REPO
+from scenarios import tool_outputs
 from scenarios_gemini import (
     CASES,
     FIRST_DONE,
@@ -60,15 +61,19 @@ from scenarios_gemini import (
     expected_requests,
     gemini_stage,
     marker,
+    provider_name,
+    repairs,
     script,
     sent_signatures,
 )
+from scripted_upstream import ToolCall, chat_turn
 from test_codex_websocket import transports
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "gemini-3-pro-preview"
-_stage = gemini_stage(MODEL)
+OTHER = "e2e-other-chat"  # a plain Chat upstream (openai-compatible), for a switch of model
+_stage = gemini_stage(MODEL, other=(OTHER,))
 SKIPPED = "thought_signature_skipped"
 CLI_TIMEOUT = 60
 FINAL = "Gemini saw its signatures come back; done ✓"
@@ -374,6 +379,66 @@ def test_openai_sdk_edited_signature(stage):
     assert sent_signatures(up)[1] == [[(up.calls[0][1], ESCAPE)]], info
     moved = {k: f() - before[k] for k, f in counts.items()}
     assert moved == {"rejected": 1, "skipped": 1, "envelope": 1}, (moved, info)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
+def test_openai_sdk_switches_models(stage, stream):
+    """One turn, three models' steps: Gemini calls, the next step goes to another Chat
+    upstream (the history with Gemini's signed call), which calls too, and Gemini answers.
+    The other upstream never sees the proxy's sealed value (``thought_signature_stripped``);
+    Gemini gets its own signature back on its call, byte for byte, and the escape value on
+    the other model's call (``thought_signature_skipped``): a history it did not make."""
+    other_id = "call_other_model_1"
+    other_args = json.dumps({"cmd": f"printf '%s' '{marker('switch', 1)}'"})
+
+    def back(req: dict) -> bool:
+        outs = tool_outputs(req)
+        return marker("switch", 0) in outs.get(up.calls[0][1], "") and marker("switch", 1) in outs.get(other_id, "")
+
+    up = stage.script(
+        MODEL,
+        lambda up: [GeminiTurn(calls=[_sdk_call("switch")(0)]), GeminiTurn(text=FINAL, when=back, label="outputs")],
+    )
+    other = stage.others[OTHER]
+    other.set_script(
+        [chat_turn(model=OTHER, tool_calls=[ToolCall("run", other_args, id=other_id)], label="other call")]
+    )
+    px, mark = stage.proxy, stage.mark()
+    counts = {
+        "stripped": lambda: repairs(px.url, "thought_signature_stripped", provider_name(OTHER)),
+        "skipped": lambda: stage.repairs(SKIPPED, MODEL),
+    }
+    before = {k: f() for k, f in counts.items()}
+    client = openai.OpenAI(base_url=px.base_url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
+    messages: list[dict] = [{"role": "user", "content": PROMPT}]
+    texts = []
+    try:
+        for model in (MODEL, OTHER, MODEL):
+            if stream:
+                with client.chat.completions.stream(model=model, messages=messages, tools=CHAT_TOOLS) as s:
+                    for _ev in s:
+                        pass
+                    msg = s.get_final_completion().choices[0].message
+            else:
+                msg = (
+                    client.chat.completions.create(model=model, messages=messages, tools=CHAT_TOOLS).choices[0].message
+                )
+            messages.append(msg.model_dump(exclude_none=True))
+            texts.append(msg.content)
+            for tc in msg.tool_calls or []:
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": _run(tc.function.arguments)})
+    except Exception as exc:
+        pytest.fail(f"{exc!r}\n{up.describe()}\n{other.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}")
+    info = f"{up.describe()}\n{other.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert texts[-1] == FINAL and up.rejections == [] and up.errors == [] and other.errors == [], info
+    # the other model got Gemini's call under Gemini's id, without the proxy's sealed value
+    (seen,) = other.model_requests
+    assert "pxy1." not in seen.raw.decode(), info
+    assert [tc["id"] for m in seen.json["messages"] for tc in m.get("tool_calls") or []] == [up.calls[0][1]], info
+    # Gemini: its own signature on its call, the escape value on the other model's call
+    assert sent_signatures(up)[1] == [[(up.calls[0][1], up.issued[0].signature)], [(other_id, ESCAPE)]], info
+    moved = {k: f() - before[k] for k, f in counts.items()}
+    assert moved == {"stripped": 1, "skipped": 1}, (moved, info)
 
 
 @pytest.mark.parametrize("case", SDK_CASES)
