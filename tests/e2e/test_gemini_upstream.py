@@ -7,31 +7,42 @@ of base64 and answers 400 exactly where Gemini does (a current-turn step whose f
 comes back unsigned, a signature it never issued, the fields and schema keywords it does
 not know).  One proxy process serves the module (``scenarios_gemini.gemini_stage``, a
 ``server.secret_key`` set).  Cases (``scenarios_gemini.script``): ``single`` (one call, then
-the answer), ``parallel`` (two calls in one step, only the first signed), ``steps`` (a call,
-another call, then the answer: the third request carries two signed steps).
+the answer), ``parallel`` (text and two calls in one step, only the first signed),
+``steps`` (a call, text and another call, then the answer: the third request carries two
+signed steps), and for the SDKs ``turns`` (a second user turn: the first turn's signed step
+is history).
 
 Every case asserts: no request was refused, the tool ran and its output reached Gemini
 under Gemini's call id, the final text printed, and every request after the first carried
-each signed call of the current turn with the signature Gemini issued for it, byte for byte
-(carried through the client sealed: a Chat call's ``extra_content``, a Responses reasoning
-item's ``encrypted_content``, a Messages thinking block's ``signature``).  A client that
-echoes no carrier (Kimi Code's ``openai`` Chat type drops ``extra_content``) gets the escape
-value ``skip_thought_signature_validator`` on the first call of each step instead, counted
-as ``thought_signature_skipped`` in ``switchboard_repairs_total``; for the others that
-counter must not move.
+each step Gemini answered, its first call with the signature Gemini issued for it, byte for
+byte (carried through the client sealed: a Chat call's ``extra_content``, a Responses
+reasoning item's ``encrypted_content``, a Messages thinking block's ``signature``).  A
+client that echoes no carrier (Kimi Code's Chat types, ``kimi`` and ``openai``, drop
+``extra_content``) gets the escape value ``skip_thought_signature_validator`` on the first
+call of each current-turn step instead, counted as ``thought_signature_skipped`` in
+``switchboard_repairs_total`` (read off ``/metrics``); for the others that counter must not
+move.
 
 * ``test_direct_plain_history_is_refused``: the openai SDK straight to the scripted Gemini
   (no proxy): a history rebuilt as plain dicts (no ``extra_content``) gets Gemini's 400, the
-  assistant message kept as the SDK returned it (``model_dump``) is accepted: the
-  upstream's refusal is real.
-* ``test_openai_sdk``: the openai SDK (2.14, in process), Chat and Responses, stream and not;
-  the history kept as the SDK returns it (Chat: ``message.model_dump(exclude_none=True)``,
-  Responses: ``response.output`` items dumped the same way).
+  assistant message kept as the SDK returned it (``model_dump``) is accepted; the refused
+  fields, schema keywords and a forged signature get their 400s, the escape value passes.
+* ``test_openai_sdk``: the openai SDK (2.14, in process), Chat, Responses, and Responses
+  chained with ``previous_response_id``, stream and not; the history kept as the SDK returns
+  it (Chat: ``message.model_dump(exclude_none=True)``, Responses: the ``output`` items
+  dumped the same way).
+* ``test_openai_sdk_edited_signature``: a Chat client edits the sealed value: Gemini gets the
+  escape value, never the edited one (``thought_signature_rejected``, the envelope counted
+  in ``switchboard_envelope_rejected_total``).
+* ``test_openai_sdk_switches_models``: Gemini, another Chat upstream, Gemini again in one
+  turn: the other upstream never sees the sealed value, Gemini gets its own signature back
+  and the escape value on the other model's call.
 * ``test_anthropic_sdk``: the anthropic SDK (``messages.create`` / ``messages.stream``),
-  content blocks sent back as returned.
+  content blocks sent back as returned; the sealed signature rides an empty thinking block
+  just before the signed call.
 * ``test_codex``: Codex 0.171.0 over HTTP and over the Responses WebSocket.
-* ``test_kimi_code``: Kimi Code 2.1.0, its ``openai`` (Chat), ``openai_responses`` and
-  ``anthropic`` provider types.
+* ``test_kimi_code``: Kimi Code 2.1.0, its ``kimi`` and ``openai`` (Chat: the escape value),
+  ``openai_responses`` and ``anthropic`` provider types.
 * ``test_claude_code``: Claude Code 2.1.332.
 """
 
