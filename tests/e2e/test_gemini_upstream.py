@@ -53,6 +53,7 @@ import subprocess
 from collections.abc import Callable
 
 import anthropic
+import codex_harness
 import openai
 import pytest
 from claude_code_harness import ClaudeCode, ClaudeCodeUnavailable, ensure_claude_code, run_claude_code
@@ -498,21 +499,44 @@ CODEX_MODES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES)
+def _runs(case: str) -> list[tuple[str, str, list[int]]]:
+    """(prompt, the answer it ends with, the markers its calls print) per CLI run: ``turns``
+    is two runs, the second continuing the first one's session."""
+    if case == "turns":
+        return [(PROMPT, FIRST_DONE, [0]), (SECOND_PROMPT, FINAL, [1])]
+    return [(PROMPT, FINAL, list(range(_calls(case))))]
+
+
+@pytest.mark.parametrize("case", SDK_CASES)
 @pytest.mark.parametrize("mode", list(CODEX_MODES))
-def test_codex(stage, codex_run, mode, case):
+def test_codex(stage, codex_at, tmp_path, mode, case):
     up = stage.script(MODEL, script(case, _shell_call(case, "exec_command", "cmd"), FINAL))
     px, mark, before = stage.proxy, stage.mark(), stage.repairs(SKIPPED, MODEL)
-    run = codex_run(
-        PROMPT, base_url=px.base_url, model=MODEL, version=CODEX_LATEST, timeout=CLI_TIMEOUT, **CODEX_MODES[mode]
-    )
+    launcher = codex_at(CODEX_LATEST)
+    catalog = {"models": [codex_harness.catalog_entry(launcher, MODEL)]}
+    runs = []
+    for i, (prompt, answer, markers) in enumerate(_runs(case)):
+        run = codex_harness.run_codex(
+            launcher,
+            prompt,
+            base_url=px.base_url,
+            model=MODEL,
+            workspace=tmp_path / "ws",
+            home=tmp_path / "codex_home",  # one home: the second run resumes the first one's session
+            catalog=catalog,
+            api_key=PROXY_CLIENT_KEY,
+            timeout=CLI_TIMEOUT,
+            extra_args=["resume", "--last"] if i else [],
+            **CODEX_MODES[mode],
+        )
+        runs.append(run)
+        info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+        assert run.returncode == 0 and not run.timed_out and run.turn_completed, info
+        outs = sorted(c.get("aggregated_output") for c in run.command_executions)
+        assert outs == [marker(case, k) for k in markers], info
+        assert run.final_message == answer, info
     log = stage.log_since(mark)
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{log[-6000:]}"
-    assert run.returncode == 0 and not run.timed_out and run.turn_completed, info
-    n = 1 if case == "single" else 2
-    outs = sorted(c.get("aggregated_output") for c in run.command_executions)
-    assert outs == [marker(case, k) for k in range(n)], info
-    assert run.final_message == FINAL, info
+    info = "\n".join(r.describe() for r in runs) + f"\n{up.describe()}\n--- proxy log ---\n{log[-6000:]}"
     _finish(stage, up, case, info, escape=False, skipped_before=before)
     seen = transports(log)
     if mode == "websocket":
@@ -569,28 +593,29 @@ def test_kimi_code(stage, kimi_code, tmp_path, provider_type, case):
     _finish(stage, up, case, info, escape=KIMI_ESCAPE[provider_type], skipped_before=before)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SDK_CASES)
 def test_claude_code(stage, claude_code, tmp_path, case):
     up = stage.script(MODEL, script(case, _shell_call(case, "Bash", "command"), FINAL))
     px, mark, before = stage.proxy, stage.mark(), stage.repairs(SKIPPED, MODEL)
-    run = run_claude_code(
-        claude_code,
-        PROMPT,
-        base_url=px.url,
-        model=MODEL,
-        small_model=MODEL,
-        workspace=tmp_path / "ws",
-        home=tmp_path / "home",
-        api_key=PROXY_CLIENT_KEY,
-        timeout=CLI_TIMEOUT,
-    )
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
-    assert not run.timed_out, info
-    if run.isolation == "netns":
-        assert run.interfaces == ["lo"], info
-    n = 1 if case == "single" else 2
-    assert [u["name"] for u in run.tool_uses] == ["Bash"] * n, info
-    for k in range(n):
-        assert any(marker(case, k) in str(r.get("content")) for r in run.tool_results), info
-    assert run.returncode == 0 and run.final_text == FINAL, info
+    for i, (prompt, answer, markers) in enumerate(_runs(case)):
+        run = run_claude_code(
+            claude_code,
+            prompt,
+            base_url=px.url,
+            model=MODEL,
+            small_model=MODEL,
+            workspace=tmp_path / "ws",
+            home=tmp_path / "home",  # one home: --continue picks the first run's session
+            api_key=PROXY_CLIENT_KEY,
+            timeout=CLI_TIMEOUT,
+            extra_args=["--continue"] if i else None,
+        )
+        info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+        assert not run.timed_out, info
+        if run.isolation == "netns":
+            assert run.interfaces == ["lo"], info
+        assert [u["name"] for u in run.tool_uses] == ["Bash"] * len(markers), info
+        for k in markers:
+            assert any(marker(case, k) in str(r.get("content")) for r in run.tool_results), info
+        assert run.returncode == 0 and run.final_text == answer, info
     _finish(stage, up, case, info, escape=False, skipped_before=before)
