@@ -17,8 +17,7 @@ under Gemini's call id, the final text printed, and every request after the firs
 each step Gemini answered, its first call with the signature Gemini issued for it, byte for
 byte (carried through the client sealed: a Chat call's ``extra_content``, a Responses
 reasoning item's ``encrypted_content``, a Messages thinking block's ``signature``).  A
-client that echoes no carrier (Kimi Code's Chat types, ``kimi`` and ``openai``, drop
-``extra_content``) gets the escape value ``skip_thought_signature_validator`` on the first
+client that echoes no carrier (Kimi Code's Chat type, ``openai``, drops ``extra_content``) gets the escape value ``skip_thought_signature_validator`` on the first
 call of each current-turn step instead, counted as ``thought_signature_skipped`` in
 ``switchboard_repairs_total`` (read off ``/metrics``); for the others that counter must not
 move.
@@ -41,7 +40,7 @@ move.
   content blocks sent back as returned; the sealed signature rides an empty thinking block
   just before the signed call.
 * ``test_codex``: Codex 0.171.0 over HTTP and over the Responses WebSocket.
-* ``test_kimi_code``: Kimi Code 2.1.0, its ``kimi`` and ``openai`` (Chat: the escape value),
+* ``test_kimi_code``: Kimi Code 2.1.0, its ``openai`` (Chat: the escape value),
   ``openai_responses`` and ``anthropic`` provider types.
 * ``test_claude_code``: Claude Code 2.1.332.
 """
@@ -561,8 +560,9 @@ def claude_code() -> ClaudeCode:
         pytest.fail(str(exc))
 
 
-# Kimi Code's Chat types (kimi, openai) keep no extra_content on their calls: the escape value stands in
-KIMI_ESCAPE = {"kimi": True, "openai": True, "openai_responses": False, "anthropic": False}
+# Kimi Code's Chat type keeps no extra_content on its calls: the escape value stands in (its
+# kimi type is the same Chat client, left out for time)
+KIMI_ESCAPE = {"openai": True, "openai_responses": False, "anthropic": False}
 
 
 @pytest.mark.parametrize("case", CASES)
