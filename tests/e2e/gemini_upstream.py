@@ -41,7 +41,7 @@ consumes the next turn (``when(request) -> bool``: a miss answers ``PREDICATE-MI
 as text and is noted in ``errors``).  The answer is built then: each call gets an id
 ``function-call-<19 digits>`` and the FIRST call of the answer a fresh signature (300 to
 600 random bytes, standard base64), kept in ``issued`` (turn index, call id, name,
-signature).  Streamed as Gemini streams: ``role`` on every delta, the text in pieces, each
+signature); every call is kept in ``calls`` (turn index, call id, name).  Streamed as Gemini streams: ``role`` on every delta, the text in pieces, each
 tool call whole in one delta (id, name, the whole arguments, ``index``; the first call's
 ``extra_content.google.thought_signature``), then the finish chunk carrying ``usage``, then
 ``[DONE]``.  Unstreamed: one ``chat.completion`` with the same calls.  A request past the
