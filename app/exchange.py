@@ -287,6 +287,10 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str, erro
         log.debug("repairs", request_id=p.request_id, provider=prov, rules=sorted(set(repairs)))
     if p.ctx.tools.dropped:
         log.warning("hosted_tools_dropped", request_id=p.request_id, provider=prov, tools=p.ctx.tools.dropped)
+    if p.ctx.dropped_fields:
+        for name in p.ctx.dropped_fields:
+            p.metrics.inc("switchboard_fields_dropped_total", field=name, provider=prov)
+        log.info("fields_dropped", request_id=p.request_id, provider=prov, fields=p.ctx.dropped_fields)
     if p.ctx.dropped_items:
         # DESIGN rule 2: a turn that lost an item is never logged ``completed``
         log.warning("input_items_dropped", request_id=p.request_id, provider=prov, items=p.ctx.dropped_items)

@@ -561,6 +561,8 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
             body = orjson.loads(raw)
             if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
                 raise RequestError("'messages' must be an array", param="messages")
+            if not body["messages"]:  # as /v1/messages, and as Anthropic answers it
+                raise RequestError("messages: at least one message is required", param="messages", code="invalid_value")
         except orjson.JSONDecodeError:
             return _error_answer(
                 RequestError("the request body is not valid JSON", code="invalid_json"), rid, "messages"
@@ -619,19 +621,30 @@ def _error_handlers(app: FastAPI, svc: Service) -> None:
 
     @app.exception_handler(404)
     async def on_404(request: Request, e: Exception) -> Response:
-        return _error_json(404, f"Unknown route {request.method} {request.url.path[:200]}", "not_found")
+        path = request.url.path
+        return _route_error(path, 404, f"Unknown route {request.method} {path[:200]}", "not_found")
 
     @app.exception_handler(405)
     async def on_405(request: Request, e: Exception) -> Response:
-        return _error_json(
-            405, f"Method {request.method} not allowed on {request.url.path[:200]}", "method_not_allowed"
-        )
+        path = request.url.path
+        return _route_error(path, 405, f"Method {request.method} not allowed on {path[:200]}", "method_not_allowed")
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, e: Exception) -> Response:
         rid = getattr(request.state, "request_id", None) or new_request_id()
         log.exception("internal_error", request_id=rid, path=request.url.path, error=type(e).__name__)
         return _internal_error(e, rid)
+
+
+def _route_error(path: str, status: int, message: str, code: str) -> Response:
+    """An unknown route or method, in the shape of the protocol whose prefix the path is under:
+    Anthropic's under ``/v1/messages`` (Claude Code reads a 404 on ``/v1/messages/evaluate_
+    safeguards`` as "not enabled"), OpenAI's everywhere else."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        rid = new_request_id()
+        body = error_body("messages", status, {"message": message}, rid)
+        return _error_response(status, body, {"x-request-id": rid})
+    return _error_json(status, message, code)
 
 
 def _error_json(status: int, message: str, code: str | None) -> Response:

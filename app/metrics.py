@@ -62,6 +62,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from app.logs import log
 from providers.retry import ATTEMPT_OUTCOMES
 from transformers import repairs
+from transformers.fields import FIELDS
 from transformers.vocab import OUTCOMES, PROTOCOLS
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -91,6 +92,9 @@ METRICS: dict[str, tuple[str, str, tuple[float, ...]]] = {
         "counter", "Streams by terminal outcome (completed, incomplete, failed, client_cancel).", ()
     ),
     "switchboard_repairs_total": ("counter", "Wire repairs that fired, by rule and provider.", ()),
+    "switchboard_fields_dropped_total": (
+        "counter", "Top-level request fields an upstream did not get (transformers/fields.py), by field and provider.", ()
+    ),
     "switchboard_upstream_errors_total": (
         "counter", "Upstream failures before the first byte, by provider and code.", ()
     ),
@@ -176,6 +180,9 @@ LABELS: dict[str, frozenset[str]] = {
     "outcome": OUTCOMES | ATTEMPT_OUTCOMES,
     "model": frozenset({"-"}),  # breaker gauges: completed with the configured upstream models
     "rule": repairs.NAMES,
+    # request fields by name (transformers/fields.py; a field it does not know: "other"),
+    # and the client headers that may be withheld
+    "field": frozenset(n for table in FIELDS.values() for n in table) | {"other", "anthropic-beta"},
     "code": frozenset(),
     # response store operations (app/store.py); too_large: a record over store.max_record_bytes
     "op": frozenset({"put", "get", "chain", "items", "delete", "ping", "too_large"}),

@@ -170,12 +170,15 @@ def prepare(
         headers["x-switchboard-dropped-items"] = header_list(ctx.dropped_items)
     ua = safe_header_value(client_headers.get("user-agent"))
     forward = {"user-agent": ua} if ua else {}
-    if upstream == "messages" and client == "messages" and "anthropic_beta" in route.quirks:
-        # the client's betas, to an upstream that honours them (Anthropic's); the
-        # Anthropic-compatible endpoints get none (providers/profiles.py)
-        beta = safe_header_value(client_headers.get("anthropic-beta"))
-        if beta:
+    beta = safe_header_value(client_headers.get("anthropic-beta"))
+    if beta:
+        if upstream == "messages" and client == "messages" and "anthropic_beta" in route.quirks:
+            # the client's betas, to an upstream that honours them (Anthropic's)
             forward["anthropic-beta"] = beta
+        else:  # the Anthropic-compatible endpoints and other protocols get none: named
+            ctx.dropped_fields.append("anthropic-beta")
+    if ctx.dropped_fields:
+        headers["x-switchboard-dropped-fields"] = header_list(ctx.dropped_fields)
     return Prepared(
         request_id=request_id,
         client=client,

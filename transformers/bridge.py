@@ -78,7 +78,7 @@ from typing import Any
 
 import orjson
 
-from transformers import compaction, items, sse
+from transformers import compaction, fields, items, sse
 from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
 from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.chat_text_lane import ChatTextLane
@@ -304,9 +304,11 @@ def open_bridge(
     """Translate a checked client body for the upstream; the Bridge that answers it
     (``websocket``: its events framed for a Responses WebSocket, see ``WSFraming``)."""
     d = DIRECTIONS[(client, upstream)]
+    # every top-level field by its row for this upstream (transformers/fields.py)
+    sent = fields.screen(body, client, upstream, ctx)
     # remote compaction (transformers/compaction.py): sealed items expanded, a trigger
     # turned into the summarisation request when the upstream does not compact natively
-    sent = compaction.prepare(body, ctx, upstream) if client == "responses" else body
+    sent = compaction.prepare(sent, ctx, upstream) if client == "responses" else sent
     # every input item type by its row for this upstream (transformers/items.py)
     sent = items.prepare(sent, ctx, upstream) if client == "responses" else sent
     out = d.translate(sent, ctx)

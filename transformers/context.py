@@ -166,6 +166,9 @@ class Ctx:
     # input items dropped as named repairs, ``input[i]:<type>`` (transformers/items.py): the
     # app warns, names them in a header and never logs the turn ``completed``
     dropped_items: list[str] = field(default_factory=list)
+    # top-level request fields the upstream does not get, by name (transformers/fields.py): the
+    # app names them in a header, counts and logs them
+    dropped_fields: list[str] = field(default_factory=list)
     # Gemini thought signatures the request's proxy envelopes carried back (upstream call id →
     # signature), for transformers/thought_signatures.restore
     thought_signatures: dict[str, str] = field(default_factory=dict)

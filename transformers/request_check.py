@@ -697,6 +697,8 @@ def _check_fields(body: dict[str, Any], protocol: str) -> None:
                 {str: "string", list: "array", bool: "boolean", dict: "object", int: "integer"}[t] for t in types
             )
             raise RequestError(f"invalid type for '{name}': expected {want}", param=name, code="invalid_type")
+    if protocol == "messages" and body["messages"] == []:  # Anthropic answers 400 to it
+        raise RequestError("messages: at least one message is required", param="messages", code="invalid_value")
     if protocol == "responses" and body.get("input") is None and not body.get("previous_response_id"):
         raise RequestError("missing required parameter: 'input'", param="input", code="missing_required_parameter")
     check_shapes(body, protocol)  # the fields the proxy reads, down to content parts and tools

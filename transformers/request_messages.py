@@ -193,4 +193,5 @@ def prepare_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
             if k in out:
                 del out[k]
                 ctx.repaired("messages_beta_fields_dropped")
+                ctx.dropped_fields.append(k)
     return out

@@ -1122,7 +1122,8 @@ def q_gemini_signatures(on: bool, bodies: list[dict[str, Any]], r: httpx.Respons
 def q_gemini_request(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
     c_kimi_from_chat(r)
     sent = bodies[0]
-    assert ("store" in sent, "metadata" in sent, "prompt_cache_key" in sent) == (not on, not on, not on)
+    # (store and metadata are OpenAI's own: no other upstream gets them, docs/fields.md)
+    assert ("top_k" in sent, "reasoning" in sent, "prompt_cache_key" in sent) == (not on, not on, not on)
     assert sent["reasoning_effort"] == ("low" if on else "minimal")
     assert ("reasoning_content" in sent["messages"][2]) is not on
 
@@ -1178,7 +1179,7 @@ QCASES: list[QCase] = [
           q_anthropic_beta),
     QCase("gemini_thought_signatures", Q_CHAT, "chat", _gemini_current_turn, _one(CHAT_OK), q_gemini_signatures),
     QCase("gemini_request", Q_CHAT, "chat",
-          lambda: kimi_request("m", store=True, metadata={"a": "b"}, reasoning_effort="minimal"), _one(CHAT_OK),
+          lambda: kimi_request("m", top_k=5, reasoning={"effort": "low"}, reasoning_effort="minimal"), _one(CHAT_OK),
           q_gemini_request),
 ]  # fmt: skip
 
