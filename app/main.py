@@ -47,6 +47,7 @@ from app.limits import Limiter, MemoryCounters, RedisCounters
 from app.logs import log
 from app.pipeline import ProxyResponse
 from app.prepare import Prepared, check_body, error_body, new_request_id, prepare, scope_headers
+from app.signatures import Signatures, bare_calls
 from app.store import Store, open_store
 from app.stored import Turn
 from app.usage import UsageLog, usage_routes
@@ -238,6 +239,8 @@ class Service:
         )
         # usage records (app/usage.py), in the store's backend
         self.usage = UsageLog(config, self.store, self.counters)
+        # Gemini's thought signatures for the Chat clients that drop them (app/signatures.py)
+        self.signatures = Signatures(self.store)
         # OpenTelemetry spans (app/tracing.py), None when tracing is off
         self.tracing: Tracing | None = _tracing(config)
         # capture of exchanges for switchboard replay (app/capture.py), None when off
@@ -372,6 +375,7 @@ class Service:
         websocket: bool = False,
         incomplete_as_completed: bool | None = None,
         owner: str = OPEN_OWNER,
+        signatures: dict[str, str] | None = None,
     ) -> Prepared:
         """``app.prepare.prepare`` with what this app holds (router, secrets, counters,
         fallbacks and breakers, the drain): one request of any route or transport, for the
@@ -397,6 +401,7 @@ class Service:
             resilience=self.resilience,
             drainer=self.drain,
             owner=owner,
+            signatures=signatures,
         )
         if self.tracing is not None:
             p.trace = self.tracing.begin(p, headers, raw)
@@ -404,10 +409,22 @@ class Service:
             self.capture.begin(p, body if body is not None else _parsed(raw))
         return p
 
+    async def _kept_signatures(self, raw: bytes, owner: str, rid: str) -> tuple[dict[str, Any], dict[str, str]]:
+        """A Chat request's body, and the thought signatures kept for the calls of its current
+        turn that came back without one, when its model is routed to Gemini (app/signatures.py)."""
+        body = check_body(raw, "chat")
+        model = body.get("model")
+        route = self.router.resolve(model) if isinstance(model, str) else None
+        if route is None or "gemini_thought_signatures" not in route.quirks:
+            return body, {}
+        bare = bare_calls(body)
+        return body, (await self.signatures.recall(owner, bare, rid) if bare else {})
+
     def proxy_handler(self, client: str, outer: bool) -> ASGIHandler:
         """The raw ASGI handler of one proxy route; ``outer``: called by the fast path, so it
         also does what FastAPI's ServerErrorMiddleware + ``on_unexpected`` would."""
         responses = client == "responses"
+        chat = client == "chat"
         counters = self.counters
 
         async def proxy(scope: Any, receive: Any, send: Any) -> None:
@@ -436,6 +453,9 @@ class Service:
                             turn = await stored.begin(
                                 self.store, self.router, body, owner, self.config.server.max_body_bytes
                             )
+                    kept: dict[str, str] | None = None
+                    if chat and self.signatures.store is not None and b"tool_calls" in raw:
+                        body, kept = await self._kept_signatures(raw, owner, rid)
                     p = self.prepare(
                         raw,
                         client,
@@ -445,6 +465,7 @@ class Service:
                         body=body,
                         answered=turn.answered if turn is not None else None,
                         owner=owner,
+                        signatures=kept,
                     )
                     if turn is not None and turn.resolved:
                         p.ctx.repaired("item_reference_resolved")
@@ -468,6 +489,9 @@ class Service:
                     else:
                         await response(scope, receive, send)
                 finally:  # the key's limits settled, the usage recorded (a fallback's own p)
+                    seen = response.p.ctx.signatures_seen
+                    if chat and seen and "gemini_thought_signatures" in response.p.route.quirks:
+                        await self.signatures.remember(owner, seen, rid)  # after the client's last byte
                     await accounting.close(self, owner, ticket, response.p, len(raw))
             except ClientDisconnect:
                 # the client left while sending its body: nobody to answer, nothing went wrong

@@ -185,7 +185,7 @@ LABELS: dict[str, frozenset[str]] = {
     "field": frozenset(n for table in FIELDS.values() for n in table) | {"other", "anthropic-beta"},
     "code": frozenset(),
     # response store operations (app/store.py); too_large: a record over store.max_record_bytes
-    "op": frozenset({"put", "get", "chain", "items", "delete", "ping", "too_large"}),
+    "op": frozenset({"put", "get", "chain", "items", "delete", "ping", "too_large", "signatures"}),
     # Responses WebSocket connections (app/ws.py)
     "event": frozenset(
         {"accepted", "refused_auth", "refused_capacity", "refused_disabled"}

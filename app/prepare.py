@@ -120,10 +120,12 @@ def prepare(
     drainer: Any = None,
     target: Route | None = None,
     owner: str = "-",
+    signatures: dict[str, str] | None = None,
 ) -> Prepared:
     """``body``: the already checked body (the app read it before its store lookups; ``raw``
     is then unused); ``answered``: response fields the app honoured itself (the Bridge echoes
-    them: ``store``, ``previous_response_id`` of a stored conversation)."""
+    them: ``store``, ``previous_response_id`` of a stored conversation); ``signatures``: the
+    thought signatures the app kept for calls that came back without them (app/signatures.py)."""
     call = dict(locals())  # to prepare the same request for another target (retarget)
     if body is None:
         body = check_body(raw, client)
@@ -148,6 +150,7 @@ def prepare(
         max_output_tokens=route.info.max_output_tokens,
         envelope_key=envelope_key,
         compaction_key=envelope_key or PROCESS_SECRET,
+        thought_signatures=dict(signatures) if signatures else {},
     )
     try:
         out, bridge = open_bridge(

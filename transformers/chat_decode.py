@@ -172,13 +172,14 @@ class _Unwritable(Exception):
 
 
 class _Call:
-    __slots__ = ("call_id", "name", "args", "signed")
+    __slots__ = ("call_id", "name", "args", "signed", "unseen")
 
     def __init__(self) -> None:
         self.call_id: str | None = None
         self.name: str | None = None
         self.args: list[str] = []
         self.signed = False  # its thought signature went out (the first one wins)
+        self.unseen: str | None = None  # its signature, until its id is known (ctx.signatures_seen)
 
 
 class ChatStreamDecoder:
@@ -536,6 +537,9 @@ class ChatStreamDecoder:
             call.call_id = ev.call_id = cid
             self._by_id[cid] = n
             new = True
+            if call.unseen is not None:
+                self.ctx.signatures_seen[cid] = call.unseen
+                call.unseen = None
         extra = tc.get("extra_content")
         if extra is not None and not call.signed:
             sig = signature_in(extra)
@@ -543,6 +547,10 @@ class ChatStreamDecoder:
                 call.signed = True
                 ev.signature = sig
                 new = True
+                if call.call_id is not None:
+                    self.ctx.signatures_seen[call.call_id] = sig
+                else:
+                    call.unseen = sig
             elif extra.__class__ is not dict:
                 rep("chat_malformed_field_dropped")
         _name_and_args(call, ev, fn, new, out, self.ctx)

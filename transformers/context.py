@@ -172,6 +172,9 @@ class Ctx:
     # Gemini thought signatures the request's proxy envelopes carried back (upstream call id →
     # signature), for transformers/thought_signatures.restore
     thought_signatures: dict[str, str] = field(default_factory=dict)
+    # Gemini thought signatures the upstream put on its calls in this answer (call id →
+    # signature): the app keeps them for Chat clients that drop them (app/signatures.py)
+    signatures_seen: dict[str, str] = field(default_factory=dict)
 
     def on(self, quirk: str) -> bool:
         return quirk in self.quirks

@@ -38,7 +38,10 @@ another call; any other value (a           (``thought_signature_rejected``), the
 signature the proxy did not see Gemini     with none
 make: forged, edited, another key's)
 nothing, but the request's reasoning       that signature
-envelopes name the call id
+envelopes name the call id, or the app
+kept one for this key and call id (a Chat
+client that drops ``extra_content``:
+app/signatures.py)
 nothing                                    nothing; the FIRST call of an assistant message
                                            of the current turn gets the escape value
                                            ``skip_thought_signature_validator``

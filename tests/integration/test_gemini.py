@@ -267,3 +267,40 @@ async def test_gemini_refusal_reaches_each_client_in_its_own_shape(client_factor
             assert err["type"] == "error" and err["error"]["type"] == "rate_limit_error"
         else:
             assert err["error"]["code"] == "rate_limit_exceeded" and "exhausted" in err["error"]["message"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+async def test_a_chat_client_that_drops_the_field_gets_the_signature_back_from_the_store(
+    client_factory: Any, mock: Any, tmp_path: Any, backend: str, stream: bool
+) -> None:
+    """Kimi Code sends its calls back with id, type and function only: the proxy kept the
+    signature under the client key and the call id, and Gemini gets its own back, not the
+    escape value; another key's request with the same call id does not."""
+    import uuid
+
+    store = {"backend": backend, "path": str(tmp_path / "s.db"), "key_prefix": f"switchboard-test:{uuid.uuid4().hex}:"}
+    c = await client_factory(**{**config(), "store": store})
+    gemini = Gemini()
+    gemini.plan = [2, 1, 0, 0]
+    mock.route(method="POST", url=GEMINI_URL).mock(side_effect=gemini)
+    body = request("chat", stream)
+    alice = {"authorization": "Bearer key-alice"}
+    for _ in range(2):
+        ans = answer("chat", await c.post(PATH["chat"], json=body, headers=alice), stream)
+        for tc in ans["choices"][0]["message"]["tool_calls"]:
+            tc.pop("extra_content", None)  # what Kimi Code keeps: no unknown field
+        body = follow_up("chat", body, ans)
+    final = answer("chat", await c.post(PATH["chat"], json=body, headers=alice), stream)
+    assert final_text("chat", final) == "All done."
+    assert [sorted(gemini.sent_signatures(b)) for b in gemini.bodies] == [
+        [],
+        [gemini.issued["function-call-1"]],
+        sorted([gemini.issued["function-call-1"], gemini.issued["function-call-3"]]),
+    ]
+    m = (await c.get("/metrics")).text
+    assert 'rule="thought_signature_skipped"' not in m
+    # bob replays alice's bare history: nothing of hers is his
+    r = await c.post(PATH["chat"], json=body, headers={"authorization": "Bearer key-bob"})
+    assert r.status_code == 200, r.text
+    assert gemini.sent_signatures(gemini.bodies[-1]) == [ESCAPE, ESCAPE]

@@ -417,3 +417,18 @@ def _strings(obj: Any) -> list[str]:
     if isinstance(obj, list):
         return [s for v in obj for s in _strings(v)]
     return []
+
+
+def test_the_decoder_tells_the_app_every_signature_it_saw_by_call_id() -> None:
+    """What app/signatures.py keeps for the Chat clients that drop the field."""
+    gemini = Gemini()
+    calls = gemini.answer(2) + gemini.answer(1)
+    for stream in (True, False):
+        c = ctx()
+        _, bridge = open_bridge({**first_request("chat"), "stream": stream}, "chat", "chat", c)
+        if stream:
+            bridge.receive_data(stream_bytes(calls))
+            bridge.end()
+        else:
+            bridge.complete(whole(calls))
+        assert c.signatures_seen == gemini.issued
