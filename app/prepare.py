@@ -22,6 +22,7 @@ import orjson
 from app.logs import log
 from app.metrics import Metrics
 from providers.upstream import Route, Router
+from transformers import envelope
 from transformers.bridge import Bridge, open_bridge
 from transformers.context import Ctx
 from transformers.errors import ProxyError
@@ -151,6 +152,8 @@ def prepare(
         envelope_key=envelope_key,
         compaction_key=envelope_key or PROCESS_SECRET,
         thought_signatures=dict(signatures) if signatures else {},
+        # (a WebSocket turn's body has no bytes of its own here: the walks run)
+        may_carry_envelopes=not raw or envelope.PREFIX.encode() in raw,
     )
     try:
         out, bridge = open_bridge(

@@ -17,8 +17,9 @@ client key and the call id, for as long as the store keeps responses
   request row puts them back as it puts back what a client's envelope carried.
 
 What the client sent wins: a kept signature fills only a call that came back bare.  The
-entry's key is a SHA-256 of the client key's name and the call id, so one key never reads
-another's.  The store off, or an error reaching it: nothing kept, nothing recalled (the
+entry's key is a SHA-256 of the client key's name, the call id and the function's name, so
+one key never reads another's; only the first call of a step is looked up (the later calls
+of a parallel step carry none).  The store off, or an error reaching it: nothing kept, nothing recalled (the
 escape value stands in, as it does without this), counted in
 ``switchboard_store_errors_total{op="signatures"}`` and logged.
 
@@ -42,32 +43,35 @@ __all__ = ["Signatures", "bare_calls"]
 _MAX_IDS = 256
 
 
-def _key(owner: str, call_id: str) -> str:
-    return hashlib.sha256(owner.encode() + b"\x00" + call_id.encode()).hexdigest()
+def _key(owner: str, call_id: str, name: str) -> str:
+    return hashlib.sha256(b"\x00".join((owner.encode(), call_id.encode(), name.encode()))).hexdigest()
 
 
-def bare_calls(body: dict[str, Any]) -> list[str]:
-    """The ids of the current turn's assistant calls (after the last user message) that came
-    back without a thought signature."""
+def bare_calls(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(id, function name)`` of each first call of an assistant step of the current turn
+    (after the last user message) that came back without a thought signature: the calls
+    Gemini checks (the later calls of a parallel step carry none)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return []
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     for m in reversed(messages):
         if not isinstance(m, dict):
             continue
         if m.get("role") == "user":
             break
         calls = m.get("tool_calls") if m.get("role") == "assistant" else None
-        if not isinstance(calls, list):
+        if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
             continue
-        for tc in calls:
-            if not isinstance(tc, dict) or not isinstance(tc.get("id"), str):
-                continue
-            extra = tc.get("extra_content")
-            google = extra.get("google") if isinstance(extra, dict) else None
-            if not (isinstance(google, dict) and google.get("thought_signature")):
-                out.append(tc["id"])
+        tc = calls[0]
+        fn = tc.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(tc.get("id"), str) or not isinstance(name, str):
+            continue
+        extra = tc.get("extra_content")
+        google = extra.get("google") if isinstance(extra, dict) else None
+        if not (isinstance(google, dict) and google.get("thought_signature")):
+            out.append((tc["id"], name))
     return out[:_MAX_IDS]
 
 
@@ -91,7 +95,8 @@ class Signatures:
             self._ready = True
         return db
 
-    async def remember(self, owner: str, signatures: dict[str, str], request_id: str) -> None:
+    async def remember(self, owner: str, signatures: dict[str, tuple[str, str]], request_id: str) -> None:
+        """Keep ``signatures`` (call id → (function name, signature)) for ``owner``."""
         store = self.store
         if store is None or not signatures:
             return
@@ -99,26 +104,27 @@ class Signatures:
         try:
             if isinstance(store, RedisStore):
                 async with store.redis.pipeline(transaction=False) as pipe:
-                    for call_id, sig in signatures.items():
-                        pipe.set(store.prefix + "sig:" + _key(owner, call_id), sig, ex=max(1, int(ttl)))
+                    for call_id, (name, sig) in signatures.items():
+                        pipe.set(store.prefix + "sig:" + _key(owner, call_id, name), sig, ex=max(1, int(ttl)))
                     await pipe.execute()
             elif isinstance(store, SQLiteStore):
                 db = await self._db()
                 now = time.time()
                 await db.executemany(
                     "INSERT OR REPLACE INTO thought_signatures (k, sig, expires_at) VALUES (?, ?, ?)",
-                    [(_key(owner, c), s, now + ttl) for c, s in signatures.items()],
+                    [(_key(owner, c, name), sig, now + ttl) for c, (name, sig) in signatures.items()],
                 )
                 await db.execute("DELETE FROM thought_signatures WHERE expires_at <= ?", (now,))
                 await db.commit()
         except Exception as e:  # the answer went out already: counted, never raised
             self._failed(e, request_id)
 
-    async def recall(self, owner: str, call_ids: list[str], request_id: str) -> dict[str, str]:
+    async def recall(self, owner: str, calls: list[tuple[str, str]], request_id: str) -> dict[str, str]:
+        """The kept signatures of ``calls`` (``(id, function name)``), by call id."""
         store = self.store
-        if store is None or not call_ids:
+        if store is None or not calls:
             return {}
-        keys = [_key(owner, c) for c in call_ids]
+        keys = [_key(owner, c, name) for c, name in calls]
         try:
             if isinstance(store, RedisStore):
                 got = await store.redis.mget([store.prefix + "sig:" + k for k in keys])
@@ -137,7 +143,7 @@ class Signatures:
         except Exception as e:  # the escape value stands in: the request goes on
             self._failed(e, request_id)
             return {}
-        return {c: v for c, v in zip(call_ids, values, strict=True) if isinstance(v, str)}
+        return {c: v for (c, _), v in zip(calls, values, strict=True) if isinstance(v, str)}
 
     def _failed(self, e: Exception, request_id: str) -> None:
         if self.store is not None and self.store.counters is not None:

@@ -172,14 +172,13 @@ class _Unwritable(Exception):
 
 
 class _Call:
-    __slots__ = ("call_id", "name", "args", "signed", "unseen")
+    __slots__ = ("call_id", "name", "args", "signature")
 
     def __init__(self) -> None:
         self.call_id: str | None = None
         self.name: str | None = None
         self.args: list[str] = []
-        self.signed = False  # its thought signature went out (the first one wins)
-        self.unseen: str | None = None  # its signature, until its id is known (ctx.signatures_seen)
+        self.signature: str | None = None  # its thought signature, once one came (the first wins)
 
 
 class ChatStreamDecoder:
@@ -476,8 +475,11 @@ class ChatStreamDecoder:
                 )
             )
             return out
+        seen = self.ctx.signatures_seen
         for i, call in enumerate(self._calls):
             out.append(ToolCallEnd(i, "".join(call.args), call.call_id, call.name))
+            if call.signature is not None and call.call_id is not None:
+                seen[call.call_id] = (call.name or "", call.signature)
         if self._usage is not None:
             out.append(Usage(from_chat(self._usage, self.ctx)))
         out.append(_finish(fr))
@@ -537,20 +539,12 @@ class ChatStreamDecoder:
             call.call_id = ev.call_id = cid
             self._by_id[cid] = n
             new = True
-            if call.unseen is not None:
-                self.ctx.signatures_seen[cid] = call.unseen
-                call.unseen = None
         extra = tc.get("extra_content")
-        if extra is not None and not call.signed:
+        if extra is not None and call.signature is None:
             sig = signature_in(extra)
             if sig is not None:
-                call.signed = True
-                ev.signature = sig
+                call.signature = ev.signature = sig
                 new = True
-                if call.call_id is not None:
-                    self.ctx.signatures_seen[call.call_id] = sig
-                else:
-                    call.unseen = sig
             elif extra.__class__ is not dict:
                 rep("chat_malformed_field_dropped")
         _name_and_args(call, ev, fn, new, out, self.ctx)

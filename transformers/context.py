@@ -169,12 +169,16 @@ class Ctx:
     # top-level request fields the upstream does not get, by name (transformers/fields.py): the
     # app names them in a header, counts and logs them
     dropped_fields: list[str] = field(default_factory=list)
+    # False when the request's bytes hold no proxy envelope at all (``pxy1.``: the app knows it
+    # from the raw body for nothing): the passes that look for one skip their walk
+    may_carry_envelopes: bool = True
     # Gemini thought signatures the request's proxy envelopes carried back (upstream call id →
     # signature), for transformers/thought_signatures.restore
     thought_signatures: dict[str, str] = field(default_factory=dict)
-    # Gemini thought signatures the upstream put on its calls in this answer (call id →
-    # signature): the app keeps them for Chat clients that drop them (app/signatures.py)
-    signatures_seen: dict[str, str] = field(default_factory=dict)
+    # Gemini thought signatures the upstream put on the calls of a whole answer (call id →
+    # (function name, signature)): the app keeps them for Chat clients that drop them
+    # (app/signatures.py)
+    signatures_seen: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def on(self, quirk: str) -> bool:
         return quirk in self.quirks

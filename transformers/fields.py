@@ -113,33 +113,41 @@ def vendor_of(ctx: Ctx) -> str | None:
     return None
 
 
+def _plan(client: str, upstream: str, vendor: str | None) -> tuple[dict[str, bool], bool]:
+    """For one (client, upstream, vendor): each row's fate, ``name → removed`` for the fields
+    named (True: removed from the body too), and whether unknown fields are named."""
+    fate: dict[str, bool] = {}
+    for name, f in FIELDS[client].items():
+        if f.proxy:
+            continue
+        if f.vendor is not None and f.vendor != vendor:
+            fate[name] = True
+        elif upstream not in f.forms:
+            fate[name] = False
+    return fate, client != upstream
+
+
+_PLANS: dict[tuple[str, str, str | None], tuple[dict[str, bool], bool]] = {
+    (c, u, v): _plan(c, u, v) for c in FIELDS for u in _ALL for v in (None, "openai", "anthropic")
+}
+
+
 def screen(body: dict[str, Any], client: str, upstream: str, ctx: Ctx) -> dict[str, Any]:
     """``body`` without the fields this upstream must not get (a copy when one goes); every
     field it will not get by the table, named in ``ctx.dropped_fields``."""
-    table = FIELDS.get(client)
-    if table is None:
+    plan = _PLANS.get((client, upstream, vendor_of(ctx)))
+    if plan is None:
         return body
-    same = client == upstream
-    vendor: str | None = None
-    vendor_known = False
-    remove: list[str] = []
+    fate, unknown_named = plan
+    table = FIELDS[client]
+    remove = False
     for name in body:
-        f = table.get(name)
-        if f is None:
-            if not same:
-                ctx.dropped_fields.append(name)
-            continue
-        if f.proxy:
-            continue
-        if f.vendor is not None:
-            if not vendor_known:
-                vendor, vendor_known = vendor_of(ctx), True
-            if f.vendor != vendor:
-                remove.append(name)
-                ctx.dropped_fields.append(name)
-                continue
-        if upstream not in f.forms:
+        gone = fate.get(name)
+        if gone is not None:
+            ctx.dropped_fields.append(name)
+            remove = remove or gone
+        elif unknown_named and name not in table:
             ctx.dropped_fields.append(name)
     if not remove:
         return body
-    return {k: v for k, v in body.items() if k not in remove}
+    return {k: v for k, v in body.items() if not fate.get(k)}

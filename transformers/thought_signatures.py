@@ -181,14 +181,19 @@ def strip(body: Body, ctx: Ctx) -> None:
     """The proxy's envelopes removed from every tool call's ``extra_content`` (an upstream
     that is not Gemini); anything else in it is the client's and goes as it came."""
     messages = body.get("messages")
-    if not isinstance(messages, list):
+    if messages.__class__ is not list or not ctx.may_carry_envelopes:
         return
     out: list[Any] | None = None
     for i, m in enumerate(messages):
-        if not (isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list)):
+        # (every Chat request to every other upstream comes here: a plain loop, a key lookup
+        # per call, until a call carries extra_content at all)
+        calls = m.get("tool_calls") if m.__class__ is dict else None
+        if calls.__class__ is not list:
             continue
-        calls = m["tool_calls"]
-        if not any(isinstance(tc, dict) and is_envelope(signature_in(tc.get("extra_content"))) for tc in calls):
+        for tc in calls:
+            if tc.__class__ is dict and "extra_content" in tc and is_envelope(signature_in(tc["extra_content"])):
+                break
+        else:
             continue
         new_calls = [
             _with_signature(tc, None)

@@ -431,4 +431,4 @@ def test_the_decoder_tells_the_app_every_signature_it_saw_by_call_id() -> None:
             bridge.end()
         else:
             bridge.complete(whole(calls))
-        assert c.signatures_seen == gemini.issued
+        assert c.signatures_seen == {cid: ("run", sig) for cid, sig in gemini.issued.items()}
