@@ -48,6 +48,13 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
                            ``compaction`` items pass through; transformers/compaction.py)
 ``responses_native``       the upstream is OpenAI's own Responses API: every item and tool
                            type passes (responses-lite, hosted calls; transformers/items.py)
+``cache_breakpoints``      add ``cache_control`` breakpoints where the client set none, as
+                           Claude Code places them (Messages upstreams that cache at them)
+``cache_ttl``              the upstream reads ``cache_control.ttl`` (Anthropic); else removed
+``billing_header``         the upstream is Anthropic: Claude Code's billing line goes as sent;
+                           else it is removed
+``prompt_cache_key``       the upstream routes by ``prompt_cache_key``: the client's goes
+                           through, and one is derived per conversation when it sent none
 =========================  ===============================================================
 """
 
@@ -90,6 +97,11 @@ QUIRKS = frozenset(
         "anthropic_tool_ids",
         "messages_server_tools",
         "anthropic_beta",
+        # prompt caching (transformers/request_messages.py, transformers/cache_key.py)
+        "cache_breakpoints",
+        "cache_ttl",
+        "billing_header",
+        "prompt_cache_key",
     }
 )
 

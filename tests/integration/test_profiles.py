@@ -241,7 +241,8 @@ def b_codex_chat(model: str, *, max_key: str | None, max_value: int | None = Non
             assert b["thinking"] == {"type": "enabled"} and "reasoning_effort" not in b
         else:
             assert b["reasoning_effort"] == "high" and "thinking" not in b
-        assert ("prompt_cache_key" in b) is prompt_cache
+        # Codex's key reaches every upstream that reads it, as Codex sent it
+        assert b.get("prompt_cache_key") == ("thread-1" if prompt_cache else None)
 
     return check
 
@@ -535,11 +536,13 @@ def c_codex_from_messages(r: httpx.Response) -> None:
 
 def b_kimi_cli_messages(model: str, *, anthropic: bool = True) -> Callable[[dict[str, Any]], None]:
     def check(b: dict[str, Any]) -> None:
-        assert (
-            b["model"] == model
-            and b["max_tokens"] == 4096
-            and b["system"] == [{"type": "text", "text": "You are Kimi."}]
-        )
+        system = {"type": "text", "text": "You are Kimi."}
+        if anthropic:  # breakpoints where a Chat client can set none: Claude Code's placement
+            system["cache_control"] = {"type": "ephemeral"}
+            assert b["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+        else:
+            assert b"cache_control" not in orjson.dumps(b)
+        assert b["model"] == model and b["max_tokens"] == 4096 and b["system"] == [system]
         call = b["messages"][1]["content"][-1]
         assert call["type"] == "tool_use"
         assert call["id"] == (to_anthropic_id("functions.Read:0") if anthropic else "functions.Read:0")
@@ -570,14 +573,15 @@ CASES: list[Case] = [
          b_kimi_to_responses("gpt-5.5"), responses_answer, c_kimi_from_responses),
     Case("openai-chat-codex", P_OPENAI_CHAT, {"name": "gpt-5.5", "provider": "oai"}, "responses",
          codex_request("gpt-5.5"), "https://api.openai.com/v1/chat/completions", ("authorization", "Bearer sk-oai"),
-         b_codex_chat("gpt-5.5", max_key="max_completion_tokens", max_value=128_000), CHAT_OK, c_codex_from_chat),
+         b_codex_chat("gpt-5.5", max_key="max_completion_tokens", max_value=128_000, prompt_cache=True), CHAT_OK, c_codex_from_chat),
     Case("openai-chat-kimi-cli", P_OPENAI_CHAT, {"name": "gpt-5.5", "provider": "oai"}, "chat",
          kimi_request("gpt-5.5"), "https://api.openai.com/v1/chat/completions", ("authorization", "Bearer sk-oai"),
          b_kimi_chat("gpt-5.5", moonshot=False), CHAT_OK, c_kimi_from_chat),
     # -- azure ----------------------------------------------------------------------------------
     Case("azure-deployment-chat-codex", P_AZURE_DEP, {"name": "gpt-5.5", "provider": "az", "upstream_model": "gpt5-prod"},
          "responses", codex_request("gpt-5.5"), f"{AZ_URL}/deployments/gpt5-prod/chat/completions{AZ_Q}",
-         ("api-key", "az-key"), b_codex_chat("gpt5-prod", max_key="max_completion_tokens", max_value=128_000),
+         ("api-key", "az-key"), b_codex_chat("gpt5-prod", max_key="max_completion_tokens", max_value=128_000,
+                                                   prompt_cache=True),
          CHAT_OK, c_codex_from_chat),
     Case("azure-deployment-own-api-version", {**P_AZURE_DEP, "query": {"api-version": "2024-10-21"},
                                               "base_url": "https://res.openai.azure.com/openai/"},
@@ -1070,6 +1074,56 @@ def q_anthropic_tool_ids(on: bool, bodies: list[dict[str, Any]], r: httpx.Respon
     assert bodies[0]["messages"][2]["content"][0]["tool_use_id"] == sent
 
 
+def q_cache_breakpoints(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_codex_from_messages(r)
+    b = bodies[0]
+    marks = [x for x in b["system"] if "cache_control" in x]
+    last = b["messages"][-1]["content"][-1]
+    if on:  # Claude Code's placement: the system prompt's end and the newest block
+        assert marks == [b["system"][-1]] and last["cache_control"] == {"type": "ephemeral"}
+    else:
+        assert b"cache_control" not in orjson.dumps(b)
+
+
+def _claude_code_ttl() -> dict[str, Any]:
+    req = claude_code_request("m")
+    req["system"][0]["cache_control"] = {"type": "ephemeral", "ttl": "1h"}
+    return req
+
+
+def q_cache_ttl(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_claude_code_from_messages(r)
+    want = {"type": "ephemeral", "ttl": "1h"} if on else {"type": "ephemeral"}
+    assert bodies[0]["system"][0]["cache_control"] == want
+
+
+BILLING_LINE = "x-anthropic-billing-header: cc_version=2.1.332.bc4; cc_entrypoint=sdk-cli;"
+
+
+def _claude_code_billing() -> dict[str, Any]:
+    req = claude_code_request("m")
+    req["system"].insert(0, {"type": "text", "text": BILLING_LINE})
+    return req
+
+
+def q_billing_header(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_claude_code_from_messages(r)
+    texts = [x["text"] for x in bodies[0]["system"]]
+    assert texts == ([BILLING_LINE, "You are Claude Code."] if on else ["You are Claude Code."])
+
+
+def _codex_no_cache_key() -> dict[str, Any]:
+    req = codex_request("m")
+    del req["prompt_cache_key"]
+    return req
+
+
+def q_prompt_cache_key(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_codex_from_chat(r)
+    key = bodies[0].get("prompt_cache_key")
+    assert (key is not None and key.startswith("sbx-")) if on else key is None
+
+
 def _one(resp: Callable[[], httpx.Response]) -> Callable[[], list[httpx.Response]]:
     return lambda: [resp()]
 
@@ -1119,6 +1173,11 @@ QCASES: list[QCase] = [
           q_anthropic_tool_ids),
     QCase("anthropic_beta", Q_MSG, "messages", lambda: claude_code_request("m"), _one(messages_answer),
           q_anthropic_beta),
+    QCase("cache_breakpoints", Q_MSG, "responses", lambda: codex_request("m"), _one(messages_answer),
+          q_cache_breakpoints),
+    QCase("cache_ttl", Q_MSG, "messages", _claude_code_ttl, _one(messages_answer), q_cache_ttl),
+    QCase("billing_header", Q_MSG, "messages", _claude_code_billing, _one(messages_answer), q_billing_header),
+    QCase("prompt_cache_key", Q_CHAT, "responses", _codex_no_cache_key, _one(CHAT_OK), q_prompt_cache_key),
 ]  # fmt: skip
 
 # how the switch is thrown: (provider quirks, model quirks) for on / off
