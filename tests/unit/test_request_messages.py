@@ -327,3 +327,23 @@ def test_billing_line(case: str, system: Any, want: Any) -> None:
     assert ("billing_header_dropped" in ctx.repairs) is (want != system)
     out, ctx = run(copy.deepcopy(b), quirks=frozenset({"billing_header"}))  # Anthropic: as sent
     assert out["system"] == system and "billing_header_dropped" not in ctx.repairs
+
+
+@pytest.mark.parametrize("upstream", ["chat", "responses", "messages"])
+@pytest.mark.parametrize("anthropic", [True, False])
+def test_billing_line_reaches_anthropic_only_in_every_direction(upstream: str, anthropic: bool) -> None:
+    from transformers.bridge import open_bridge
+
+    b = {"model": "c", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}],
+         "system": [{"type": "text", "text": BILLING}, {"type": "text", "text": "You are Claude Code."}]}  # fmt: skip
+    ctx = Ctx(quirks=frozenset({"billing_header"}) if anthropic else frozenset(), upstream_model="up")
+    out, _ = open_bridge(copy.deepcopy(b), "messages", upstream, ctx)
+    assert (BILLING in str(out)) is anthropic and "You are Claude Code." in str(out)
+    assert ("billing_header_dropped" in ctx.repairs) is not anthropic
+
+
+def test_the_token_estimate_does_not_count_the_billing_line() -> None:
+    from app.tokens import estimate
+
+    b = {"system": [{"type": "text", "text": BILLING * 30}, {"type": "text", "text": "x"}], "messages": []}
+    assert estimate(b) == estimate({"system": [{"type": "text", "text": "x"}], "messages": []})
