@@ -1511,3 +1511,16 @@ async def test_profile_nonstream(client_factory: Any, mock: Any, provider: dict[
     else:
         assert [i["call_id"] for i in calls] == ["functions.Bash:1"] and all(i["id"] for i in calls)
         assert out["usage"]["input_tokens_details"]["cached_tokens"] == 9
+
+
+async def test_the_request_log_line_carries_the_cache_counts(client_factory: Any, mock: Any) -> None:
+    """Codex on Anthropic: the breakpoints go up, the upstream's cache counts come back to the
+    client and into the request line (read 30 and written 7 of 42 input tokens)."""
+    c = await client_factory(**_config([{**P_ANTHROPIC, "base_url": "http://q.test"}],
+                                       [{"name": "m", "provider": "ant"}]))  # fmt: skip
+    mock.route(method="POST", host="q.test").mock(side_effect=[messages_answer()])
+    with structlog.testing.capture_logs() as logs:
+        r = await _send(c, "responses", codex_request("m"))
+    c_codex_from_messages(r)
+    line = [e for e in logs if e["event"] == "request"][-1]
+    assert (line["input_tokens"], line["cache_read"], line["cache_write"]) == (42, 30, 7)
