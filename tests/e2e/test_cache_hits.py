@@ -1,0 +1,275 @@
+"""Prompt cache hits through Switchboard, with real clients, against direct (issue 59).
+
+Every upstream here caches as its kind of provider does (``cache_model``): a prefix cache
+(OpenAI, Kimi, DeepSeek: the longest common prefix, in blocks) or Anthropic's breakpoint
+cache (only prefixes that end at a ``cache_control`` block, 20 blocks of lookback).  Each
+answer reports what that request read from cache, and the client must be told it.  A run
+is a coding agent's tool loop: five tool rounds, then the answer.  Its hit ratio is the
+tokens read from cache over the input tokens of requests 2..n.
+
+* ``test_openai_sdk``: the openai SDK (Chat, streamed) direct to a Chat prefix cache, then
+  through ``switchboard serve`` to each kind: Chat and Responses prefix caches, Anthropic
+  (``profile: anthropic``) and MiniMax (``profile: minimax``) breakpoint caches, Kimi's
+  Messages endpoint (a prefix cache).  Every kind reads at least 95 % of direct, Anthropic
+  at least 80 % of its input; each answer's ``cached_tokens`` is what the upstream reported.
+  With ``cache_breakpoints`` switched off, Anthropic reads nothing: the measure can fail.
+* ``test_codex``: Codex (0.171, HTTP) direct to a Responses prefix cache, then through the
+  proxy to Anthropic's breakpoint cache and to a Chat prefix cache, running
+  ``exec_command`` five times.
+* ``test_claude_code_second_session``: two Claude Code sessions in a row through the proxy
+  to a Chat prefix cache: the second session's first request reads the tools and the
+  system prompt from cache, because Claude Code's billing line (its first system block,
+  different in each session) is not sent; with the line sent (``billing_header`` switched
+  on for that provider) the same request misses from the start.
+
+The figures each test measured are printed (``-s``) and written to the proxy's log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+import pytest
+from cache_model import BreakpointCache, PrefixCache, chat_usage, messages_usage, responses_usage
+from messages_upstream import MessagesUpstream, MessageTurn, text, tool_use
+from proxy_harness import PROXY_CLIENT_KEY, provider_entry
+from scripted_upstream import ScriptedUpstream, ToolCall, Turn, chat_turn, responses_turn
+
+pytestmark = pytest.mark.e2e
+
+ROUNDS = 5
+# what a coding agent's system prompt and tools weigh (Codex's are ~25 KB; these are smaller)
+SYSTEM = "You are a coding agent working in a repository. " + " ".join(
+    f"Rule {i}: read before you write, keep diffs small, run the tests." for i in range(120)
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository. " + "It returns the file's text. " * 40,
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    }
+]
+
+
+@dataclass
+class Metered:
+    """An upstream's cache and what it reported for each request: (total, read, written)."""
+
+    cache: PrefixCache | BreakpointCache
+    reports: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def measure(self, body: dict, protocol: str) -> tuple[int, int, int]:
+        got = self.cache.usage(body, protocol)
+        self.reports.append(got)
+        return got
+
+    def ratio(self) -> float:
+        later = self.reports[1:]
+        total = sum(t for t, _, _ in later)
+        return sum(r for _, r, _ in later) / total if total else 0.0
+
+
+def _tool_id(kind: str, i: int) -> str:
+    return f"toolu_cache_{i:02d}" if kind == "messages" else f"call_cache_{i:02d}"
+
+
+def script(kind: str, meter: Metered, calls: Callable[[int], tuple[str, dict]], final: str) -> list[Any]:
+    """ROUNDS tool rounds, then ``final``; every answer's usage from ``meter``."""
+    out: list[Any] = []
+    for i in range(ROUNDS + 1):
+        last = i == ROUNDS
+        name, args = calls(i)
+
+        def respond(req: dict, i: int = i, last: bool = last, name: str = name, args: dict = args) -> Any:
+            total, read, written = meter.measure(req, kind)
+            say = final if last else f"Step {i}: reading more."
+            if kind == "messages":
+                blocks = [text(say)] if last else [text(say), tool_use(name, args, _tool_id(kind, i))]
+                return MessageTurn(blocks, usage=messages_usage(total, read, written))
+            call = [] if last else [ToolCall(name, json.dumps(args), id=_tool_id(kind, i))]
+            if kind == "chat":
+                return chat_turn(text=say, tool_calls=call, usage=chat_usage(total, read, written),
+                                 finish_reason="stop" if last else "tool_calls")  # fmt: skip
+            return responses_turn(text=say, tool_calls=call, usage=responses_usage(total, read, written))
+
+        out.append(MessageTurn(respond=respond) if kind == "messages" else Turn(respond=respond))
+    return out
+
+
+def upstream_for(kind: str, turns: list[Any], name: str) -> ScriptedUpstream:
+    cls = MessagesUpstream if kind == "messages" else ScriptedUpstream
+    return cls(turns, name=name).start()
+
+
+# (case, upstream protocol, profile, cache, extra provider config)
+KINDS: list[tuple[str, str, str, Callable[[], Any], dict]] = [
+    ("chat", "chat", "openai-compatible", PrefixCache, {}),
+    ("responses", "responses", "openai-compatible", PrefixCache, {}),
+    ("anthropic", "messages", "anthropic", BreakpointCache, {}),
+    ("minimax", "messages", "minimax", BreakpointCache, {}),
+    ("kimi-messages", "messages", "kimi", PrefixCache, {}),
+    ("anthropic-no-breakpoints", "messages", "anthropic", BreakpointCache,
+     {"quirks": {"disable": ["cache_breakpoints"]}}),
+]  # fmt: skip
+
+
+def _report(label: str, figures: dict[str, float]) -> None:
+    print(f"\n[cache hits] {label}: " + ", ".join(f"{k} {v:.1%}" for k, v in figures.items()))
+
+
+# --------------------------------------------------------------------------- openai SDK
+
+
+def _sdk_loop(base_url: str, model: str, api_key: str) -> list[int]:
+    """The openai SDK's tool loop (streamed Chat); the cached_tokens it was told, per answer."""
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": "Find where the config is parsed."}]  # fmt: skip
+    told = []
+    for _ in range(ROUNDS + 1):
+        stream = client.chat.completions.create(
+            model=model, messages=messages, tools=TOOLS, stream=True, stream_options={"include_usage": True}
+        )
+        content, calls, usage = "", {}, None
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                for tc in choice.delta.tool_calls or []:
+                    c = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    c["id"] += tc.id or ""
+                    c["name"] += (tc.function.name or "") if tc.function else ""
+                    c["arguments"] += (tc.function.arguments or "") if tc.function else ""
+        assert usage is not None and usage.prompt_tokens_details is not None
+        told.append(usage.prompt_tokens_details.cached_tokens or 0)
+        msg: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if not calls:
+            messages.append(msg)
+            break
+        msg["tool_calls"] = [{"id": c["id"], "type": "function",
+                              "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]  # fmt: skip
+        messages.append(msg)
+        for c in calls.values():
+            path = json.loads(c["arguments"])["path"]
+            body = f"# {path}\n" + "\n".join(f"def f{n}(x):\n    return x + {n}" for n in range(60))
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": body})
+    return told
+
+
+def _read_calls(i: int) -> tuple[str, dict]:
+    return "read_file", {"path": f"src/module_{i}.py"}
+
+
+def test_openai_sdk(proxy, tmp_path):
+    final = "The config is parsed in src/module_3.py."
+    direct = Metered(PrefixCache())
+    up = upstream_for("chat", script("chat", direct, _read_calls, final), "direct-chat")
+    try:
+        told = _sdk_loop(up.base_url, "m", "sk-direct")
+    finally:
+        up.stop()
+    assert len(direct.reports) == ROUNDS + 1 and told == [r for _, r, _ in direct.reports]
+    baseline = direct.ratio()
+    figures = {"direct chat": baseline}
+    meters: dict[str, Metered] = {}
+    ups, providers, models = [], [], []
+    try:
+        for case, protocol, profile, cache, extra in KINDS:
+            meter = meters[case] = Metered(cache())
+            u = upstream_for(protocol, script(protocol, meter, _read_calls, final), f"cache-{case}")
+            ups.append(u)
+            providers.append(provider_entry(u, name=f"p-{case}", profile=profile, protocol=protocol, **extra))
+            models.append({"name": f"m-{case}", "provider": f"p-{case}"})
+        px = proxy(providers=providers, models=models)
+        for case, *_ in KINDS:
+            got = _sdk_loop(px.base_url, f"m-{case}", PROXY_CLIENT_KEY)
+            info = f"{case}\n" + "\n".join(u.describe() for u in ups) + "\n--- proxy log ---\n" + px.log(tail=20_000)
+            meter = meters[case]
+            assert len(meter.reports) == ROUNDS + 1, info
+            # the client is told what the upstream read from cache, answer by answer
+            assert got == [r for _, r, _ in meter.reports], info
+            figures[case] = meter.ratio()
+    finally:
+        for u in ups:
+            u.stop()
+    _report("openai SDK (Chat)", figures)
+    for case, _protocol, profile, _cache, extra in KINDS:
+        if extra:
+            continue
+        assert figures[case] >= 0.95 * baseline, (case, figures)
+        if profile in ("anthropic", "minimax"):
+            assert figures[case] >= 0.80, (case, figures)
+    assert figures["anthropic-no-breakpoints"] == 0.0, figures  # the issue as it was
+
+
+# --------------------------------------------------------------------------- Codex
+
+CODEX_FINAL = "All five steps ran."
+# (case, upstream protocol, profile, cache)
+CODEX_KINDS: list[tuple[str, str, str, Callable[[], Any]]] = [
+    ("anthropic", "messages", "anthropic", BreakpointCache),
+    ("chat", "chat", "openai-compatible", PrefixCache),
+    ("responses", "responses", "openai-compatible", PrefixCache),
+]
+CODEX_MODES = {"http": {}, "websocket": {"supports_websockets": True}}
+
+
+def _exec_calls(i: int) -> tuple[str, dict]:
+    return "exec_command", {"cmd": f"printf 'step {i}: ' && seq -s ' ' 1 200"}
+
+
+def _codex_check(run: Any, meter: Metered, info: str) -> None:
+    assert run.returncode == 0 and not run.timed_out and run.turn_completed, info
+    assert len(run.command_executions) == ROUNDS and run.final_message == CODEX_FINAL, info
+    assert len(meter.reports) == ROUNDS + 1, info
+    done = [e for e in run.events if e.get("type") == "turn.completed"][-1]
+    # Codex is told what the upstreams read: its turn's cached input is their sum
+    assert done["usage"]["cached_input_tokens"] == sum(r for _, r, _ in meter.reports), (done, info)
+
+
+@pytest.mark.parametrize("mode", list(CODEX_MODES))
+def test_codex(upstream, proxy, codex_run, mode):
+    from codex_harness import CODEX_LATEST
+
+    direct = Metered(PrefixCache())
+    up = upstream(script("responses", direct, _exec_calls, CODEX_FINAL), "codex-direct")
+    run = codex_run("run the five steps", base_url=up.base_url, model="m", version=CODEX_LATEST, api_key="sk-direct")
+    _codex_check(run, direct, f"{run.describe()}\n{up.describe()}")
+    figures = {"direct responses": direct.ratio()}
+    meters: dict[str, Metered] = {}
+    ups, providers, models = [], [], []
+    try:
+        for case, protocol, profile, cache in CODEX_KINDS:
+            meter = meters[case] = Metered(cache())
+            u = upstream_for(protocol, script(protocol, meter, _exec_calls, CODEX_FINAL), f"codex-{case}")
+            ups.append(u)
+            providers.append(provider_entry(u, name=f"p-{case}", profile=profile, protocol=protocol))
+            models.append({"name": f"m-{case}", "provider": f"p-{case}"})
+        px = proxy(providers=providers, models=models)
+        for case, *_ in CODEX_KINDS:
+            run = codex_run("run the five steps", base_url=px.base_url, model=f"m-{case}", version=CODEX_LATEST,
+                            **CODEX_MODES[mode])  # fmt: skip
+            info = f"{case}\n{run.describe()}\n--- proxy log ---\n{px.log(tail=20_000)}"
+            _codex_check(run, meters[case], info)
+            if mode == "websocket":  # every model request came over the socket
+                from test_codex_websocket import transports
+
+                seen = transports(px.log(tail=200_000))
+                assert seen.count("websocket") >= len(meters[case].reports) and "http" not in seen, (seen, info)
+            figures[case] = meters[case].ratio()
+    finally:
+        for u in ups:
+            u.stop()
+    _report(f"Codex {CODEX_LATEST} ({mode})", figures)
+    for case, _protocol, profile, _cache in CODEX_KINDS:
+        assert figures[case] >= 0.95 * figures["direct responses"], (case, figures)
+        if profile == "anthropic":
+            assert figures[case] >= 0.80, (case, figures)
