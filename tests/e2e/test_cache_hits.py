@@ -273,3 +273,127 @@ def test_codex(upstream, proxy, codex_run, mode):
         assert figures[case] >= 0.95 * figures["direct responses"], (case, figures)
         if profile == "anthropic":
             assert figures[case] >= 0.80, (case, figures)
+
+
+# --------------------------------------------------------------------------- Claude Code
+
+CC_FINAL = "All steps ran."
+CC_KINDS: list[tuple[str, str, str, Callable[[], Any]]] = [
+    ("anthropic", "messages", "anthropic", BreakpointCache),
+    ("chat", "chat", "openai-compatible", PrefixCache),
+    ("responses", "responses", "openai-compatible", PrefixCache),
+]
+
+
+@pytest.fixture(scope="module")
+def claude_code() -> Any:
+    from claude_code_harness import ClaudeCodeUnavailable, ensure_claude_code
+    from proxy_harness import REPO
+
+    try:
+        return ensure_claude_code(REPO)
+    except ClaudeCodeUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+def _bash_calls(i: int) -> tuple[str, dict]:
+    return "Bash", {"command": f"echo step {i} && seq -s ' ' 1 200", "description": f"Step {i}"}
+
+
+def _claude(cc: Any, url: str, model: str, where: Any, prompt: str) -> Any:
+    from claude_code_harness import run_claude_code
+
+    return run_claude_code(cc, prompt, base_url=url, model=model, small_model=model, workspace=where / "ws",
+                           home=where / "home", api_key=PROXY_CLIENT_KEY, timeout=120)  # fmt: skip
+
+
+def _cc_check(run: Any, meter: Metered, rounds: int, info: str) -> None:
+    assert run.returncode == 0 and not run.timed_out, info
+    assert run.result is not None and run.result.get("result") == CC_FINAL, info
+    assert len(meter.reports) == rounds + 1, info
+    # Claude Code is told what the upstream read (its result's usage sums the session)
+    assert run.result["usage"]["cache_read_input_tokens"] == sum(r for _, r, _ in meter.reports), (run.result, info)
+
+
+def test_claude_code(claude_code, proxy, tmp_path):
+    direct = Metered(BreakpointCache())
+    up = upstream_for("messages", script("messages", direct, _bash_calls, CC_FINAL), "cc-direct")
+    try:
+        run = _claude(claude_code, up.url, "claude-e2e", tmp_path / "direct", "Run the five steps with Bash.")
+        _cc_check(run, direct, ROUNDS, f"{run.describe()}\n{up.describe()}")
+    finally:
+        up.stop()
+    figures = {"direct messages": direct.ratio()}
+    meters: dict[str, Metered] = {}
+    ups, providers, models = [], [], []
+    try:
+        for case, protocol, profile, cache in CC_KINDS:
+            meter = meters[case] = Metered(cache())
+            u = upstream_for(protocol, script(protocol, meter, _bash_calls, CC_FINAL), f"cc-{case}")
+            ups.append(u)
+            providers.append(provider_entry(u, name=f"p-{case}", profile=profile, protocol=protocol))
+            models.append({"name": f"m-{case}", "provider": f"p-{case}"})
+        px = proxy(providers=providers, models=models)
+        for case, *_ in CC_KINDS:
+            run = _claude(claude_code, px.url, f"m-{case}", tmp_path / case, "Run the five steps with Bash.")
+            _cc_check(run, meters[case], ROUNDS, f"{case}\n{run.describe()}\n--- proxy log ---\n{px.log(tail=20_000)}")
+            figures[case] = meters[case].ratio()
+    finally:
+        for u in ups:
+            u.stop()
+    _report("Claude Code 2.1.332", figures)
+    for case, _protocol, profile, _cache in CC_KINDS:
+        assert figures[case] >= 0.95 * figures["direct messages"], (case, figures)
+        if profile == "anthropic":
+            assert figures[case] >= 0.80, (case, figures)
+
+
+def _shared(body: dict) -> int:
+    """The tokens of what two sessions share: the tools and the system prompt."""
+    from cache_model import units
+
+    head = [u for u, _ in units(body, "chat")[:2]]
+    assert json.loads(head[1])["role"] == "system"
+    return -(-sum(len(u) for u in head) // 4)
+
+
+def test_claude_code_second_session(claude_code, proxy, tmp_path):
+    """Two sessions in a row on one Chat prefix cache: the second one's first request reads
+    the tools and the system prompt from cache, unless Claude Code's billing line is sent."""
+    one_round = 1
+    meters = {case: Metered(PrefixCache()) for case in ("stripped", "kept")}
+    scripts = {case: script("chat", m, _bash_calls, CC_FINAL)[-one_round - 1 :] for case, m in meters.items()}
+    ups = {case: upstream_for("chat", [*s, *script("chat", meters[case], _bash_calls, CC_FINAL)[-one_round - 1 :]],
+                              f"cc-{case}") for case, s in scripts.items()}  # fmt: skip
+    try:
+        providers = [provider_entry(ups["stripped"], name="p-stripped"),
+                     provider_entry(ups["kept"], name="p-kept", quirks={"enable": ["billing_header"]})]  # fmt: skip
+        px = proxy(providers=providers, models=[{"name": "m-stripped", "provider": "p-stripped"},
+                                                {"name": "m-kept", "provider": "p-kept"}])  # fmt: skip
+        figures: dict[str, float] = {}
+        lines: dict[str, list[str]] = {}
+        for case in ("stripped", "kept"):
+            for prompt in ("Run one step with Bash.", "Now run one more step with Bash, please."):
+                run = _claude(claude_code, px.url, f"m-{case}", tmp_path / case, prompt)  # one directory, as a user
+                assert run.returncode == 0 and not run.timed_out, f"{run.describe()}\n{px.log(tail=20_000)}"
+                assert run.result is not None and run.result.get("result") == CC_FINAL, run.describe()
+            reqs = ups[case].model_requests
+            assert len(reqs) == 2 * (one_round + 1), ups[case].describe()
+            second = reqs[one_round + 1]  # the second session's first request
+            system = second.json["messages"][0]["content"]
+            lines[case] = [r.json["messages"][0]["content"].split("\n", 1)[0] for r in (reqs[0], second)]
+            shared = _shared(second.json)
+            read = meters[case].reports[one_round + 1][1]
+            figures[f"{case}: session 2 reads of the shared prefix"] = min(read, shared) / shared
+            if case == "stripped":
+                assert "x-anthropic-billing-header" not in system, system[:200]
+            else:
+                assert system.startswith("x-anthropic-billing-header:"), system[:200]
+    finally:
+        for u in ups.values():
+            u.stop()
+    _report("Claude Code 2.1.332, second session on a Chat prefix cache", figures)
+    print(f"[cache hits] billing lines of the two sessions: {lines['kept']}")
+    assert figures["stripped: session 2 reads of the shared prefix"] == 1.0, figures
+    if lines["kept"][0] != lines["kept"][1]:  # the line changed with the prompt: the cache misses there
+        assert figures["kept: session 2 reads of the shared prefix"] < 0.95, (figures, lines)
