@@ -16,6 +16,12 @@ tokens read from cache over the input tokens of requests 2..n.
 * ``test_codex``: Codex (0.171, HTTP) direct to a Responses prefix cache, then through the
   proxy to Anthropic's breakpoint cache and to a Chat prefix cache, running
   ``exec_command`` five times.
+* ``test_claude_code``: Claude Code direct to Anthropic's breakpoint cache (its own
+  breakpoints), then through the proxy to Anthropic, Chat and Responses.
+* ``test_kimi_code``: Kimi Code's ``openai`` type direct to a Chat prefix cache, then
+  through the proxy its ``openai``, ``openai_responses`` and ``anthropic`` types to
+  Anthropic, and ``openai`` to Chat (Kimi Code prints no usage: what a client is told is
+  checked on the other three).
 * ``test_claude_code_second_session``: two Claude Code sessions in a row through the proxy
   to a Chat prefix cache: the second session's first request reads the tools and the
   system prompt from cache, because Claude Code's billing line (its first system block,
@@ -397,3 +403,74 @@ def test_claude_code_second_session(claude_code, proxy, tmp_path):
     assert figures["stripped: session 2 reads of the shared prefix"] == 1.0, figures
     if lines["kept"][0] != lines["kept"][1]:  # the line changed with the prompt: the cache misses there
         assert figures["kept: session 2 reads of the shared prefix"] < 0.95, (figures, lines)
+
+
+# --------------------------------------------------------------------------- Kimi Code
+
+KIMI_FINAL = "All five steps ran."
+# (case, Kimi Code's provider type, upstream protocol, profile, cache)
+KIMI_KINDS: list[tuple[str, str, str, str, Callable[[], Any]]] = [
+    ("openai -> anthropic", "openai", "messages", "anthropic", BreakpointCache),
+    ("openai_responses -> anthropic", "openai_responses", "messages", "anthropic", BreakpointCache),
+    ("anthropic -> anthropic", "anthropic", "messages", "anthropic", BreakpointCache),
+    ("openai -> chat", "openai", "chat", "openai-compatible", PrefixCache),
+]
+
+
+@pytest.fixture(scope="module")
+def kimi_code() -> Any:
+    from kimi_code_harness import KimiCodeUnavailable, ensure_kimi_code
+    from proxy_harness import REPO
+
+    try:
+        return ensure_kimi_code(REPO)
+    except KimiCodeUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+def _kimi(kc: Any, provider_type: str, base_url: str, model: str, where: Any) -> Any:
+    from kimi_code_harness import run_kimi_code
+
+    return run_kimi_code(kc, "Run the five steps with Bash.", provider_type=provider_type, base_url=base_url,
+                         model=model, workspace=where / "ws", home=where / "home", api_key=PROXY_CLIENT_KEY,
+                         timeout=120)  # fmt: skip
+
+
+def _kimi_check(run: Any, meter: Metered, info: str) -> None:
+    assert not run.timed_out and run.returncode == 0, info
+    assert len(run.tool_calls) == ROUNDS and run.final_text == KIMI_FINAL, info
+    assert len(meter.reports) == ROUNDS + 1, info
+
+
+def test_kimi_code(kimi_code, proxy, tmp_path):
+    direct = Metered(PrefixCache())
+    up = upstream_for("chat", script("chat", direct, _bash_calls, KIMI_FINAL), "kimi-direct")
+    try:
+        run = _kimi(kimi_code, "openai", up.base_url, "kimi-e2e", tmp_path / "direct")
+        _kimi_check(run, direct, f"{run.describe()}\n{up.describe()}")
+    finally:
+        up.stop()
+    figures = {"direct chat": direct.ratio()}
+    meters: dict[str, Metered] = {}
+    ups, providers, models = [], [], []
+    try:
+        for n, (case, _type, protocol, profile, cache) in enumerate(KIMI_KINDS):
+            meter = meters[case] = Metered(cache())
+            u = upstream_for(protocol, script(protocol, meter, _bash_calls, KIMI_FINAL), f"kimi-{n}")
+            ups.append(u)
+            providers.append(provider_entry(u, name=f"p{n}", profile=profile, protocol=protocol))
+            models.append({"name": f"m{n}", "provider": f"p{n}"})
+        px = proxy(providers=providers, models=models)
+        for n, (case, provider_type, *_) in enumerate(KIMI_KINDS):
+            url = px.url if provider_type == "anthropic" else px.base_url
+            run = _kimi(kimi_code, provider_type, url, f"m{n}", tmp_path / f"k{n}")
+            _kimi_check(run, meters[case], f"{case}\n{run.describe()}\n--- proxy log ---\n{px.log(tail=20_000)}")
+            figures[case] = meters[case].ratio()
+    finally:
+        for u in ups:
+            u.stop()
+    _report("Kimi Code", figures)
+    for case, _type, _protocol, profile, _cache in KIMI_KINDS:
+        assert figures[case] >= 0.95 * figures["direct chat"], (case, figures)
+        if profile == "anthropic":
+            assert figures[case] >= 0.80, (case, figures)
