@@ -87,9 +87,9 @@ Anthropic wants longer lives first.
 
 Claude Code's billing line changes with the prompt (and, in some releases, with every
 request: a ``cch=`` field), so any prefix cache that reads it misses from its first block.
-Only Anthropic reads it; every other upstream gets the request without it (here, and before
-a Chat or Responses upstream ``without_billing_header`` in the Bridge; the token estimate of
-``app/tokens.py`` does not count it).
+Only Anthropic reads it; every other upstream gets the request without it: this row for a
+Messages upstream, ``drop_billing_header`` in the Bridge before a Chat or Responses upstream;
+the token estimate of ``app/tokens.py`` does not count it either.
 """
 
 from __future__ import annotations
