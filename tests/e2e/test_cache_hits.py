@@ -81,6 +81,18 @@ class Metered:
         total = sum(t for t, _, _ in later)
         return sum(r for _, r, _ in later) / total if total else 0.0
 
+    def cost(self) -> float:
+        """The run's input at the providers' multiples of the input price: a cache read 0.1,
+        a write 1.25 where the cache is written at breakpoints (Anthropic), else 1."""
+        write = 1.25 if isinstance(self.cache, BreakpointCache) else 1.0
+        return sum((t - r - w) + 0.1 * r + write * w for t, r, w in self.reports)
+
+
+def _costs(label: str, direct: Metered, meters: dict[str, Metered]) -> None:
+    base = direct.cost()
+    print(f"[cache hits] {label}, input cost against direct: "
+          + ", ".join(f"{k} {m.cost() / base:.2f}x" for k, m in meters.items()))  # fmt: skip
+
 
 def _tool_id(kind: str, i: int) -> str:
     return f"toolu_cache_{i:02d}" if kind == "messages" else f"call_cache_{i:02d}"
@@ -207,6 +219,7 @@ def test_openai_sdk(proxy, tmp_path):
         for u in ups:
             u.stop()
     _report("openai SDK (Chat)", figures)
+    _costs("openai SDK (Chat)", direct, meters)
     for case, _protocol, profile, _cache, extra in KINDS:
         if extra:
             continue
@@ -275,6 +288,7 @@ def test_codex(upstream, proxy, codex_run, mode):
         for u in ups:
             u.stop()
     _report(f"Codex {CODEX_LATEST} ({mode})", figures)
+    _costs(f"Codex {CODEX_LATEST} ({mode})", direct, meters)
     for case, _protocol, profile, _cache in CODEX_KINDS:
         assert figures[case] >= 0.95 * figures["direct responses"], (case, figures)
         if profile == "anthropic":
@@ -348,6 +362,7 @@ def test_claude_code(claude_code, proxy, tmp_path):
         for u in ups:
             u.stop()
     _report("Claude Code 2.1.332", figures)
+    _costs("Claude Code 2.1.332", direct, meters)
     for case, _protocol, profile, _cache in CC_KINDS:
         assert figures[case] >= 0.95 * figures["direct messages"], (case, figures)
         if profile == "anthropic":
@@ -470,6 +485,7 @@ def test_kimi_code(kimi_code, proxy, tmp_path):
         for u in ups:
             u.stop()
     _report("Kimi Code", figures)
+    _costs("Kimi Code", direct, meters)
     for case, _type, _protocol, profile, _cache in KIMI_KINDS:
         assert figures[case] >= 0.95 * figures["direct chat"], (case, figures)
         if profile == "anthropic":
