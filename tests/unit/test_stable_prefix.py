@@ -5,7 +5,8 @@ An upstream's prompt cache serves the longest prefix a request shares with an ea
 k+1 is its turn k plus the answer and the next input, so every upstream body the proxy
 writes for turn k+1 must start with the one it wrote for turn k: the same system prompt and
 tools, and every earlier message or item byte for byte (key order included), whatever the
-repairs did to them: ids, reasoning replay, sealed envelopes, thinking signatures.
+repairs did to them: ids, reasoning replay, sealed envelopes, thinking signatures, and a
+compaction item the proxy sealed (expanded into its summary on every turn).
 
 One conversation is drawn (system prompt, tools, rounds of answers with reasoning, text and
 tool calls with ids of every shape seen), written as each client protocol writes it, cut at
@@ -37,7 +38,7 @@ from hypothesis import strategies as st
 from providers.profiles import PROFILES
 from transformers.bridge import open_bridge
 from transformers.context import Ctx
-from transformers.envelope import seal
+from transformers.envelope import seal, seal_compaction
 from transformers.ids import MAX_CALL_ID, sanitize, to_anthropic_id
 
 KEY = b"k" * 32
@@ -71,6 +72,7 @@ class Conversation:
     tools: tuple[str, ...]
     first: str
     rounds: tuple[tuple[Answer, str], ...]  # an answer, then the user's next text when it calls nothing
+    compacted: str | None = None  # the summary of an earlier compaction, at the head
 
 
 _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12)
@@ -115,7 +117,7 @@ def conversations(draw: st.DrawFn) -> Conversation:
         text = draw(st.none() | _text) if calls else draw(_text)
         answer = Answer(draw(st.none() | _text), draw(st.booleans()), text, tuple(calls))
         rounds.append((answer, "" if calls else draw(_text)))
-    return Conversation(draw(_text), tools, draw(_text), tuple(rounds))
+    return Conversation(draw(_text), tools, draw(_text), tuple(rounds), draw(st.none() | _text))
 
 
 # -- each client protocol writes the conversation, cut after round ``n`` ------------------------
@@ -153,6 +155,8 @@ def responses_body(c: Conversation, n: int) -> dict[str, Any]:
         return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
     items: list[dict[str, Any]] = [user(c.first)]
+    if c.compacted is not None:  # Codex after a remote compaction: the proxy's sealed item first
+        items.insert(0, {"type": "compaction", "id": "cmp_0", "encrypted_content": seal_compaction(c.compacted, KEY)})
     for i, (answer, nxt) in enumerate(c.rounds[:n]):
         if answer.reasoning:
             items.append({"type": "reasoning", "id": f"rs_{i}", "summary": [{"type": "summary_text", "text": answer.reasoning}],
@@ -235,7 +239,8 @@ def _parts(body: dict[str, Any], upstream: str) -> tuple[bytes, list[bytes]]:
 
 
 def _send(body: dict[str, Any], client: str, upstream: str, quirks: frozenset[str]) -> dict[str, Any]:
-    ctx = Ctx(quirks=quirks, upstream_model="up", public_model="m", envelope_key=KEY, max_output_tokens=4096)
+    ctx = Ctx(quirks=quirks, upstream_model="up", public_model="m", envelope_key=KEY, compaction_key=KEY,
+              max_output_tokens=4096)  # fmt: skip
     before = copy.deepcopy(body)
     out, _ = open_bridge(body, client, upstream, ctx)
     assert body == before
