@@ -172,7 +172,8 @@ PROFILES: dict[str, Profile] = {
         ),
         # MiniMax documents Anthropic's cache breakpoints for its Messages endpoint
         Profile("minimax", quirks=frozenset({"cache_breakpoints"}), protocols=("messages", "chat")),
-        Profile("qwen", protocols=("chat", "messages")),
+        # Alibaba Model Studio's Anthropic endpoint: explicit cache at Anthropic's breakpoints
+        Profile("qwen", quirks=frozenset({"cache_breakpoints"}), protocols=("chat", "messages")),
     )
 }
 

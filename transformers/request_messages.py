@@ -9,7 +9,7 @@ runs as the quirk says (``providers/profiles.py``: the ``anthropic`` profile has
 ``anthropic_signatures``, ``anthropic_tool_ids``, ``messages_server_tools``,
 ``anthropic_beta``, ``billing_header``, ``cache_ttl`` and ``cache_breakpoints``; an
 Anthropic-compatible endpoint none of them but ``cache_breakpoints`` where its docs say it
-caches at breakpoints (``minimax``): it checks no signature, wants its reasoning back as
+caches at breakpoints (``minimax``, ``qwen``): it checks no signature, wants its reasoning back as
 DeepSeek's and Kimi's Chat APIs do, runs no server tool and has none of Anthropic's betas).
 
 =========================  =================  ===================================================
@@ -57,7 +57,7 @@ cache breakpoints          ``cache_           Claude Code's placement where the 
                                               table below)
 =========================  =================  ===================================================
 
-Prompt caching.  Anthropic (and MiniMax, which documents the same rules) caches only a prefix
+Prompt caching.  Anthropic (and MiniMax and Qwen, by the same rules) caches only a prefix
 that ends at a ``cache_control`` breakpoint, in the order tools → system → messages; a
 request may carry at most ``CACHE_MAX`` breakpoints, and a breakpoint finds the previous
 request's write up to 20 blocks back.  A Chat or Responses client has no way to say where,

@@ -534,10 +534,14 @@ def c_codex_from_messages(r: httpx.Response) -> None:
     assert usage["input_tokens"] == 42 and usage["input_tokens_details"]["cached_tokens"] == 30
 
 
-def b_kimi_cli_messages(model: str, *, anthropic: bool = True) -> Callable[[dict[str, Any]], None]:
+def b_kimi_cli_messages(
+    model: str, *, anthropic: bool = True, breakpoints: bool | None = None
+) -> Callable[[dict[str, Any]], None]:
+    marks = anthropic if breakpoints is None else breakpoints
+
     def check(b: dict[str, Any]) -> None:
         system = {"type": "text", "text": "You are Kimi."}
-        if anthropic:  # breakpoints where a Chat client can set none: Claude Code's placement
+        if marks:  # breakpoints where a Chat client can set none: Claude Code's placement
             system["cache_control"] = {"type": "ephemeral"}
             assert b["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
         else:
@@ -705,7 +709,7 @@ CASES: list[Case] = [
                                      "api_key": "qw-key"},
          {"name": "qwen3-coder-plus", "provider": "qw"}, "chat", kimi_request("qwen3-coder-plus"),
          "https://dashscope-intl.aliyuncs.com/apps/anthropic/v1/messages", ("x-api-key", "qw-key"),
-         b_kimi_cli_messages("qwen3-coder-plus", anthropic=False), messages_answer, c_kimi_from_messages),
+         b_kimi_cli_messages("qwen3-coder-plus", anthropic=False, breakpoints=True), messages_answer, c_kimi_from_messages),
     Case("qwen-chat-codex", {"name": "qw", "profile": "qwen", "base_url": "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
                              "api_key": "qw-key"},
          {"name": "qwen3-coder-plus", "provider": "qw"}, "responses", codex_request("qwen3-coder-plus"),
