@@ -247,9 +247,35 @@ def _send(body: dict[str, Any], client: str, upstream: str, quirks: frozenset[st
     return out
 
 
+def _marked_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every block of a Messages body that carries ``cache_control``."""
+    found: list[dict[str, Any]] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            if "cache_control" in x:
+                found.append(x)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk([body.get("tools"), body.get("system"), body.get("messages")])
+    return found
+
+
 def check_extends(c: Conversation, client: str, upstream: str, profile: str) -> None:
     quirks = PROFILES[profile].quirks
     sent = [_send(BODIES[client](c, n), client, upstream, quirks) for n in range(len(c.rounds) + 1)]
+    if upstream == "messages":  # Anthropic's limits on breakpoints, whoever placed them
+        for body in sent:
+            marks = _marked_blocks(body)
+            assert len(marks) <= 4, marks
+            assert all(b.get("type") not in ("thinking", "redacted_thinking") for b in marks), marks
+            assert all(b.get("type") != "text" or b.get("text") for b in marks), marks
+            if "cache_breakpoints" in quirks:  # the newest block always carries one
+                assert "cache_control" in body["messages"][-1]["content"][-1], body["messages"][-1]
     for k, (prev, nxt) in enumerate(zip(sent, sent[1:])):
         head0, entries0 = _parts(prev, upstream)
         head1, entries1 = _parts(nxt, upstream)
