@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.limits import Ticket, cost_micros
+from app.limits import Ticket, cost_micros, saved_micros
 from app.prepare import Prepared
 from app.usage import UsageRecord
 
@@ -82,5 +82,6 @@ async def close(svc: Any, owner: str, ticket: Ticket | None, p: Prepared, size: 
             duration_ms=round((time.perf_counter() - p.started) * 1000, 2),
             request_id=p.request_id,
             estimated=estimated,
+            saved_micros=saved_micros(svc.limiter.price(model), t),
         )
     )

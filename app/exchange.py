@@ -328,6 +328,8 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str, erro
         ttft_ms=round(p.first_token * 1000, 2) if p.first_token is not None else None,
         input_tokens=tokens[0] if tokens is not None else None,
         output_tokens=tokens[1] if tokens is not None else None,
+        cache_read=tokens[2] if tokens is not None else None,
+        cache_write=tokens[3] if tokens is not None else None,
         tokens_estimated=estimated,
         terminal=terminal,
         code=error or None,

@@ -273,6 +273,18 @@ def cost_micros(price: PriceCfg | None, tokens: tuple[int, int, int, int, int]) 
     return round(usd_per_million)  # (a million tokens at $1 = 1 µ$ per token)
 
 
+def saved_micros(price: PriceCfg | None, tokens: tuple[int, int, int, int, int]) -> int:
+    """What the upstream's prompt cache saved on ``tokens``, in micro-dollars: the input at
+    the input price less what it cost (cache reads at ``cache_read``, writes at
+    ``cache_write``).  A write dearer than the input (Anthropic: 1.25×) counts against it."""
+    if price is None:
+        return 0
+    _, _, read, write, _ = tokens
+    read_price = price.input if price.cache_read is None else price.cache_read
+    write_price = price.input if price.cache_write is None else price.cache_write
+    return round(read * (price.input - read_price) + write * (price.input - write_price))
+
+
 @dataclass(slots=True)
 class Ticket:
     """One admitted request's share of its key's windows."""

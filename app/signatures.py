@@ -12,9 +12,9 @@ client key and the call id, for as long as the store keeps responses
 * ``remember`` (after the answer went out, never on its path): the signatures the upstream
   put on its calls (``ctx.signatures_seen``), when the client speaks Chat and the route is
   Gemini's (``gemini_thought_signatures``);
-* ``recall`` (before the request is prepared): for a Chat request to such a route whose
-  current turn has a call without a signature, the kept signatures of those call ids; the
-  request row puts them back as it puts back what a client's envelope carried.
+* ``recall`` (before the request is prepared): for a Chat request to such a route with
+  steps whose first call came back without a signature, the kept signatures of those
+  calls; the request row puts them back as it puts back what a client's envelope carried.
 
 What the client sent wins: a kept signature fills only a call that came back bare.  The
 entry's key is a SHA-256 of the client key's name, the call id and the function's name, so
@@ -39,8 +39,8 @@ from app.store import RedisStore, SQLiteStore, Store
 
 __all__ = ["Signatures", "bare_calls"]
 
-# the current turn's calls worth a look: a request with more is answered from what it carries
-_MAX_IDS = 256
+# the steps looked up at most (the newest): a longer conversation's oldest go as they came
+_MAX_IDS = 4096
 
 
 def _key(owner: str, call_id: str, name: str) -> str:
@@ -48,9 +48,10 @@ def _key(owner: str, call_id: str, name: str) -> str:
 
 
 def bare_calls(body: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(id, function name)`` of each first call of an assistant step of the current turn
-    (after the last user message) that came back without a thought signature: the calls
-    Gemini checks (the later calls of a parallel step carry none)."""
+    """``(id, function name)`` of each first call of an assistant step that came back
+    without a thought signature, newest first: the calls Gemini checks (the later calls of a
+    parallel step carry none).  Earlier turns too: what went upstream for a turn must not
+    change once the turn is over (the upstream's prefix cache)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return []
@@ -58,8 +59,6 @@ def bare_calls(body: dict[str, Any]) -> list[tuple[str, str]]:
     for m in reversed(messages):
         if not isinstance(m, dict):
             continue
-        if m.get("role") == "user":
-            break
         calls = m.get("tool_calls") if m.get("role") == "assistant" else None
         if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
             continue
@@ -131,12 +130,14 @@ class Signatures:
                 values = [v.decode() if isinstance(v, bytes) else v for v in got]
             elif isinstance(store, SQLiteStore):
                 db = await self._db()
-                marks = ",".join("?" * len(keys))
                 found: dict[str, str] = {}
-                sql = f"SELECT k, sig FROM thought_signatures WHERE k IN ({marks}) AND expires_at > ?"
-                async with db.execute(sql, (*keys, time.time())) as cur:
-                    async for k, sig in cur:
-                        found[k] = sig
+                now = time.time()
+                for start in range(0, len(keys), 500):
+                    part = keys[start : start + 500]
+                    sql = f"SELECT k, sig FROM thought_signatures WHERE k IN ({','.join('?' * len(part))}) AND expires_at > ?"
+                    async with db.execute(sql, (*part, now)) as cur:
+                        async for k, sig in cur:
+                            found[k] = sig
                 values = [found.get(k) for k in keys]
             else:
                 return {}

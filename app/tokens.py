@@ -30,7 +30,7 @@ import orjson
 from app.logs import log
 from providers.upstream import Route
 from transformers.context import Ctx
-from transformers.request_messages import prepare_messages
+from transformers.request_messages import prepare_messages, without_billing_header
 
 __all__ = ["count_tokens", "estimate"]
 
@@ -39,7 +39,9 @@ _COUNTED = ("system", "messages", "tools")
 
 
 def estimate(body: dict[str, Any]) -> int:
-    """The JSON bytes of what the model reads, over 3 (an overcount: module docstring)."""
+    """The JSON bytes of what the model reads, over 3 (an overcount: module docstring).
+    Claude Code's billing line is not counted: only Anthropic reads it."""
+    body = without_billing_header(body) or body
     counted = {k: body[k] for k in _COUNTED if k in body}
     return -(-len(orjson.dumps(counted)) // 3)
 

@@ -109,6 +109,9 @@ class UsageRecord:
     duration_ms: float = 0.0
     request_id: str = ""
     estimated: bool = False  # the upstream sent no usage: the tokens are estimated
+    # what the prompt cache saved against the input price (US dollars × 10⁶; a record
+    # written before this field reads 0)
+    saved_micros: int = 0
 
 
 _FIELDS = tuple((f.name, str(f.type)) for f in fields(UsageRecord))
@@ -120,11 +123,17 @@ _TYPES: dict[str, Any] = {
 }
 
 
+# fields added after the first version, with their SQLite column's default
+_ADDED = {"saved_micros": 0}
+
+
 def _decode(raw: dict[str, Any]) -> UsageRecord | None:
     """A record from its stored fields (text or typed); None when one is missing or broken."""
     try:
         values = {}
         for name in _NAMES:
+            if name in _ADDED and name not in raw:
+                continue  # a record of a version without the field: its default
             v = raw[name]
             if isinstance(v, bytes):
                 v = v.decode()
@@ -179,6 +188,10 @@ class _SQLiteBackend:
             types = {"float": "REAL", "int": "INTEGER", "str": "TEXT", "bool": "INTEGER"}
             cols = ", ".join(f'"{n}" {types[k]} NOT NULL' for n, k in _FIELDS)
             await db.execute(f"CREATE TABLE IF NOT EXISTS usage ({cols})")
+            have = {row[1] for row in await db.execute_fetchall("PRAGMA table_info(usage)")}
+            for name, default in _ADDED.items():
+                if name not in have:  # a file of an earlier version
+                    await db.execute(f'ALTER TABLE usage ADD COLUMN "{name}" INTEGER NOT NULL DEFAULT {default}')
             await db.execute("CREATE INDEX IF NOT EXISTS usage_ts ON usage (ts)")
             await db.commit()
             self._ready = True
@@ -431,25 +444,35 @@ def aggregate(records: list[UsageRecord], by: str) -> list[dict[str, Any]]:
         g = r.key if by == "key" else r.model if by == "model" else time.strftime("%Y-%m-%d", time.gmtime(r.ts))
         row = groups.get(g)
         if row is None:
-            row = groups[g] = {by: g, "requests": 0, **dict.fromkeys(_SUMS, 0), "cost_micros": 0, "errors": 0}
+            row = groups[g] = {by: g, "requests": 0, **dict.fromkeys(_SUMS, 0), "cost_micros": 0, "saved_micros": 0,
+                               "errors": 0}  # fmt: skip
         row["requests"] += 1
         for name in _SUMS:
             row[name] += getattr(r, name)
         row["cost_micros"] += r.cost_micros
+        row["saved_micros"] += r.saved_micros
         if r.outcome in _ERRORS:
             row["errors"] += 1
     out = []
     for g in sorted(groups):
         row = groups[g]
         micros = row.pop("cost_micros")
+        saved = row.pop("saved_micros")
         errors = row.pop("errors")
         row["cost_usd"] = round(micros / 1_000_000, 6)
         row["errors"] = errors
+        row["cache_hit"] = hit_ratio(row)
+        row["saved_usd"] = round(saved / 1_000_000, 6)
         out.append(row)
     return out
 
 
-_COLUMNS = ("requests", *_SUMS, "cost_usd", "errors")
+def hit_ratio(row: dict[str, Any]) -> float:
+    """The share of the input read from the upstream's prompt cache (0 without input)."""
+    return round(row["cache_read"] / row["input"], 4) if row["input"] else 0.0
+
+
+_COLUMNS = ("requests", *_SUMS, "cost_usd", "errors", "cache_hit", "saved_usd")
 
 
 def table(rows: list[dict[str, Any]], by: str) -> str:
@@ -458,9 +481,17 @@ def table(rows: list[dict[str, Any]], by: str) -> str:
     for row in rows:
         for c in _COLUMNS:
             total[c] += row[c]
+    total["cache_hit"] = hit_ratio(total)
+
+    def cell(row: dict[str, Any], c: str) -> str:
+        if c in ("cost_usd", "saved_usd"):
+            return f"{row[c]:.4f}"
+        if c == "cache_hit":
+            return f"{row[c] * 100:.1f}%"
+        return str(row[c])
 
     def cells(row: dict[str, Any]) -> list[str]:
-        return [str(row[by])] + [f"{row[c]:.4f}" if c == "cost_usd" else str(row[c]) for c in _COLUMNS]
+        return [str(row[by])] + [cell(row, c) for c in _COLUMNS]
 
     lines = [[by.upper(), *(c.upper() for c in _COLUMNS)], *(cells(r) for r in rows), cells(total)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]

@@ -136,14 +136,18 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _usage(body: dict[str, Any], out_words: int, reasoning: str = "") -> dict[str, Any]:
-    prompt = sum(len(_text_of(m.get("content")).split()) for m in _messages(body)) + 1
+    words = [len(_text_of(m.get("content")).split()) for m in _messages(body)]
+    prompt = sum(words) + 1
+    # a prefix cache, as the providers keep one: a conversation sent again reads every
+    # message but the newest from cache
+    cached = sum(words[:-1])
     thought = len(reasoning.split())
     completion = out_words + thought
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached},
         "completion_tokens_details": {"reasoning_tokens": thought},
     }
 

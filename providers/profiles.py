@@ -24,7 +24,8 @@ profile            auth        protocols          quirks
 openai             Bearer      chat, responses    strip_reasoning_envelope, max_completion_tokens,
                                                   encrypted_content_retry, native_compaction,
                                                   responses_native,
-                                                  schema_no_root_combinators, schema_strict_mode
+                                                  schema_no_root_combinators, schema_strict_mode,
+                                                  prompt_cache_key
 azure              api-key     chat, responses    as openai; deployment URLs + api-version
 xai                Bearer      chat, responses    strip_reasoning_envelope
 bedrock-mantle     Bearer      responses          mantle_request, strip_reasoning_envelope
@@ -93,11 +94,14 @@ _OPENAI = _RESPONSES | frozenset(
         "encrypted_content_retry",
         "schema_no_root_combinators",
         "schema_strict_mode",
+        "prompt_cache_key",
     }
 )
 # Gemini's OpenAI-compatible endpoint: thought signatures carried, the fields it refuses dropped
 _GEMINI = frozenset({"gemini_thought_signatures", "gemini_request"})
 GEMINI_HOSTS = ("generativelanguage.googleapis.com", "*aiplatform.googleapis.com")
+# Anthropic itself: it caches at breakpoints, reads cache_control.ttl and Claude Code's billing line
+_ANTHROPIC_CACHE = frozenset({"cache_breakpoints", "cache_ttl", "billing_header"})
 AZURE_API_VERSION = "2025-04-01-preview"  # serves both chat completions and responses
 
 DEPLOYMENT_PATHS = {
@@ -178,11 +182,14 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "anthropic",
             auth="x-api-key",
-            quirks=frozenset({"anthropic_signatures", "anthropic_tool_ids", "messages_server_tools", "anthropic_beta"}),
+            quirks=frozenset({"anthropic_signatures", "anthropic_tool_ids", "messages_server_tools", "anthropic_beta"})
+            | _ANTHROPIC_CACHE,
             protocols=("messages",),
         ),
-        Profile("minimax", protocols=("messages", "chat")),
-        Profile("qwen", protocols=("chat", "messages")),
+        # MiniMax documents Anthropic's cache breakpoints for its Messages endpoint
+        Profile("minimax", quirks=frozenset({"cache_breakpoints"}), protocols=("messages", "chat")),
+        # Alibaba Model Studio's Anthropic endpoint: explicit cache at Anthropic's breakpoints
+        Profile("qwen", quirks=frozenset({"cache_breakpoints"}), protocols=("chat", "messages")),
     )
 }
 

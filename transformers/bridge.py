@@ -93,7 +93,7 @@ from transformers.passthrough import ChatPassthrough
 from transformers.request_c2m import chat_to_messages
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
 from transformers.request_m2c import messages_to_chat
-from transformers.request_messages import prepare_messages
+from transformers.request_messages import drop_billing_header, prepare_messages
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
@@ -166,12 +166,14 @@ def _chat_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
 
 
 def _messages_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    return prepare_chat(messages_to_chat(body, ctx), ctx, translated=True)
+    # Claude Code's billing line would head the upstream's prefix cache (request_messages.py)
+    return prepare_chat(messages_to_chat(drop_billing_header(body, ctx), ctx), ctx, translated=True)
 
 
 def _messages_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     # by way of the Chat form: one translator per protocol into Chat, one from Chat onwards
-    return prepare_responses(chat_to_responses(messages_to_chat(body, ctx), ctx), ctx, translated=True)
+    chat = messages_to_chat(drop_billing_header(body, ctx), ctx)
+    return prepare_responses(chat_to_responses(chat, ctx), ctx, translated=True)
 
 
 def _no_previous(body: dict[str, Any], protocol: str) -> None:

@@ -53,6 +53,13 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
                            (transformers/thought_signatures.py)
 ``gemini_request``         Gemini's OpenAI-compatible endpoint: the fields it refuses
                            dropped, ``reasoning_effort`` on the levels the model takes
+``cache_breakpoints``      add ``cache_control`` breakpoints where the client set none, as
+                           Claude Code places them (Messages upstreams that cache at them)
+``cache_ttl``              the upstream reads ``cache_control.ttl`` (Anthropic); else removed
+``billing_header``         the upstream is Anthropic: Claude Code's billing line goes as sent;
+                           else it is removed
+``prompt_cache_key``       the upstream routes by ``prompt_cache_key``: the client's goes
+                           through, and one is derived per conversation when it sent none
 =========================  ===============================================================
 """
 
@@ -98,6 +105,11 @@ QUIRKS = frozenset(
         # Gemini's OpenAI-compatible endpoint (transformers/thought_signatures.py, request_quirks)
         "gemini_thought_signatures",
         "gemini_request",
+        # prompt caching (transformers/request_messages.py, transformers/cache_key.py)
+        "cache_breakpoints",
+        "cache_ttl",
+        "billing_header",
+        "prompt_cache_key",
     }
 )
 

@@ -92,6 +92,10 @@ REPAIRS: dict[str, Repair] = {
     "input_item_dropped":         Repair("request", "request_r2c", "a Responses input item with no Chat form dropped"),
     "compaction_synthesized":     Repair("request", "compaction", "a compaction_trigger toward an upstream without native compaction: the routed model is asked for the summary"),
     "compaction_expanded":        Repair("request", "compaction", "a compaction item sealed by the proxy replaced by its summary as a user message"),
+    "billing_header_dropped":     Repair("request", "request_messages, bridge", "Claude Code's billing line (x-anthropic-billing-header) not sent to an upstream that is not Anthropic"),
+    "cache_ttl_dropped":          Repair("request", "request_messages", "cache_control.ttl not sent to a Messages endpoint that does not document it"),
+    "cache_breakpoint_added":     Repair("request", "request_messages", "a cache_control breakpoint added where the client set none (quirk cache_breakpoints)"),
+    "prompt_cache_key_derived":   Repair("request", "request_quirks (cache_key)", "a stable prompt_cache_key derived from the conversation's head for an upstream that routes by it"),
     # -- request side: tool schemas (schema.RULES) ---------------------------------------------
     "tool_schema_type_object":    Repair("request", "schema, request_r2c, request_c2r", 'parameters missing, {}, or of null type → type "object"'),
     "tool_schema_null_type":      Repair("request", "schema", 'a nested "type": null removed'),

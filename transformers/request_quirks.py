@@ -71,6 +71,9 @@ thought_signature_stripped  that quirk OFF      the proxy's sealed signatures re
 tool_schemas                always              ``schema.sanitize_tools``: the tool
                                                 JSON-schema rules of ``schema.RULES``
                                                 (some gated by ``schema_*`` quirks)
+prompt_cache_key            that quirk          no ``prompt_cache_key`` from the client:
+                                                one derived from the conversation's head
+                                                (``cache_key.derive``)
 ==========================  ==================  ==========================================
 
 Tool-call ids are never touched on Chat→Chat (SPEC §1: pass ids byte for byte), except that
@@ -93,6 +96,7 @@ responses_call_ids          always              SPEC §1 Responses policy + uniq
                                                 over every ``call_id`` of the request
 store_false_item_ids        always              ``store:false`` → input items lose ``id``
 tool_schemas                always              as for Chat (flat and namespace tools)
+prompt_cache_key            that quirk          as for Chat
 ==========================  ==================  ==========================================
 
 Decisions:
@@ -121,6 +125,7 @@ from collections.abc import Callable
 from fnmatch import fnmatchcase
 from typing import Any
 
+from .cache_key import derive
 from .context import Ctx
 from .envelope import is_envelope, open_reasoning
 from .ids import MAX_CALL_ID, kimi_restore_map, responses_policy, unique_map
@@ -521,6 +526,23 @@ def _tool_schemas(body: Body, ctx: Ctx) -> None:
             body["tools"] = out
 
 
+def _prompt_cache_key(body: Body, ctx: Ctx, protocol: str) -> None:
+    if body.get("prompt_cache_key") is not None:
+        return  # the client's own key, untouched
+    key = derive(body, protocol)
+    if key is not None:
+        body["prompt_cache_key"] = key
+        ctx.repaired("prompt_cache_key_derived")
+
+
+def _chat_cache_key(body: Body, ctx: Ctx) -> None:
+    _prompt_cache_key(body, ctx, "chat")
+
+
+def _responses_cache_key(body: Body, ctx: Ctx) -> None:
+    _prompt_cache_key(body, ctx, "responses")
+
+
 # -- Responses passes ------------------------------------------------------------------------
 
 
@@ -662,12 +684,14 @@ QUIRK_TABLE: tuple[tuple[str, ProtocolName, Gate, Pass], ...] = (
     ("gemini_thought_signatures", "chat",      _on("gemini_thought_signatures"), restore_signatures),
     ("thought_signature_stripped", "chat",     _off("gemini_thought_signatures"), strip_signatures),
     ("tool_schemas",              "chat",      _always,                          _tool_schemas),
+    ("prompt_cache_key",          "chat",      _on("prompt_cache_key"),          _chat_cache_key),
     ("same_protocol_model",       "responses", _same_protocol,                   _set_model),
     ("strip_reasoning_envelope",  "responses", _on("strip_reasoning_envelope"),  _strip_reasoning_envelope),
     ("mantle_request",            "responses", _on("mantle_request"),            _mantle_request),
     ("responses_call_ids",        "responses", _always,                          _responses_call_ids),
     ("store_false_item_ids",      "responses", _always,                          _store_false_item_ids),
     ("tool_schemas",              "responses", _always,                          _tool_schemas),
+    ("prompt_cache_key",          "responses", _on("prompt_cache_key"),          _responses_cache_key),
 )  # fmt: skip
 
 _ROWS = {protocol: tuple(r for r in QUIRK_TABLE if r[1] == protocol) for protocol in ("chat", "responses")}

@@ -113,7 +113,8 @@ Top level:
                             ``max_completion_tokens``/``mimo_request``/``kimi_request``,
                             else ``max_tokens``
 ``stream``                  ``stream`` + ``stream_options:{include_usage:true}``
-``prompt_cache_key``        kept with ``moonshot_fields`` or ``kimi_request``
+``prompt_cache_key``        kept with ``moonshot_fields``, ``kimi_request`` or
+                            ``prompt_cache_key`` (OpenAI, Azure)
 ``temperature``, ``top_p``  kept
 dropped                     ``store``, ``include``, ``service_tier``, ``client_metadata``,
                             ``truncation``, ``metadata``, ``user``, ``safety_identifier``,
@@ -696,7 +697,8 @@ def responses_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -
     for key in _KEEP:
         if body.get(key) is not None:
             out[key] = body[key]
-    if body.get("prompt_cache_key") is not None and (ctx.on("moonshot_fields") or ctx.on("kimi_request")):
+    keyed = ctx.on("moonshot_fields") or ctx.on("kimi_request") or ctx.on("prompt_cache_key")
+    if body.get("prompt_cache_key") is not None and keyed:
         out["prompt_cache_key"] = body["prompt_cache_key"]
     if body.get("stream"):
         out["stream"] = True

@@ -42,12 +42,15 @@ envelopes name the call id, or the app
 kept one for this key and call id (a Chat
 client that drops ``extra_content``:
 app/signatures.py)
-nothing                                    nothing; the FIRST call of an assistant message
-                                           of the current turn gets the escape value
-                                           ``skip_thought_signature_validator``
-                                           (``thought_signature_skipped``): what Gemini's
-                                           docs give for a history it did not make, rather
-                                           than a 400 that stops the agent
+nothing                                    nothing; the FIRST call of each assistant
+                                           message gets the escape value
+                                           ``skip_thought_signature_validator``: what
+                                           Gemini's docs give for a history it did not
+                                           make, rather than a 400 that stops the agent
+                                           (counted, ``thought_signature_skipped``, in the
+                                           current turn, the one Gemini checks; earlier
+                                           turns get it too, so that a turn's bytes do not
+                                           change once it is over: the prefix cache)
 =========================================  ==============================================
 
 Without an envelope key (a config without a secret) nothing can be sealed: a Chat client
@@ -162,9 +165,12 @@ def restore(body: Body, ctx: Ctx) -> None:
                 new_calls.append(tc)
                 continue
             sig = _resolve(tc, ctx)
-            if sig is None and j == 0 and i >= turn:
+            if sig is None and j == 0:
+                # every step, earlier turns too: the bytes of a turn must not change once it
+                # is over (the upstream's prefix cache); counted where Gemini checks it
                 sig = ESCAPE
-                ctx.repaired("thought_signature_skipped")
+                if i >= turn:
+                    ctx.repaired("thought_signature_skipped")
             if sig != signature_in(tc.get("extra_content")) or (sig is None and "extra_content" in tc):
                 tc = _with_signature(tc, sig)
                 changed = True

@@ -29,11 +29,10 @@ Theory of operation
 
   A missed predicate answers ``PREDICATE-MISS: ...``, which the client prints: the
   final-text check fails.
-* ``check_signatures(up, escape=...)``: every request sent back each step Gemini answered
-  before it, in order, under Gemini's own call ids, the first call of each with the
-  signature Gemini issued for it, byte for byte, no signature on the unsigned calls
-  (``escape=True``: the current turn's with the escape value instead, an earlier turn's
-  with none); and no request was refused (``up.rejections``).
+* ``check_signatures(up)``: every request sent back each step Gemini answered before it, in
+  order, under Gemini's own call ids, the first call of each with the signature Gemini
+  issued for it, byte for byte, no signature on the unsigned calls; and no request was
+  refused (``up.rejections``).
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from gemini_upstream import ESCAPE, Call, GeminiTurn, GeminiUpstream, assistant_steps
+from gemini_upstream import Call, GeminiTurn, GeminiUpstream, assistant_steps
 from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY, Proxy, provider_entry
 from scenarios import tool_outputs
 from scripted_upstream import ScriptedUpstream
@@ -226,33 +225,24 @@ def sent_signatures(up: GeminiUpstream) -> list[list[list[tuple[str, str | None]
     ]
 
 
-def expected_signatures(up: GeminiUpstream, *, escape: bool) -> list[list[list[tuple[str, str | None]]]]:
+def expected_signatures(up: GeminiUpstream) -> list[list[list[tuple[str, str | None]]]]:
     """What each request should have carried: every step Gemini answered before it, in order,
     under Gemini's call ids, the first call of each with the signature Gemini issued for it,
-    byte for byte, the others none.  ``escape``: the client kept no carrier, so the first
-    call of each step of the current turn has the escape value instead (and an earlier
-    turn's, none)."""
+    byte for byte, the others none."""
     by_turn: dict[int, list[str]] = {}
     for turn, cid, _ in up.calls:
         by_turn.setdefault(turn, []).append(cid)
     out = []
     for r in up.model_requests:
-        current = [c for _, c, _ in assistant_steps(r.json)]
         steps = [ids for turn, ids in sorted(by_turn.items()) if r.turn is not None and turn < r.turn]
-        rows = []
-        for k, ids in enumerate(steps):
-            first = up.issued_for(ids[0])
-            if escape:
-                first = ESCAPE if k < len(current) and current[k] else None
-            rows.append([(cid, first if j == 0 else None) for j, cid in enumerate(ids)])
-        out.append(rows)
+        out.append([[(cid, up.issued_for(ids[0]) if j == 0 else None) for j, cid in enumerate(ids)] for ids in steps])
     return out
 
 
-def check_signatures(up: GeminiUpstream, info: str, *, escape: bool) -> None:
+def check_signatures(up: GeminiUpstream, info: str) -> None:
     assert up.rejections == [], info  # no 400 from Gemini
     assert all(r.turn is not None for r in up.model_requests), info
-    assert sent_signatures(up) == expected_signatures(up, escape=escape), info
+    assert sent_signatures(up) == expected_signatures(up), info
     assert all(CALL_ID.match(cid) for _, cid, _ in up.calls), info
 
 

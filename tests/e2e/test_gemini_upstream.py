@@ -9,18 +9,20 @@ not know).  One proxy process serves the module (``scenarios_gemini.gemini_stage
 ``server.secret_key`` set).  Cases (``scenarios_gemini.script``): ``single`` (one call, then
 the answer), ``parallel`` (text and two calls in one step, only the first signed),
 ``steps`` (a call, text and another call, then the answer: the third request carries two
-signed steps), and for the SDKs ``turns`` (a second user turn: the first turn's signed step
-is history).
+signed steps), and ``turns`` (a second user turn: the first turn's signed step is history;
+the SDKs, Codex and Claude Code).
 
 Every case asserts: no request was refused, the tool ran and its output reached Gemini
 under Gemini's call id, the final text printed, and every request after the first carried
 each step Gemini answered, its first call with the signature Gemini issued for it, byte for
 byte (carried through the client sealed: a Chat call's ``extra_content``, a Responses
-reasoning item's ``encrypted_content``, a Messages thinking block's ``signature``).  A
-client that echoes no carrier (Kimi Code's Chat type, ``openai``, drops ``extra_content``) gets the escape value ``skip_thought_signature_validator`` on the first
-call of each current-turn step instead, counted as ``thought_signature_skipped`` in
-``switchboard_repairs_total`` (read off ``/metrics``); for the others that counter must not
-move.
+reasoning item's ``encrypted_content``, a Messages thinking block's ``signature``; for a
+Chat client that drops ``extra_content``, as Kimi Code's Chat type does, kept by the proxy
+under the client key and the call id), so the escape value
+``skip_thought_signature_validator`` is never needed: ``thought_signature_skipped`` in
+``switchboard_repairs_total`` (read off ``/metrics``) must not move.  Where nothing came
+back and nothing was kept (an edited sealed value, another model's call) the escape value
+stands in and is counted.
 
 * ``test_direct_plain_history_is_refused``: the openai SDK straight to the scripted Gemini
   (no proxy): a history rebuilt as plain dicts (no ``extra_content``) gets Gemini's 400, the
@@ -30,6 +32,8 @@ move.
   chained with ``previous_response_id``, stream and not; the history kept as the SDK returns
   it (Chat: ``message.model_dump(exclude_none=True)``, Responses: the ``output`` items
   dumped the same way).
+* ``test_openai_sdk_plain_history``: a Chat client that drops ``extra_content`` (plain-dict
+  history): Gemini still gets its own signatures back (the proxy kept them).
 * ``test_openai_sdk_edited_signature``: a Chat client edits the sealed value: Gemini gets the
   escape value, never the edited one (``thought_signature_rejected``, the envelope counted
   in ``switchboard_envelope_rejected_total``).
@@ -40,7 +44,7 @@ move.
   content blocks sent back as returned; the sealed signature rides an empty thinking block
   just before the signed call.
 * ``test_codex``: Codex 0.171.0 over HTTP and over the Responses WebSocket.
-* ``test_kimi_code``: Kimi Code 2.1.0, its ``openai`` (Chat: the escape value),
+* ``test_kimi_code``: Kimi Code 2.1.0, its ``openai`` (Chat: drops ``extra_content``),
   ``openai_responses`` and ``anthropic`` provider types.
 * ``test_claude_code``: Claude Code 2.1.332.
 """
@@ -91,22 +95,17 @@ FINAL = "Gemini saw its signatures come back; done ✓"
 PROMPT = "Print the markers with the shell tool, then say you are done."
 
 
-def _steps_replayed(case: str) -> int:
-    """How many current-turn steps the requests after the first carry in all (each one a
-    first call that gets the escape value when the client kept no carrier)."""
-    return {"single": 1, "parallel": 1, "steps": 3, "turns": 2}[case]
-
-
-def _finish(stage, up, case: str, info: str, *, escape: bool, skipped_before: float) -> None:
-    """What every case must show on Gemini's side (the client's side is checked by the test)."""
+def _finish(stage, up, case: str, info: str, *, skipped_before: float) -> None:
+    """What every case must show on Gemini's side (the client's side is checked by the test):
+    every signature came back byte for byte, so the escape value was never needed."""
     reqs = up.model_requests
     assert up.errors == [] and up.rejections == [], info
     assert len(reqs) == expected_requests(case) and up.turns_played == len(up.turns), info
     assert all(r.matched is not False for r in reqs), info
     check_headers(up, info)
-    check_signatures(up, info, escape=escape)
+    check_signatures(up, info)
     skipped = stage.repairs(SKIPPED, MODEL) - skipped_before
-    assert skipped == (_steps_replayed(case) if escape else 0), (f"{SKIPPED} moved by {skipped}", info)
+    assert skipped == 0, (f"{SKIPPED} moved by {skipped}", info)
 
 
 # --------------------------------------------------------------------------- SDK tool
@@ -353,7 +352,26 @@ def test_openai_sdk(stage, api, stream, case):
         pytest.fail(f"openai SDK failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}")
     info = f"texts={texts!r} ran={ran}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
     assert texts == _answers(case) and ran == _calls(case), info
-    _finish(stage, up, case, info, escape=False, skipped_before=before)
+    _finish(stage, up, case, info, skipped_before=before)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
+def test_openai_sdk_plain_history(stage, stream, case):
+    """A Chat client that drops ``extra_content`` (the history rebuilt from plain dicts, as
+    Kimi Code's Chat type does; straight to Gemini it gets the 400 of
+    ``test_direct_plain_history_is_refused``): the proxy kept each signature under the client
+    key and the call id, and Gemini gets its own back, byte for byte."""
+    up, px, mark = stage.script(MODEL, script(case, _sdk_call(case), FINAL)), stage.proxy, stage.mark()
+    before = stage.repairs(SKIPPED, MODEL)
+    client = openai.OpenAI(base_url=px.base_url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
+    try:
+        texts, ran = _chat_loop(client, MODEL, stream=stream, plain=True)
+    except Exception as exc:
+        pytest.fail(f"openai SDK failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}")
+    info = f"texts={texts!r} ran={ran}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert texts == _answers(case) and ran == _calls(case), info
+    _finish(stage, up, case, info, skipped_before=before)
 
 
 def test_openai_sdk_edited_signature(stage):
@@ -476,7 +494,7 @@ def test_anthropic_sdk(stage, stream, case):
             first = kinds.index("tool_use")
             assert first > 0 and kinds[first - 1] == "thinking", (kinds, info)
             assert m["content"][first - 1]["signature"].startswith("pxy1."), info
-    _finish(stage, up, case, info, escape=False, skipped_before=before)
+    _finish(stage, up, case, info, skipped_before=before)
 
 
 # --------------------------------------------------------------------------- CLIs
@@ -536,7 +554,7 @@ def test_codex(stage, codex_at, tmp_path, mode, case):
         assert run.final_message == answer, info
     log = stage.log_since(mark)
     info = "\n".join(r.describe() for r in runs) + f"\n{up.describe()}\n--- proxy log ---\n{log[-6000:]}"
-    _finish(stage, up, case, info, escape=False, skipped_before=before)
+    _finish(stage, up, case, info, skipped_before=before)
     seen = transports(log)
     if mode == "websocket":
         assert "http" not in seen and seen.count("websocket") >= expected_requests(case), (seen, info)
@@ -560,13 +578,12 @@ def claude_code() -> ClaudeCode:
         pytest.fail(str(exc))
 
 
-# Kimi Code's Chat type keeps no extra_content on its calls: the escape value stands in (its
-# kimi type is the same Chat client, left out for time)
-KIMI_ESCAPE = {"openai": True, "openai_responses": False, "anthropic": False}
+# (its kimi type is the same Chat client as openai, left out for time)
+KIMI_TYPES = ("openai", "openai_responses", "anthropic")
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("provider_type", list(KIMI_ESCAPE))
+@pytest.mark.parametrize("provider_type", KIMI_TYPES)
 def test_kimi_code(stage, kimi_code, tmp_path, provider_type, case):
     up = stage.script(MODEL, script(case, _shell_call(case, "Bash", "command"), FINAL))
     px, mark, before = stage.proxy, stage.mark(), stage.repairs(SKIPPED, MODEL)
@@ -590,7 +607,7 @@ def test_kimi_code(stage, kimi_code, tmp_path, provider_type, case):
     for k in range(n):
         assert any(marker(case, k) in str(r.get("content")) for r in run.tool_results), info
     assert run.returncode == 0 and run.final_text == FINAL, info
-    _finish(stage, up, case, info, escape=KIMI_ESCAPE[provider_type], skipped_before=before)
+    _finish(stage, up, case, info, skipped_before=before)
 
 
 @pytest.mark.parametrize("case", SDK_CASES)
@@ -618,4 +635,4 @@ def test_claude_code(stage, claude_code, tmp_path, case):
         for k in markers:
             assert any(marker(case, k) in str(r.get("content")) for r in run.tool_results), info
         assert run.returncode == 0 and run.final_text == answer, info
-    _finish(stage, up, case, info, escape=False, skipped_before=before)
+    _finish(stage, up, case, info, skipped_before=before)

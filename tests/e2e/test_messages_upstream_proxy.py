@@ -22,8 +22,8 @@ so the final-text assertion fails).
   byte for byte the scripted content.
 * ``test_kimi_messages_profile``: ``profile: kimi, protocol: messages``: Kimi's tool id
   ``functions.Bash:0`` reaches Claude Code as ``sbx_<hex>`` and goes back upstream as
-  ``functions.Bash:0``; no ``anthropic-beta`` and no ``context_management`` reach the
-  upstream; ``cache_control`` is kept.
+  ``functions.Bash:0``; no ``anthropic-beta``, no ``context_management`` and no billing
+  line reach the upstream; Claude Code's ``cache_control`` is kept.
 """
 
 from __future__ import annotations
@@ -155,7 +155,8 @@ def test_bash_turn_with_signed_thinking(claude_code, stage, tmp_path):
 
     # cache_control as Claude Code puts it (measured direct): on system[1], system[2] and the
     # last user turn's last block (request 1: the system-role message's text; request 2: the
-    # tool_result)
+    # tool_result); Anthropic gets Claude Code's billing line (system[0]) as it was sent
+    assert first["system"][0]["text"].startswith("x-anthropic-billing-header:"), info
     assert cache_control_paths(first) == {
         ("system", 1): EPHEMERAL,
         ("system", 2): EPHEMERAL,
@@ -292,9 +293,12 @@ def test_kimi_messages_profile(claude_code, stage, tmp_path):
     for body in (first, second):
         assert "context_management" not in body, info
         assert body["model"] == KIMI_MODEL, info
+    # Claude Code's own breakpoints, one block earlier: its billing line (system[0]) is for
+    # Anthropic only and would head Kimi's prefix cache (docs/caching.md)
+    assert not any(b["text"].startswith("x-anthropic-billing-header:") for b in first["system"]), info
     assert cache_control_paths(first) == {
+        ("system", 0): EPHEMERAL,
         ("system", 1): EPHEMERAL,
-        ("system", 2): EPHEMERAL,
         ("messages", 1, 0, "text"): EPHEMERAL,
     }, (cache_control_paths(first), info)
     # the thinking Kimi's endpoint gave (no Anthropic signature) is replayed to it

@@ -136,6 +136,8 @@ async def test_rows_by_key_model_and_day(make_app, backend):
             "reasoning": 10,
             "cost_usd": 2.0013,
             "errors": 0,
+            "cache_hit": round(100 / 1500, 4),
+            "saved_usd": 0.0,
         },
         {
             "key": "bob",
@@ -147,6 +149,8 @@ async def test_rows_by_key_model_and_day(make_app, backend):
             "reasoning": 0,
             "cost_usd": 0.0,
             "errors": 2,
+            "cache_hit": 0.0,
+            "saved_usd": 0.0,
         },
     ]
 

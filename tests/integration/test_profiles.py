@@ -241,7 +241,8 @@ def b_codex_chat(model: str, *, max_key: str | None, max_value: int | None = Non
             assert b["thinking"] == {"type": "enabled"} and "reasoning_effort" not in b
         else:
             assert b["reasoning_effort"] == "high" and "thinking" not in b
-        assert ("prompt_cache_key" in b) is prompt_cache
+        # Codex's key reaches every upstream that reads it, as Codex sent it
+        assert b.get("prompt_cache_key") == ("thread-1" if prompt_cache else None)
 
     return check
 
@@ -255,8 +256,9 @@ def b_gemini_chat(model: str) -> Callable[[dict[str, Any]], None]:
         assert roles == ["system", "system", "user", "assistant", "tool", "assistant", "user"]
         call_msg = b["messages"][3]
         assert call_msg["tool_calls"][0]["id"] == "functions.exec_command:0"
-        # an earlier turn: no escape value invented; no other model's reasoning keys
-        assert "extra_content" not in call_msg["tool_calls"][0]
+        # an earlier turn: the escape value (a turn's bytes do not change once it is over);
+        # no other model's reasoning keys
+        assert call_msg["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": "skip_thought_signature_validator"}}
         assert not {"reasoning_content", "reasoning", "reasoning_details"} & set(call_msg)
         for k in ("store", "include", "metadata", "prompt_cache_key", "reasoning", "thinking"):
             assert k not in b
@@ -554,13 +556,19 @@ def c_codex_from_messages(r: httpx.Response) -> None:
     assert usage["input_tokens"] == 42 and usage["input_tokens_details"]["cached_tokens"] == 30
 
 
-def b_kimi_cli_messages(model: str, *, anthropic: bool = True) -> Callable[[dict[str, Any]], None]:
+def b_kimi_cli_messages(
+    model: str, *, anthropic: bool = True, breakpoints: bool | None = None
+) -> Callable[[dict[str, Any]], None]:
+    marks = anthropic if breakpoints is None else breakpoints
+
     def check(b: dict[str, Any]) -> None:
-        assert (
-            b["model"] == model
-            and b["max_tokens"] == 4096
-            and b["system"] == [{"type": "text", "text": "You are Kimi."}]
-        )
+        system = {"type": "text", "text": "You are Kimi."}
+        if marks:  # breakpoints where a Chat client can set none: Claude Code's placement
+            system["cache_control"] = {"type": "ephemeral"}
+            assert b["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+        else:
+            assert b"cache_control" not in orjson.dumps(b)
+        assert b["model"] == model and b["max_tokens"] == 4096 and b["system"] == [system]
         call = b["messages"][1]["content"][-1]
         assert call["type"] == "tool_use"
         assert call["id"] == (to_anthropic_id("functions.Read:0") if anthropic else "functions.Read:0")
@@ -591,14 +599,15 @@ CASES: list[Case] = [
          b_kimi_to_responses("gpt-5.5"), responses_answer, c_kimi_from_responses),
     Case("openai-chat-codex", P_OPENAI_CHAT, {"name": "gpt-5.5", "provider": "oai"}, "responses",
          codex_request("gpt-5.5"), "https://api.openai.com/v1/chat/completions", ("authorization", "Bearer sk-oai"),
-         b_codex_chat("gpt-5.5", max_key="max_completion_tokens", max_value=128_000), CHAT_OK, c_codex_from_chat),
+         b_codex_chat("gpt-5.5", max_key="max_completion_tokens", max_value=128_000, prompt_cache=True), CHAT_OK, c_codex_from_chat),
     Case("openai-chat-kimi-cli", P_OPENAI_CHAT, {"name": "gpt-5.5", "provider": "oai"}, "chat",
          kimi_request("gpt-5.5"), "https://api.openai.com/v1/chat/completions", ("authorization", "Bearer sk-oai"),
          b_kimi_chat("gpt-5.5", moonshot=False), CHAT_OK, c_kimi_from_chat),
     # -- azure ----------------------------------------------------------------------------------
     Case("azure-deployment-chat-codex", P_AZURE_DEP, {"name": "gpt-5.5", "provider": "az", "upstream_model": "gpt5-prod"},
          "responses", codex_request("gpt-5.5"), f"{AZ_URL}/deployments/gpt5-prod/chat/completions{AZ_Q}",
-         ("api-key", "az-key"), b_codex_chat("gpt5-prod", max_key="max_completion_tokens", max_value=128_000),
+         ("api-key", "az-key"), b_codex_chat("gpt5-prod", max_key="max_completion_tokens", max_value=128_000,
+                                                   prompt_cache=True),
          CHAT_OK, c_codex_from_chat),
     Case("azure-deployment-own-api-version", {**P_AZURE_DEP, "query": {"api-version": "2024-10-21"},
                                               "base_url": "https://res.openai.azure.com/openai/"},
@@ -722,7 +731,7 @@ CASES: list[Case] = [
                                      "api_key": "qw-key"},
          {"name": "qwen3-coder-plus", "provider": "qw"}, "chat", kimi_request("qwen3-coder-plus"),
          "https://dashscope-intl.aliyuncs.com/apps/anthropic/v1/messages", ("x-api-key", "qw-key"),
-         b_kimi_cli_messages("qwen3-coder-plus", anthropic=False), messages_answer, c_kimi_from_messages),
+         b_kimi_cli_messages("qwen3-coder-plus", anthropic=False, breakpoints=True), messages_answer, c_kimi_from_messages),
     Case("gemini-codex", {"name": "gm", "profile": "gemini", "base_url": "https://generativelanguage.googleapis.com/v1beta/openai",
                           "api_key": "gm-key"},
          {"name": "gemini-3-pro-preview", "provider": "gm"}, "responses", codex_request("gemini-3-pro-preview"),
@@ -1126,6 +1135,54 @@ def q_gemini_request(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) 
     assert ("top_k" in sent, "reasoning" in sent, "prompt_cache_key" in sent) == (not on, not on, not on)
     assert sent["reasoning_effort"] == ("low" if on else "minimal")
     assert ("reasoning_content" in sent["messages"][2]) is not on
+def q_cache_breakpoints(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_codex_from_messages(r)
+    b = bodies[0]
+    marks = [x for x in b["system"] if "cache_control" in x]
+    last = b["messages"][-1]["content"][-1]
+    if on:  # Claude Code's placement: the system prompt's end and the newest block
+        assert marks == [b["system"][-1]] and last["cache_control"] == {"type": "ephemeral"}
+    else:
+        assert b"cache_control" not in orjson.dumps(b)
+
+
+def _claude_code_ttl() -> dict[str, Any]:
+    req = claude_code_request("m")
+    req["system"][0]["cache_control"] = {"type": "ephemeral", "ttl": "1h"}
+    return req
+
+
+def q_cache_ttl(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_claude_code_from_messages(r)
+    want = {"type": "ephemeral", "ttl": "1h"} if on else {"type": "ephemeral"}
+    assert bodies[0]["system"][0]["cache_control"] == want
+
+
+BILLING_LINE = "x-anthropic-billing-header: cc_version=2.1.332.bc4; cc_entrypoint=sdk-cli;"
+
+
+def _claude_code_billing() -> dict[str, Any]:
+    req = claude_code_request("m")
+    req["system"].insert(0, {"type": "text", "text": BILLING_LINE})
+    return req
+
+
+def q_billing_header(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_claude_code_from_messages(r)
+    texts = [x["text"] for x in bodies[0]["system"]]
+    assert texts == ([BILLING_LINE, "You are Claude Code."] if on else ["You are Claude Code."])
+
+
+def _codex_no_cache_key() -> dict[str, Any]:
+    req = codex_request("m")
+    del req["prompt_cache_key"]
+    return req
+
+
+def q_prompt_cache_key(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
+    c_codex_from_chat(r)
+    key = bodies[0].get("prompt_cache_key")
+    assert (key is not None and key.startswith("sbx-")) if on else key is None
 
 
 def _one(resp: Callable[[], httpx.Response]) -> Callable[[], list[httpx.Response]]:
@@ -1181,6 +1238,11 @@ QCASES: list[QCase] = [
     QCase("gemini_request", Q_CHAT, "chat",
           lambda: kimi_request("m", top_k=5, reasoning={"effort": "low"}, reasoning_effort="minimal"), _one(CHAT_OK),
           q_gemini_request),
+    QCase("cache_breakpoints", Q_MSG, "responses", lambda: codex_request("m"), _one(messages_answer),
+          q_cache_breakpoints),
+    QCase("cache_ttl", Q_MSG, "messages", _claude_code_ttl, _one(messages_answer), q_cache_ttl),
+    QCase("billing_header", Q_MSG, "messages", _claude_code_billing, _one(messages_answer), q_billing_header),
+    QCase("prompt_cache_key", Q_CHAT, "responses", _codex_no_cache_key, _one(CHAT_OK), q_prompt_cache_key),
 ]  # fmt: skip
 
 # how the switch is thrown: (provider quirks, model quirks) for on / off
@@ -1514,3 +1576,16 @@ async def test_profile_nonstream(client_factory: Any, mock: Any, provider: dict[
     else:
         assert [i["call_id"] for i in calls] == ["functions.Bash:1"] and all(i["id"] for i in calls)
         assert out["usage"]["input_tokens_details"]["cached_tokens"] == 9
+
+
+async def test_the_request_log_line_carries_the_cache_counts(client_factory: Any, mock: Any) -> None:
+    """Codex on Anthropic: the breakpoints go up, the upstream's cache counts come back to the
+    client and into the request line (read 30 and written 7 of 42 input tokens)."""
+    c = await client_factory(**_config([{**P_ANTHROPIC, "base_url": "http://q.test"}],
+                                       [{"name": "m", "provider": "ant"}]))  # fmt: skip
+    mock.route(method="POST", host="q.test").mock(side_effect=[messages_answer()])
+    with structlog.testing.capture_logs() as logs:
+        r = await _send(c, "responses", codex_request("m"))
+    c_codex_from_messages(r)
+    line = [e for e in logs if e["event"] == "request"][-1]
+    assert (line["input_tokens"], line["cache_read"], line["cache_write"]) == (42, 30, 7)

@@ -17,7 +17,8 @@ dashboard would look at:
 * a short mixed load on each proxy, three times with scrapes in between (so every counter
   *increases* inside the query window and every rate is above zero): Chat and Responses,
   streamed and not, the fallback model, a 5xx, an unknown model, the limited key, a stored
-  turn too large to store, one Responses WebSocket session.
+  turn too large to store, one Responses WebSocket session, a second turn of a Chat
+  conversation (the demo provider reads its earlier messages from its prefix cache).
 
 Then every target of every panel (and every template variable's ``label_values`` query) is
 sent to ``/api/v1/query`` with the template variables replaced (``$instance`` and ``$model``
@@ -155,6 +156,9 @@ def load(proxy: Proxy) -> dict[str, int]:
     with httpx.Client(base_url=proxy.base_url, timeout=20) as c:
         msgs = [{"role": "user", "content": "Say hello"}]
         got["chat"] = _post(c, "/chat/completions", ALICE, {"model": "demo-model", "messages": msgs})
+        # a second turn: the demo's prefix cache reads the first from cache (the cache-hit panel)
+        turn2 = [*msgs, {"role": "assistant", "content": "Hello there"}, {"role": "user", "content": "Again"}]
+        got["chat_turn2"] = _post(c, "/chat/completions", ALICE, {"model": "demo-model", "messages": turn2})
         got["chat_stream"] = _post(
             c,
             "/chat/completions",

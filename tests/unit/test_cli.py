@@ -212,7 +212,8 @@ def _write_usage(path: Path) -> None:
         store = open_store(cfg.store)
         log = UsageLog(cfg, store)
         now = time.time()
-        log.write(UsageRecord(now - 60, "alice", "demo", "demo", input=100, output=10, cost_micros=1500))
+        log.write(UsageRecord(now - 60, "alice", "demo", "demo", input=100, output=10, cache_read=60, cost_micros=1500,
+                              saved_micros=405))  # fmt: skip
         log.write(UsageRecord(now - 50, "alice", "other", "demo", input=50, output=5, reasoning=2))
         log.write(UsageRecord(now - 40, "bob", "demo", "demo", input=7, output=0, outcome="failed", status=502))
         assert await log.flush()
@@ -259,10 +260,12 @@ def test_usage_prints_a_table_read_from_the_store(tmp_path: Path, capsys: Any, b
             "REASONING",
             "COST_USD",
             "ERRORS",
+            "CACHE_HIT",
+            "SAVED_USD",
         ]
-        assert out[2].split() == ["alice", "2", "150", "15", "0", "0", "2", "0.0015", "0"]
-        assert out[3].split() == ["bob", "1", "7", "0", "0", "0", "0", "0.0000", "1"]
-        assert out[-1].split() == ["total", "3", "157", "15", "0", "0", "2", "0.0015", "1"]
+        assert out[2].split() == ["alice", "2", "150", "15", "60", "0", "2", "0.0015", "0", "40.0%", "0.0004"]
+        assert out[3].split() == ["bob", "1", "7", "0", "0", "0", "0", "0.0000", "1", "0.0%", "0.0000"]
+        assert out[-1].split() == ["total", "3", "157", "15", "60", "0", "2", "0.0015", "1", "38.2%", "0.0004"]
         assert len(out[1]) == len(out[2]) == len(out[-1])  # aligned
         assert cli.main(["usage", "--config", str(cfg), "--by", "model", "--json"]) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -408,3 +408,13 @@ def test_second_call_numbers_its_id():
         {"role": "user", "content": "again"},
     ]
     assert demo.plan({"messages": history, "tools": [READ]})["tool_call"]["id"] == "functions.read_file:1"
+
+
+def test_usage_reads_every_message_but_the_newest_from_cache() -> None:
+    body = {"model": "demo", "messages": [{"role": "system", "content": "be brief"},
+                                          {"role": "user", "content": "say hello to me"},
+                                          {"role": "assistant", "content": "hello"},
+                                          {"role": "user", "content": "again"}]}  # fmt: skip
+    usage = demo.completion(body, "chatcmpl-x", 1)["usage"]
+    assert usage["prompt_tokens"] == 2 + 4 + 1 + 1 + 1
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 2 + 4 + 1}

@@ -346,11 +346,13 @@ def test_restore_from_the_reasoning_envelopes_of_the_request() -> None:
     assert first_sig(body) == "SIG" and first_sig(body, 1) is None and c.repairs == []
 
 
-def test_an_earlier_turn_is_not_given_the_escape_value() -> None:
+def test_an_earlier_turn_gets_the_escape_value_uncounted() -> None:
+    """Gemini checks only the current turn, but a turn's bytes must not change once it is
+    over (the prefix cache): the value stays, counted only while Gemini checks it."""
     c = ctx()
     body = chat_body(call("a"), earlier_turn=True)
     restore(body, c)
-    assert first_sig(body) is None and c.repairs == []
+    assert first_sig(body) == ESCAPE and c.repairs == []
 
 
 def test_without_a_key_a_chat_client_gets_and_returns_the_raw_signature() -> None:

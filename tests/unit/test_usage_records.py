@@ -107,6 +107,8 @@ async def test_record_flush_query_aggregate(made):
         "reasoning": 5,
         "cost_usd": 0.501234,
         "errors": 0,
+        "cache_hit": round(40 / 110, 4),
+        "saved_usd": 0.0,
     }
     assert by_key[1]["errors"] == 1 and by_key[2]["errors"] == 1  # failed, error (not client_cancel)
     by_model = aggregate(got, "model")
@@ -337,8 +339,41 @@ def test_aggregate_refuses_an_unknown_group_and_table_aligns():
         "REASONING",
         "COST_USD",
         "ERRORS",
+        "CACHE_HIT",
+        "SAVED_USD",
     ]
     assert lines[1].split()[0] == "a-much-longer-name" and lines[1].split()[7] == "2.5000"
-    assert lines[-1].split() == ["total", "2", "200", "40", "80", "0", "10", "2.5012", "0"]
+    assert lines[-1].split() == ["total", "2", "200", "40", "80", "0", "10", "2.5012", "0", "40.0%", "0.0000"]
     assert len({len(line) for line in lines if not line.startswith("-")}) == 1  # aligned
     assert table([], "day").splitlines()[-1].split()[0] == "total"
+
+
+def test_saved_micros_is_the_input_price_less_what_the_cache_cost() -> None:
+    from app.limits import saved_micros
+    from providers.config import PriceCfg
+
+    anthropic = PriceCfg(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+    # 1000 read at 0.3 instead of 3, 200 written at 3.75 instead of 3
+    assert saved_micros(anthropic, (1500, 10, 1000, 200, 0)) == round(1000 * 2.7 - 200 * 0.75)
+    assert saved_micros(PriceCfg(input=1.0), (1500, 10, 1000, 200, 0)) == 0  # no cache price: nothing saved
+    assert saved_micros(None, (1500, 10, 1000, 200, 0)) == 0
+
+
+async def test_a_record_written_before_saved_micros_reads_as_zero(tmp_path: Any) -> None:
+    """A SQLite file of an earlier version (no saved_micros column) gets the column; its rows read 0."""
+    import aiosqlite
+
+    db_path = tmp_path / "old.db"
+    names = [n for n, _ in usage._FIELDS if n != "saved_micros"]
+    types = {"float": "REAL", "int": "INTEGER", "str": "TEXT", "bool": "INTEGER"}
+    cols = ", ".join(f'"{n}" {types[k]} NOT NULL' for n, k in usage._FIELDS if n != "saved_micros")
+    old = rec(time.time() - 10)
+    async with aiosqlite.connect(db_path) as db:
+        await db.execute(f"CREATE TABLE usage ({cols})")
+        values = [getattr(old, n) for n in names]
+        await db.execute(f"INSERT INTO usage VALUES ({', '.join('?' * len(names))})", values)
+        await db.commit()
+    cfg = config("sqlite", str(db_path))
+    got = await usage.read_usage(cfg, 0)
+    assert len(got) == 1 and got[0].saved_micros == 0 and got[0].request_id == old.request_id
+    assert usage._decode({"saved_micros": 5}) is None  # a record missing an original field is still refused
