@@ -15,15 +15,25 @@ previous response), goes through ``prepare()`` and is pumped by the same
   one text frame; an error status (answered before the first byte) becomes the Responses
   WebSocket error frame ``{"type":"error","status":N,"error":{…},"headers":{…}}``, which
   Codex maps exactly like the HTTP answer;
-* its ``receive`` reports ``http.disconnect`` when the socket goes away, so a client that
-  leaves mid-turn cancels the upstream exactly as on HTTP.
+* its ``receive`` reports ``http.disconnect`` when the socket goes away (or the response
+  is cut), so a client that leaves mid-turn cancels the upstream exactly as on HTTP.
 
 One reader task per socket moves the client's messages into a queue (an ``asyncio.Queue``
-read is safe to cancel; a frame that arrives during a turn, such as
-``response.processed``, waits there).  Bounds: sockets per process
-(``server.websocket.max_connections``; the next upgrade is answered 426, and Codex falls
-back to HTTP for the session), transcript bytes per socket, an idle timeout (the socket is
-closed; the client reconnects), a lifetime (the next request is answered
+read is safe to cancel).  The connection's loop takes them at once, turns included:
+``response.cancel``, ``response.steer`` and ``response.inject`` are answered as they come
+(transformers/ws_lanes.py); a create goes to its lane (``stream_id``), whose worker task
+runs its creates one after the other, lanes at the same time (``max_active_responses``),
+one frame at a time on the socket (a lock).  A cut (cancel, or steering at a safe
+boundary) makes the turn's ``receive`` report ``http.disconnect``, so the pump stops the
+upstream call exactly as for a client that left; the lines it had written still go out,
+then ``Bridge.interrupt`` ends the response (cancelled, or steered and followed by its
+successor).
+
+Bounds: sockets per process (``server.websocket.max_connections``; the next upgrade is
+answered 426, and Codex falls back to HTTP for the session), creates waiting on lanes
+(``max_pipelined_frames``; the socket is not read meanwhile), named lanes
+(``max_lanes``), transcript bytes per socket, an idle timeout (the socket is closed when
+no response is running; the client reconnects), a lifetime (the next request is answered
 ``websocket_connection_limit_reached``, which Codex retries on a new socket), the frame
 size (``server.max_body_bytes``) and pings (uvicorn's, ``ping_interval_seconds``).
 """

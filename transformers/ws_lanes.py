@@ -27,8 +27,7 @@ request:
   for a response this socket does not know, ``response_already_completed`` otherwise (at
   once for a finished response, at its end for one still running).
 * **cancel**: the SDK's Responses WebSocket has no cancel event; the realtime one's shape
-  ``{"type":"response.cancel","response_id"?}`` is taken (Codex 0.171's binary carries
-  the string).  The response stops at once and ends with ``response.failed`` whose
+  ``{"type":"response.cancel","response_id"?}`` is taken.  The response stops at once and ends with ``response.failed`` whose
   ``response.status`` is ``cancelled`` (the SDK's terminal events are completed, failed
   and incomplete; ``cancelled`` is one of its response statuses), ``error`` null.  No
   ``response_id``: the running response of the frame's lane (``stream_id``), else of the

@@ -9,17 +9,19 @@ same events as the SSE stream, one per text frame.  After the first turn a frame
 the client counts on the server to remember the earlier input and the output it sent.
 No upstream behind the proxy can be trusted to remember (a Chat upstream stores nothing;
 a Responses upstream may run with ``store: false``), so the connection keeps a
-*transcript*: the full input of its last response and that response's output items.  A
-continuation is rebuilt into a complete, stateless request::
+*transcript* per lane (``stream_id``; none is the default lane): the full input of the
+lane's last response and that response's output items.  A continuation is rebuilt into a
+complete, stateless request::
 
     full input = transcript input + transcript output + the frame's new items
 
 and goes through the very same path as an HTTP request (``prepare``, the Bridge, every
-repair).  The transcript is replaced after every completed response, and dropped when a
-response did not complete (the client will not continue from it) or when it would exceed
-``max_bytes`` (the client's next continuation is then answered
-``previous_response_not_found``, and Codex re-sends the whole history, which is the
-documented recovery).
+repair).  A continuation may name the last response of any lane (a fork).  A lane's
+transcript is replaced after every completed response on it, and dropped when a
+continuation on it did not complete (the client will not continue from it); all of them
+together stay under ``max_bytes`` (the oldest go first), and a continuation of a dropped
+one is answered ``previous_response_not_found`` (Codex re-sends the whole history, which
+is the documented recovery).
 
 =========================================  ===================================================
 client frame                               action
@@ -34,15 +36,22 @@ client frame                               action
 ``response.append`` (older Codex)          ``Turn``: the last request's fields, the input
                                            appended to the transcript
 ``response.processed``                     ``Ignore`` (an acknowledgement)
-anything else, binary, not JSON            ``Reply`` error 400 (the socket stays open)
+``response.steer`` / ``.cancel`` /         ``Control``: the app answers it at once
+``.inject``                                (transformers/ws_lanes.py)
+a create with a bad ``stream_id``          ``Reply`` error 400 ``invalid_stream_id``
+anything else, binary, not JSON            ``Reply`` error 400 naming the type (the socket
+                                           stays open)
 a frame nested too deep or holding an      ``Reply`` error 400 naming its path, as an HTTP
 integer beyond 64 bits                     body gets (``request_check.check_values`` on
                                            the frame's own bytes: parsed, the integer is
                                            already a float)
 =========================================  ===================================================
 
-The session is sans-IO: the app reads frames, asks ``frame()``, runs turns and reports
-each finished response with ``completed()`` / ``failed()``.
+The session is sans-IO: the app reads frames and asks ``classify()``; a create waits for
+its turn on its lane, where ``create()`` makes it a Turn (``successor()`` makes the
+automatic successor of a steered response); the app runs turns and reports each finished
+one with ``completed()`` / ``failed()``.  ``frame()`` is ``classify()`` and ``create()``
+at once.
 """
 
 from __future__ import annotations
