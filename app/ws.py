@@ -146,8 +146,9 @@ _STOP = {"type": "switchboard.stop"}  # put in the inbox by the drain (see _Conn
 
 class _Run:
     """One response in flight on a lane: what its client received (``track``), how it was
-    cut (``cut``: ``cancelled`` or ``steered``; its later lines are dropped), the event that
-    ends its upstream call (``stopped``), and the injects to answer at its end."""
+    cut (``cut``: ``cancelled`` or ``steered``), the event that ends its upstream call
+    (``stopped``), the lines the pump had written when the cut stopped it (``leftover``),
+    and the injects to answer at its end."""
 
     __slots__ = (
         "lane",
@@ -753,6 +754,9 @@ class _Connection:
                     await self._error_frame(run, b"".join(run.error))
                 return
             lines = [raw.decode() for raw in body.splitlines() if raw]
+            if run.leftover:  # (a cancel that was the drain's, not a cut: the pump goes on)
+                lines = [*run.leftover, *lines]
+                run.leftover = []
             for i, line in enumerate(lines):
                 try:
                     await self._line(run, line)
