@@ -4,7 +4,7 @@ steering, inject (run under the 3.x SDK's interpreter, ``.e2e/openai3``).
 Theory of operation
 -------------------
 ``python sdk_ws_checks.py < request.json`` (``{"base_url", "api_key", "model", "prompts"}``)
-runs four scenarios on the SDK's client, one socket each, and prints one JSON object:
+runs five scenarios on the SDK's client, one socket each, and prints one JSON object:
 
 * ``lanes``: ``client.responses.connect()`` under ``AsyncResponsesWebSocketSession`` with
   lanes ``"a"``, ``"b"`` and the default lane; a create on each (``lane.send``), consumed
@@ -17,6 +17,8 @@ runs four scenarios on the SDK's client, one socket each, and prints one JSON ob
   terminal and the seconds from the cancel to it.
 * ``steer``: the same connection; ``connection.response.steer(...)`` on a running
   response; gives the event types and the successor's text.
+* ``lane_steer``: a steer (``lane.send``) on a response of the session's lane ``"s"``:
+  everything, the successor included, comes to that lane.
 * ``refusals``: ``steer`` on an unknown response, ``inject`` into a finished one.
 
 Every event is parsed by the SDK's own ``parse_event`` (its server-event union); a
@@ -135,6 +137,38 @@ async def steer(client: AsyncOpenAI, model: str, prompt: str, steer_text: str) -
     }
 
 
+async def lane_steer(client: AsyncOpenAI, model: str, prompt: str, steer_text: str) -> dict[str, Any]:
+    """Steering a response on a named lane of the session: every event of the steered
+    response and of its successor comes to that lane, and the lane's final response is the
+    successor's."""
+    async with client.responses.connect(websocket_connection_options={"max_size": None}) as conn:
+        async with AsyncResponsesWebSocketSession(conn, limits=LIMITS) as session:
+            lane = session.lane("s")
+            await lane.send({"type": "response.create", "model": model, "input": prompt, "store": False})
+            events: list[dict[str, Any]] = []
+            rid = None
+            while True:
+                e = _ev(await asyncio.wait_for(lane.recv(), WAIT))
+                events.append(e)
+                if e["type"] == "response.created" and rid is None:
+                    rid = e["raw"]["response"]["id"]
+                if e["type"] == "response.output_text.delta":
+                    break
+            await lane.send({"type": "response.steer", "previous_response_id": rid, "input": steer_text})
+            while True:
+                e = _ev(await asyncio.wait_for(lane.recv(), WAIT))
+                events.append(e)
+                if e["type"] in TERMINALS and e["raw"]["response"]["id"] != rid:
+                    break
+            final = await asyncio.wait_for(lane.get_final_response(), WAIT)
+    return {
+        "types": [e["type"] for e in events],
+        "stream_ids": sorted({str(e["stream_id"]) for e in events}),
+        "final_text": final.output_text,
+        "final_previous": final.previous_response_id == rid,
+    }
+
+
 async def refusals(client: AsyncOpenAI, model: str, prompt: str) -> dict[str, Any]:
     async with client.beta.responses.connect() as conn:
         await conn.response.steer(input="x", previous_response_id="resp_unknown")
@@ -162,6 +196,7 @@ async def run(req: dict[str, Any]) -> dict[str, Any]:
         out["lanes"] = await lanes(client, req["model"], {"a": p["a"], "b": p["b"], "default": p["default"]})
         out["cancel"] = await cancel(client, req["model"], p["slow"])
         out["steer"] = await steer(client, req["model"], p["slow"], p["steer"])
+        out["lane_steer"] = await lane_steer(client, req["model"], p["slow"], p["steer"])
         out["refusals"] = await refusals(client, req["model"], p["b"])
         return out
 

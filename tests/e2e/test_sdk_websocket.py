@@ -147,6 +147,11 @@ def test_sdk_websocket_lanes_cancel_steer_inject(kind, proxy_for, openai_sdk):
         assert s["cut_text"] and "part one part two".startswith(s["cut_text"]), info
         assert (s["successor_text"], s["successor_status"]) == ("short version", "completed"), info
 
+        ls = got["lane_steer"]
+        assert ls["stream_ids"] == ["s"] and ls["final_previous"], info
+        assert ls["final_text"] == "short version", info
+        assert "response.steer.accepted" in ls["types"] and "response.incomplete" in ls["types"], info
+
         r = got["refusals"]
         assert r["unknown"] == ["response.steer.failed", "response_not_found"], info
         assert r["inject"] == ["response.inject.failed", "response_already_completed", "call_x"], info
@@ -154,6 +159,6 @@ def test_sdk_websocket_lanes_cancel_steer_inject(kind, proxy_for, openai_sdk):
 
         # the successor went upstream with the text the client saw, then the steering input
         steered = [r.json for r in up.model_requests if last_user_text(r.json) == "shorter please"]
-        assert len(steered) == 1 and s["cut_text"] in json.dumps(steered[0]), info
+        assert len(steered) == 2 and s["cut_text"] in json.dumps(steered[0]), info
     finally:
         up.stop()
