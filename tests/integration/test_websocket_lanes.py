@@ -302,3 +302,43 @@ async def test_steer_and_inject_refusals() -> None:
         assert i["input"] == [USER] and i["response_id"] == done
         await ws.send(orjson.dumps({"type": "response.inject", "response_id": "resp_x", "input": []}).decode())
         assert (await recv(ws))["error"]["code"] == "response_not_found"
+
+
+async def test_at_most_max_active_responses_run_at_once_and_inject_is_answered_at_the_end() -> None:
+    release = asyncio.Event()
+    slow = Held([sse(chat_chunk({"role": "assistant", "content": "first "}))], [sse(chat_chunk({}, "stop"))], release)
+    up = Scripted({"one": streamed(slow), "two": text_answer("second")})
+    async with serving(up, websocket={"max_active_responses": 1}) as host:
+        async with connect(f"ws://{host}/v1/responses", additional_headers=AUTH) as ws:
+            await ws.send(create("chat-model", [user("one")], stream_id="a"))
+            first = await until(ws, lambda e: e["type"] == "response.output_text.delta")
+            rid = first[0]["response"]["id"]
+            await ws.send(create("chat-model", [user("two")], stream_id="b"))
+            inject = {"type": "response.inject", "response_id": rid, "input": [USER]}
+            await ws.send(orjson.dumps(inject).decode())
+            await asyncio.sleep(0.3)
+            assert len(up.bodies) == 1  # lane b waits for the one slot
+            release.set()
+            evs = await until(ws, lambda e: e["type"] == "response.completed" and e.get("stream_id") == "b")
+            kinds = [(e["type"], e.get("stream_id")) for e in evs]
+            a_end = kinds.index(("response.completed", "a"))
+            failed = kinds.index(("response.inject.failed", "a"))
+            assert a_end < failed < kinds.index(("response.created", "b"))
+            assert evs[failed]["error"]["code"] == "response_already_completed" and evs[failed]["input"] == [USER]
+
+
+async def test_a_response_with_context_management_cannot_be_steered() -> None:
+    held = Held([sse(chat_chunk({"role": "assistant", "content": "x"}))], [sse(chat_chunk({}, "stop"))])
+    up = Scripted({"go": streamed(held)})
+    async with serving(up) as host, connect(f"ws://{host}/v1/responses", additional_headers=AUTH) as ws:
+        cm = [{"type": "compaction", "compact_threshold": 100000}]
+        await ws.send(create("chat-model", [user("go")], context_management=cm))
+        first = await until(ws, lambda e: e["type"] == "response.output_text.delta")
+        rid = first[0]["response"]["id"]
+        await ws.send(orjson.dumps({"type": "response.steer", "previous_response_id": rid, "input": "y"}).decode())
+        f = await until(ws, lambda e: e["type"] == "response.steer.failed")
+        assert f[-1]["error"]["code"] == "steering_not_supported"
+        assert f[-1]["sequence_number"] > first[-1]["sequence_number"]  # a number of that response
+        await ws.send('{"type":"response.cancel"}')
+        end = await until(ws, is_terminal)
+        assert end[-1]["response"]["status"] == "cancelled"
