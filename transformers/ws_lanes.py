@@ -79,6 +79,7 @@ _SAFE_ITEMS = frozenset({"message", "reasoning"})
 
 _ADDED = '{"type":"response.output_item.added"'
 _CREATED = '{"type":"response.created"'
+_CREATED_ID = '{"type":"response.created","response":{"id":"'
 
 
 def lane_of(msg: dict[str, Any]) -> tuple[bool, str | None]:
@@ -167,6 +168,12 @@ class Track:
     def see(self, line: str) -> None:
         self.started = True
         if self.response_id is None and line.startswith(_CREATED):
+            if line.startswith(_CREATED_ID):  # the encoder writes the id first: no parse of the echo
+                end = line.find('"', len(_CREATED_ID))
+                rid = line[len(_CREATED_ID) : end]
+                if end > 0 and "\\" not in rid:
+                    self.response_id = rid
+                    return
             resp = orjson.loads(line).get("response")
             rid = resp.get("id") if isinstance(resp, dict) else None
             self.response_id = rid if isinstance(rid, str) else ""

@@ -87,6 +87,13 @@ def test_track_sees_the_id_and_tool_items() -> None:
     assert t.safe and not t.started
     t.see('{"type":"response.created","response":{"id":"resp_1"},"sequence_number":0}')
     assert t.response_id == "resp_1" and t.started
+    for line in (
+        '{"type":"response.created","response":{"object":"response","id":"resp_2"}}',
+        '{"type":"response.created","response":{"id":"resp_\\"2"}}',
+    ):
+        other = Track()
+        other.see(line)
+        assert other.response_id == orjson.loads(line)["response"]["id"]
     t.see('{"type":"response.output_item.added","output_index":0,"item":{"type":"message"},"sequence_number":1}')
     assert t.safe  # a message is closed where it stands
     t.see('{"type":"response.output_item.added","output_index":1,"item":{"type":"function_call"},"sequence_number":2}')
