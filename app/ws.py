@@ -169,7 +169,7 @@ class _Run:
     def __init__(self, lane: str | None, turn: Turn) -> None:
         self.lane = lane
         self.turn = turn
-        self.p: Any = None
+        self.p: Any = None  # the ProxyResponse pumping it
         self.track = Track()
         self.cut: str | None = None
         self.steer = False  # steering accepted: cut at the next safe boundary
@@ -477,7 +477,7 @@ class _Connection:
         """A sequence number in ``run``'s response for an event the socket adds to it."""
         if run is None or run.p is None:
             return 0
-        return int(run.p.bridge.encoder.take_sequence())
+        return int(run.p.p.bridge.encoder.take_sequence())
 
     async def _control(self, msg: dict[str, Any]) -> None:
         kind = msg["type"]
@@ -603,12 +603,12 @@ class _Connection:
             await self._refused(e, rid, sid)
             return None
         run = _Run(sid, action)
-        run.p = p
+        response = ProxyResponse(p)
+        run.p = response  # (its .p: the target's, after a fallback before the first byte)
         run.steerable = "conversation" not in action.body and "context_management" not in action.body
         lane.run = run
         if self.gone.is_set():
             run.stopped.set()
-        response = ProxyResponse(p)
         try:
             limits = ticket.event() if ticket is not None else None
             if limits is not None:  # the key's windows, as Codex reads them before a response

@@ -170,9 +170,9 @@ class Track:
         if self.response_id is None and line.startswith(_CREATED):
             if line.startswith(_CREATED_ID):  # the encoder writes the id first: no parse of the echo
                 end = line.find('"', len(_CREATED_ID))
-                rid = line[len(_CREATED_ID) : end]
-                if end > 0 and "\\" not in rid:
-                    self.response_id = rid
+                head = line[len(_CREATED_ID) : end]
+                if end > 0 and "\\" not in head:
+                    self.response_id = head
                     return
             resp = orjson.loads(line).get("response")
             rid = resp.get("id") if isinstance(resp, dict) else None
