@@ -122,6 +122,9 @@ METRICS: dict[str, tuple[str, str, tuple[float, ...]]] = {
     "switchboard_websocket_connections_total": (
         "counter", "Responses WebSocket upgrades accepted and refused, and closes, by event.", ()
     ),
+    "switchboard_websocket_events_total": (
+        "counter", "Responses WebSocket cancel, steering and inject outcomes, by event.", ()
+    ),
     "switchboard_store_bytes": (
         "gauge", "Total compressed size of the stored responses, as of the last put or delete (store.max_bytes caps it).", ()
     ),

@@ -55,9 +55,17 @@ class WebSocketCfg(_Strict):
     max_transcript_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # a socket with no frame for this long is closed (the client reconnects)
     idle_timeout_seconds: float = Field(default=900.0, gt=0)
-    # frames a client may send ahead of the answer in flight; past them the socket is not
-    # read until one is taken (a client that pipelines frames cannot grow the inbox)
+    # creates a client may send ahead of the answers in flight (waiting on their lanes), and
+    # frames read but not yet taken; past them the socket is not read until one is taken (a
+    # client that pipelines frames cannot grow the queues)
     max_pipelined_frames: int = Field(default=8, ge=1)
+    # named lanes (stream_id) one socket may use; the next one is answered
+    # websocket_stream_limit_reached
+    max_lanes: int = Field(default=32, ge=1)
+    # responses one socket runs at the same time (on different lanes); more wait their turn
+    max_active_responses: int = Field(default=16, ge=1)
+    # steering submissions accepted per running response; more get too_many_pending_steers
+    max_steers_per_response: int = Field(default=8, ge=1)
     # a socket older than this gets websocket_connection_limit_reached at its next request
     max_lifetime_seconds: float = Field(default=3600.0, gt=0)
     # WebSocket pings (dead peers are found and closed); 0 = never

@@ -518,6 +518,17 @@ class Bridge:
             self.tap("fail", {"code": code, "message": message}, b"".join(out))
         return b"".join(out)
 
+    def interrupt(self, how: str) -> bytes:
+        """End a Responses client's answer now (the WebSocket's cancel, ``how="cancelled"``,
+        or steering, ``how="steered"``): ``ResponsesStreamEncoder.interrupt``, framed; b""
+        for another client, or once the answer has its terminal."""
+        if self._chat or self.broken or self.terminal or not isinstance(self.encoder, ResponsesStreamEncoder):
+            return b""
+        out = self._frame(self.encoder.interrupt(how))
+        self.terminal = "client_cancel" if how == "cancelled" else "incomplete"
+        self._closed = True
+        return b"".join(out)
+
     def heartbeat(self) -> bytes:
         """What to send during a long upstream silence: a real Responses event (Codex's idle
         timer ignores SSE comments), an SSE comment for Chat clients."""

@@ -580,6 +580,41 @@ class ResponsesStreamEncoder:
         self._final = final
         return out
 
+    def interrupt(self, how: str) -> list[dict]:
+        """End the response now for the transport (the Responses WebSocket's cancel and
+        steering), whatever it was doing: an open message or reasoning item closes as
+        ``incomplete`` with what it holds, calls not yet released are dropped, and the
+        terminal is ``response.failed`` with status ``cancelled`` (``how == "cancelled"``)
+        or ``response.incomplete`` with reason ``steered``.  Nothing once the response ended."""
+        if self.done:
+            return []
+        out: list[dict] = []
+        if not self._started:
+            self._start(out, None)
+        self._close_msg(out, "incomplete")
+        self._close_rs(out)
+        self._pending = []
+        output = [s for s in self._slots if s is not None]
+        usage = self._usage if self._usage is not None else normalize_responses(None)
+        if how == "cancelled":
+            resp = self._resp("cancelled", output, usage)
+            etype = "response.failed"
+        else:
+            resp = self._resp("incomplete", output, usage)
+            resp["incomplete_details"] = {"reason": how}
+            etype = "response.incomplete"
+        self._final = resp
+        self.done = True
+        self._emit(out, {"type": etype, "response": resp})
+        return out
+
+    def take_sequence(self) -> int:
+        """A sequence number for an event the transport adds to this response's stream (the
+        Responses WebSocket's steering and cut events); the encoder's next events follow it."""
+        seq = self._seq
+        self._seq = seq + 1
+        return seq
+
     @property
     def response(self) -> dict:
         if self._final is not None:

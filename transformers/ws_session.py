@@ -9,17 +9,19 @@ same events as the SSE stream, one per text frame.  After the first turn a frame
 the client counts on the server to remember the earlier input and the output it sent.
 No upstream behind the proxy can be trusted to remember (a Chat upstream stores nothing;
 a Responses upstream may run with ``store: false``), so the connection keeps a
-*transcript*: the full input of its last response and that response's output items.  A
-continuation is rebuilt into a complete, stateless request::
+*transcript* per lane (``stream_id``; none is the default lane): the full input of the
+lane's last response and that response's output items.  A continuation is rebuilt into a
+complete, stateless request::
 
     full input = transcript input + transcript output + the frame's new items
 
 and goes through the very same path as an HTTP request (``prepare``, the Bridge, every
-repair).  The transcript is replaced after every completed response, and dropped when a
-response did not complete (the client will not continue from it) or when it would exceed
-``max_bytes`` (the client's next continuation is then answered
-``previous_response_not_found``, and Codex re-sends the whole history, which is the
-documented recovery).
+repair).  A continuation may name the last response of any lane (a fork).  A lane's
+transcript is replaced after every completed response on it, and dropped when a
+continuation on it did not complete (the client will not continue from it); all of them
+together stay under ``max_bytes`` (the oldest go first), and a continuation of a dropped
+one is answered ``previous_response_not_found`` (Codex re-sends the whole history, which
+is the documented recovery).
 
 =========================================  ===================================================
 client frame                               action
@@ -34,15 +36,22 @@ client frame                               action
 ``response.append`` (older Codex)          ``Turn``: the last request's fields, the input
                                            appended to the transcript
 ``response.processed``                     ``Ignore`` (an acknowledgement)
-anything else, binary, not JSON            ``Reply`` error 400 (the socket stays open)
+``response.steer`` / ``.cancel`` /         ``Control``: the app answers it at once
+``.inject``                                (transformers/ws_lanes.py)
+a create with a bad ``stream_id``          ``Reply`` error 400 ``invalid_stream_id``
+anything else, binary, not JSON            ``Reply`` error 400 naming the type (the socket
+                                           stays open)
 a frame nested too deep or holding an      ``Reply`` error 400 naming its path, as an HTTP
 integer beyond 64 bits                     body gets (``request_check.check_values`` on
                                            the frame's own bytes: parsed, the integer is
                                            already a float)
 =========================================  ===================================================
 
-The session is sans-IO: the app reads frames, asks ``frame()``, runs turns and reports
-each finished response with ``completed()`` / ``failed()``.
+The session is sans-IO: the app reads frames and asks ``classify()``; a create waits for
+its turn on its lane, where ``create()`` makes it a Turn (``successor()`` makes the
+automatic successor of a steered response); the app runs turns and reports each finished
+one with ``completed()`` / ``failed()``.  ``frame()`` is ``classify()`` and ``create()``
+at once.
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ import orjson
 from .errors import RequestError
 from .request_check import check_integers, check_values
 
-__all__ = ["Ignore", "Reply", "Turn", "Warmup", "WSSession", "error_frame"]
+__all__ = ["Control", "Create", "Ignore", "Reply", "Turn", "Warmup", "WSSession", "error_frame"]
 
 
 @dataclass(slots=True)
@@ -69,6 +78,7 @@ class Turn:
     new: list[Any]
     previous: str | None = None
     foreign: bool = False
+    lane: str | None = None  # the frame's stream_id (None: the default lane)
 
 
 @dataclass(slots=True)
@@ -76,6 +86,7 @@ class Warmup:
     """Answer with a response that produces nothing (``generate: false``)."""
 
     body: dict[str, Any]
+    lane: str | None = None
 
 
 @dataclass(slots=True)
@@ -90,10 +101,29 @@ class Ignore:
     pass
 
 
+@dataclass(slots=True)
+class Create:
+    """A ``response.create`` (or ``response.append``) for ``lane``: it waits for its turn
+    there (``WSSession.create`` makes it a Turn, Warmup or Reply when it comes)."""
+
+    msg: dict[str, Any]
+    lane: str | None = None
+
+
+@dataclass(slots=True)
+class Control:
+    """A frame about responses already running: ``response.steer``, ``response.cancel``,
+    ``response.inject`` (transformers/ws_lanes.py); answered at once."""
+
+    msg: dict[str, Any]
+
+
 Action = Turn | Warmup | Reply | Ignore
 
 # fields of a create frame that are about the socket, not the request
-_FRAME_ONLY = ("type", "generate")
+_FRAME_ONLY = ("type", "generate", "stream_id")
+_CONTROL = ("response.steer", "response.cancel", "response.inject")
+KNOWN_TYPES = ("response.create", "response.append", "response.processed", *_CONTROL)
 
 
 def error_frame(
@@ -130,23 +160,40 @@ def _items(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-class WSSession:
-    """The transcript of one socket (see the module docstring)."""
+@dataclass(slots=True)
+class _Entry:
+    """A response a continuation may name: its full input, its output, its request fields."""
 
-    __slots__ = ("max_bytes", "last_id", "_input", "_output", "_last_body", "_pending")
+    input: list[Any]
+    output: list[Any]
+    fields: dict[str, Any]
+    lane: str | None
+    size: int
+
+
+class WSSession:
+    """The transcripts of one socket (see the module docstring): each lane's last response,
+    at most ``max_bytes`` in all (the oldest go first)."""
+
+    __slots__ = ("max_bytes", "_cache", "_lanes", "_total", "_last_turn")
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.last_id: str | None = None  # the response a continuation may name
-        self._input: list[Any] = []
-        self._output: list[Any] = []
-        self._last_body: dict[str, Any] | None = None  # the fields of the last request (response.append)
-        self._pending: list[Any] | None = None  # the full input of the turn in flight
+        self._cache: dict[str, _Entry] = {}  # response id → entry, oldest first
+        self._lanes: dict[str | None, str] = {}  # lane → the id of its entry
+        self._total = 0
+        self._last_turn: Turn | None = None  # (completed()/failed() without a turn: the last one)
+
+    @property
+    def last_id(self) -> str | None:
+        """The default lane's last response (the one ``response.append`` continues)."""
+        return self._lanes.get(None)
 
     # -- client frames --------------------------------------------------------------------
 
-    def frame(self, data: str | bytes | None) -> Action:
-        """What to do with one client frame (``None``: a binary frame)."""
+    def classify(self, data: str | bytes | None) -> Create | Control | Reply | Ignore:
+        """One client frame, checked: a create for its lane, a control frame, an error
+        reply, or nothing to do (``None``: a binary frame)."""
         if data is None:
             return Reply(error_frame(400, "binary frames are not supported; send JSON text frames", "invalid_frame"))
         raw = data.encode() if isinstance(data, str) else data
@@ -167,43 +214,71 @@ class WSSession:
         except RequestError as e:
             return Reply(_refused(e))
         kind = msg.get("type")
-        if kind == "response.create":
-            return self._create(msg)
-        if kind == "response.append":
-            return self._append(msg)
+        if kind in ("response.create", "response.append"):
+            sid = msg.get("stream_id")
+            if sid is not None and not (isinstance(sid, str) and _valid_lane(sid)):
+                return Reply(
+                    error_frame(
+                        400,
+                        "stream_id must be 1-256 ASCII letters, digits, underscores, hyphens or periods",
+                        "invalid_stream_id",
+                        param="stream_id",
+                    )
+                )
+            return Create(msg, sid)
+        if kind in _CONTROL:
+            return Control(msg)
         if kind == "response.processed":
             return Ignore()
         shown = kind[:100] if isinstance(kind, str) else repr(kind)[:100]
+        known = ", ".join(f"'{k}'" for k in KNOWN_TYPES)
         return Reply(
             error_frame(
                 400,
-                f"unsupported frame type {shown}; expected 'response.create'",
+                f"unsupported frame type {shown}; expected one of {known}",
                 "unsupported_frame_type",
                 param="type",
             )
         )
 
-    def _create(self, msg: dict[str, Any]) -> Action:
+    def frame(self, data: str | bytes | None) -> Action:
+        """``classify`` and, for a create, ``create`` at once (one lane, nothing running)."""
+        a = self.classify(data)
+        if isinstance(a, Create):
+            return self.create(a)
+        if isinstance(a, Control):
+            return Reply(error_frame(400, "no response is running", "response_not_active"))
+        return a
+
+    def create(self, c: Create, queued: list[Any] | None = None) -> Action:
+        """A create whose turn on its lane has come.  ``queued``: steering input accepted
+        for the response it continues, put before its own items."""
+        msg = c.msg
+        if msg.get("type") == "response.append":
+            return self._append(msg, c.lane)
         body = {k: v for k, v in msg.items() if k not in _FRAME_ONLY}
         body["stream"] = True  # a socket always streams
         prev = body.pop("previous_response_id", None)
-        new = _items(body.get("input"))
+        new = [*(queued or ()), *_items(body.get("input"))]
         foreign = False
         if prev is not None:
             if not isinstance(prev, str) or prev == "":
                 return Reply(self.not_found(prev))
-            foreign = prev != self.last_id
-            body["input"] = new if foreign else [*self._input, *self._output, *new]
+            entry = self._cache.get(prev)
+            foreign = entry is None
+            body["input"] = new if entry is None else [*entry.input, *entry.output, *new]
         else:
             body["input"] = new
-        self._last_body = {k: v for k, v in body.items() if k != "input"}
         if msg.get("generate") is False and not foreign:
-            return Warmup(body)
-        self._pending = body["input"]
-        return Turn(body, new, prev, foreign)
+            return Warmup(body, c.lane)
+        turn = Turn(body, new, prev, foreign, c.lane)
+        self._last_turn = turn
+        return turn
 
-    def _append(self, msg: dict[str, Any]) -> Action:
-        if self._last_body is None or self.last_id is None:
+    def _append(self, msg: dict[str, Any], lane: str | None) -> Action:
+        rid = self._lanes.get(lane)
+        entry = self._cache.get(rid) if rid is not None else None
+        if entry is None or rid is None:
             return Reply(
                 error_frame(
                     400,
@@ -213,14 +288,24 @@ class WSSession:
                 )
             )
         new = _items(msg.get("input"))
-        body = {**self._last_body, "input": [*self._input, *self._output, *new]}
-        self._pending = body["input"]
-        return Turn(body, new, self.last_id)
+        body = {**entry.fields, "input": [*entry.input, *entry.output, *new]}
+        turn = Turn(body, new, rid, False, lane)
+        self._last_turn = turn
+        return turn
+
+    def successor(self, turn: Turn, response_id: str, output: list[Any], items: list[Any]) -> Turn:
+        """The response that continues ``response_id`` (``turn``'s, ended by steering or
+        completed with steering queued) with ``items``: the same settings, its whole input,
+        the output its client received, then the queued input."""
+        body = {**turn.body, "input": [*turn.body["input"], *output, *items]}
+        nxt = Turn(body, list(items), response_id, False, turn.lane)
+        self._last_turn = nxt
+        return nxt
 
     def rebase(self, turn: Turn, history: list[Any]) -> None:
         """A ``foreign`` continuation found elsewhere (the app's store): ``history`` (every
         earlier item) goes before the frame's own items, in the body and the transcript."""
-        turn.body["input"] = self._pending = [*history, *turn.new]
+        turn.body["input"] = [*history, *turn.new]
 
     def not_found(self, prev: Any) -> dict[str, Any]:
         """The answer to a continuation of a response nobody here knows."""
@@ -234,35 +319,55 @@ class WSSession:
 
     # -- what happened to a turn ----------------------------------------------------------
 
-    def warmed(self, response_id: str, body: dict[str, Any]) -> None:
+    def warmed(self, response_id: str, body: dict[str, Any], lane: str | None = None) -> None:
         """A warm-up was answered with ``response_id``: its input is the transcript."""
-        self._remember(response_id, list(body.get("input") or ()), [])
+        self._remember(response_id, list(body.get("input") or ()), [], body, lane)
 
-    def completed(self, response_id: str, output: list[Any]) -> None:
-        """The turn in flight completed with these output items (as the client got them)."""
-        full = self._pending if self._pending is not None else []
-        self._pending = None
-        self._remember(response_id, full, output)
+    def completed(self, response_id: str, output: list[Any], turn: Turn | None = None) -> None:
+        """``turn`` (default: the last one made) completed with these output items (as the
+        client got them): it replaces its lane's transcript."""
+        t = turn if turn is not None else self._last_turn
+        if t is None:
+            return
+        self._remember(response_id, t.body["input"], output, t.body, t.lane)
 
-    def failed(self) -> None:
-        """The turn in flight did not complete: the client cannot continue from it."""
-        self._pending = None
-        self._forget()
+    def failed(self, turn: Turn | None = None) -> None:
+        """``turn`` (default: the last one made) did not complete: the client cannot continue
+        from it, nor, on its own lane, from the response it continued."""
+        t = turn if turn is not None else self._last_turn
+        lane = t.lane if t is not None else None
+        rid = self._lanes.get(lane)
+        if rid is not None and (t is None or t.previous is None or t.previous == rid):
+            self._drop(rid)
 
-    def _remember(self, response_id: str, full_input: list[Any], output: list[Any]) -> None:
+    def _remember(
+        self, response_id: str, full_input: list[Any], output: list[Any], body: dict[str, Any], lane: str | None
+    ) -> None:
+        old = self._lanes.pop(lane, None)
+        if old is not None:
+            self._drop(old)
         size = len(orjson.dumps(full_input)) + len(orjson.dumps(output))
         if size > self.max_bytes:
-            self._forget()
             return
-        self.last_id = response_id
-        self._input = full_input
-        self._output = list(output)
+        while self._cache and self._total + size > self.max_bytes:
+            self._drop(next(iter(self._cache)))
+        fields = {k: v for k, v in body.items() if k != "input"}
+        self._cache[response_id] = _Entry(full_input, list(output), fields, lane, size)
+        self._lanes[lane] = response_id
+        self._total += size
 
-    def _forget(self) -> None:
-        self.last_id = None
-        self._input = []
-        self._output = []
+    def _drop(self, response_id: str) -> None:
+        entry = self._cache.pop(response_id, None)
+        if entry is None:
+            return
+        self._total -= entry.size
+        if self._lanes.get(entry.lane) == response_id:
+            del self._lanes[entry.lane]
 
     @property
     def transcript_items(self) -> int:
-        return len(self._input) + len(self._output)
+        return sum(len(e.input) + len(e.output) for e in self._cache.values())
+
+
+def _valid_lane(sid: str) -> bool:
+    return 1 <= len(sid) <= 256 and all(c.isascii() and (c.isalnum() or c in "_.-") for c in sid)

@@ -229,8 +229,12 @@ async def test_errors_before_the_first_byte_are_error_frames_with_the_http_statu
         assert orjson.loads(await ws.recv())["error"]["code"] == "invalid_json"
         await ws.send(b"\x00binary")
         assert orjson.loads(await ws.recv())["error"]["code"] == "invalid_frame"
-        await ws.send('{"type":"response.cancel"}')
-        assert orjson.loads(await ws.recv())["error"]["code"] == "unsupported_frame_type"
+        await ws.send('{"type":"response.cancel"}')  # nothing running
+        assert orjson.loads(await ws.recv())["error"]["code"] == "response_cancel_not_active"
+        await ws.send('{"type":"response.bogus","stream_id":"a"}')
+        unknown = orjson.loads(await ws.recv())
+        assert unknown["error"]["code"] == "unsupported_frame_type" and "response.bogus" in unknown["error"]["message"]
+        assert unknown["stream_id"] == "a"
         await ws.send('{"type":"response.processed","response_id":"resp_x"}')  # acknowledged silently
         await ws.send(create("chat-model", [{"type": "message", "role": "user", "content": 5}]))
         bad = orjson.loads(await ws.recv())

@@ -119,7 +119,7 @@ def test_append_continues_with_the_last_request_fields() -> None:
         (None, "invalid_frame"),
         ("{", "invalid_json"),
         ("[1]", "invalid_json"),
-        ('{"type":"response.cancel"}', "unsupported_frame_type"),
+        ('{"type":"response.bogus"}', "unsupported_frame_type"),
         ('{"type":5}', "unsupported_frame_type"),
     ],
 )
