@@ -258,7 +258,9 @@ def b_gemini_chat(model: str) -> Callable[[dict[str, Any]], None]:
         assert call_msg["tool_calls"][0]["id"] == "functions.exec_command:0"
         # an earlier turn: the escape value (a turn's bytes do not change once it is over);
         # no other model's reasoning keys
-        assert call_msg["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": "skip_thought_signature_validator"}}
+        assert call_msg["tool_calls"][0]["extra_content"] == {
+            "google": {"thought_signature": "skip_thought_signature_validator"}
+        }
         assert not {"reasoning_content", "reasoning", "reasoning_details"} & set(call_msg)
         for k in ("store", "include", "metadata", "prompt_cache_key", "reasoning", "thinking"):
             assert k not in b
@@ -1135,6 +1137,8 @@ def q_gemini_request(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) 
     assert ("top_k" in sent, "reasoning" in sent, "prompt_cache_key" in sent) == (not on, not on, not on)
     assert sent["reasoning_effort"] == ("low" if on else "minimal")
     assert ("reasoning_content" in sent["messages"][2]) is not on
+
+
 def q_cache_breakpoints(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
     c_codex_from_messages(r)
     b = bodies[0]
