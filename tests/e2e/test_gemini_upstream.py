@@ -355,7 +355,7 @@ def test_openai_sdk(stage, api, stream, case):
     _finish(stage, up, case, info, skipped_before=before)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SDK_CASES)
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
 def test_openai_sdk_plain_history(stage, stream, case):
     """A Chat client that drops ``extra_content`` (the history rebuilt from plain dicts, as
@@ -366,7 +366,7 @@ def test_openai_sdk_plain_history(stage, stream, case):
     before = stage.repairs(SKIPPED, MODEL)
     client = openai.OpenAI(base_url=px.base_url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
     try:
-        texts, ran = _chat_loop(client, MODEL, stream=stream, plain=True)
+        texts, ran = _chat_loop(client, MODEL, stream=stream, plain=True, prompts=_prompts(case))
     except Exception as exc:
         pytest.fail(f"openai SDK failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}")
     info = f"texts={texts!r} ran={ran}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
