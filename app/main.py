@@ -548,14 +548,19 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
         # every model the client key may use: OpenAI's list, and Codex's catalogue when Codex
         # asks (``?client_version=``: a model_catalog_url, or the built-in provider signed in)
         rid = request.state.request_id = new_request_id(request.scope)
-        routes = svc.models_for(svc.authorize(request.headers))
+        owner = svc.authorize(request.headers)
+        routes = svc.models_for(owner)
         body: dict[str, Any] = {"object": "list", "data": [r.info.openai() for r in routes]}
-        if "client_version" in request.query_params or request.headers.get("originator", "").startswith("codex"):
+        version = request.query_params.get("client_version")
+        if version is not None or request.headers.get("originator", "").startswith("codex"):
             named = [r for r in routes if not any(c in r.public_model for c in "*?[")]  # a glob names no model
             body["models"] = [
                 codex_entry(r.info, codex_blocks.get(r.public_model), profile=r.provider.profile, priority=i)
                 for i, r in enumerate(named, 1)
             ]
+            log.info(
+                "codex_catalogue", request_id=rid, key_name=owner, client_version=version, models=len(body["models"])
+            )
         return _json(200, body, headers={"x-request-id": rid})
 
     @app.get("/v1/models/{model_id:path}")
