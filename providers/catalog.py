@@ -57,9 +57,10 @@ BUILTIN: tuple[tuple[str, dict[str, Any]], ...] = (
     ("gpt-6.1-terra*", {"context_window": 500_000, "modalities": ("text", "image"), "reasoning": True,
                         "code_mode": True}),
     ("gpt-6*", {"context_window": 272_000, "modalities": ("text", "image"), "reasoning": True, "code_mode": True}),
-    ("gpt-5.6*", {"context_window": 272_000, "modalities": ("text", "image"), "reasoning": True,
-                  "code_mode": True}),
-    ("gpt-5*", {"context_window": 400_000, "max_output_tokens": 128_000,
+    ("gpt-5.6*", {"context_window": 272_000, "max_output_tokens": 128_000, "modalities": ("text", "image"),
+                  "reasoning": True, "code_mode": True}),
+    # the input window (400K in all, 128K of it output): what Codex's own catalogue says
+    ("gpt-5*", {"context_window": 272_000, "max_output_tokens": 128_000,
                 "modalities": ("text", "image"), "reasoning": True}),
 )  # fmt: skip
 

@@ -54,9 +54,9 @@ from providers.config import CodexModelCfg
 __all__ = ["BASE_INSTRUCTIONS", "codex_entry"]
 
 # What Codex puts first in every request to a routed model when the config gives no
-# ``codex.base_instructions``.  Codex's own text for its models is not the proxy's to serve;
-# the tools' descriptions (exec_command, apply_patch's grammar, code mode's exec) say how
-# each tool works, so this says how to work.
+# ``codex.base_instructions``.  Codex's own prompts are written for OpenAI's models; the
+# tools' descriptions (exec_command, apply_patch's grammar, code mode's exec) say how each
+# tool works, so this says how to work.
 BASE_INSTRUCTIONS = """\
 You are a coding agent running in the Codex CLI, in a terminal on the user's computer. You \
 and the user share one workspace: its files, its shell and its tools. Your job is to carry \

@@ -182,9 +182,9 @@ class _M:
     [
         ("mimo-v2.6-pro", "mimo-v2.6-pro", {}, (1_048_576, 131_072, False, ["text", "image"])),
         ("mimo", "xiaomi/mimo-v2.6-flash", {}, (1_048_576, 131_072, False, ["text", "image"])),
-        ("gpt-5.5", "gpt5-prod", {}, (400_000, 128_000, True, ["text", "image"])),  # Azure deployment name
+        ("gpt-5.5", "gpt5-prod", {}, (272_000, 128_000, True, ["text", "image"])),  # Azure deployment name
         ("gpt-6.2-sol", "gpt-6.2-sol", {}, (500_000, None, True, ["text", "image"])),  # Codex's own window
-        ("gpt-5.6-terra", "gpt-5.6-terra", {}, (272_000, None, True, ["text", "image"])),
+        ("gpt-5.6-terra", "gpt-5.6-terra", {}, (272_000, 128_000, True, ["text", "image"])),
         ("deepseek-chat", "deepseek-chat", {}, (131_072, 8_192, True, ["text"])),
         ("deepseek-reasoner", "deepseek-reasoner", {}, (131_072, 65_536, True, ["text"])),
         ("kimi-k2.6", "kimi-k2.6", {"max_output_tokens": 8192}, (262_144, 8_192, True, ["text"])),
