@@ -1,8 +1,9 @@
-"""Codex 0.171 with its catalogue from the proxy alone: a custom provider with
+"""Codex with its catalogue from the proxy alone: a custom provider with
 ``model_catalog_url = "<proxy>/v1/models"`` and no ``model_catalog_json``.
 
-Codex fetches ``GET /v1/models?client_version=0.171.0`` with the client key, and the answer
-is its whole catalogue (its own entries are gone; one entry it cannot decode empties it).
+Codex fetches ``GET /v1/models?client_version=<its version>`` with the client key, and the
+answer is its whole catalogue (its own entries are gone; one entry it cannot decode empties
+it).  Code mode on 0.171; the catalogue and apply_patch on 0.169 and 0.171.
 
   catalogue    ``codex debug models`` (the catalogue Codex ends up with) lists exactly the
                models the client key may use, each with the proxy's settings; a model of
@@ -94,7 +95,8 @@ def info_of(run, ups, px) -> str:
     return "\n".join([run.describe(), *(up.describe() for up in ups), "--- proxy log ---", px.log()])
 
 
-def test_codex_catalogue_is_the_keys_models(upstream, proxy, codex171, tmp_path):
+@pytest.mark.parametrize("version", codex_harness.CODEX_VERSIONS)
+def test_codex_catalogue_is_the_keys_models(upstream, proxy, codex_at, tmp_path, version):
     up = upstream([], "catalogue")
     px = start_proxy(
         proxy,
@@ -109,7 +111,7 @@ def test_codex_catalogue_is_the_keys_models(upstream, proxy, codex171, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
     env.update({"CODEX_HOME": str(home), "SWITCHBOARD_E2E_KEY": TEAM_KEY, "NO_PROXY": "127.0.0.1"})
     done = subprocess.run(
-        [str(codex171), "debug", "models"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+        [str(codex_at(version)), "debug", "models"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
     info = f"{done.stderr[-3000:]}\n--- proxy log ---\n{px.log()}"
     assert done.returncode == 0, info
@@ -123,7 +125,7 @@ def test_codex_catalogue_is_the_keys_models(upstream, proxy, codex171, tmp_path)
     assert got[PATCH_MODEL]["context_window"] == 200_000
     fetches = catalogue_fetches(px)
     assert fetches and {(f["key_name"], f["client_version"], f["models"]) for f in fetches} == {
-        ("team", cm.CODE_MODE_VERSION, len(TEAM_MODELS))
+        ("team", version, len(TEAM_MODELS))
     }, info
 
 
@@ -136,7 +138,9 @@ def test_code_mode_on_a_chat_upstream_with_the_proxys_catalogue(upstream, proxy,
     px = start_proxy(proxy, ups, {c["model"]: c["codex"]} if c["codex"] else {})
     run = run_codex(codex171, tmp_path, px, c["model"], "echo the marker")
     info = info_of(run, [up], px)
-    assert [(f["key_name"], f["client_version"]) for f in catalogue_fetches(px)][:1] == [("team", "0.171.0")], info
+    assert [(f["key_name"], f["client_version"]) for f in catalogue_fetches(px)][:1] == [
+        ("team", cm.CODE_MODE_VERSION)
+    ], info
     assert up.model_requests and up.model_requests[0].path == "/v1/chat/completions", info
     first = up.model_requests[0].json
     assert "additional_tools" not in json.dumps(first), info  # Codex sent code mode; translated
@@ -155,13 +159,14 @@ def test_code_mode_on_a_chat_upstream_with_the_proxys_catalogue(upstream, proxy,
     assert not other.requests, info
 
 
-def test_apply_patch_on_a_chat_upstream_with_the_proxys_catalogue(upstream, proxy, codex171, tmp_path):
+@pytest.mark.parametrize("version", codex_harness.CODEX_VERSIONS)
+def test_apply_patch_on_a_chat_upstream_with_the_proxys_catalogue(upstream, proxy, codex_at, tmp_path, version):
     up = upstream(sc.codex_chat_json_patch(PATCH_MODEL), "catalogue-apply-patch")
     other = upstream([], "catalogue-other")
     px = start_proxy(proxy, {PATCH_MODEL: (up, "openai-compatible"), cm.CUSTOM_SLUG: (other, "kimi")}, {})
-    run = run_codex(codex171, tmp_path, px, PATCH_MODEL, "add the notes file")
+    run = run_codex(codex_at(version), tmp_path, px, PATCH_MODEL, "add the notes file")
     info = info_of(run, [up], px)
-    assert [(f["key_name"], f["client_version"]) for f in catalogue_fetches(px)][:1] == [("team", "0.171.0")], info
+    assert [(f["key_name"], f["client_version"]) for f in catalogue_fetches(px)][:1] == [("team", version)], info
     first = up.model_requests[0].json
     tools = {t["function"]["name"]: t["function"] for t in first.get("tools") or [] if t.get("type") == "function"}
     assert "exec_command" in tools and "functions__exec" not in tools, (list(tools), info)  # ordinary tools
