@@ -7,9 +7,11 @@ request is code mode (``tool_mode: "code_mode_only"`` with ``use_responses_lite`
 ``additional_tools`` item whose main tool is the freeform ``exec``), whether it offers
 ``apply_patch`` as a freeform tool, the context window it compacts against, the reasoning
 levels it offers.  A model it has no entry for gets generic metadata (no ``apply_patch`` at
-all).  Codex with an API key never asks a server for its catalogue (measured on 0.171: no
-``GET /models`` in any run); it reads its embedded one, or the file ``model_catalog_json``
-names.  So the operator's word reaches Codex through that file, which this command writes:
+all).  The proxy serves a catalogue of the configured models itself (``GET
+/v1/models?client_version=…``, providers/codex_models.py), which Codex fetches with a custom
+provider's ``model_catalog_url``.  Codex with an API key and no ``model_catalog_url`` asks no
+server (measured on 0.171): it reads its embedded catalogue, or the file
+``model_catalog_json`` names.  This command writes that file, for such a setup:
 
 1. the base catalogue is Codex's own (``codex debug models --bundled > codex-models.json``);
    every entry of it is kept;
@@ -22,13 +24,16 @@ names.  So the operator's word reaches Codex through that file, which this comma
 ==========================  ===================================================================
 ``tool_mode``               ``tool_mode`` (``code_mode_only``, or null: ordinary tools)
 ``use_responses_lite``      ``use_responses_lite`` (default: true with code mode, else false)
-``apply_patch_tool_type``   ``apply_patch_tool_type`` (``freeform``, or null: no apply_patch)
+``apply_patch_tool_type``   ``apply_patch_tool_type`` (``freeform``, the default, or null: no
+                            apply_patch)
 ``context_window``          ``context_window`` and ``max_context_window`` (default: the
                             model's ``context_window``, else the base entry's)
 ``reasoning_levels``        ``supported_reasoning_levels`` (the base's descriptions kept)
 ``default_reasoning_level`` ``default_reasoning_level`` (default: the base's when offered,
                             else the middle level)
 ``display_name``            ``display_name`` (default: the model's name)
+``base_instructions``       ``base_instructions``, the base entry's ``model_messages`` removed
+                            (default: the base entry's)
 ==========================  ===================================================================
 
 Every entry also gets ``slug`` = the model's name, ``supported_in_api: true``,
@@ -73,6 +78,9 @@ def _entry(name: str, context_window: int | None, cfg: CodexModelCfg, base: dict
         visibility="list",
         supported_in_api=True,
     )
+    if cfg.base_instructions is not None:  # (a model_messages template would take precedence)
+        entry["base_instructions"] = cfg.base_instructions
+        entry.pop("model_messages", None)
     if cfg.reasoning_levels is not None:
         entry["supported_reasoning_levels"] = _levels(base, list(cfg.reasoning_levels))
         offered = list(cfg.reasoning_levels)

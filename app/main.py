@@ -19,6 +19,7 @@ trailing-slash redirect) and a path under a ``root_path`` still reaches them.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
 import hmac
 import os
@@ -52,8 +53,9 @@ from app.store import Store, open_store
 from app.stored import Turn
 from app.usage import UsageLog, usage_routes
 from app.ws import serve_socket
+from providers.codex_models import codex_entry
 from providers.errors import known_codes
-from providers.upstream import Router
+from providers.upstream import Route, Router
 from transformers.errors import ProxyError, RequestError
 
 if TYPE_CHECKING:
@@ -319,6 +321,16 @@ class Service:
             raise ProxyError(401, "Incorrect API key provided.", code="invalid_api_key")
         return owner
 
+    def may_use(self, owner: str, model: str) -> bool:
+        """Whether client key ``owner`` may use ``model`` (its ``limits.models`` globs, as the
+        limiter checks a request)."""
+        pol = self.limiter.policy(owner)
+        return pol is None or pol.models is None or any(fnmatch.fnmatchcase(model, g) for g in pol.models)
+
+    def models_for(self, owner: str) -> list[Route]:
+        """The configured models client key ``owner`` may use, in the config's order."""
+        return [r for name, r in self.router.routes.items() if self.may_use(owner, name)]
+
     async def read_body(self, receive: Any, cl: str | None) -> bytes:
         """The request body, at most ``server.max_body_bytes`` (Starlette's Request.stream(),
         without the Request)."""
@@ -553,24 +565,36 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
             "upgrade_required",
         )
 
+    codex_blocks = {m.name: m.codex for m in svc.config.models}
+
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
+        # every model the client key may use: OpenAI's list, and Codex's catalogue when Codex
+        # asks (``?client_version=``: a model_catalog_url, or the built-in provider signed in)
         rid = request.state.request_id = new_request_id(request.scope)
-        svc.authorize(request.headers)
-        infos = [r.info for r in router.routes.values()]
-        body: dict[str, Any] = {"object": "list", "data": [i.openai() for i in infos]}
-        if "client_version" in request.query_params or request.headers.get("originator", "").startswith("codex"):
-            body["models"] = [i.codex() for i in infos]
+        owner = svc.authorize(request.headers)
+        routes = svc.models_for(owner)
+        body: dict[str, Any] = {"object": "list", "data": [r.info.openai() for r in routes]}
+        version = request.query_params.get("client_version")
+        if version is not None or request.headers.get("originator", "").startswith("codex"):
+            named = [r for r in routes if not any(c in r.public_model for c in "*?[")]  # a glob names no model
+            body["models"] = [
+                codex_entry(r.info, codex_blocks.get(r.public_model), profile=r.provider.profile, priority=i)
+                for i, r in enumerate(named, 1)
+            ]
+            log.info(
+                "codex_catalogue", request_id=rid, key_name=owner, client_version=version, models=len(body["models"])
+            )
         return _json(200, body, headers={"x-request-id": rid})
 
     @app.get("/v1/models/{model_id:path}")
     async def model(request: Request) -> Response:
         # the id read off the path, not declared (as in app/stored.py's routes)
         rid = request.state.request_id = new_request_id(request.scope)
-        svc.authorize(request.headers)
+        owner = svc.authorize(request.headers)
         model_id: str = request.path_params["model_id"]
         r = router.routes.get(model_id)
-        if r is None:
+        if r is None or not svc.may_use(owner, model_id):
             raise ProxyError(404, f"The model '{model_id[:200]}' does not exist", code="model_not_found", param="model")
         return _json(200, r.info.openai(), headers={"x-request-id": rid})
 

@@ -1,9 +1,9 @@
 """Model catalogue: what the proxy knows about each public model.
 
 Built-in facts keyed by upstream model pattern (first match wins), overridden field by field
-by the config's ``models[]`` entries.  Served by ``/v1/models`` (both the OpenAI
-``{"data": [...]}`` and Codex's ``{"models": [...]}`` shapes) and used to fill
-``max_output_tokens`` when a client (Codex) sends none and the upstream needs one.
+by the config's ``models[]`` entries.  Served by ``/v1/models`` (the OpenAI ``{"data": [...]}``
+shape, and Codex's ``{"models": [...]}`` built by ``providers/codex_models.py``) and used to
+fill ``max_output_tokens`` when a client (Codex) sends none and the upstream needs one.
 """
 
 from __future__ import annotations
@@ -25,20 +25,11 @@ class ModelInfo:
     modalities: tuple[str, ...] = ("text",)
     reasoning: bool = False
     parallel_tool_calls: bool = True
+    # trained for Codex's code mode (one freeform ``exec`` tool that runs JavaScript)
+    code_mode: bool = False
 
     def openai(self) -> dict[str, Any]:
         return {"id": self.id, "object": "model", "created": 0, "owned_by": self.provider}
-
-    def codex(self) -> dict[str, Any]:
-        return {
-            "slug": self.id,
-            "display_name": self.id,
-            "context_window": self.context_window or DEFAULT_CONTEXT,
-            "max_output_tokens": self.max_output_tokens,
-            "input_modalities": list(self.modalities),
-            "supports_reasoning_summaries": self.reasoning,
-            "supports_parallel_tool_calls": self.parallel_tool_calls,
-        }
 
 
 # (glob on the model id, facts), first match wins; matched against the upstream model id,
@@ -58,7 +49,18 @@ BUILTIN: tuple[tuple[str, dict[str, Any]], ...] = (
     ("glm-*", {"context_window": 200_000, "max_output_tokens": 32_768, "reasoning": True}),
     ("gpt-oss-*", {"context_window": 131_072, "reasoning": True}),
     ("*gpt-oss*", {"context_window": 131_072, "reasoning": True}),
-    ("gpt-5*", {"context_window": 400_000, "max_output_tokens": 128_000,
+    # OpenAI's code-mode models: the windows of Codex 0.171's own catalogue
+    ("gpt-6.2-sol*", {"context_window": 500_000, "modalities": ("text", "image"), "reasoning": True,
+                      "code_mode": True}),
+    ("gpt-6.1-sol*", {"context_window": 500_000, "modalities": ("text", "image"), "reasoning": True,
+                      "code_mode": True}),
+    ("gpt-6.1-terra*", {"context_window": 500_000, "modalities": ("text", "image"), "reasoning": True,
+                        "code_mode": True}),
+    ("gpt-6*", {"context_window": 272_000, "modalities": ("text", "image"), "reasoning": True, "code_mode": True}),
+    ("gpt-5.6*", {"context_window": 272_000, "max_output_tokens": 128_000, "modalities": ("text", "image"),
+                  "reasoning": True, "code_mode": True}),
+    # the input window (400K in all, 128K of it output): what Codex's own catalogue says
+    ("gpt-5*", {"context_window": 272_000, "max_output_tokens": 128_000,
                 "modalities": ("text", "image"), "reasoning": True}),
 )  # fmt: skip
 

@@ -368,17 +368,24 @@ class TargetCfg(_Strict):
 
 
 class CodexModelCfg(_Strict):
-    """What Codex is told about a model (``switchboard codex-catalog`` writes it into a
-    ``model_catalog_json``; docs/clients.md, "Codex's model catalogue")."""
+    """What Codex is told about a model: its entry in ``GET /v1/models?client_version=…``
+    (providers/codex_models.py), and in the file ``switchboard codex-catalog`` writes
+    (docs/clients.md, "Codex's model catalogue").  A key left out takes the model's facts."""
 
-    base: str = "gpt-5.5"  # the entry of Codex's own catalogue this one starts from
-    tool_mode: Literal["code_mode_only"] | None = None  # None: ordinary top-level tools
+    base: str = "gpt-5.5"  # codex-catalog: the entry of Codex's own catalogue this one starts from
+    # unset: code mode for the models trained for it (providers/catalog.py), else ordinary
+    # top-level tools; null: ordinary tools
+    tool_mode: Literal["code_mode_only"] | None = None
     use_responses_lite: bool | None = None  # code mode's additional_tools request shape
-    apply_patch_tool_type: Literal["freeform"] | None = None  # None: no apply_patch tool
+    # unset: freeform; null: no apply_patch tool
+    apply_patch_tool_type: Literal["freeform"] | None = "freeform"
     context_window: int | None = Field(default=None, gt=0)  # else the model's context_window
     reasoning_levels: list[Literal["none", "minimal", "low", "medium", "high", "xhigh"]] | None = None
     default_reasoning_level: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     display_name: str | None = None
+    # the instructions Codex puts first in every request (its base instructions); unset:
+    # Switchboard's own (providers/codex_models.py)
+    base_instructions: str | None = Field(default=None, min_length=1)
 
 
 class ModelCfg(_Strict):

@@ -34,7 +34,9 @@ Theory of operation
                   retries at Codex's defaults (a built-in provider cannot be overridden)
   ==============  ====================================================================
 
-  plus ``model_catalog_json``, and runs
+  plus ``model_catalog_json`` (a file written from ``catalog``), or, for the custom provider,
+  ``model_catalog_url`` (``catalog_url``: Codex fetches its catalogue from there, and that
+  answer is its whole catalogue), and runs
   ``codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox``
   in a new process group with stdin closed, bounded by ``timeout``; on timeout the group
   of that PID is killed.  Result: ``CodexRun`` with the JSON events and helpers.
@@ -228,9 +230,12 @@ def write_codex_home(
     extra_toml: str = "",
     provider: str = "custom",
     supports_websockets: bool = False,
+    catalog_url: str | None = None,
 ) -> Path:
     if provider not in PROVIDERS:
         raise ValueError(f"provider must be one of {PROVIDERS}, not {provider!r}")
+    if catalog_url is not None and provider != "custom":
+        raise ValueError("model_catalog_url is a custom provider's (the built-in one takes ChatGPT hosts only)")
     home.mkdir(parents=True, exist_ok=True)
     lines = [
         f"model = {toml_str(model)}",
@@ -258,6 +263,8 @@ def write_codex_home(
         ]
         if supports_websockets:
             lines.append("supports_websockets = true")
+        if catalog_url is not None:
+            lines.append(f"model_catalog_url = {toml_str(catalog_url)}")
         lines.append("")
     lines += [
         # no startup network traffic to github.com / chatgpt.com (curated plugin sync);
@@ -291,6 +298,7 @@ def run_codex(
     retries: int = 0,
     provider: str = "custom",
     supports_websockets: bool = False,
+    catalog_url: str | None = None,
 ) -> CodexRun:
     workspace.mkdir(parents=True, exist_ok=True)
     write_codex_home(
@@ -303,6 +311,7 @@ def run_codex(
         retries=retries,
         provider=provider,
         supports_websockets=supports_websockets,
+        catalog_url=catalog_url,
     )
     argv = [
         str(launcher),

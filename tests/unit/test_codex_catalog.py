@@ -58,7 +58,7 @@ def test_a_code_mode_entry_from_the_block() -> None:
     assert slugs == ["gpt-6-sol", "gpt-5.5", "kimi-k2.6"]  # Codex's own entries are kept
     e = out["models"][2]
     assert e["tool_mode"] == "code_mode_only" and e["use_responses_lite"] is True
-    assert e["apply_patch_tool_type"] is None  # not asked for: no apply_patch tool
+    assert e["apply_patch_tool_type"] == "freeform"  # the default
     assert e["context_window"] == e["max_context_window"] == 262144
     assert e["supported_reasoning_levels"] == [LEVELS[0], LEVELS[2], {"effort": "xhigh", "description": "xhigh"}]
     assert e["default_reasoning_level"] == "high"  # the base's medium is not offered: the middle one
@@ -79,6 +79,14 @@ def test_an_ordinary_entry_and_every_model() -> None:
     assert e["tool_mode"] is None and e["use_responses_lite"] is False and e["apply_patch_tool_type"] == "freeform"
     assert e["display_name"] == "K" and e["context_window"] == 272000 and e["default_reasoning_level"] == "medium"
     assert [m["slug"] for m in build_catalog(c, BASE, every_model=True)["models"]][-1] == "plain"
+
+
+def test_no_apply_patch_and_own_instructions() -> None:
+    c = cfg({"name": "m", "provider": "k", "codex": {"apply_patch_tool_type": None, "base_instructions": "Be brief."}})
+    e = build_catalog(c, BASE)["models"][-1]
+    assert e["apply_patch_tool_type"] is None  # null: no apply_patch tool
+    # Codex prefers a model_messages template to base_instructions: the base's is removed
+    assert e["base_instructions"] == "Be brief." and "model_messages" not in e
 
 
 def test_errors_name_the_problem() -> None:

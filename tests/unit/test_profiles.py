@@ -13,6 +13,7 @@ import pytest
 
 from providers import config as config_schema
 from providers.catalog import BUILTIN, catalog_entry
+from providers.codex_models import codex_entry
 from providers.errors import UPSTREAM_CODES, WELL_KNOWN, upstream_error
 from providers.profiles import MODEL_QUIRKS, PROFILES, Override, QuirkSet, auth_headers, upstream_query, upstream_url
 from transformers.context import QUIRKS
@@ -181,7 +182,9 @@ class _M:
     [
         ("mimo-v2.6-pro", "mimo-v2.6-pro", {}, (1_048_576, 131_072, False, ["text", "image"])),
         ("mimo", "xiaomi/mimo-v2.6-flash", {}, (1_048_576, 131_072, False, ["text", "image"])),
-        ("gpt-5.5", "gpt5-prod", {}, (400_000, 128_000, True, ["text", "image"])),  # Azure deployment name
+        ("gpt-5.5", "gpt5-prod", {}, (272_000, 128_000, True, ["text", "image"])),  # Azure deployment name
+        ("gpt-6.2-sol", "gpt-6.2-sol", {}, (500_000, None, True, ["text", "image"])),  # Codex's own window
+        ("gpt-5.6-terra", "gpt-5.6-terra", {}, (272_000, 128_000, True, ["text", "image"])),
         ("deepseek-chat", "deepseek-chat", {}, (131_072, 8_192, True, ["text"])),
         ("deepseek-reasoner", "deepseek-reasoner", {}, (131_072, 65_536, True, ["text"])),
         ("kimi-k2.6", "kimi-k2.6", {"max_output_tokens": 8192}, (262_144, 8_192, True, ["text"])),
@@ -190,7 +193,7 @@ class _M:
 )
 def test_catalogue(public: str, upstream: str, kw: dict[str, Any], want: tuple[Any, ...]) -> None:
     info = catalog_entry(_M(public, **kw), upstream, "p")
-    c = info.codex()
+    c = codex_entry(info, None, profile="openai-compatible", priority=1)
     assert (
         c["context_window"],
         c["max_output_tokens"],
