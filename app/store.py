@@ -301,6 +301,17 @@ def _owned(blob: bytes | None, owner: str) -> Record | None:
     return rec if rec.owner == owner else None
 
 
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only, as ``secret.key`` and the capture
+    file are: it holds stored prompts and answers.  SQLite gives its ``-wal`` and ``-shm``
+    files the same mode.  A file that exists already is left as it is."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, expires_at REAL NOT NULL, data BLOB NOT NULL, "
     "size INTEGER NOT NULL DEFAULT 0)",
@@ -341,6 +352,7 @@ class SQLiteStore(Store):
 
                 if self.path != ":memory:":
                     Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                    _create_private(self.path)
                 db = await aiosqlite.connect(self.path)
                 try:
                     await db.execute("PRAGMA busy_timeout=5000")

@@ -303,3 +303,17 @@ async def test_sqlite_file_of_an_earlier_version_is_migrated(tmp_path):
         assert await s.get("resp_old", "alice") is None  # the oldest went first
     finally:
         await s.aclose()
+
+
+async def test_sqlite_file_is_the_owners_only(tmp_path):
+    """Stored prompts and answers: 0600, as secret.key and the capture file (the umask of
+    the test process would give 0644)."""
+    path = tmp_path / "r.db"
+    s = SQLiteStore(StoreCfg(path=str(path)))
+    try:
+        await s.put(rec("resp_p"))
+        assert path.stat().st_mode & 0o777 == 0o600
+        wal = tmp_path / "r.db-wal"
+        assert not wal.exists() or wal.stat().st_mode & 0o777 == 0o600
+    finally:
+        await s.aclose()
