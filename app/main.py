@@ -401,7 +401,7 @@ class Service:
         if self.tracing is not None:
             p.trace = self.tracing.begin(p, headers, raw)
         if self.capture is not None:
-            self.capture.begin(p, body if body is not None else _parsed(raw))
+            self.capture.begin(p, body if body is not None else _parsed(raw), answered)
         return p
 
     def proxy_handler(self, client: str, outer: bool) -> ASGIHandler:
