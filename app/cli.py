@@ -62,7 +62,9 @@ def _usage(args: argparse.Namespace) -> int:
     from app.usage import UsageError, UsageOff, aggregate, iso, parse_when, read_usage, table
 
     try:
-        cfg = load_config(args.config)
+        # the store and usage sections only: ${VAR}s elsewhere (provider and client keys)
+        # need not be set to read the records
+        cfg = load_config(args.config, sections=("store", "usage"))
     except ConfigError as e:
         print(f"switchboard: {e}", file=sys.stderr)
         return 2

@@ -89,9 +89,14 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "(root)"
 
 
-def parse_config(data: Any, source: str = "<config>") -> Config:
+def parse_config(data: Any, source: str = "<config>", *, sections: tuple[str, ...] | None = None) -> Config:
+    """``sections``: read only these top-level sections (the rest as if absent, no providers
+    or models): a command that only reads the store needs no provider's key in the
+    environment."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping with providers and models")
+    if sections is not None:
+        data = {"providers": [], "models": [], **{k: v for k, v in data.items() if k in sections}}
     env_values: list[str] = []
     try:
         expanded = _expand(data, "", env_values)
@@ -117,7 +122,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     return cfg
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
+def load_config(path: str | os.PathLike[str], *, sections: tuple[str, ...] | None = None) -> Config:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -127,4 +132,4 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
-    return parse_config(data, str(p))
+    return parse_config(data, str(p), sections=sections)

@@ -276,6 +276,24 @@ def test_usage_prints_a_table_read_from_the_store(tmp_path: Path, capsys: Any, b
             _clean_redis(prefix)
 
 
+def test_usage_needs_only_the_stores_environment(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """usage reads the store: a provider's or a client's ${VAR} left unset is no error; a
+    ${VAR} of the store itself still is."""
+    monkeypatch.delenv("SB_TEST_UNSET_KEY", raising=False)
+    f = tmp_path / "usage.yaml"
+    f.write_text(
+        "auth: {keys: ['${SB_TEST_UNSET_KEY}']}\n"
+        "providers: [{name: up, profile: openai, base_url: 'https://x.test/v1', api_key: '${SB_TEST_UNSET_KEY}'}]\n"
+        "models: [{name: m, provider: up}]\n"
+        f"store: {{path: {tmp_path / 'r.db'}}}\n"
+    )
+    assert cli.main(["usage", "--config", str(f)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("usage by key, ")
+    f.write_text(f"providers: []\nmodels: []\nstore: {{path: '${{SB_TEST_UNSET_KEY}}'}}\n")
+    assert cli.main(["usage", "--config", str(f)]) == 2
+    assert "SB_TEST_UNSET_KEY is not set" in capsys.readouterr().err
+
+
 def test_usage_without_a_database_file_prints_an_empty_table(tmp_path: Path, capsys: Any) -> None:
     db = tmp_path / "absent" / "r.db"
     cfg = _usage_config(tmp_path, f"{{path: {db}}}")
