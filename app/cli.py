@@ -8,8 +8,42 @@ import argparse
 import contextlib
 import math
 import os
+import socket
 import sys
 from typing import Any
+
+LISTEN_ENV = "SWITCHBOARD_LISTEN"  # the address the server listens on, for its ready line
+
+
+def version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("switchboard")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The server's socket, bound and not yet listening (uvicorn listens once the app is
+    up): an address in use fails here, before the app starts or says it is ready."""
+    family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(addr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _check(path: str) -> int:
@@ -142,7 +176,20 @@ def _serve(args: argparse.Namespace) -> int:
         # bound, not listening: uvicorn listens once the app is up, so until then the kernel
         # sends new connections to the other workers, not into this one's queue
         sock = supervision.reuseport_socket(host, port, listen=False)
+        os.environ[LISTEN_ENV] = _url(host, port)
         uvicorn.Server(uvicorn.Config("app.asgi:app", **options)).run(sockets=[sock])
+        return 0
+    if workers <= 1:
+        # bound here, before the app starts: an address in use is one line and exit 1, as
+        # with --workers N (app/workers.py), never a "ready" line then uvicorn's error
+        try:
+            sock = _bind(host, port)
+        except OSError as e:
+            print(f"switchboard: cannot bind {host}:{port}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        os.environ[LISTEN_ENV] = _url(host, sock.getsockname()[1])
+        with sock:
+            uvicorn.Server(uvicorn.Config("app.asgi:app", **options)).run(sockets=[sock])
         return 0
     if workers > 1:
         from app import workers as supervision
@@ -153,10 +200,11 @@ def _serve(args: argparse.Namespace) -> int:
             argv += ["--workers", "1", "--log-level", args.log_level]
             return supervision.Supervisor(argv, workers, host, port).run()
     with contextlib.ExitStack() as stack:
-        if workers > 1:  # uvicorn's own supervisor: its workers share a metrics directory too
-            from app import workers as supervision
+        # uvicorn's own supervisor (no SO_REUSEPORT here): its workers share a metrics directory too
+        from app import workers as supervision
 
-            stack.enter_context(supervision.metrics_env())
+        stack.enter_context(supervision.metrics_env())
+        os.environ[LISTEN_ENV] = _url(host, port)
         uvicorn.run("app.asgi:app", host=host, port=port, workers=workers, **options)
     return 0
 
@@ -197,6 +245,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="switchboard", description="OpenAI-compatible reverse proxy for coding agents")
+    ap.add_argument("--version", action="version", version=f"switchboard {version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="serve the proxy")
     s.add_argument("--config", required=True, help="YAML config file")

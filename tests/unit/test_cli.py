@@ -122,15 +122,22 @@ def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
     import uvicorn
 
     got: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: got.update(app=app, **kw))
+
+    def run(server: Any, sockets: Any = None) -> None:
+        (sock,) = sockets  # bound by the CLI before the app starts (an address in use fails there)
+        got.update(vars(server.config), bound=sock.getsockname())
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.delenv("SWITCHBOARD_LISTEN", raising=False)  # restored to absent afterwards
     assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "1", "--log-level", "warning"]) == 0
-    assert got["app"] == "app.asgi:app" and got["port"] == 0 and got["workers"] == 1 and got["host"] == "127.0.0.1"
+    assert got["app"] == "app.asgi:app" and got["bound"][0] == "127.0.0.1" and got["bound"][1] > 0
     assert got["loop"] == "uvloop" and got["http"] == "httptools" and got["access_log"] is False
     assert got["proxy_headers"] is False
     # the Responses WebSocket: sans-io websockets, frames up to a body's size, pings, deflate
     assert got["ws"] == "websockets-sansio" and got["ws_max_size"] == 32 * 1024 * 1024
     assert got["ws_ping_interval"] == got["ws_ping_timeout"] == 20.0 and got["ws_per_message_deflate"] is True
     assert os.environ["SWITCHBOARD_CONFIG"] == str(EXAMPLE)
+    assert os.environ["SWITCHBOARD_LISTEN"] == f"http://127.0.0.1:{got['bound'][1]}"  # for the ready line
     # the worker's entry point builds the app from that file
     sys.modules.pop("app.asgi", None)
     threshold = gc.get_threshold()
@@ -176,6 +183,7 @@ def test_serve_reuse_port_hands_uvicorn_its_own_reuseport_socket_not_yet_listeni
         s.close()
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.delenv("SWITCHBOARD_LISTEN", raising=False)  # restored to absent afterwards
     monkeypatch.delenv(SUPERVISOR_ENV, raising=False)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n")
@@ -289,7 +297,7 @@ def test_usage_needs_only_the_stores_environment(tmp_path: Path, capsys: Any, mo
     )
     assert cli.main(["usage", "--config", str(f)]) == 0, capsys.readouterr().err
     assert capsys.readouterr().out.startswith("usage by key, ")
-    f.write_text(f"providers: []\nmodels: []\nstore: {{path: '${{SB_TEST_UNSET_KEY}}'}}\n")
+    f.write_text("providers: []\nmodels: []\nstore: {path: '${SB_TEST_UNSET_KEY}'}\n")
     assert cli.main(["usage", "--config", str(f)]) == 2
     assert "SB_TEST_UNSET_KEY is not set" in capsys.readouterr().err
 
@@ -317,3 +325,12 @@ def test_usage_errors_exit_with_a_message(tmp_path: Path, capsys: Any) -> None:
     assert "could not be read" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["usage", "--config", str(ok), "--by", "provider"])
+
+
+def test_version(capsys: Any) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"switchboard {version('switchboard')}"
