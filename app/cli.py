@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.add_argument("--log-level", default=os.environ.get("SWITCHBOARD_LOG_LEVEL", "info"))
     c = sub.add_parser("check-config", help="validate a config file and exit")
-    c.add_argument("file")
+    c.add_argument("--config", default=None, help="YAML config file (as every other command takes it)")
+    c.add_argument("file", nargs="?", default=None, help="the same, given without --config")
     k = sub.add_parser(
         "codex-catalog",
         help="write a Codex model_catalog_json with an entry for each model that has a codex: block",
@@ -291,7 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "replay":
         return _replay(args)
     if args.cmd == "check-config":
-        return _check(args.file)
+        if (args.config is None) == (args.file is None):
+            c.error("give the config file once: check-config --config FILE (or check-config FILE)")
+        return _check(args.config or args.file)
     if args.cmd == "codex-catalog":
         return _codex_catalog(args)
     if args.cmd == "usage":

@@ -334,3 +334,65 @@ def test_version(capsys: Any) -> None:
         cli.main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"switchboard {version('switchboard')}"
+
+
+def _check_config(tmp_path: Path, text: str, capsys: Any) -> str:
+    f = tmp_path / "team.yaml"
+    f.write_text(text)
+    assert cli.main(["check-config", "--config", str(f)]) == 2
+    return capsys.readouterr().err
+
+
+def test_a_typo_in_a_keys_field_says_what_and_where(tmp_path: Path, capsys: Any) -> None:
+    """The key is a mapping: no "should be a valid string" about its other form, no class
+    name of the schema, a suggestion, and the line."""
+    err = _check_config(
+        tmp_path,
+        "providers: [{name: demo, profile: demo}]\n"
+        "models: [{name: demo, provider: demo}]\n"
+        "auth:\n"
+        "  keys:\n"
+        "    - name: alice\n"
+        "      key: sk-1\n"
+        "      limits:\n"
+        "        request_per_minute: 10\n",
+        capsys,
+    )
+    assert err.splitlines()[1:] == [
+        "  auth.keys[0].limits.request_per_minute (line 8): unknown key 'request_per_minute'; "
+        "did you mean 'requests_per_minute'?"
+    ], err
+    assert "KeyCfg" not in err and "valid string" not in err
+
+
+def test_schema_errors_carry_their_line_and_name_no_class(tmp_path: Path, capsys: Any) -> None:
+    err = _check_config(
+        tmp_path,
+        "server:\n  prot: 8080\nproviders: [{name: demo, profile: demo}]\nmodels:\n  - {name: demo, provider: demo}\n"
+        "auth:\n  keys: [5]\n",
+        capsys,
+    )
+    assert "  server.prot (line 2): unknown key 'prot'; did you mean 'port'?" in err.splitlines()
+    assert "  auth.keys[0] (line 7): Input should be a valid dictionary" in err.splitlines()
+    assert "Cfg" not in err
+
+
+def test_yaml_errors_name_the_file(tmp_path: Path, capsys: Any) -> None:
+    err = _check_config(tmp_path, "providers:\n  - name: demo\n   profile: demo\n", capsys)
+    assert "<unicode string>" not in err and f'in "{tmp_path / "team.yaml"}", line 3' in err
+
+
+def test_a_malformed_sha256_admin_key_is_an_error_as_a_client_keys_is(tmp_path: Path, capsys: Any) -> None:
+    base = "providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n"
+    for field in ("keys", "admin_keys"):
+        err = _check_config(tmp_path, base + f"auth: {{{field}: ['sha256:abc']}}\n", capsys)
+        assert "a 'sha256:' key must be followed by 64 hex digits" in err, err
+
+
+def test_check_config_takes_config_as_every_command_does(capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.delenv("SWITCHBOARD_API_KEY", raising=False)
+    assert cli.main(["check-config", "--config", str(EXAMPLE)]) == 0
+    assert cli.main(["check-config", str(EXAMPLE)]) == 0  # the positional form still works
+    assert capsys.readouterr().out.count("OK") == 2
+    with pytest.raises(SystemExit):
+        cli.main(["check-config"])
