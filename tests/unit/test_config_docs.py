@@ -81,11 +81,3 @@ def test_the_tables_render() -> None:
     for i, line in enumerate(lines[1:], 1):
         if line.startswith("| `") and not lines[i - 1].startswith("|"):
             raise AssertionError(f"{DOC.name}:{i + 1}: a table row outside a table: {line[:60]}")
-
-
-def test_the_docs_do_not_deny_the_limits() -> None:
-    """The proxy limits every client key (app/limits.py): no page may say it does not."""
-    docs = Path(__file__).resolve().parents[2] / "docs"
-    for page in [*docs.glob("*.md"), docs.parent / "README.md"]:
-        text = " ".join(page.read_text(encoding="utf-8").split())
-        assert "does not rate-limit" not in text and "no rate limit" not in text, page.name
