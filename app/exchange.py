@@ -288,7 +288,7 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str, erro
     if p.ctx.tools.dropped:
         log.warning("hosted_tools_dropped", request_id=p.request_id, provider=prov, tools=p.ctx.tools.dropped)
     if p.ctx.dropped_items:
-        # DESIGN rule 2: a turn that lost an item is never logged ``completed``
+        # docs/rules.md, "Nothing dropped quietly": a turn that lost an item is never logged ``completed``
         log.warning("input_items_dropped", request_id=p.request_id, provider=prov, items=p.ctx.dropped_items)
         if terminal == "completed":
             terminal = "completed_items_dropped"

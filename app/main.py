@@ -1,6 +1,6 @@
 """The FastAPI application: routes, auth, body limit, error rendering, lifecycle.
 
-The middleware chain is empty on purpose (DESIGN rule 6): auth and the body limit are two
+The middleware chain is empty on purpose (docs/rules.md, "No middleware"): auth and the body limit are two
 function calls inside the two proxy routes, and errors are rendered by exception handlers.
 
 Fast path: ``POST /v1/chat/completions`` and ``POST /v1/responses`` are dispatched by

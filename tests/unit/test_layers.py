@@ -1,4 +1,4 @@
-"""The import layers of DESIGN.md ("Layout"): every arrow points the allowed way.
+"""The import layers of docs/architecture.md ("Three packages"): every arrow points the allowed way.
 
 * ``transformers/`` (the sans-IO core) imports the standard library, orjson and itself only;
 * ``providers/`` imports the standard library, ``transformers``, itself, and the libraries
