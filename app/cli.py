@@ -188,9 +188,11 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"switchboard: cannot bind {host}:{port}: {e.strerror or e}", file=sys.stderr)
             return 1
         os.environ[LISTEN_ENV] = _url(host, sock.getsockname()[1])
+        server = uvicorn.Server(uvicorn.Config("app.asgi:app", **options))
         with sock:
-            uvicorn.Server(uvicorn.Config("app.asgi:app", **options)).run(sockets=[sock])
-        return 0
+            server.run(sockets=[sock])
+        # as uvicorn.run: an app that never started (its lifespan failed) exits 3
+        return 0 if server.started else 3
     if workers > 1:
         from app import workers as supervision
 

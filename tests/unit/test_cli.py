@@ -126,6 +126,7 @@ def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
     def run(server: Any, sockets: Any = None) -> None:
         (sock,) = sockets  # bound by the CLI before the app starts (an address in use fails there)
         got.update(vars(server.config), bound=sock.getsockname())
+        server.started = True
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
     monkeypatch.delenv("SWITCHBOARD_LISTEN", raising=False)  # restored to absent afterwards
@@ -396,3 +397,12 @@ def test_check_config_takes_config_as_every_command_does(capsys: Any, monkeypatc
     assert capsys.readouterr().out.count("OK") == 2
     with pytest.raises(SystemExit):
         cli.main(["check-config"])
+
+
+def test_serve_exits_3_when_the_app_never_started(monkeypatch: Any) -> None:
+    """As uvicorn.run does: a lifespan that failed leaves the server not started."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets=None: None)
+    monkeypatch.delenv("SWITCHBOARD_LISTEN", raising=False)
+    assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "1", "--log-level", "warning"]) == 3
