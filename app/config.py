@@ -4,7 +4,10 @@ The schema (``Config`` and its parts) is ``providers.config``; this module reads
 and validates it with pydantic at start-up, never on the hot path.  ``${VAR}`` is replaced
 by the environment variable VAR (an error if unset), ``${VAR:-default}`` falls back to
 ``default``.  Every error names the file, the field path and what is wrong, and never
-prints a value that came from the environment.
+prints a value that came from the environment.  The path is the one the user wrote: the
+names pydantic gives the branches of a union (``str``, ``KeyCfg``) are left out, and only
+the errors of the form the value has are shown.  A file's errors carry their line (from
+the YAML node tree), and an unknown key gets the closest known one ("did you mean").
 """
 
 from __future__ import annotations
