@@ -24,7 +24,9 @@ field               what
 ``quirks``,
 ``max_output``,
 ``incomplete_as_completed``
-``client_request``  the client's request body (parsed JSON)
+``client_request``  the client's request body (parsed JSON), a stored conversation put back
+``answered``        the response fields the proxy honoured itself (``store``,
+                    ``previous_response_id``: its response store), which the answer echoes
 ``upstream_request`` ``{"url", "body"}``: what was sent upstream (no headers: they hold credentials)
 ``upstream``        what came back, in order: ``[ms since the request, kind, input]``; kind
                     ``data`` (bytes, as a latin-1 string: exact), ``end``, ``fail``
@@ -70,14 +72,15 @@ def default_path() -> str:
 class Recording:
     """One exchange's record while it runs: the Bridge's ``tap``."""
 
-    __slots__ = ("sink", "started", "upstream", "client", "request")
+    __slots__ = ("sink", "started", "upstream", "client", "request", "answered")
 
-    def __init__(self, sink: Capture, started: float, request: Any) -> None:
+    def __init__(self, sink: Capture, started: float, request: Any, answered: dict[str, Any] | None = None) -> None:
         self.sink = sink  # where the record goes when the answer ends
         self.started = started
         self.upstream: list[list[Any]] = []
         self.client: list[list[Any]] = []
         self.request = request
+        self.answered = dict(answered or {})
 
     def __call__(self, what: str, given: Any, out: bytes) -> None:
         ms = round((time.perf_counter() - self.started) * 1000, 3)
@@ -102,10 +105,11 @@ class Capture:
             return False
         return not cfg.models or any(fnmatch.fnmatchcase(model, g) for g in cfg.models)
 
-    def begin(self, p: Prepared, request: Any) -> None:
-        """Record ``p``'s exchange (``request``: the client's body, parsed)."""
+    def begin(self, p: Prepared, request: Any, answered: dict[str, Any] | None = None) -> None:
+        """Record ``p``'s exchange (``request``: the client's body, parsed; ``answered``: the
+        fields the app's response store honoured, which the Bridge echoes)."""
         if self.matches(p.owner, p.route.public_model):
-            rec = Recording(self, p.started, request)
+            rec = Recording(self, p.started, request, answered)
             p.capture = rec
             p.bridge.tap = rec
 
@@ -132,6 +136,7 @@ class Capture:
             "max_output": p.ctx.max_output_tokens,
             "incomplete_as_completed": bool(getattr(p.bridge, "_incomplete_as_completed", False)),
             "client_request": rec.request,
+            "answered": rec.answered,
             "upstream_request": {"url": prov.url(p.upstream), "body": _json(p.upstream_body)},
             "upstream_events": rec.upstream,
             "client_events": rec.client,

@@ -8,8 +8,42 @@ import argparse
 import contextlib
 import math
 import os
+import socket
 import sys
 from typing import Any
+
+LISTEN_ENV = "SWITCHBOARD_LISTEN"  # the address the server listens on, for its ready line
+
+
+def version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("switchboard")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The server's socket, bound and not yet listening (uvicorn listens once the app is
+    up): an address in use fails here, before the app starts or says it is ready."""
+    family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(addr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _check(path: str) -> int:
@@ -62,7 +96,9 @@ def _usage(args: argparse.Namespace) -> int:
     from app.usage import UsageError, UsageOff, aggregate, iso, parse_when, read_usage, table
 
     try:
-        cfg = load_config(args.config)
+        # the store and usage sections only: ${VAR}s elsewhere (provider and client keys)
+        # need not be set to read the records
+        cfg = load_config(args.config, sections=("store", "usage"))
     except ConfigError as e:
         print(f"switchboard: {e}", file=sys.stderr)
         return 2
@@ -140,8 +176,23 @@ def _serve(args: argparse.Namespace) -> int:
         # bound, not listening: uvicorn listens once the app is up, so until then the kernel
         # sends new connections to the other workers, not into this one's queue
         sock = supervision.reuseport_socket(host, port, listen=False)
+        os.environ[LISTEN_ENV] = _url(host, port)
         uvicorn.Server(uvicorn.Config("app.asgi:app", **options)).run(sockets=[sock])
         return 0
+    if workers <= 1:
+        # bound here, before the app starts: an address in use is one line and exit 1, as
+        # with --workers N (app/workers.py), never a "ready" line then uvicorn's error
+        try:
+            sock = _bind(host, port)
+        except OSError as e:
+            print(f"switchboard: cannot bind {host}:{port}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        os.environ[LISTEN_ENV] = _url(host, sock.getsockname()[1])
+        server = uvicorn.Server(uvicorn.Config("app.asgi:app", **options))
+        with sock:
+            server.run(sockets=[sock])
+        # as uvicorn.run: an app that never started (its lifespan failed) exits 3
+        return 0 if server.started else 3
     if workers > 1:
         from app import workers as supervision
 
@@ -151,10 +202,11 @@ def _serve(args: argparse.Namespace) -> int:
             argv += ["--workers", "1", "--log-level", args.log_level]
             return supervision.Supervisor(argv, workers, host, port).run()
     with contextlib.ExitStack() as stack:
-        if workers > 1:  # uvicorn's own supervisor: its workers share a metrics directory too
-            from app import workers as supervision
+        # uvicorn's own supervisor (no SO_REUSEPORT here): its workers share a metrics directory too
+        from app import workers as supervision
 
-            stack.enter_context(supervision.metrics_env())
+        stack.enter_context(supervision.metrics_env())
+        os.environ[LISTEN_ENV] = _url(host, port)
         uvicorn.run("app.asgi:app", host=host, port=port, workers=workers, **options)
     return 0
 
@@ -195,6 +247,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="switchboard", description="OpenAI-compatible reverse proxy for coding agents")
+    ap.add_argument("--version", action="version", version=f"switchboard {version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="serve the proxy")
     s.add_argument("--config", required=True, help="YAML config file")
@@ -208,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.add_argument("--log-level", default=os.environ.get("SWITCHBOARD_LOG_LEVEL", "info"))
     c = sub.add_parser("check-config", help="validate a config file and exit")
-    c.add_argument("file")
+    c.add_argument("--config", default=None, help="YAML config file (as every other command takes it)")
+    c.add_argument("file", nargs="?", default=None, help="the same, given without --config")
     k = sub.add_parser(
         "codex-catalog",
         help="write a Codex model_catalog_json with an entry for each model that has a codex: block",
@@ -240,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "replay":
         return _replay(args)
     if args.cmd == "check-config":
-        return _check(args.file)
+        if (args.config is None) == (args.file is None):
+            c.error("give the config file once: check-config --config FILE (or check-config FILE)")
+        return _check(args.config or args.file)
     if args.cmd == "codex-catalog":
         return _codex_catalog(args)
     if args.cmd == "usage":

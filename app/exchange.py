@@ -292,7 +292,7 @@ def finish_log(p: Prepared, status: int, ttfb: float | None, terminal: str, erro
             p.metrics.inc("switchboard_fields_dropped_total", field=name, provider=prov)
         log.info("fields_dropped", request_id=p.request_id, provider=prov, fields=p.ctx.dropped_fields)
     if p.ctx.dropped_items:
-        # DESIGN rule 2: a turn that lost an item is never logged ``completed``
+        # docs/rules.md, "Nothing dropped quietly": a turn that lost an item is never logged ``completed``
         log.warning("input_items_dropped", request_id=p.request_id, provider=prov, items=p.ctx.dropped_items)
         if terminal == "completed":
             terminal = "completed_items_dropped"

@@ -13,7 +13,7 @@ close both holes without touching them:
 ==========================================  =============================================
 request                                     answer
 ==========================================  =============================================
-``/healthz``, ``/readyz``                   always served (load-balancer probes)
+``/healthz`` (``/health``), ``/readyz``    always served (load-balancer probes)
 ``Origin`` present, not allowed             403 ``origin_not_allowed``
 ``Origin`` allowed, ``OPTIONS`` preflight   204 with the CORS headers
 no client key configured, ``Host`` not a    403 ``host_not_allowed``
@@ -40,7 +40,7 @@ from typing import Any
 
 from transformers.errors import ProxyError
 
-PROBES = frozenset({"/healthz", "/readyz"})
+PROBES = frozenset({"/healthz", "/health", "/readyz"})
 JSON_POSTS = frozenset({"/v1/chat/completions", "/v1/responses"})
 _TOKEN_LIST = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~, -]{0,512}$")
 

@@ -1,6 +1,6 @@
 """The FastAPI application: routes, auth, body limit, error rendering, lifecycle.
 
-The middleware chain is empty on purpose (DESIGN rule 6): auth and the body limit are two
+The middleware chain is empty on purpose (docs/rules.md, "No middleware"): auth and the body limit are two
 function calls inside the two proxy routes, and errors are rendered by exception handlers.
 
 Fast path: ``POST /v1/chat/completions`` and ``POST /v1/responses`` are dispatched by
@@ -81,6 +81,16 @@ def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Respo
 
 
 _PROXY_ROUTES = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
+# GET /: what this server is and where to go next
+_INDEX: dict[str, Any] = {
+    "name": "switchboard",
+    "about": "OpenAI-compatible reverse proxy for coding agents: point a client's base_url at /v1",
+    "api": {"base_url": "/v1", "routes": [*_PROXY_ROUTES, "/v1/models"]},
+    "health": "/healthz",
+    "ready": "/readyz",
+    "metrics": "/metrics",
+    "docs": "README.md and docs/ in the Switchboard repository (docs/clients.md: setting up a client)",
+}
 
 ASGIHandler = Callable[[Any, Any, Any], Awaitable[None]]
 
@@ -263,7 +273,9 @@ class Service:
             loop = asyncio.get_running_loop()
             self.drain.install(loop)
             _on_sighup(loop, self.reload)
-        log.info("ready", models=len(self.router.routes), providers=len(self.config.providers))
+        # where it listens: set by switchboard serve (app/cli.py) once the socket is bound
+        where = {"listen": os.environ["SWITCHBOARD_LISTEN"]} if "SWITCHBOARD_LISTEN" in os.environ else {}
+        log.info("ready", **where, models=len(self.router.routes), providers=len(self.config.providers))
         try:
             yield
         finally:
@@ -418,7 +430,7 @@ class Service:
         if self.tracing is not None:
             p.trace = self.tracing.begin(p, headers, raw)
         if self.capture is not None:
-            self.capture.begin(p, body if body is not None else _parsed(raw))
+            self.capture.begin(p, body if body is not None else _parsed(raw), answered)
         return p
 
     async def _kept_signatures(self, raw: bytes, owner: str, rid: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -625,7 +637,13 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
             return _error_answer(e, rid, "messages")
         return _json(200, {"input_tokens": n}, headers={"x-request-id": rid, "x-switchboard-token-count": source})
 
+    @app.get("/")
+    async def index() -> Response:
+        """Where to go next, for a person who opened the address in a browser or with curl."""
+        return _json(200, _INDEX)
+
     @app.get("/healthz")
+    @app.get("/health")
     async def healthz() -> Response:
         return _json(200, {"status": "ok"})
 

@@ -259,7 +259,7 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
                     if left:  # the read's rest in one piece, as if it had not been sliced
                         pending.append(bridge.receive_data(left))
                     rest = raw
-                    break  # terminal event: answer and close right away (PAINS 2)
+                    break  # terminal event: answer and close right away (docs/rules.md F2)
                 if out:
                     if not pending:
                         now = clock()
@@ -325,7 +325,7 @@ class _Heartbeats:
 
 async def _heartbeats(bridge: Bridge, send: Any, interval: float, waiting: list[Any]) -> None:
     """While the upstream is silent for ``interval`` seconds, send the client a heartbeat
-    (PAINS 21): long reasoning gaps must not trip the client's idle timeout.  It wakes when
+    (docs/rules.md F21): long reasoning gaps must not trip the client's idle timeout.  It wakes when
     the silence reaches ``interval`` (a deadline from the last upstream bytes or heartbeat,
     not a fixed tick: the client never waits longer than one interval), and sends only
     while the stream loop is blocked on an upstream read, so it never interleaves with its

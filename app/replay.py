@@ -6,12 +6,16 @@ Theory of operation
 For each line of FILE (or the one ``--index`` names), ``replay`` rebuilds the request's
 context from what the line recorded (client and upstream protocols, upstream model, the
 quirks that were on, the output limit), translates the recorded client request with
-``open_bridge`` — as the app did, with no network and no store — and feeds the Bridge the
+``open_bridge`` — as the app did, with no network and no store: the fields the app's store
+honoured then (``answered``: ``store``, ``previous_response_id``) are echoed as recorded,
+and the request holds the stored conversation the store put back — and feeds the Bridge the
 recorded upstream input in order (``data`` bytes, ``end``, ``fail``, a whole ``object``).
 What comes out is compared with what the client got then, and the upstream request body
 with the one sent then.  Both sides are masked first (``mask``): ids the proxy mints,
 clock readings, and the proxy's sealed envelopes (sealed with the server's secret, which a
-capture never holds) become numbered placeholders, so only a real change shows.
+capture never holds) become numbered placeholders, so only a real change shows.  Clock
+readings are numbered per field (``created_at``, ``completed_at``): a turn that ended in the
+second it began reads one value in both fields, and its replay, seconds later, two.
 
 ``--golden NAME`` writes the line to ``tests/golden/captured/NAME.json``: the suite replays
 every file there and fails on any difference (``tests/golden/test_captured.py``).  That
@@ -53,7 +57,7 @@ def mask(text: str) -> str:
 
     text = _ID.sub(lambda m: f"{m.group(1)}<{number(m.group(1), m.group(0))}>", text)
     text = _SEALED.sub(lambda m: f"{m.group(1)}.<sealed:{number('sealed', m.group(0))}>", text)
-    return _TIME.sub(lambda m: f'"{m.group(1)}":"<time:{number("time", m.group(2))}>"', text)
+    return _TIME.sub(lambda m: f'"{m.group(1)}":"<time:{number(m.group(1), m.group(2))}>"', text)
 
 
 @dataclass
@@ -110,6 +114,7 @@ def replay_line(line: dict[str, Any], index: int = 0) -> Outcome:
             ctx,
             incomplete_as_completed=bool(line.get("incomplete_as_completed")),
             websocket=line.get("transport") == "websocket",
+            answered=line.get("answered") or None,
         )
     except (RequestError, ValueError, KeyError) as e:
         return Outcome(index, line.get("request_id", ""), mask(then_client), f"(refused now: {e})",

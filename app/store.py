@@ -66,15 +66,24 @@ caller answers 503 ``store_unavailable``.  Nothing here keeps a connection state
 call depends on: redis-py reconnects on the next command, so the store recovers by itself.
 Records are never logged (they hold the conversation).
 
+A record is stored under its owner's key, ``scope + id``, where ``scope`` is 16 hex digits
+of the SHA-256 of the owner's name and a slash; item ids are indexed the same way.  The id
+is the upstream's own, and an upstream may repeat one: two keys' turns with one id are two
+records, and neither key can read the other's.  A record written before keys were scoped
+(under its bare id) is still found, with the same owner check.
+
 The SQLite file is opened at the first operation that needs it (a proxy that never stores
-never creates it); expired rows are invisible at once and deleted every ``_PURGE_EVERY``
-puts.  Redis keys are ``key_prefix + id`` with the TTL on the key itself, and
-``key_prefix + "item:" + item_id`` for the item index.
+never creates it; it is created readable by its owner only); expired rows are invisible at
+once and deleted every ``_PURGE_EVERY`` puts.  Redis keys are ``key_prefix + scope + id``
+with the TTL on the key itself, and ``key_prefix + "item:" + scope + item_id`` for the item
+index.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import os
 import time
 import zlib
@@ -209,14 +218,37 @@ class Store:
         if len(blob) > self.max_bytes:
             self.counters.inc("switchboard_store_errors_total", op="too_large")
             raise RecordTooLarge(f"record of {len(blob)} bytes compressed exceeds store.max_record_bytes")
-        total, evicted = await self._call("put", self._put(rec.id, blob, rec.ancestors, rec.item_ids()))
+        scope = _scope(rec.owner)
+        # the ancestors under both keys: a conversation begun before keys were scoped
+        touch = [scope + a for a in rec.ancestors] + rec.ancestors
+        put = self._put(scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()])
+        total, evicted = await self._call("put", put)
         self.counters.set_gauge("switchboard_store_bytes", total)
         if evicted:
             self.counters.inc("switchboard_store_evicted_total", evicted)
 
+    async def _find(self, op: str, ids: list[str], owner: str) -> list[tuple[str, Record] | None]:
+        """Each id's record of this owner, with the key it is stored under: the owner's own
+        key first, then the bare id (a record written before keys were scoped)."""
+        scope = _scope(owner)
+        keys = [scope + i for i in ids]
+        blobs = await self._call(op, self._get_many(keys))
+        out: list[tuple[str, Record] | None] = []
+        for key, blob in zip(keys, blobs):
+            rec = _owned(blob, owner)
+            out.append((key, rec) if rec is not None else None)
+        missing = [j for j, found in enumerate(out) if found is None]
+        if missing:
+            legacy = await self._call(op, self._get_many([ids[j] for j in missing]))
+            for j, blob in zip(missing, legacy):
+                rec = _owned(blob, owner)
+                if rec is not None and rec.id == ids[j]:
+                    out[j] = (ids[j], rec)
+        return out
+
     async def get(self, rid: str, owner: str) -> Record | None:
-        blobs = await self._call("get", self._get_many([rid]))
-        return _owned(blobs[0], owner)
+        found = (await self._find("get", [rid], owner))[0]
+        return found[1] if found is not None else None
 
     async def chain(self, rid: str, owner: str) -> list[Record] | None:
         last = await self.get(rid, owner)
@@ -224,13 +256,11 @@ class Store:
             return None
         if not last.ancestors:
             return [last]
-        blobs = await self._call("chain", self._get_many(last.ancestors))
         out = []
-        for b in blobs:
-            rec = _owned(b, owner)
-            if rec is None:
+        for found in await self._find("chain", last.ancestors, owner):
+            if found is None:
                 return None
-            out.append(rec)
+            out.append(found[1])
         out.append(last)
         return out
 
@@ -239,7 +269,13 @@ class Store:
         if not ids:
             return {}
         wanted = list(dict.fromkeys(ids))
-        rids = await self._call("items", self._item_rids(wanted))
+        scope = _scope(owner)
+        rids = await self._call("items", self._item_rids([scope + i for i in wanted]))
+        missing = [j for j, r in enumerate(rids) if r is None]
+        if missing:  # items of a record written before keys were scoped
+            legacy = await self._call("items", self._item_rids([wanted[j] for j in missing]))
+            for j, r in zip(missing, legacy):
+                rids[j] = r
         found = sorted({r for r in rids if r is not None})
         if not found:
             return {}
@@ -254,9 +290,10 @@ class Store:
         return out
 
     async def delete(self, rid: str, owner: str) -> bool:
-        if await self.get(rid, owner) is None:
+        found = (await self._find("get", [rid], owner))[0]
+        if found is None:
             return False
-        total = await self._call("delete", self._delete(rid))
+        total = await self._call("delete", self._delete(found[0]))
         if total is not None:
             self.counters.set_gauge("switchboard_store_bytes", total)
         return True
@@ -291,6 +328,15 @@ class Store:
         raise NotImplementedError
 
 
+@functools.lru_cache(maxsize=1024)
+def _scope(owner: str) -> str:
+    """The prefix of an owner's keys: records and item ids are stored under ``scope + id``.
+    The ids come from the upstream, which may repeat them: one key's turn must not replace
+    another key's record under the same id.  Hex digits and a slash: never one of the
+    bookkeeping keys (``item:``, ``items:``, ``meta:``, ``usage:``)."""
+    return hashlib.sha256(owner.encode()).hexdigest()[:16] + "/"
+
+
 def _owned(blob: bytes | None, owner: str) -> Record | None:
     if blob is None:
         return None
@@ -299,6 +345,17 @@ def _owned(blob: bytes | None, owner: str) -> Record | None:
     except Exception:  # not a record of ours (a foreign key under the prefix): as unknown
         return None
     return rec if rec.owner == owner else None
+
+
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only, as ``secret.key`` and the capture
+    file are: it holds stored prompts and answers.  SQLite gives its ``-wal`` and ``-shm``
+    files the same mode.  A file that exists already is left as it is."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
 
 
 _SCHEMA = (
@@ -341,6 +398,7 @@ class SQLiteStore(Store):
 
                 if self.path != ":memory:":
                     Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                    _create_private(self.path)
                 db = await aiosqlite.connect(self.path)
                 try:
                     await db.execute("PRAGMA busy_timeout=5000")

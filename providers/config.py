@@ -224,6 +224,17 @@ class AuthCfg(_Strict):
             raise ValueError(f"duplicate key name(s): {dup}")
         return keys
 
+    @field_validator("admin_keys")
+    @classmethod
+    def _admin_digests(cls, v: list[str]) -> list[str]:
+        # the same rule as a client key's: a malformed digest would never match any key
+        for i, k in enumerate(v):
+            if k.startswith("sha256:") and not re.fullmatch(r"[0-9a-fA-F]{64}", k[7:]):
+                raise ValueError(
+                    f"admin_keys[{i}]: a 'sha256:' key must be followed by 64 hex digits (the SHA-256 of the key)"
+                )
+        return v
+
     def named(self) -> list[tuple[str, str]]:
         """(name, key) of every key; a plain key is named after its SHA-256 (``key-<12 hex>``:
         the same on every instance, whatever the order of the list)."""

@@ -1,10 +1,10 @@
-"""The mapping of upstream failures onto OpenAI-shaped errors (DESIGN rule 5).
+"""The mapping of upstream failures onto OpenAI-shaped errors (docs/rules.md, "Errors speak the client's protocol").
 
 An upstream error answer (before the first byte) becomes ``ProxyError``
 (``transformers.errors``): an HTTP status and
 an OpenAI error object ``{"error": {"message", "type", "param", "code"}}`` that carries the
 upstream's own message and the most specific well-known code we can find, because Codex
-classifies failures by ``code`` (SPEC §5.3: ``context_length_exceeded`` and
+classifies failures by ``code`` (docs/rules.md §5.3: ``context_length_exceeded`` and
 ``insufficient_quota`` are fatal, ``rate_limit_exceeded`` waits "try again in Ns", and any
 other code makes it retry the whole turn five times).
 

@@ -18,10 +18,10 @@ returns the unified events (``events.py``) it completes; the app calls ``end()``
   the content seen so far is still a prefix of ``<think>`` it is held; inside the think
   block a tail that may be the start of ``</think>`` is held.  Anything held is released
   (unchanged) before any other kind of event, so the order of bytes is kept.
-* Tool calls (SPEC §3, the cc-switch rule): the unified ``index`` is the call's ordinal in
+* Tool calls (docs/rules.md §3, the cc-switch rule): the unified ``index`` is the call's ordinal in
   first-appearance order.  A chunk with an ``index`` maps through ``index → ordinal``;
   a known index that suddenly carries a different, previously unseen ``id`` is a new call
-  (upstreams that collapse parallel calls onto ``index: 0``, PAINS 4).  A chunk without
+  (upstreams that collapse parallel calls onto ``index: 0``, docs/rules.md F4).  A chunk without
   ``index`` continues the last call unless it carries a new ``id``.  Identity (``id``,
   ``function.name``) is passed on the first ``ToolCall`` where it appears and never
   repeated; argument text is passed as it comes, so arguments before identity are fine
@@ -30,12 +30,12 @@ returns the unified events (``events.py``) it completes; the app calls ``end()``
   the call's ``signature``, passed once, on the ``ToolCall`` of the chunk that carried it.
 * ``finish_reason`` and ``usage`` (top-level, or Moonshot's ``choices[0].usage``) are only
   remembered: a usage chunk with ``choices: []`` routinely arrives *after* the
-  ``finish_reason`` chunk (PAINS 19), so ``ToolCallEnd``s, ``Usage`` and ``Finish`` are
+  ``finish_reason`` chunk (docs/rules.md F19), so ``ToolCallEnd``s, ``Usage`` and ``Finish`` are
   emitted by ``end()``.
 * An ``{"error": {...}}`` chunk ends the stream at once: ``Usage`` if seen, then
   ``Finish("failed")`` with the error normalised to ``{code, message, type, param}``;
   later chunks and ``end()`` yield nothing.
-* ``end()`` with no ``finish_reason`` ever seen is a truncated stream (PAINS 1):
+* ``end()`` with no ``finish_reason`` ever seen is a truncated stream (docs/rules.md F1):
   ``Finish("failed", upstream_stream_truncated)``.
 
 Failed streams do not close their tool calls: a ``ToolCallEnd`` would tell a Responses

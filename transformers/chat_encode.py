@@ -5,7 +5,7 @@ Theory of operation
 ``ChatStreamEncoder.feed(event)`` returns the ``chat.completion.chunk`` dicts the event
 completes; ``end()`` closes a stream that never got a ``Finish``.  The app serializes each
 dict as one ``data:`` line and, unless ``failed`` is set, sends ``data: [DONE]`` after the
-last one (PAINS 2).
+last one (docs/rules.md F2).
 
 Every chunk carries the same ``id`` (the ``chunk_id`` argument, else an upstream
 ``chatcmpl…`` id from ``Start`` so same-protocol ids survive, else a minted
@@ -16,7 +16,7 @@ for), and the same text also under ``reasoning`` when the profile's upstream spe
 (``reasoning_key_reasoning``: a client configured for that endpoint reads it there;
 ``reasoning_keys.py``), ``Refusal`` → ``refusal``.
 
-Tool calls are shaped for the strictest client, Python kosong (SPEC §6): every delta with a
+Tool calls are shaped for the strictest client, Python kosong (docs/rules.md §6): every delta with a
 non-empty ``function.name`` starts a NEW call, argument-only deltas go to the pending call,
 ``index`` is ignored, and any text or reasoning in between ends the pending call.  So:
 
@@ -38,7 +38,7 @@ later ones go out whole at ``Finish``: the price of never interleaving them.  Na
 their flat client name from ``flatten_name``.  A call that ends without ever getting a name
 cannot be sent to a Chat client: it is dropped (repair ``tool_call_unnamed_dropped``), and
 if that leaves a completed turn with no call at all the stream fails with
-``upstream_tool_call_dropped`` (SPEC §7.2).
+``upstream_tool_call_dropped`` (docs/rules.md §7.2).
 
 ``Finish`` flushes the queue, then sends the ``finish_reason`` chunk (table below) and,
 with ``include_usage``, the ``choices: []`` usage chunk.  A failed ``Finish``, a
@@ -102,7 +102,7 @@ INCOMPLETE_FINISH: dict[str | None, str] = {
 
 
 def finish_reason(status: str, reason: str | None, had_calls: bool) -> str:
-    """Chat ``finish_reason`` for a non-failed Finish (SPEC §7.2, reverse column)."""
+    """Chat ``finish_reason`` for a non-failed Finish (docs/rules.md §7.2, reverse column)."""
     if status == "incomplete":
         return INCOMPLETE_FINISH.get(reason, "length")
     return "tool_calls" if had_calls else "stop"

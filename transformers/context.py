@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A request is translated once, at the edge; what the stream stages later need to know about
-it is captured here, as plain data computed from the request alone (DESIGN rule 1: any
+it is captured here, as plain data computed from the request alone (docs/rules.md, "Stateless": any
 instance can serve any turn, so nothing here lives beyond the request):
 
 * ``ToolInfo``: which tool names the upstream sees, and what each one really is — a plain
@@ -28,9 +28,9 @@ Quirk names (the switches the profiles in ``providers/`` turn on; see docs/quirk
 ``reasoning_key_reasoning`` send replayed reasoning as ``reasoning`` (newer vLLM)
 ``mantle_request``         assistant content as a string; ``tool_choice:none`` → no tools
 ``kimi_request``           forced tool_choice → auto (thinking); max_completion_tokens
-``strict_tool_ids``        tool-call ids limited to ``[A-Za-z0-9_-]`` (SPEC §1 strict)
+``strict_tool_ids``        tool-call ids limited to ``[A-Za-z0-9_-]`` (docs/rules.md §1 strict)
 ``kimi_tool_ids``          client-sanitised Kimi ids (``functions_Read_0``) put back to the
-                           native ``functions.Read:0`` before a Chat upstream (seed 000)
+                           native ``functions.Read:0`` before a Chat upstream (docs/rules.md §1)
 ``max_completion_tokens``  send ``max_completion_tokens`` instead of ``max_tokens``
 ``thinking_param``         ``reasoning.effort`` → ``thinking:{type}``
 ``moonshot_fields``        keep Moonshot-only message/tool fields (else they are stripped)

@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-The proxy keeps no conversation state (DESIGN rule 1), yet two things it produces must come
+The proxy keeps no conversation state (docs/rules.md, "Stateless"), yet two things it produces must come
 back to it intact on a later turn, through any instance: the reasoning text of a Chat
-upstream (Kimi, DeepSeek and MiMo answer 400 without it, SPEC R3-d; Codex drops raw
+upstream (Kimi, DeepSeek and MiMo answer 400 without it, docs/rules.md §4 R3-d; Codex drops raw
 reasoning ``content`` from replayed items) and the summary of a synthesised compaction
 (``transformers/compaction.py``).  Both travel in the ``encrypted_content`` field of the
 item the client replays, sealed with the server's secret (``server.secret_key``): an HMAC

@@ -18,7 +18,7 @@ Grammar of a decoded stream (decoders guarantee it, encoders may rely on it)::
 * ``ToolCall`` events carry a decoder-assigned ``index`` (0, 1, 2… in the order calls first
   appeared upstream).  Identity fields (``call_id``, ``name``, ``namespace``, ``custom``)
   are ``None`` until known and may arrive on any later ``ToolCall`` of the same index (late
-  identity, SPEC §3); once set they do not change.  ``arguments`` is the next piece of
+  identity, docs/rules.md §3); once set they do not change.  ``arguments`` is the next piece of
   argument text ('' allowed).  The concatenation of all ``arguments`` of one index is the
   call's argument text, byte for byte.  A call's ``signature`` (Gemini's thought signature)
   comes at most once, on any ``ToolCall`` of its index.

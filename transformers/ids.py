@@ -1,4 +1,4 @@
-"""Tool-call id policies (SPEC §1, seed 000).
+"""Tool-call id policies (docs/rules.md §1).
 
 Theory of operation
 -------------------
@@ -28,7 +28,7 @@ cuts.  Bare ``<name>:<idx>`` (``Write:6``) is deliberately NOT canonical.
 not start with the mapping's prefix ``sbx_``) is sent as it is; any other becomes ``sbx_``
 and the hex of its UTF-8 bytes, which ``from_anthropic_id`` turns back.  The mapping is
 exact both ways (a client's own ``sbx_…`` id is encoded too), so a Kimi id survives a Claude
-Code round trip unchanged for Kimi and valid for Anthropic, statelessly (seed 000's rule on
+Code round trip unchanged for Kimi and valid for Anthropic, statelessly (the rule of docs/rules.md §1 on
 this wire).  Applied where a Messages wire meets another: the Messages encoder (ids a
 Messages client reads), the Messages → Chat translator (ids it sends back), the Chat →
 Messages translator and the Messages decoder (toward and from a Messages upstream).
@@ -39,7 +39,7 @@ repair ``kimi_tool_ids_restored``).  Kimi Code 2.x rewrites every history id wit
 Anthropic policies; its Responses policy first keeps the part before ``|``) and, when two
 different raw ids land on one result, appends ``_2``, ``_3``… after cutting the base to fit
 64 (``makeUniqueToolCallId``).  So Kimi's own ``functions.Read:0`` comes back as
-``functions_Read_0`` (or ``functions_Read_0_2``), and K2 stops calling tools (seed 000: 25/25
+``functions_Read_0`` (or ``functions_Read_0_2``), and K2 stops calling tools (docs/rules.md §1: 25/25
 tool calls with the native id, 0/25 with the sanitised one).  Over the Chat messages of one
 request, an assistant tool call with function name ``N`` and id ``s`` is a candidate when
 ``s`` is exactly ``functions_N_<idx>`` or ``functions_N_<idx>_<k>`` (``idx`` ASCII digits,

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A Responses client sends items and tools of many types; an upstream knows some of them.
-Nothing the client sent is dropped quietly (DESIGN rule 2): every type is in one of the two
+Nothing the client sent is dropped quietly (docs/rules.md, "Nothing dropped quietly"): every type is in one of the two
 tables below, and each cell says what ``prepare`` (and, for a Chat upstream, the translator
 ``request_r2c``) does with it.  The upstream *kind* is:
 

@@ -1,4 +1,4 @@
-"""JSON equality that keeps number lexemes (SPEC §3, seed 002).
+"""JSON equality that keeps number lexemes (docs/rules.md §3).
 
 Theory of operation
 -------------------

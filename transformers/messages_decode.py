@@ -35,8 +35,8 @@ Messages event                                  unified events
 ``ping``, anything else                         nothing
 ==============================================  ===========================================
 
-A delta for a block never started is taken as starting it (the repair seed 001 makes for
-Responses items, on this wire).
+A delta for a block never started is taken as starting it (the repair docs/rules.md §2 describes
+for Responses items, on this wire).
 
 ==========================  =============================================
 ``stop_reason``             ``Finish``

@@ -15,7 +15,7 @@ non-streamed answer.  The rules it holds, whatever order the upstream's pieces c
   started twice (Claude Code fails with "Content block not found" otherwise).  Block
   indexes count up from 0 in the order blocks start.
 * **Tool calls.**  A ``tool_use`` block starts once its call's ``id`` and ``name`` are known
-  (seed 002: an upstream may name a call late); its ``content_block_start.input`` is ``{}``
+  (docs/rules.md §3: an upstream may name a call late); its ``content_block_start.input`` is ``{}``
   and the arguments stream as ``input_json_delta`` pieces as they arrive.  While another
   block is open, a call's pieces wait for it (parallel calls interleaved by a Chat upstream
   come out one block after the other), as text or reasoning that arrives while a call's

@@ -1,4 +1,4 @@
-"""Responses item ids, resolved once at the stream boundary (SPEC §2, seed 001).
+"""Responses item ids, resolved once at the stream boundary (docs/rules.md §2).
 
 Theory of operation
 -------------------
@@ -50,7 +50,7 @@ from .ids import random_hex
 
 __all__ = ["ResponsesNormalizer", "ID_PREFIX", "DEFAULT_PREFIX"]
 
-# item type → prefix of a minted id (ctc_ is our choice for custom tool calls, SPEC §2)
+# item type → prefix of a minted id (ctc_ is our choice for custom tool calls, docs/rules.md §2)
 ID_PREFIX: dict[str, str] = {
     "function_call": "fc_",
     "message": "msg_",

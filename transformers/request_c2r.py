@@ -1,5 +1,5 @@
 """Chat Completions request → Responses request (kimi-cli / openai SDK → OpenAI, Azure, xAI,
-Mantle), SPEC §7.3.
+Mantle), docs/rules.md §7.3.
 
 Theory of operation
 -------------------
@@ -30,7 +30,7 @@ any other ``system``/``developer`` ``message`` role ``developer`` (``input_text`
                                    joined; images kept as ``input_image`` parts)
 =================================  ========================================================
 
-``call_id``: SPEC §1 Responses policy + uniqueness pass over every ``tool_calls[].id`` and
+``call_id``: docs/rules.md §1 Responses policy + uniqueness pass over every ``tool_calls[].id`` and
 ``tool_call_id`` of the request, so the mapping is stateless and a call and its output stay
 paired.  A tool call without ``id`` or a tool message without ``tool_call_id`` is a 400:
 ids are never invented.  The legacy ``function`` role is a 400 too (no id to pair with), and
@@ -90,7 +90,7 @@ _REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details")
 
 def force_object_schema(params: Any) -> tuple[dict[str, Any], bool]:
     """``(schema, changed)``: the parameters schema with ``type: "object"`` when it lacks one
-    (PAINS 16: Kimi "parameters.type is required", Codex's ``type: null``)."""
+    (docs/rules.md F16: Kimi "parameters.type is required", Codex's ``type: null``)."""
     if not isinstance(params, dict):
         return {"type": "object", "properties": {}}, True
     if params.get("type") is None:

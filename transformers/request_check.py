@@ -17,8 +17,8 @@ the JSON path of the offending value, e.g. ``input[3].content[0].text`` or
    must still serialise (C speed, no Python walk).  Only a refused body is walked
    (iteratively, never past ``MAX_DEPTH + 1``) to name the first container too deep.
 2. **Integers beyond 64 bits.**  orjson parses an integer outside
-   ``[-2**63, 2**64 - 1]`` as a float, so it would reach the upstream rounded (DESIGN rule
-   2: nothing lost).  Such an integer needs at least 19 digits in a row; only a raw body
+   ``[-2**63, 2**64 - 1]`` as a float, so it would reach the upstream rounded (docs/rules.md,
+   "Nothing dropped quietly").  Such an integer needs at least 19 digits in a row; only a raw body
    holding such a run is parsed again by the standard library, with exact integers, to
    find one (``integer_above_max_value`` / ``integer_below_min_value``).  Digit runs inside
    strings (ids, base64) only cost that second parse.  The raw scan itself is skipped when

@@ -76,8 +76,8 @@ prompt_cache_key            that quirk          no ``prompt_cache_key`` from the
                                                 (``cache_key.derive``)
 ==========================  ==================  ==========================================
 
-Tool-call ids are never touched on Chat→Chat (SPEC §1: pass ids byte for byte), except that
-``kimi_tool_ids`` puts back the native ids a client's sanitiser rewrote (issue 11, seed 000).
+Tool-call ids are never touched on Chat→Chat (docs/rules.md §1: pass ids byte for byte), except that
+``kimi_tool_ids`` puts back the native ids a client's sanitiser rewrote (issue 11, docs/rules.md §1).
 
 Responses upstreams (``prepare_responses``):
 
@@ -92,7 +92,7 @@ mantle_request              ``mantle_request``  assistant ``output_text`` conten
                                                 string; ``tool_choice:none`` → neither
                                                 ``tools`` nor ``tool_choice``; any other
                                                 forced choice → ``auto`` (T1-6)
-responses_call_ids          always              SPEC §1 Responses policy + uniqueness pass
+responses_call_ids          always              docs/rules.md §1 Responses policy + uniqueness pass
                                                 over every ``call_id`` of the request
 store_false_item_ids        always              ``store:false`` → input items lose ``id``
 tool_schemas                always              as for Chat (flat and namespace tools)
@@ -114,7 +114,7 @@ Decisions:
   empty summary).  Only ``reasoning`` items are looked at; a foreign blob (not ``pxy1.``)
   is left for ``encrypted_content_retry``.
 * ``store_false_item_ids``: with ``store:false`` nothing is stored upstream, so an item
-  ``id`` can only be wrong (another provider's id, or ``rs_…`` "not found", PAINS 8/9); the
+  ``id`` can only be wrong (another provider's id, or ``rs_…`` "not found", docs/rules.md F8, F9); the
   ``call_id`` is always kept (T1-5).  ``item_reference`` items keep their id (it is their
   only content).  With ``store`` true or absent the ids are left alone.
 """

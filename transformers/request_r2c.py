@@ -1,5 +1,5 @@
 """Responses request → Chat Completions request (Codex → Kimi, MiMo, DeepSeek, GLM, vLLM),
-SPEC §7.1.
+docs/rules.md §7.1.
 
 Theory of operation
 -------------------
@@ -57,11 +57,11 @@ With ``reasoning_replay``, the request quirks' pass of that name then gives ever
 assistant tool-call message still without reasoning the placeholder ``"tool call"`` (after
 the trailing reasoning was attached here).
 
-Tool-call ids: SPEC §1 Chat policy (canonical ``functions.<name>:<idx>`` verbatim at any
+Tool-call ids: docs/rules.md §1 Chat policy (canonical ``functions.<name>:<idx>`` verbatim at any
 length; others sanitised and cut to 64), or the strict policy with ``strict_tool_ids``,
 through the uniqueness pass over every call id of the request.
 
-Transcript rules (PAINS 17/18):
+Transcript rules (docs/rules.md F17, F18):
 
 * every assistant ``tool_calls`` message is immediately followed by one ``tool`` message
   per call; a call without any output is a 400 with ``param: "input[<i>]"`` (the call's
@@ -77,7 +77,7 @@ Tools:
 
 =========================  ================================================================
 ``function``               ``{type:function,function:{name,description,parameters,strict}}``,
-                           ``parameters.type`` forced to ``object`` (PAINS 16); one
+                           ``parameters.type`` forced to ``object`` (docs/rules.md F16); one
                            required string parameter → ``ctx.tools.single_string_param``
                            (the R3-a′ wrap, as for Chat clients)
 ``custom``                 a function with one required string ``input``; the description

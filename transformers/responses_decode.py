@@ -1,10 +1,10 @@
-"""Upstream Responses API (stream or object) → unified events (SPEC §2, §3, §5.3).
+"""Upstream Responses API (stream or object) → unified events (docs/rules.md §2, §3, §5.3).
 
 Theory of operation
 -------------------
 ``ResponsesStreamDecoder.feed(event)`` takes the parsed JSON of one upstream SSE ``data:``
 and returns unified events (``events.py``); ``end()`` is called at upstream EOF.  Every
-event first goes through ``ResponsesNormalizer`` (SPEC §2), so every item has an ``id``
+event first goes through ``ResponsesNormalizer`` (docs/rules.md §2), so every item has an ``id``
 and every placeable per-item event has an ``item_id``; nothing below looks for a missing
 id again.  ``decode_response(obj, ctx)`` turns a non-streaming Responses object into the
 same events a stream would have given, so the encoders serve both.  ``text(event)`` is
@@ -46,7 +46,7 @@ A call is found by ``call_id``, falling back to ``item_id`` (T2-7).  Every ``Too
 carries the identity known at that moment (``call_id``, ``name``, ``namespace``,
 ``custom``, ``item_id``); arguments are the next piece of text.
 
-Done reconciliation (seed 002; ``done`` events are authoritative).  A = argument text
+Done reconciliation (docs/rules.md §3; ``done`` events are authoritative).  A = argument text
 emitted so far, F = the terminal text (ignored when empty or already reconciled):
 
 =============================  ====================================  ======================

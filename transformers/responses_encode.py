@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 ``ResponsesStreamEncoder`` is the inbound emitter for Responses clients.  It takes the
 unified events of ``events.py`` and returns Responses stream event dicts with the full item
-lifecycle (SPEC §5.3, §5.4), each stamped with a ``sequence_number`` that starts at 0 and
+lifecycle (docs/rules.md §5.3, §5.4), each stamped with a ``sequence_number`` that starts at 0 and
 grows by one per event over the whole stream.  One response id is used on every event.
 
 Items and their output slots:
@@ -22,15 +22,15 @@ Items and their output slots:
   upstream ``summary_index``) closes the current part and opens the next one, with the
   next ``content_index`` / ``summary_index``.  Text is never merged across parts, so
   every byte appears exactly once in the deltas and once in the ``done`` events.
-* Tool calls (SPEC §3 inbound rules): a call's ``added`` waits until it has a non-empty
+* Tool calls (docs/rules.md §3 inbound rules): a call's ``added`` waits until it has a non-empty
   name **and** every lower-index call has been released; argument text arriving before
   that is buffered and replayed as one delta right after ``added``.  Identity arriving
   after release (``namespace``, the upstream ``call_id`` replacing a minted one) goes
   into the ``done`` events, which Codex reads as the final item.  ``ToolCallEnd`` closes
-  the call; its ``arguments`` win only when ``mismatch`` is set (SPEC §3: Codex reads only
+  the call; its ``arguments`` win only when ``mismatch`` is set (docs/rules.md §3: Codex reads only
   ``output_item.done``); otherwise the streamed bytes are the final text.
 * ``Finish`` closes everything still open (items cut short by a non-``completed`` finish
-  get ``status: "incomplete"``), drops calls that never got a name (SPEC §7.2; repair
+  get ``status: "incomplete"``), drops calls that never got a name (docs/rules.md §7.2; repair
   ``tool_call_unnamed_dropped``) and emits exactly one terminal event (table
   ``_TERMINAL``).  A ``completed`` turn left with nothing but reasoning after such a drop
   becomes ``response.failed`` (``upstream_tool_call_dropped``) instead of a silent empty
@@ -523,7 +523,7 @@ class ResponsesStreamEncoder:
         )
 
     def heartbeat(self) -> list[dict]:
-        """A real event for a long upstream silence (SPEC §5.3: Codex's idle timer counts
+        """A real event for a long upstream silence (docs/rules.md §5.3: Codex's idle timer counts
         parsed events, so SSE comments do not keep it alive): ``response.in_progress`` with
         the response as it stands.  Nothing before the stream started or after it ended."""
         if self.done or not self._started:
@@ -1053,7 +1053,7 @@ class ResponsesStreamEncoder:
         cut = "completed" if status == "completed" else "incomplete"
         self._close_msg(out, cut)
         self._close_rs(out)
-        # calls never named are dropped (SPEC §7.2); the named ones behind them go out in order
+        # calls never named are dropped (docs/rules.md §7.2); the named ones behind them go out in order
         # A call the upstream never finished is not closed when the turn did not complete:
         # Codex builds calls from output_item.done alone (whatever its status) and would run
         # a half-streamed call, then run it again on its retry.

@@ -1,4 +1,4 @@
-"""Tool JSON-schema sanitiser, per upstream (PAINS 16).
+"""Tool JSON-schema sanitiser, per upstream (docs/rules.md F16).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""Tool stage: upstream Chat function calls → the calls the client must receive (SPEC §4).
+"""Tool stage: upstream Chat function calls → the calls the client must receive (docs/rules.md §4).
 
 Theory of operation
 -------------------
@@ -69,7 +69,7 @@ is recorded at its end and turns the upstream's ``Finish`` into ``Finish("failed
 invalid_tool_arguments)``; the events in between (other calls, ``Usage``) still go out,
 and the failed call is never closed (no ``ToolCallEnd``), as on any failed stream.  The
 empty string counts as valid JSON here (bytes left alone).  A call that never gets a
-name is passed through without the R3-b check: the encoder drops it (SPEC §7.2).
+name is passed through without the R3-b check: the encoder drops it (docs/rules.md §7.2).
 """
 
 from __future__ import annotations

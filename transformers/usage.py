@@ -1,4 +1,4 @@
-"""Token usage in both protocols' shapes (SPEC §7.2 usage table).
+"""Token usage in both protocols' shapes (docs/rules.md §7.2 usage table).
 
 Theory of operation
 -------------------

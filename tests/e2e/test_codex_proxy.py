@@ -89,7 +89,7 @@ def test_a_codex_chat_upstream_exec(upstream, proxy_for, codex_run):
     assert up.model_requests[0].path == "/v1/chat/completions", info
     assert first["model"] == "e2e-chat" and first["stream"] is True, info
     tools = _chat_tools(up.model_requests[0])
-    # SPEC 7.1: function tools pass as functions; custom apply_patch becomes a function with
+    # docs/rules.md §7.1: function tools pass as functions; custom apply_patch becomes a function with
     # one required string parameter; hosted tools are dropped.
     assert tools["exec_command"]["function"]["parameters"]["required"] == ["cmd"], info
     ap = tools["apply_patch"]["function"]["parameters"]
@@ -237,7 +237,7 @@ def test_e_codex_late_identity_responses_upstream(upstream, proxy_for, codex_run
 
 
 def test_g_codex_namespace_tool_via_chat_upstream(upstream, proxy_for, codex_run):
-    """SPEC 7.1/§3: namespace children are flattened for Chat and split back into
+    """docs/rules.md §7.1/§3: namespace children are flattened for Chat and split back into
     namespace + name for Codex, which routes by the pair (else "unsupported call")."""
     up = upstream(sc.codex_namespace_call("chat", "e2e-chat"), "ns-chat")
     px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")

@@ -14,7 +14,11 @@ CAPTURED = sorted((Path(__file__).parent / "captured").glob("*.json"))
 
 
 def test_there_are_captured_cases() -> None:
-    assert len(CAPTURED) >= 3
+    """Besides field captures: one turn per store mode (absent and true are echoed as
+    stored, false is stateless) and one whose created_at equals its completed_at."""
+    names = {p.stem for p in CAPTURED}
+    assert {"store-absent", "store-true", "store-false", "equal-clocks"} <= names
+    assert len(CAPTURED) >= 7
 
 
 @pytest.mark.parametrize("path", CAPTURED, ids=[p.stem for p in CAPTURED])

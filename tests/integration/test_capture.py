@@ -128,3 +128,54 @@ def test_an_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "x.jsonl"
     bad.write_text("{not json\n")
     assert cli(["replay", str(bad)]) == 2
+
+
+STORE_MODES = {"absent": {}, "true": {"store": True}, "false": {"store": False}}
+
+
+def stored_config(path: Path, tmp_path: Path) -> dict[str, Any]:
+    return {**config(path), "store": {"path": str(tmp_path / "responses.db")}}
+
+
+@pytest.mark.parametrize("upstream", ["kimi", "mantle"])
+@pytest.mark.parametrize("mode", list(STORE_MODES))
+async def test_a_fresh_capture_replays_unchanged_in_every_store_mode(
+    client_factory: Any, mock: Any, tmp_path: Path, mode: str, upstream: str
+) -> None:
+    """The store's answer (``store: true`` echoed, an absent store meaning true) is part of
+    the capture: the replay, which has no store, echoes what the app honoured then."""
+    path = tmp_path / "capture.jsonl"
+    c = await client_factory(**stored_config(path, tmp_path))
+    url, answer = UPSTREAMS[upstream]
+    mock.post(url).mock(side_effect=lambda req: answer())
+    body = codex_request(MODELS[upstream])
+    body.pop("store")
+    body.update(STORE_MODES[mode])
+    r = await c.post("/v1/responses", json=body, headers={"authorization": "Bearer sk-alice"})
+    assert r.status_code == 200, r.text
+    (line,) = lines(path)
+    assert line["answered"] == ({} if mode == "false" else {"store": True})  # false: stateless, no store I/O
+    assert f'"store":{"false" if mode == "false" else "true"}' in "".join(e[1] for e in line["client_events"])
+    out = replay_line(line)
+    assert out.same, out.diff()
+
+
+async def test_a_turn_that_ends_in_the_second_it_began_replays_unchanged(
+    client_factory: Any, mock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """created_at == completed_at when captured; the replay's completed_at is later."""
+    from transformers import responses_encode
+
+    path = tmp_path / "capture.jsonl"
+    c = await client_factory(**config(path))
+    then = 1  # the upstream's chunks say created: 1 (tests/integration/conftest.py chat_chunk)
+    monkeypatch.setattr(responses_encode, "_now", lambda: then)
+    mock.post(UPSTREAMS["kimi"][0]).mock(side_effect=lambda req: chat_answer())
+    r = await c.post("/v1/responses", json=codex_request("kimi-k2.6"), headers={"authorization": "Bearer sk-alice"})
+    assert r.status_code == 200, r.text
+    monkeypatch.undo()
+    (line,) = lines(path)
+    client = "".join(e[1] for e in line["client_events"])
+    assert f'"created_at":{then}' in client and f'"completed_at":{then}' in client
+    out = replay_line(line)
+    assert out.same, out.diff()

@@ -96,7 +96,7 @@ CHAT_FINAL = {
 
 
 def check_responses_grammar(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """SPEC §5.3-5.4 invariants; returns the terminal response."""
+    """docs/rules.md §5.3-5.4 invariants; returns the terminal response."""
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     ids = {e["response"]["id"] for e in events if "response" in e}
     assert len(ids) == 1, ids

@@ -1,4 +1,4 @@
-"""Client disconnect cancels the upstream request (PAINS 20), before and after the first byte.
+"""Client disconnect cancels the upstream request (docs/rules.md F20), before and after the first byte.
 
 Real sockets on 127.0.0.1: the proxy runs in uvicorn (in this event loop), the upstream is a
 tiny asyncio server that notes when its connection is closed by the proxy.

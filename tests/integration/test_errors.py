@@ -1,4 +1,4 @@
-"""Errors speak OpenAI (DESIGN rule 5): before the first byte an HTTP status + error object,
+"""Errors speak OpenAI (docs/rules.md, "Errors speak the client's protocol"): before the first byte an HTTP status + error object,
 after it the protocol's own error event.  Secrets never echoed or forwarded."""
 
 from __future__ import annotations

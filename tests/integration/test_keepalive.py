@@ -1,4 +1,4 @@
-"""Long upstream silences mid-stream: the client gets heartbeats (PAINS 21), the stream stays valid."""
+"""Long upstream silences mid-stream: the client gets heartbeats (docs/rules.md F21), the stream stays valid."""
 
 from __future__ import annotations
 

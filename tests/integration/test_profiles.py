@@ -47,7 +47,7 @@ def _logging_to_live_stream() -> None:
 
 
 def codex_request(model: str, **extra: Any) -> dict[str, Any]:
-    """What Codex 0.169 sends (SPEC §5.2): instructions, a developer message, reasoning,
+    """What Codex 0.169 sends (docs/rules.md §5.2): instructions, a developer message, reasoning,
     a call and its output, its real tool list, store:false, stream:true, no max_output_tokens."""
     body = {
         "model": model,
@@ -76,7 +76,7 @@ def codex_request(model: str, **extra: Any) -> dict[str, Any]:
 
 
 def kimi_request(model: str, **extra: Any) -> dict[str, Any]:
-    """What kimi-cli (kosong, openai_legacy / kimi) sends (SPEC §6)."""
+    """What kimi-cli (kosong, openai_legacy / kimi) sends (docs/rules.md §6)."""
     body = {
         "model": model,
         "messages": [
@@ -223,7 +223,7 @@ def b_codex_chat(model: str, *, max_key: str | None, max_value: int | None = Non
         assert roles == ["system", "system", "user", "assistant", "tool", "assistant", "user"]
         assert b["messages"][1] == {"role": "system", "content": "<env>"}  # developer → system
         call_msg = b["messages"][3]
-        assert call_msg["tool_calls"][0]["id"] == "functions.exec_command:0"  # SPEC §1: verbatim
+        assert call_msg["tool_calls"][0]["id"] == "functions.exec_command:0"  # docs/rules.md §1: verbatim
         assert call_msg[replay_key] == "need ls"
         assert b["messages"][4] == {"role": "tool", "tool_call_id": "functions.exec_command:0", "content": "a.txt"}
         names = [t["function"]["name"] for t in b["tools"]]
@@ -335,7 +335,7 @@ def c_codex_from_mantle(r: httpx.Response) -> None:
     v = codex_view(r)
     assert v["status"] == "completed"
     assert v["calls"] == [("c1", "f", "{}")]
-    assert v["items"][0]["id"] == "fc_A" and "output_index" not in v["items"][0]  # SPEC §2, T1-1
+    assert v["items"][0]["id"] == "fc_A" and "output_index" not in v["items"][0]  # docs/rules.md §2, T1-1
     assert [i["id"] for i in v["final"]["output"]] == ["fc_A"]
 
 
@@ -395,7 +395,7 @@ def b_openai_strips_envelope(b: dict[str, Any]) -> None:
 
 def b_azure_store(b: dict[str, Any]) -> None:
     assert b["model"] == "gpt5-prod"
-    assert all("id" not in i for i in b["input"])  # store:false: no item ids (PAINS 9)
+    assert all("id" not in i for i in b["input"])  # store:false: no item ids (docs/rules.md F9)
 
 
 def with_envelope(req: dict[str, Any]) -> dict[str, Any]:
@@ -779,7 +779,7 @@ async def test_profile(client_factory: Any, mock: Any, case: Case) -> None:
     creds = {k: v for k, v in sent.headers.items() if k in ("authorization", "api-key", "x-api-key")}
     assert creds == (dict([case.auth]) if case.auth else {})
     assert "client-secret" not in str(sent.headers.raw)
-    assert sent.headers["user-agent"] == "codex_cli_rs/0.169.0"  # PAINS 6: honest User-Agent
+    assert sent.headers["user-agent"] == "codex_cli_rs/0.169.0"  # docs/rules.md F6: honest User-Agent
     for k, v in case.headers.items():
         assert sent.headers[k] == v
     if "anthropic-beta" not in case.headers:  # the client's betas reach Anthropic alone
@@ -920,7 +920,7 @@ def q_kimi_request(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) ->
 
 def q_strict_ids(on: bool, bodies: list[dict[str, Any]], r: httpx.Response) -> None:
     call = next(m for m in bodies[0]["messages"] if m.get("tool_calls"))
-    want = "functions_exec_command_0" if on else "functions.exec_command:0"  # SPEC §1 strict vs Chat policy
+    want = "functions_exec_command_0" if on else "functions.exec_command:0"  # docs/rules.md §1 strict vs Chat policy
     assert call["tool_calls"][0]["id"] == want
     assert next(m for m in bodies[0]["messages"] if m["role"] == "tool")["tool_call_id"] == want
 
@@ -1575,7 +1575,7 @@ async def test_profile_nonstream(client_factory: Any, mock: Any, provider: dict[
         assert [t["id"] for t in msg["tool_calls"]] == ["functions.Bash:1"]
         return
     calls = [i for i in out["output"] if i["type"] == "function_call"]
-    if answer is MANTLE_OBJECT:  # SPEC §2: the id-less item gets its id back, the stray key goes
+    if answer is MANTLE_OBJECT:  # docs/rules.md §2: the id-less item gets its id back, the stray key goes
         assert [(i["id"], i["call_id"]) for i in calls] == [("fc_A", "c1")] and "output_index" not in calls[0]
     else:
         assert [i["call_id"] for i in calls] == ["functions.Bash:1"] and all(i["id"] for i in calls)

@@ -171,7 +171,9 @@ def test_a_dead_worker_is_replaced_and_the_port_keeps_answering(proxy: Proxy) ->
     assert "worker_exited" in proxy.log(200_000) and "worker_restarted" in proxy.log(200_000)
 
 
-def test_a_taken_port_fails_the_start_with_one_message(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_taken_port_fails_the_start_with_one_message(tmp_path: Path, workers: str) -> None:
+    """One line, exit 1, and no "ready" before it: with one process as with workers."""
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
@@ -179,10 +181,13 @@ def test_a_taken_port_fails_the_start_with_one_message(tmp_path: Path) -> None:
         cfg = tmp_path / "c.yaml"
         cfg.write_text("providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n")
         port = str(busy.getsockname()[1])
-        argv = [str(proxy_python()), "-m", "app.cli", "serve", "--config", str(cfg), "--port", port, "--workers", "2"]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        argv = [str(proxy_python()), "-m", "app.cli", "serve", "--config", str(cfg), "--port", port]
+        argv += ["--workers", workers]
+        env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, env=env)
         assert r.returncode == 1, r
-        assert f"cannot bind 127.0.0.1:{port}" in r.stderr, r.stderr
+        assert r.stderr.splitlines() == [f"switchboard: cannot bind 127.0.0.1:{port}: Address already in use"], r
+        assert r.stdout == "", r.stdout
     finally:
         busy.close()
 

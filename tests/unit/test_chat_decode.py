@@ -97,7 +97,7 @@ def test_empty_strings_and_nulls_emit_nothing():
     assert evs == [START, Finish()]
 
 
-# -- finish_reason table (SPEC §7.2) -----------------------------------------------------------
+# -- finish_reason table (docs/rules.md §7.2) -----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_finish_table(fr, finish):
     assert run([ch({"content": "x"}), ch({}, fr)]) == [START, Text("x"), finish]
 
 
-def test_truncated_stream_fails_PAINS1():
+def test_truncated_stream_fails_F1():
     assert run([ch({"content": "x"})]) == [START, Text("x"), TRUNCATED]
 
 
@@ -179,7 +179,7 @@ def test_error_as_first_chunk():
     ]
 
 
-# -- usage (SPEC §6, §7.2 usage table, PAINS 19) -----------------------------------------------
+# -- usage (docs/rules.md §6, §7.2 usage table, F19) -----------------------------------------------
 
 
 def test_usage_after_finish_chunk_with_empty_choices():
@@ -270,7 +270,7 @@ def test_usage_null_on_every_chunk_is_ignored():
     assert evs == [START, Text("x"), Finish()]
 
 
-# -- tool calls (SPEC §3, T2-8, T2-9, PAINS 4) ---------------------------------------------------
+# -- tool calls (docs/rules.md §3, T2-8, T2-9, F4) ---------------------------------------------------
 
 
 def test_T2_8_args_before_identity():
@@ -356,7 +356,7 @@ def test_chunks_without_index():
     ]
 
 
-def test_collapsed_index_with_distinct_ids_PAINS4():
+def test_collapsed_index_with_distinct_ids_F4():
     ctx = Ctx()
     d = ChatStreamDecoder(ctx)
     evs = []
@@ -474,7 +474,7 @@ def test_nothing_lost_parallel_calls(data):
         assert ids == [f"call_{i}"]
 
 
-# -- inline <think> (SPEC §7.2, quirk inline_think) -------------------------------------------
+# -- inline <think> (docs/rules.md §7.2, quirk inline_think) -------------------------------------------
 
 
 def _merge(evs):

@@ -2,7 +2,7 @@
 
 The clients are kosong (kimi-cli) and the openai SDK.  Every emitted chunk is validated with
 the SDK's ``ChatCompletionChunk`` model, and tool-call streams are reassembled with kosong's
-rule (SPEC §6): a delta with a non-empty ``function.name`` starts a NEW call, an
+rule (docs/rules.md §6): a delta with a non-empty ``function.name`` starts a NEW call, an
 argument-only delta appends to the pending call, ``index`` is ignored, and text or
 reasoning in between ends the pending call.  ``kosong_sim`` is that rule in a few lines;
 ``kosong_real`` runs the installed kosong package itself on the same chunks.
@@ -186,7 +186,7 @@ def test_passthrough_and_reasoning_end_skipped():
     assert out == [role(), chunk({"reasoning_content": "r"}), chunk({"content": "t"}), chunk({}, "stop")]
 
 
-# -- finish_reason table and usage (SPEC §7.2, §7.4, PAINS 2, 19) ---------------------------------
+# -- finish_reason table and usage (docs/rules.md §7.2, §7.4, F2, F19) ---------------------------------
 
 
 @pytest.mark.parametrize(
@@ -244,7 +244,7 @@ def test_no_usage_chunk_unless_asked():
     assert out == [role(), chunk({"content": "x"}), chunk({}, "stop")]
 
 
-# -- errors (PAINS 1, 24) ----------------------------------------------------------------------
+# -- errors (docs/rules.md F1, F24) ----------------------------------------------------------------------
 
 
 def test_failed_finish_is_error_chunk():
@@ -317,7 +317,7 @@ def test_failure_flushes_queued_text_but_not_unfinished_calls():
     ]
 
 
-# -- tool calls toward kosong (SPEC §3 Chat-client rule, §6, §7.4, PAINS 4) ---------------------
+# -- tool calls toward kosong (docs/rules.md §3 Chat-client rule, §6, §7.4, F4) ---------------------
 
 
 def test_T2_8_no_delta_before_name():

@@ -122,15 +122,23 @@ def test_serve_hands_the_config_to_uvicorn(monkeypatch: Any) -> None:
     import uvicorn
 
     got: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: got.update(app=app, **kw))
+
+    def run(server: Any, sockets: Any = None) -> None:
+        (sock,) = sockets  # bound by the CLI before the app starts (an address in use fails there)
+        got.update(vars(server.config), bound=sock.getsockname())
+        server.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.delenv("SWITCHBOARD_LISTEN", raising=False)  # restored to absent afterwards
     assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "1", "--log-level", "warning"]) == 0
-    assert got["app"] == "app.asgi:app" and got["port"] == 0 and got["workers"] == 1 and got["host"] == "127.0.0.1"
+    assert got["app"] == "app.asgi:app" and got["bound"][0] == "127.0.0.1" and got["bound"][1] > 0
     assert got["loop"] == "uvloop" and got["http"] == "httptools" and got["access_log"] is False
     assert got["proxy_headers"] is False
     # the Responses WebSocket: sans-io websockets, frames up to a body's size, pings, deflate
     assert got["ws"] == "websockets-sansio" and got["ws_max_size"] == 32 * 1024 * 1024
     assert got["ws_ping_interval"] == got["ws_ping_timeout"] == 20.0 and got["ws_per_message_deflate"] is True
     assert os.environ["SWITCHBOARD_CONFIG"] == str(EXAMPLE)
+    assert os.environ["SWITCHBOARD_LISTEN"] == f"http://127.0.0.1:{got['bound'][1]}"  # for the ready line
     # the worker's entry point builds the app from that file
     sys.modules.pop("app.asgi", None)
     threshold = gc.get_threshold()
@@ -176,6 +184,7 @@ def test_serve_reuse_port_hands_uvicorn_its_own_reuseport_socket_not_yet_listeni
         s.close()
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.delenv("SWITCHBOARD_LISTEN", raising=False)  # restored to absent afterwards
     monkeypatch.delenv(SUPERVISOR_ENV, raising=False)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n")
@@ -279,6 +288,24 @@ def test_usage_prints_a_table_read_from_the_store(tmp_path: Path, capsys: Any, b
             _clean_redis(prefix)
 
 
+def test_usage_needs_only_the_stores_environment(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """usage reads the store: a provider's or a client's ${VAR} left unset is no error; a
+    ${VAR} of the store itself still is."""
+    monkeypatch.delenv("SB_TEST_UNSET_KEY", raising=False)
+    f = tmp_path / "usage.yaml"
+    f.write_text(
+        "auth: {keys: ['${SB_TEST_UNSET_KEY}']}\n"
+        "providers: [{name: up, profile: openai, base_url: 'https://x.test/v1', api_key: '${SB_TEST_UNSET_KEY}'}]\n"
+        "models: [{name: m, provider: up}]\n"
+        f"store: {{path: {tmp_path / 'r.db'}}}\n"
+    )
+    assert cli.main(["usage", "--config", str(f)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("usage by key, ")
+    f.write_text("providers: []\nmodels: []\nstore: {path: '${SB_TEST_UNSET_KEY}'}\n")
+    assert cli.main(["usage", "--config", str(f)]) == 2
+    assert "SB_TEST_UNSET_KEY is not set" in capsys.readouterr().err
+
+
 def test_usage_without_a_database_file_prints_an_empty_table(tmp_path: Path, capsys: Any) -> None:
     db = tmp_path / "absent" / "r.db"
     cfg = _usage_config(tmp_path, f"{{path: {db}}}")
@@ -302,3 +329,83 @@ def test_usage_errors_exit_with_a_message(tmp_path: Path, capsys: Any) -> None:
     assert "could not be read" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["usage", "--config", str(ok), "--by", "provider"])
+
+
+def test_version(capsys: Any) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"switchboard {version('switchboard')}"
+
+
+def _check_config(tmp_path: Path, text: str, capsys: Any) -> str:
+    f = tmp_path / "team.yaml"
+    f.write_text(text)
+    assert cli.main(["check-config", "--config", str(f)]) == 2
+    return capsys.readouterr().err
+
+
+def test_a_typo_in_a_keys_field_says_what_and_where(tmp_path: Path, capsys: Any) -> None:
+    """The key is a mapping: no "should be a valid string" about its other form, no class
+    name of the schema, a suggestion, and the line."""
+    err = _check_config(
+        tmp_path,
+        "providers: [{name: demo, profile: demo}]\n"
+        "models: [{name: demo, provider: demo}]\n"
+        "auth:\n"
+        "  keys:\n"
+        "    - name: alice\n"
+        "      key: sk-1\n"
+        "      limits:\n"
+        "        request_per_minute: 10\n",
+        capsys,
+    )
+    assert err.splitlines()[1:] == [
+        "  auth.keys[0].limits.request_per_minute (line 8): unknown key 'request_per_minute'; "
+        "did you mean 'requests_per_minute'?"
+    ], err
+    assert "KeyCfg" not in err and "valid string" not in err
+
+
+def test_schema_errors_carry_their_line_and_name_no_class(tmp_path: Path, capsys: Any) -> None:
+    err = _check_config(
+        tmp_path,
+        "server:\n  prot: 8080\nproviders: [{name: demo, profile: demo}]\nmodels:\n  - {name: demo, provider: demo}\n"
+        "auth:\n  keys: [5]\n",
+        capsys,
+    )
+    assert "  server.prot (line 2): unknown key 'prot'; did you mean 'port'?" in err.splitlines()
+    assert "  auth.keys[0] (line 7): Input should be a valid dictionary" in err.splitlines()
+    assert "Cfg" not in err
+
+
+def test_yaml_errors_name_the_file(tmp_path: Path, capsys: Any) -> None:
+    err = _check_config(tmp_path, "providers:\n  - name: demo\n   profile: demo\n", capsys)
+    assert "<unicode string>" not in err and f'in "{tmp_path / "team.yaml"}", line 3' in err
+
+
+def test_a_malformed_sha256_admin_key_is_an_error_as_a_client_keys_is(tmp_path: Path, capsys: Any) -> None:
+    base = "providers: [{name: demo, profile: demo}]\nmodels: [{name: demo, provider: demo}]\n"
+    for field in ("keys", "admin_keys"):
+        err = _check_config(tmp_path, base + f"auth: {{{field}: ['sha256:abc']}}\n", capsys)
+        assert "a 'sha256:' key must be followed by 64 hex digits" in err, err
+
+
+def test_check_config_takes_config_as_every_command_does(capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.delenv("SWITCHBOARD_API_KEY", raising=False)
+    assert cli.main(["check-config", "--config", str(EXAMPLE)]) == 0
+    assert cli.main(["check-config", str(EXAMPLE)]) == 0  # the positional form still works
+    assert capsys.readouterr().out.count("OK") == 2
+    with pytest.raises(SystemExit):
+        cli.main(["check-config"])
+
+
+def test_serve_exits_3_when_the_app_never_started(monkeypatch: Any) -> None:
+    """As uvicorn.run does: a lifespan that failed leaves the server not started."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets=None: None)
+    monkeypatch.delenv("SWITCHBOARD_LISTEN", raising=False)
+    assert cli.main(["serve", "--config", str(EXAMPLE), "--port", "0", "--workers", "1", "--log-level", "warning"]) == 3

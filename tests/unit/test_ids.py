@@ -1,4 +1,4 @@
-"""SPEC §1 (seed 000): tool-call id policies and the uniqueness pass, table T0-1…T0-10."""
+"""docs/rules.md §1: tool-call id policies and the uniqueness pass, table T0-1…T0-10."""
 
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def test_property_mapping_injective_deterministic_and_fits(raw):
         assert all(k == v for k, v in again.items())
 
 
-# -- kimi_restore_map: Kimi Code's sanitised native ids put back (issue 11, seed 000) --------
+# -- kimi_restore_map: Kimi Code's sanitised native ids put back (issue 11, docs/rules.md §1) --------
 
 
 def _asst(*calls: tuple[str, str]) -> dict:

@@ -1,4 +1,4 @@
-"""json_equal: JSON equality with number lexemes kept (SPEC §3, seed 002)."""
+"""json_equal: JSON equality with number lexemes kept (docs/rules.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The import layers of DESIGN.md ("Layout"): every arrow points the allowed way.
+"""The import layers of docs/architecture.md ("Three packages"): every arrow points the allowed way.
 
 * ``transformers/`` (the sans-IO core) imports the standard library, orjson and itself only;
 * ``providers/`` imports the standard library, ``transformers``, itself, and the libraries
@@ -130,3 +130,46 @@ def test_checker_catches(layer: str, package: tuple[str, ...], source: str) -> N
 )
 def test_checker_allows(layer: str, package: tuple[str, ...], source: str) -> None:
     assert violations(layer, source, package) == []
+
+
+def _module_imports(path: Path, package: str) -> set[str]:
+    """The modules a file imports when it is imported: its top-level statements only (not
+    inside functions or classes, not under ``if TYPE_CHECKING``)."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for n in ast.walk(node):
+            if isinstance(n, ast.Import):
+                out |= {a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and n.module:
+                base = n.module if n.level == 0 else f"{package}.{n.module}"
+                out |= {base, *(f"{base}.{a.name}" for a in n.names)}
+    return out
+
+
+def test_no_import_cycle() -> None:
+    """No module of the three packages imports, at import time, one that imports it back
+    (directly or through others): the order modules load in never matters."""
+    graph: dict[str, set[str]] = {}
+    for package in ("app", "providers", "transformers"):
+        for path in sorted((ROOT / package).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            graph[name] = _module_imports(path, package)
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    done: set[str] = set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            cycle = trail[trail.index(module) :] + [module]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        for dep in sorted(graph[module]):
+            visit(dep, [*trail, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

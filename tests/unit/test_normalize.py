@@ -1,4 +1,4 @@
-"""ResponsesNormalizer: item ids resolved once at the stream boundary (SPEC §2, T1-1…T1-4)."""
+"""ResponsesNormalizer: item ids resolved once at the stream boundary (docs/rules.md §2, T1-1…T1-4)."""
 
 from __future__ import annotations
 

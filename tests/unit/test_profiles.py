@@ -1,6 +1,6 @@
 """Provider profiles as data: quirk resolution (profile, base URL, model id, config
 overrides with model globs), URLs and auth per profile, the model catalogue, and the
-mapping of each provider's error bodies onto OpenAI errors (SPEC §5.3)."""
+mapping of each provider's error bodies onto OpenAI errors (docs/rules.md §5.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chat request → Responses request (SPEC §7.3, §1 Responses policy, §6 kosong requests, T1-6)."""
+"""Chat request → Responses request (docs/rules.md §7.3, §1 Responses policy, §6 kosong requests, T1-6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request-side quirk table (SPEC R3-c, T3-14, T1-5, T1-6, §1 "never rewrite ids Chat→Chat",
+"""Request-side quirk table (docs/rules.md §4 R3-c, T3-14, T1-5, T1-6, §1 "never rewrite ids Chat→Chat",
 §5.5 envelope stripping, §6 Moonshot-only fields, Kimi tool_choice)."""
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ def test_a_translated_body_holds_no_moonshot_field():
     assert stripped["messages"] == out["messages"] and stripped["tools"] == out["tools"]
 
 
-# -- kimi_tool_ids: Kimi Code's sanitised native ids restored (issue 11, seed 000) ------------
+# -- kimi_tool_ids: Kimi Code's sanitised native ids restored (issue 11, docs/rules.md §1) ------------
 
 KIMI_CODE_HISTORY = [
     {"role": "user", "content": "read a and run ls"},

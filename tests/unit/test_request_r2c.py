@@ -1,5 +1,5 @@
-"""Responses request → Chat request (SPEC §1 request-level case, §5.2, §7.1, R3-d, T3-13,
-PAINS 13/14/16/17/18)."""
+"""Responses request → Chat request (docs/rules.md §1 request-level case, §5.2, §7.1, R3-d, T3-13,
+docs/rules.md F13, F14, F16, F17, F18)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def tc(id_: str, name: str = "f", arguments: str = "{}") -> dict:
     return {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-# -- SPEC §1 request-level case --------------------------------------------------------------
+# -- docs/rules.md §1 request-level case --------------------------------------------------------------
 
 SEED000_INPUT = [
     user("read a.py"),
@@ -420,7 +420,7 @@ def test_reasoning_between_text_and_call_splits_messages():
     ]
 
 
-# -- transcript validation (PAINS 17/18) ------------------------------------------------------
+# -- transcript validation (docs/rules.md F17, F18) ------------------------------------------------------
 
 
 def test_out_of_place_output_is_moved_after_its_call():

@@ -1,6 +1,6 @@
 """ResponsesStreamDecoder / decode_response: upstream Responses → unified events.
 
-SPEC §2 (T1-1…T1-4, decoder side), §3 (T2-1…T2-7, decoder side), §5.3-5.4, plus truncation,
+docs/rules.md §2 (T1-1…T1-4, decoder side), §3 (T2-1…T2-7, decoder side), §5.3-5.4, plus truncation,
 error events, incomplete/failed, passthrough items, usage and a "nothing lost" property.
 Every case asserts the exact list of unified events.
 """

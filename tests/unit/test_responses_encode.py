@@ -1,4 +1,4 @@
-"""ResponsesStreamEncoder: unified events → Responses client stream (SPEC §3 inbound, §5.3–5.5, §7.2)."""
+"""ResponsesStreamEncoder: unified events → Responses client stream (docs/rules.md §3 inbound, §5.3–5.5, §7.2)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def sdk_check(events: list[dict], final: dict) -> None:
 
 
 def invariants(events: list[dict], final: dict) -> None:
-    """Stream-wide rules every test stream must obey (SPEC §5.3/§7.2, PAINS 7)."""
+    """Stream-wide rules every test stream must obey (docs/rules.md §5.3/§7.2, F7)."""
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[0]["type"] == "response.created"
     assert events[1]["type"] == "response.in_progress"

@@ -1,4 +1,4 @@
-"""Tool JSON-schema sanitiser (PAINS 16): every rule of ``schema.RULES`` on and off, and the
+"""Tool JSON-schema sanitiser (docs/rules.md F16): every rule of ``schema.RULES`` on and off, and the
 real tool list Codex 0.169 sends (tests/fixtures/codex_tools_0.169.json)."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_codex_fixture_is_the_real_list() -> None:
 
 @pytest.mark.parametrize("quirks", QUIRK_SETS, ids=lambda q: "+".join(sorted(q)) or "none")
 def test_codex_tools_unchanged_and_valid_responses_shape(quirks: frozenset[str]) -> None:
-    """PAINS 16 on Codex's real list, Responses upstream shape: every schema is already
+    """docs/rules.md F16 on Codex's real list, Responses upstream shape: every schema is already
     acceptable, so nothing is rewritten (same objects) and nothing is recorded."""
     tools = copy.deepcopy(CODEX_TOOLS)
     fired: list[str] = []

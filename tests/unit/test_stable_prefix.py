@@ -17,7 +17,7 @@ and a string content that carries that breakpoint as one text block.
 
 The exception: two tool-call ids of one conversation that an id policy writes alike
 (``call.a`` and ``call_a``; Kimi Code's ``functions_Bash_0`` and Kimi's ``functions.Bash:0``;
-an id and itself with a ``_2``).  The uniqueness rules of ``transformers/ids.py`` (SPEC §1
+an id and itself with a ``_2``).  The uniqueness rules of ``transformers/ids.py`` (`docs/rules.md` §1
 T0: an id the policy leaves unchanged keeps itself; ``kimi_restore_map``: colliding ids stay
 as sent) decide over the whole request, so the later id can move the earlier one.  The
 conversations drawn here have no such pair; ``test_the_exception_is_real`` shows the case.
@@ -310,7 +310,7 @@ def test_the_check_sees_a_changed_earlier_entry() -> None:
 
 
 def test_the_exception_is_real() -> None:
-    """A later id that an earlier one is sanitised to moves the earlier one (SPEC §1 T0)."""
+    """A later id that an earlier one is sanitised to moves the earlier one (`docs/rules.md` §1)."""
     c = Conversation("sys", ("Bash",), "hi", ((Answer(None, False, None, (Call("call.a", "Bash", {}, "1"),)), ""),
                                              (Answer(None, False, None, (Call("call_a", "Bash", {}, "2"),)), ""),
                                              (Answer(None, False, "done", ()), "ok")))  # fmt: skip

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from app.metrics import Metrics
-from app.store import Record, RecordTooLarge, RedisStore, SQLiteStore, Store, StoreUnavailable, open_store
+from app.store import Record, RecordTooLarge, RedisStore, SQLiteStore, Store, StoreUnavailable, _scope, open_store
 from providers.config import StoreCfg
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -263,11 +263,11 @@ async def test_redis_forgets_records_their_ttl_removed():
         a, b = _noisy("resp_ta", None), _noisy("resp_tb", None)
         await s.put(a)
         # as if resp_ta's TTL had passed: its key gone, its last write long ago
-        await s.redis.delete(prefix + "resp_ta")
-        await s.redis.zadd(prefix + "meta:bytime", {"resp_ta": 1000.0})
+        await s.redis.delete(prefix + _scope("alice") + "resp_ta")
+        await s.redis.zadd(prefix + "meta:bytime", {_scope("alice") + "resp_ta": 1000.0})
         await s.put(b)
         assert s.counters.get("switchboard_store_bytes") == len(b.encode())
-        assert await s.redis.zrange(prefix + "meta:bytime", 0, -1) == [b"resp_tb"]
+        assert await s.redis.zrange(prefix + "meta:bytime", 0, -1) == [(_scope("alice") + "resp_tb").encode()]
         # the bookkeeping's keys under the prefix answer as unknown ids, not as a failure
         assert await s.get("meta:sizes", "alice") is None
     finally:
@@ -303,3 +303,51 @@ async def test_sqlite_file_of_an_earlier_version_is_migrated(tmp_path):
         assert await s.get("resp_old", "alice") is None  # the oldest went first
     finally:
         await s.aclose()
+
+
+async def test_sqlite_file_is_the_owners_only(tmp_path):
+    """Stored prompts and answers: 0600, as secret.key and the capture file (the umask of
+    the test process would give 0644)."""
+    path = tmp_path / "r.db"
+    s = SQLiteStore(StoreCfg(path=str(path)))
+    try:
+        await s.put(rec("resp_p"))
+        assert path.stat().st_mode & 0o777 == 0o600
+        wal = tmp_path / "r.db-wal"
+        assert not wal.exists() or wal.stat().st_mode & 0o777 == 0o600
+    finally:
+        await s.aclose()
+
+
+async def test_an_upstream_that_repeats_an_id_keeps_each_keys_record(store: Store):
+    """The id is the upstream's: two keys' turns that got one id are two records; neither
+    key reads, continues, references or deletes the other's."""
+    await store.put(rec_items("resp_same", owner="alice"))
+    bob = rec_items("resp_same", owner="bob")
+    bob.response["output"][1]["arguments"] = '{"bob":1}'
+    await store.put(bob)
+    mine, theirs = await store.get("resp_same", "alice"), await store.get("resp_same", "bob")
+    assert mine is not None and theirs is not None
+    assert mine.response["output"][1]["arguments"] == "{}"
+    assert theirs.response["output"][1]["arguments"] == '{"bob":1}'
+    assert (await store.items(["fc_resp_same"], "alice"))["fc_resp_same"].item["arguments"] == "{}"
+    await store.put(rec("resp_next", owner="alice", ancestors=["resp_same"]))
+    assert [r.owner for r in await store.chain("resp_next", "alice") or []] == ["alice", "alice"]
+    assert await store.chain("resp_next", "bob") is None
+    assert await store.delete("resp_same", "bob") is True
+    assert await store.get("resp_same", "bob") is None
+    assert await store.get("resp_same", "alice") is not None
+
+
+async def test_a_record_stored_under_its_bare_id_is_still_found(store: Store):
+    """Records written before keys were scoped: found, owner-checked, continued, deleted."""
+    old = rec_items("resp_legacy")
+    await store._put("resp_legacy", old.encode(), [], old.item_ids())
+    assert await store.get("resp_legacy", "alice") is not None
+    assert await store.get("resp_legacy", "bob") is None
+    assert set(await store.items(["fc_resp_legacy"], "alice")) == {"fc_resp_legacy"}
+    assert await store.items(["fc_resp_legacy"], "bob") == {}
+    await store.put(rec("resp_after", ancestors=["resp_legacy"]))
+    assert [r.id for r in await store.chain("resp_after", "alice") or []] == ["resp_legacy", "resp_after"]
+    assert await store.delete("resp_legacy", "alice") is True
+    assert await store.get("resp_legacy", "alice") is None

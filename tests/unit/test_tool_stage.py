@@ -1,4 +1,4 @@
-"""Tool stage (SPEC §4 R3-a, R3-a′, R3-b; §5.4 custom calls; §7.1 namespaces; §7.2).
+"""Tool stage (docs/rules.md §4 R3-a, R3-a′, R3-b; §5.4 custom calls; §7.1 namespaces; §7.2).
 
 Events go in as a Chat decoder emits them (stream: identity on the first ``ToolCall``, then
 argument deltas, ``ToolCallEnd``s at the end, ``Usage``, ``Finish``; non-stream: one
@@ -297,7 +297,7 @@ def test_T3_1_through_responses_encoder():
         "",
     )
     deltas = [e["delta"] for e in out if e["type"] == "response.custom_tool_call_input.delta"]
-    assert deltas == [RAW]  # one delta (SPEC §5.4)
+    assert deltas == [RAW]  # one delta (docs/rules.md §5.4)
     (done,) = [e for e in out if e["type"] == "response.custom_tool_call_input.done"]
     assert done["input"] == RAW
     (idone,) = [e for e in out if e["type"] == "response.output_item.done"]
@@ -741,7 +741,7 @@ def test_R3_a_prime_wrap_buffers_deltas(client):
     assert steps[2] == [] and steps[3] == []
 
 
-# what the client offered decides, never its protocol: one table for both (SPEC §4 R3-a′)
+# what the client offered decides, never its protocol: one table for both (docs/rules.md §4 R3-a′)
 # (case id, custom tools offered, one-string functions offered, client) → what the client gets
 OFFERED = [
     ("custom-responses", ("apply_patch",), {}, "responses", "custom"),

@@ -1,0 +1,91 @@
+"""What the docs say agrees with the repository and with itself."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
+
+
+def test_the_docs_do_not_deny_the_limits() -> None:
+    """The proxy limits every client key (app/limits.py): no page may say it does not."""
+    for page in PAGES:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        assert "does not rate-limit" not in text and "no rate limit" not in text, page.name
+
+
+def test_readme_and_the_bench_readme_give_the_same_run_times() -> None:
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    bench = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    quick = re.search(r"bench/run --quick +# about (\d+) minutes", bench)
+    full = re.search(r"bench/run +# full: .*\(about (\d+) minutes\)", bench)
+    assert quick and full, "bench/README.md: the run times are not where they were"
+    said = re.search(r"`bench/run --quick` \(about (\d+) minutes; `bench/run` for the full run, about (\d+)\)", readme)
+    assert said, "README.md: the run times are not where they were"
+    assert said.groups() == (quick.group(1), full.group(1))
+
+
+# design notes that live outside this repository: a comment or a page citing one points a
+# reader at a file a clone does not have (the rules the code keeps are in docs/rules.md)
+OUTSIDE = re.compile(
+    r"\.\./shared|\bshared/(?:seeds|tools|[A-Z])|\bDESIGN(?:\.md| rule)|\bSPEC\b|\bPAINS\b|\bCLIENTS\.md|\bseeds/|\bseed 0\d\d"
+)
+
+
+_SKIP_DIRS = {
+    ".git",
+    ".venv",
+    ".e2e",
+    ".hypothesis",
+    "node_modules",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+}
+
+
+def _texts() -> list[tuple[str, str]]:
+    """(path, text) of every text file of the repository (recorded golden bytes aside)."""
+    out = []
+    paths = []
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = sorted(
+            d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".venv") and not d.endswith(".egg-info")
+        )
+        paths += [Path(top) / f for f in sorted(files)]
+    for path in paths:
+        rel = path.relative_to(ROOT)
+        if rel.parts[:2] == ("tests", "golden") and path.suffix != ".py" and path.name != "README.md":
+            continue  # recorded bytes, not prose
+        try:
+            out.append((rel.as_posix(), path.read_text(encoding="utf-8")))
+        except (UnicodeDecodeError, OSError):
+            continue
+    return out
+
+
+def test_nothing_cites_a_note_outside_the_repository() -> None:
+    found = []
+    for name, text in _texts():
+        if name == "tests/unit/test_docs.py":
+            continue  # the pattern itself
+        for n, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE.search(line):
+                found.append(f"{name}:{n}: {line.strip()[:100]}")
+    assert not found, "citations of notes outside the repository:\n" + "\n".join(found)
+
+
+def test_the_rules_page_has_every_rule_cited() -> None:
+    """Every ``docs/rules.md`` §n or Fn that a file cites is on that page."""
+    rules = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    have = set(re.findall(r"§\d+(?:\.\d+)?|\bF\d+\b", rules))
+    cited = set()
+    for _, text in _texts():
+        for line in text.splitlines():
+            for tail in re.findall(r"docs/rules\.md,? ((?:(?:§\d+(?:\.\d+)?|F\d+)[^()\n|]*?)+)(?:[)|\n]|$)", line):
+                cited |= set(re.findall(r"§\d+(?:\.\d+)?|\bF\d+\b", tail))
+    assert cited and not cited - have, sorted(cited - have)
