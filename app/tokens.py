@@ -32,7 +32,7 @@ from providers.upstream import Route
 from transformers.context import Ctx
 from transformers.request_messages import prepare_messages
 
-__all__ = ["count_tokens", "estimate"]
+__all__ = ["count_tokens", "estimate", "estimate_gemini"]
 
 _TIMEOUT = 5.0  # seconds: Claude Code waits for the answer before it goes on
 _COUNTED = ("system", "messages", "tools")
@@ -41,6 +41,13 @@ _COUNTED = ("system", "messages", "tools")
 def estimate(body: dict[str, Any]) -> int:
     """The JSON bytes of what the model reads, over 3 (an overcount: module docstring)."""
     counted = {k: body[k] for k in _COUNTED if k in body}
+    return -(-len(orjson.dumps(counted)) // 3)
+
+
+def estimate_gemini(body: dict[str, Any]) -> int:
+    """``estimate`` for a Gemini ``countTokens`` body (``contents``, ``systemInstruction``,
+    ``tools``): its JSON bytes over 3, the same overcount."""
+    counted = {k: body[k] for k in ("systemInstruction", "contents", "tools") if k in body}
     return -(-len(orjson.dumps(counted)) // 3)
 
 

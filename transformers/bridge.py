@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-A request goes one of nine *directions*, (client protocol, upstream protocol), the three
-protocols (Chat Completions, Responses, Anthropic Messages) both ways.  Each is a
+A request goes one of twelve *directions*, (client protocol, upstream protocol): the three
+protocols (Chat Completions, Responses, Anthropic Messages) both ways, and Gemini's own
+``generateContent`` API as a client toward each of them.  Each is a
 row of ``DIRECTIONS``: how the client's body becomes the upstream's (translation and the
 request quirk rows), which decoder reads the upstream, whether the tool stage runs between
 decoder and encoder (it finishes tool calls that a Chat upstream leaves loose), and which
@@ -86,12 +87,14 @@ from transformers.chat_whole import plain_completion
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Reasoning, Refusal, Text, ToolCall, Usage
+from transformers.gemini_encode import GeminiEncoder
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.messages_decode import MessagesStreamDecoder, decode_message
 from transformers.messages_encode import MessagesEncoder
 from transformers.passthrough import ChatPassthrough
 from transformers.request_c2m import chat_to_messages
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
+from transformers.request_g2c import gemini_to_chat
 from transformers.request_m2c import messages_to_chat
 from transformers.request_messages import prepare_messages
 from transformers.request_quirks import prepare_chat, prepare_responses
@@ -174,6 +177,21 @@ def _messages_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     return prepare_responses(chat_to_responses(messages_to_chat(body, ctx), ctx), ctx, translated=True)
 
 
+def _gemini_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return prepare_chat(gemini_to_chat(body, ctx), ctx, translated=True)
+
+
+def _gemini_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    # by way of the Chat form, as Messages
+    return prepare_responses(chat_to_responses(gemini_to_chat(body, ctx), ctx), ctx, translated=True)
+
+
+def _gemini_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    chat = gemini_to_chat(body, ctx)
+    ctx.tools = toolinfo_from_chat(chat.get("tools"))
+    return prepare_messages(chat_to_messages(chat, ctx), ctx)
+
+
 def _no_previous(body: dict[str, Any], protocol: str) -> None:
     if body.get("previous_response_id"):
         # a Chat or Messages upstream stores nothing and neither does the proxy (its store
@@ -217,22 +235,24 @@ def _responses_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
 
 class SSEFraming:
     """Server-Sent Events for one client protocol: Chat chunks as bare ``data:`` lines ending
-    with ``[DONE]``; Responses events with their ``event:`` line."""
+    with ``[DONE]``; Gemini chunks as bare ``data:`` lines; Responses and Messages events
+    with their ``event:`` line."""
 
-    __slots__ = ("chat",)
+    __slots__ = ("chat", "bare")
 
     def __init__(self, client: ProtocolName) -> None:
         self.chat = client == "chat"
+        self.bare = self.chat or client == "gemini"
 
     def delta_frame(self, kind: str) -> tuple[bytes, bytes]:
         """What goes around the JSON of an event of type ``kind`` that the encoder writes
         itself (``frame_deltas``: a text or reasoning delta)."""
-        if self.chat:
+        if self.bare:
             return b"data: ", b"\n\n"
         return b"event: " + kind.encode() + b"\ndata: ", b"\n\n"
 
     def frame(self, obj: dict[str, Any]) -> bytes:
-        if self.chat:
+        if self.bare:
             return b"data: " + orjson.dumps(obj) + b"\n\n"
         return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
 
@@ -287,6 +307,10 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("chat", "messages"): Direction("chat", "messages", _chat_to_messages, tool_stage=True),
     ("responses", "messages"): Direction("responses", "messages", _responses_to_messages, tool_stage=True),
     ("messages", "messages"): Direction("messages", "messages", _messages_to_messages, tool_stage=True),
+    # Gemini's own API clients (Gemini CLI), by way of the Chat form
+    ("gemini", "chat"): Direction("gemini", "chat", _gemini_to_chat, tool_stage=True),
+    ("gemini", "responses"): Direction("gemini", "responses", _gemini_to_responses, tool_stage=False),
+    ("gemini", "messages"): Direction("gemini", "messages", _gemini_to_messages, tool_stage=True),
 }
 
 
@@ -398,6 +422,8 @@ class Bridge:
             self.encoder: Any = ChatStreamEncoder(ctx, include_usage=include_usage)
         elif direction.client == "messages":
             self.encoder = MessagesEncoder(ctx)
+        elif direction.client == "gemini":
+            self.encoder = GeminiEncoder(ctx)
         else:
             self.encoder = ResponsesStreamEncoder(
                 ctx, incomplete_as_completed=incomplete_as_completed, request_echo=self._echo
@@ -602,6 +628,18 @@ class Bridge:
                 result = encode_chat_completion(events, ctx)
                 err = result.get("error")
                 self.terminal = "failed" if err else _chat_status(result)
+            elif self.direction.client == "gemini":
+                genc = GeminiEncoder(ctx)
+                for ev in events:
+                    genc.feed(ev)
+                result = genc.answer()
+                last = events[-1] if events else None
+                err = last.error if isinstance(last, Finish) and last.status == "failed" else None
+                if err is not None:
+                    err = self.mask.error(err)
+                self.terminal = (
+                    "failed" if err else ("incomplete" if genc.finish_reason not in (None, "STOP") else "completed")
+                )
             elif self.direction.client == "messages":
                 enc = MessagesEncoder(ctx)
                 for ev in events:

@@ -162,9 +162,9 @@ def test_documented_stream_failure_codes_are_all_produced_here() -> None:
 
 
 def test_directions_table_is_complete() -> None:
-    # every pair of the three protocols
+    # every pair of the three protocols, and Gemini's API as a client toward each
     three = ("chat", "responses", "messages")
-    assert set(DIRECTIONS) == {(c, u) for c in three for u in three}
+    assert set(DIRECTIONS) == {(c, u) for c in (*three, "gemini") for u in three}
     for (c, u), d in DIRECTIONS.items():
         assert (d.client, d.upstream) == (c, u)
         assert d.tool_stage == (u in ("chat", "messages"))  # the upstreams whose tools go in the Chat form

@@ -62,6 +62,8 @@ def _collector_off() -> Iterator[list[str]]:
 def _body(client: str, stream: bool) -> dict[str, Any]:
     if client in ("chat", "messages"):
         return {"model": "pub-model", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    if client == "gemini":
+        return {"model": "pub-model", "stream": stream, "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
     return {"model": "pub-model", "stream": stream, "store": False, "input": "hi", "instructions": "be brief"}
 
 
