@@ -192,7 +192,8 @@ def prepare(
         route=route,
         ctx=ctx,
         bridge=bridge,
-        stream=bool(out["stream"]),
+        # (Gemini's own API takes the stream from the URL: not in its body)
+        stream=bool(out.pop("stream") if upstream == "gemini" else out["stream"]),
         upstream_body=orjson.dumps(out),
         started=started,
         keepalive=keepalive,

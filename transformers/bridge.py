@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 A request goes one of twelve *directions*, (client protocol, upstream protocol): the three
 protocols (Chat Completions, Responses, Anthropic Messages) both ways, and Gemini's own
-``generateContent`` API as a client toward each of them.  Each is a
+``generateContent`` API as a client toward each of them, and every client toward a Gemini
+upstream spoken in that API (by way of the Chat form).  Each is a
 row of ``DIRECTIONS``: how the client's body becomes the upstream's (translation and the
 request quirk rows), which decoder reads the upstream, whether the tool stage runs between
 decoder and encoder (it finishes tool calls that a Chat upstream leaves loose), and which
@@ -87,11 +88,13 @@ from transformers.chat_whole import plain_completion
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Reasoning, Refusal, Text, ToolCall, Usage
+from transformers.gemini_decode import GeminiStreamDecoder, decode_gemini
 from transformers.gemini_encode import GeminiEncoder
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.messages_decode import MessagesStreamDecoder, decode_message
 from transformers.messages_encode import MessagesEncoder
 from transformers.passthrough import ChatPassthrough
+from transformers.request_c2g import chat_to_gemini
 from transformers.request_c2m import chat_to_messages
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
 from transformers.request_g2c import gemini_to_chat
@@ -102,6 +105,7 @@ from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
 from transformers.responses_encode import ResponsesStreamEncoder, encode_response
 from transformers.text_runs import TextRuns
+from transformers.thought_signatures import restore
 from transformers.tool_stage import ToolStage, needed
 from transformers.usage import from_chat
 from transformers.vocab import ProtocolName
@@ -190,6 +194,32 @@ def _gemini_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     chat = gemini_to_chat(body, ctx)
     ctx.tools = toolinfo_from_chat(chat.get("tools"))
     return prepare_messages(chat_to_messages(chat, ctx), ctx)
+
+
+def _to_gemini(chat: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    # every call's signature decided as toward Gemini's OpenAI-compatible endpoint
+    # (thought_signatures.restore), then the Chat form in Gemini's own
+    ctx.tools.functions |= toolinfo_from_chat(chat.get("tools")).functions
+    restore(chat, ctx)
+    return chat_to_gemini(chat, ctx)
+
+
+def _chat_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    ctx.tools = toolinfo_from_chat(body.get("tools"))
+    return _to_gemini(dict(body), ctx)
+
+
+def _responses_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    _no_previous(body, "Gemini")
+    return _to_gemini(responses_to_chat(body, ctx), ctx)
+
+
+def _messages_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return _to_gemini(messages_to_chat(body, ctx), ctx)
+
+
+def _gemini_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return _to_gemini(gemini_to_chat(body, ctx), ctx)
 
 
 def _no_previous(body: dict[str, Any], protocol: str) -> None:
@@ -311,6 +341,11 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("gemini", "chat"): Direction("gemini", "chat", _gemini_to_chat, tool_stage=True),
     ("gemini", "responses"): Direction("gemini", "responses", _gemini_to_responses, tool_stage=False),
     ("gemini", "messages"): Direction("gemini", "messages", _gemini_to_messages, tool_stage=True),
+    # Gemini upstreams in Gemini's own API (protocol: gemini), every client by way of the Chat form
+    ("chat", "gemini"): Direction("chat", "gemini", _chat_to_gemini, tool_stage=True),
+    ("responses", "gemini"): Direction("responses", "gemini", _responses_to_gemini, tool_stage=True),
+    ("messages", "gemini"): Direction("messages", "gemini", _messages_to_gemini, tool_stage=True),
+    ("gemini", "gemini"): Direction("gemini", "gemini", _gemini_to_gemini, tool_stage=True),
 }
 
 
@@ -411,6 +446,8 @@ class Bridge:
             if direction.upstream == "chat"
             else MessagesStreamDecoder(ctx)
             if direction.upstream == "messages"
+            else GeminiStreamDecoder(ctx)
+            if direction.upstream == "gemini"
             else ResponsesStreamDecoder(ctx)
         )
         self.stage = (
@@ -727,6 +764,8 @@ class Bridge:
             return decode_chat_completion(obj, self.ctx)
         if self.direction.upstream == "messages":
             return decode_message(obj, self.ctx)
+        if self.direction.upstream == "gemini":
+            return decode_gemini(obj, self.ctx)
         return decode_response(obj, self.ctx)
 
     def _frame(self, objs: list[dict[str, Any]]) -> list[bytes]:

@@ -40,7 +40,7 @@ from .context import Ctx
 
 __all__ = ["FIELDS", "Field", "screen", "vendor_of"]
 
-_ALL = frozenset({"chat", "responses", "messages"})
+_ALL = frozenset({"chat", "responses", "messages", "gemini"})
 _C, _R, _M = frozenset({"chat"}), frozenset({"responses"}), frozenset({"messages"})
 
 
