@@ -14,6 +14,9 @@ under its own id with its output (else a text that says so).
   ``thoughtSignature`` Gemini CLI keeps on the ``functionCall`` part).
 * ``test_gemini_cli_responses_upstream``: a Responses upstream (by way of the Chat form).
 * ``test_gemini_cli_messages_upstream``: an Anthropic Messages upstream (the same way).
+* ``test_gemini_cli_native_gemini_upstream``: a scripted Gemini in its own API
+  (``protocol: gemini``, ``gemini_native_upstream``) that signs its call and refuses the
+  next request unless its signature comes back: it does, byte for byte.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import json
 
 import pytest
 from gemini_cli_harness import GeminiCli, GeminiCliUnavailable, ensure_gemini_cli, run_gemini_cli
+from gemini_native_upstream import NativeGeminiUpstream, NativeTurn
 from messages_upstream import MessagesUpstream, MessageTurn, tool_results, tool_use
 from messages_upstream import text as text_block
-from proxy_harness import PROXY_CLIENT_KEY, REPO
+from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY
 from scripted_upstream import ToolCall, Turn, chat_turn, responses_turn
 
 pytestmark = pytest.mark.e2e
@@ -143,3 +147,25 @@ def test_gemini_cli_messages_upstream(gemini_cli, proxy_for, tmp_path):
     first = up.requests[0].json
     assert first["model"] == "claude-like" and first["system"], info
     assert up.errors == [], info
+
+
+def _native(req: dict) -> NativeTurn:
+    results = [p["functionResponse"] for c in req["contents"] for p in c["parts"] if "functionResponse" in p]
+    if not results:
+        return NativeTurn(thought=REASONING, calls=[("run_shell_command", json.loads(ARGS))])
+    ok = results[0].get("name") == "run_shell_command" and MARKER in json.dumps(results[0])
+    return NativeTurn(text=FINAL if ok else MISSED)
+
+
+def test_gemini_cli_native_gemini_upstream(gemini_cli, proxy_for, tmp_path):
+    up = NativeGeminiUpstream(_native, key=UPSTREAM_KEY).start()
+    try:
+        px = proxy_for(up, model=MODEL, profile="gemini", protocol="gemini", upstream_model="gemini-2.5-pro")
+        run, info = _run(gemini_cli, tmp_path, px, up)
+    finally:
+        up.stop()
+    first, second = up.model_requests
+    assert first.path == "/v1beta/models/gemini-2.5-pro:streamGenerateContent" and first.query == "alt=sse", info
+    assert up.rejections == [], info
+    calls = [p for c in second.json["contents"] for p in c["parts"] if "functionCall" in p]
+    assert [p["thoughtSignature"] for p in calls] == up.issued, info  # Gemini's own, byte for byte
