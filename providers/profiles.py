@@ -171,8 +171,8 @@ PROFILES: dict[str, Profile] = {
             protocols=("chat", "responses", "messages"),
             url_quirks=tuple((h, _GEMINI) for h in GEMINI_HOSTS),
         ),
-        # Gemini's OpenAI-compatible endpoint (AI Studio, or Vertex AI's openapi route)
-        # its OpenAI-compatible endpoint (chat), or its own API (gemini: /models/{model}:…)
+        # Gemini: its OpenAI-compatible endpoint (chat: AI Studio, or Vertex AI's openapi
+        # route), or its own API (gemini: /models/{model}:generateContent and its stream)
         Profile("gemini", quirks=_GEMINI | {"developer_to_system"}, protocols=("chat", "gemini")),
         Profile("demo", auth="none", protocols=("chat",)),
         # Anthropic itself: Messages only; signatures checked, server tools run, betas honoured
