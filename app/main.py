@@ -648,8 +648,9 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
 
 def _gemini_routes(app: FastAPI, svc: Service) -> None:
     """Gemini's own API: ``:generateContent`` and ``:streamGenerateContent`` (the proxy
-    route of the ``gemini`` client), ``:countTokens`` (estimated), and the model list Gemini
-    CLI checks; every error in Google's shape."""
+    route of the ``gemini`` client), ``:countTokens`` (the upstream's own on Gemini's API,
+    else estimated: app/tokens.py), and the model list Gemini CLI checks; every error in
+    Google's shape."""
     proxy = svc.proxy_handler("gemini", outer=False)
     router = svc.router
 
@@ -681,8 +682,9 @@ def _gemini_routes(app: FastAPI, svc: Service) -> None:
             return
         inner = body.get("generateContentRequest")  # (the other form of the request)
         counted = inner if isinstance(inner, dict) else body
-        n = tokens.estimate_gemini(counted)
-        headers = {"x-request-id": rid, "x-switchboard-token-count": "estimate"}
+        model, _ = gemini_call(path)
+        n, source = await tokens.count_gemini_tokens(router.resolve(model), counted, rid)
+        headers = {"x-request-id": rid, "x-switchboard-token-count": source}
         await _json(200, {"totalTokens": n}, headers=headers)(scope, receive, send)
 
     app.router.add_route(GEMINI_PREFIX + "{name:path}", _RawEndpoint(post), methods=["POST"])  # type: ignore[arg-type]

@@ -162,3 +162,25 @@ async def test_googles_errors_reach_the_client(client_factory: Any, mock: Any) -
     )
     r = await c.post(path("chat", True), json=request("chat", True), headers={"authorization": "Bearer key-alice"})
     assert b'"He"' in r.content and b"server_is_overloaded" in r.content
+
+
+async def test_count_tokens_is_geminis_own(client_factory: Any, mock: Any) -> None:
+    c = await client_factory(**config())
+    route = mock.post(BASE + "/models/gemini-3-pro-preview:countTokens").mock(
+        return_value=httpx.Response(200, json={"totalTokens": 42})
+    )
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    r = await c.post(
+        "/v1beta/models/gemini-3.1-pro-preview:countTokens", json=body, headers={"x-goog-api-key": "key-bob"}
+    )
+    assert r.status_code == 200 and r.json() == {"totalTokens": 42}
+    assert r.headers["x-switchboard-token-count"] == "upstream"
+    sent = route.calls.last.request
+    assert sent.headers["x-goog-api-key"] == "gm-key"
+    assert orjson.loads(sent.content) == {"generateContentRequest": {"model": "models/gemini-3-pro-preview", **body}}
+    route.mock(return_value=httpx.Response(500, json={"error": {"code": 500, "message": "x", "status": "INTERNAL"}}))
+    r = await c.post(
+        "/v1beta/models/gemini-3.1-pro-preview:countTokens", json=body, headers={"x-goog-api-key": "key-bob"}
+    )
+    assert r.status_code == 200 and r.json()["totalTokens"] > 0
+    assert r.headers["x-switchboard-token-count"] == "estimate"
