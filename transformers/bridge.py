@@ -191,7 +191,8 @@ def _gemini_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
 
 
 def _gemini_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    chat = gemini_to_chat(body, ctx)
+    # by way of the Chat form, Anthropic's thinking signatures kept on the way
+    chat = gemini_to_chat(body, ctx, signed=True)
     ctx.tools = toolinfo_from_chat(chat.get("tools"))
     return prepare_messages(chat_to_messages(chat, ctx), ctx)
 

@@ -26,10 +26,12 @@ event                   part
 that carried it.  The proxy puts its envelope there (``envelope.seal``, the request's key):
 on each ``functionCall`` part, the reasoning text of the step so far (a Chat upstream such as
 Kimi wants it back) and, when the upstream signed the call (Gemini's OpenAI-compatible
-endpoint: ``ToolCall.signature``), that signature under the call's id.  The Gemini → Chat
-translator opens it (``request_g2c``); the Gemini upstream's row puts the signature back on
-the call (``thought_signatures.restore``).  Without a key, a call's signature goes as Gemini
-wrote it and reasoning is not carried.
+endpoint: ``ToolCall.signature``), that signature under the call's id, and an Anthropic upstream's signed thinking blocks (their text with their
+``signature``, or a ``redacted_thinking`` block's data) under the key ``ANTHROPIC`` as
+JSON: Anthropic wants them back before the tool results when thinking is on.  The Gemini →
+Chat translator opens it (``request_g2c``); the Gemini upstream's row puts the signature back
+on the call (``thought_signatures.restore``).  Without a key, a call's signature goes as
+Gemini wrote it and reasoning is not carried.
 
 **finishReason.**  completed → ``STOP`` (with calls too, as Gemini); incomplete
 ``max_output_tokens`` → ``MAX_TOKENS``; incomplete ``content_filter`` → ``SAFETY``; any
@@ -56,6 +58,7 @@ from .events import (
     Event,
     Finish,
     Reasoning,
+    ReasoningEnd,
     Refusal,
     Start,
     Text,
@@ -65,7 +68,11 @@ from .events import (
 )
 from .ids import random_hex
 
-__all__ = ["FINISH_REASONS", "GeminiEncoder", "STATUS_OF", "error_object", "status_of"]
+__all__ = ["ANTHROPIC", "FINISH_REASONS", "GeminiEncoder", "STATUS_OF", "error_object", "status_of"]
+
+# the key of an Anthropic upstream's signed thinking blocks in the sealed signatures (no
+# call id is this)
+ANTHROPIC = "@anthropic"
 
 FINISH_REASONS: dict[tuple[str, str | None], str] = {
     ("completed", None): "STOP",
@@ -117,6 +124,8 @@ class GeminiEncoder:
         self.calls: dict[int, _Call] = {}
         self.order: list[int] = []
         self.thought: list[str] = []  # reasoning text of the step not yet sealed on a call
+        self.block: list[str] = []  # the text of the reasoning block open now
+        self.signed: list[dict[str, Any]] = []  # an Anthropic upstream's signed blocks, not yet sealed
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.parts: list[dict[str, Any]] = []  # every part sent (the whole answer)
@@ -174,7 +183,16 @@ class GeminiEncoder:
             if not ev.text:
                 return []
             self.thought.append(ev.text)
+            self.block.append(ev.text)
             return [self._chunk([self._part({"text": ev.text, "thought": True})])]
+        if isinstance(ev, ReasoningEnd):
+            blob = ev.encrypted_content
+            if ev.redacted and blob:
+                self.signed.append({"type": "redacted_thinking", "data": blob})
+            elif blob and not envelope.is_envelope(blob):  # an Anthropic upstream's signature
+                self.signed.append({"type": "thinking", "thinking": "".join(self.block), "signature": blob})
+            self.block = []
+            return []
         if isinstance(ev, ToolCall):
             self._call(ev)
             return []
@@ -187,7 +205,7 @@ class GeminiEncoder:
             return self._finish(ev)
         if isinstance(ev, Start) and ev.model and not self.model:
             self.model = ev.model
-        return []  # Start, ReasoningEnd, Passthrough
+        return []  # Start, Passthrough
 
     def answer(self) -> dict[str, Any]:
         """The whole answer (a non-streamed request), once ``Finish`` was fed: consecutive
@@ -293,10 +311,13 @@ class GeminiEncoder:
         self.thought = []
         if not key:
             return c.sig  # as Gemini wrote it (or nothing)
-        sigs = {c.call_id: c.sig} if c.sig is not None and c.call_id else None
-        if not thought and sigs is None:
+        sigs = {c.call_id: c.sig} if c.sig is not None and c.call_id else {}
+        if self.signed:
+            sigs[ANTHROPIC] = orjson.dumps(self.signed).decode()
+            self.signed = []
+        if not thought and not sigs:
             return None
-        return envelope.seal(thought, key, sigs)
+        return envelope.seal(thought, key, sigs or None)
 
     def _finish(self, ev: Finish) -> list[dict[str, Any]]:
         self.finished = True

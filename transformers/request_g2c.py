@@ -38,8 +38,10 @@ a string)                                   ``"\\n"``)
                                             in every request of the conversation)
 ``thoughtSignature`` on any model part      the proxy's envelope (``envelope.seal``) opens
                                             to the step's reasoning text (it replaces the
-                                            thought parts) and Gemini's signatures by call
-                                            id (``ctx.thought_signatures``); on a
+                                            thought parts), Gemini's signatures by call
+                                            id (``ctx.thought_signatures``) and, toward a
+                                            Messages upstream, its signed thinking blocks
+                                            (``request_c2m.SIGNED``); on a
                                             ``functionCall`` it also rides the call's
                                             ``extra_content.google.thought_signature``, so
                                             a Gemini upstream's row
@@ -90,6 +92,8 @@ import orjson
 from .context import Ctx
 from .envelope import is_envelope, open_sealed
 from .errors import RequestError
+from .gemini_encode import ANTHROPIC
+from .request_c2m import SIGNED
 from .request_c2r import force_object_schema, toolinfo_from_chat
 from .request_quirks import reasoning_key
 from .thought_signatures import ESCAPE
@@ -165,8 +169,9 @@ class _Walk:
     """One walk over ``contents``: the Chat messages, the calls still waiting for their
     response (name → ids, in order)."""
 
-    def __init__(self, ctx: Ctx) -> None:
+    def __init__(self, ctx: Ctx, signed: bool) -> None:
         self.ctx = ctx
+        self.signed = signed
         self.out: list[dict[str, Any]] = []
         self.waiting: dict[str, list[str]] = {}
 
@@ -176,6 +181,7 @@ class _Walk:
         thoughts: list[str] = []
         sealed: list[str] = []
         calls: list[dict[str, Any]] = []
+        blocks: list[dict[str, Any]] = []  # an Anthropic upstream's signed thinking blocks
         self.waiting = {}
         for j, p in enumerate(parts):
             sig = p.get("thoughtSignature")
@@ -184,6 +190,10 @@ class _Walk:
                 status, text, signatures = open_sealed(sig, ctx.envelope_key)
                 if status == "ok":
                     carry = sig
+                    anthropic = signatures.pop(ANTHROPIC, None)
+                    if anthropic is not None and self.signed:
+                        got = orjson.loads(anthropic)
+                        blocks += [b for b in got if isinstance(b, dict)] if isinstance(got, list) else []
                     ctx.thought_signatures.update(signatures)
                     if text:
                         sealed.append(text)
@@ -227,6 +237,8 @@ class _Walk:
         reasoning = sealed or thoughts
         if reasoning:
             msg[reasoning_key(ctx)] = "\n\n".join(reasoning)
+        if blocks:  # toward a Messages upstream: its own thinking blocks, as it signed them
+            msg[SIGNED] = blocks
         if msg["content"] is not None or calls:
             self.out.append(msg)
 
@@ -369,8 +381,10 @@ def _format(gc: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": "json_object"}
 
 
-def gemini_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    walk = _Walk(ctx)
+def gemini_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -> dict[str, Any]:
+    """``signed``: toward a Messages upstream, its signed thinking blocks sealed in a call's
+    ``thoughtSignature`` go back on their assistant message (``request_c2m.SIGNED``)."""
+    walk = _Walk(ctx, signed)
     system = _system(body)
     if system:
         walk.out.append({"role": "system", "content": system})

@@ -259,3 +259,35 @@ async def test_models_and_count_tokens(gc: httpx.AsyncClient) -> None:
     r = await gc.post("/v1beta/models/chat-model:countTokens", json={"contents": BODY["contents"]}, headers=h)
     assert r.status_code == 200 and r.json()["totalTokens"] > 0
     assert r.headers["x-switchboard-token-count"] == "estimate"
+
+
+async def test_anthropics_signed_thinking_comes_back_to_it(gc: httpx.AsyncClient, mock: Any) -> None:
+    """Toward Anthropic with thinking on: its signed thinking block rides the call's
+    thoughtSignature and goes back before the tool result as Anthropic signed it."""
+    answer = {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+        "content": [{"type": "thinking", "thinking": "let me look", "signature": "ANTHROPIC-SIG=="},
+                    {"type": "redacted_thinking", "data": "REDACTED=="},
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"cmd": "ls"}}],
+        "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 4},
+    }  # fmt: skip
+    final = {**answer, "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}
+    route = mock.post(MSG_URL).mock(side_effect=[httpx.Response(200, json=answer), httpx.Response(200, json=final)])
+    h = {"x-goog-api-key": KEY}
+    r = await gc.post(GEN.format("claude"), json=BODY, headers=h)
+    assert r.status_code == 200, r.text
+    ps = r.json()["candidates"][0]["content"]["parts"]
+    model = {"role": "model", "parts": [p for p in ps if not p.get("thought")]}  # as Gemini CLI keeps them
+    assert "ANTHROPIC-SIG" not in str(model)  # sealed
+    results = {"role": "user", "parts": [{"functionResponse": {"id": "toolu_1", "name": "Bash",
+                                                               "response": {"output": "a.py"}}}]}  # fmt: skip
+    r = await gc.post(GEN.format("claude"), json={**BODY, "contents": [*BODY["contents"], model, results]}, headers=h)
+    assert r.status_code == 200, r.text
+    sent = orjson.loads(route.calls[1].request.content)
+    assistant = sent["messages"][1]
+    assert assistant["content"][:2] == [
+        {"type": "thinking", "thinking": "let me look", "signature": "ANTHROPIC-SIG=="},
+        {"type": "redacted_thinking", "data": "REDACTED=="},
+    ]
+    assert assistant["content"][2]["type"] == "tool_use" and assistant["content"][2]["id"] == "toolu_1"
+    assert sent["messages"][2]["content"][0]["tool_use_id"] == "toolu_1"

@@ -171,3 +171,23 @@ def test_abort() -> None:
     enc = GeminiEncoder(Ctx())
     assert enc.abort({"message": "boom"}) == [error_object(500, "boom")]
     assert enc.abort({"message": "again"}) == []
+
+
+def test_anthropics_signed_blocks_are_sealed_on_the_next_call() -> None:
+    _, out = encode(
+        [
+            Reasoning("a"),
+            ReasoningEnd(encrypted_content="ASIG"),
+            ReasoningEnd(encrypted_content="DATA", redacted=True),
+            ToolCall(0, "{}", call_id="t1", name="n"),
+            ToolCallEnd(0, "{}"),
+            Finish(),
+        ],
+        key=KEY,
+    )
+    call = [p for p in parts(out) if "functionCall" in p][0]
+    status, text, sigs = envelope.open_sealed(call["thoughtSignature"], KEY)
+    assert (status, text) == ("ok", "a")
+    assert sigs == {
+        "@anthropic": '[{"type":"thinking","thinking":"a","signature":"ASIG"},{"type":"redacted_thinking","data":"DATA"}]'
+    }
