@@ -13,10 +13,14 @@ under its own id with its output (else a text that says so).
   its call: the reasoning comes back on the call's assistant message (sealed in the
   ``thoughtSignature`` Gemini CLI keeps on the ``functionCall`` part).
 * ``test_gemini_cli_responses_upstream``: a Responses upstream (by way of the Chat form).
-* ``test_gemini_cli_messages_upstream``: an Anthropic Messages upstream (the same way).
+* ``test_gemini_cli_messages_upstream``: an Anthropic Messages upstream (the same way): its
+  signed thinking block comes back before the tool result as it signed it.
 * ``test_gemini_cli_native_gemini_upstream``: a scripted Gemini in its own API
   (``protocol: gemini``, ``gemini_native_upstream``) that signs its call and refuses the
   next request unless its signature comes back: it does, byte for byte.
+* ``test_gemini_cli_direct``: Gemini CLI straight to that scripted Gemini (no proxy): what it
+  sends (``x-goog-api-key``, ``alt=sse``, its ``GeminiCLI`` user agent, the signature back on
+  the ``functionCall`` part) is what the scripted upstream takes.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import json
 import pytest
 from gemini_cli_harness import GeminiCli, GeminiCliUnavailable, ensure_gemini_cli, run_gemini_cli
 from gemini_native_upstream import NativeGeminiUpstream, NativeTurn
-from messages_upstream import MessagesUpstream, MessageTurn, tool_results, tool_use
+from messages_upstream import MessagesUpstream, MessageTurn, thinking, tool_results, tool_use
 from messages_upstream import text as text_block
 from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY
 from scripted_upstream import ToolCall, Turn, chat_turn, responses_turn
@@ -132,7 +136,12 @@ def test_gemini_cli_responses_upstream(gemini_cli, upstream, proxy_for, tmp_path
 def _messages(req: dict) -> MessageTurn:
     results = tool_results(req)
     if not results:
-        return MessageTurn([tool_use("run_shell_command", json.loads(ARGS), "toolu_sh1")])
+        return MessageTurn(
+            [
+                thinking(REASONING, "c2lnbmVkLWJ5LWFudGhyb3BpYw=="),
+                tool_use("run_shell_command", json.loads(ARGS), "toolu_sh1"),
+            ]
+        )
     ok = results[0].get("tool_use_id") == "toolu_sh1" and MARKER in json.dumps(results[0])
     return MessageTurn([text_block(FINAL if ok else MISSED)])
 
@@ -144,9 +153,12 @@ def test_gemini_cli_messages_upstream(gemini_cli, proxy_for, tmp_path):
         run, info = _run(gemini_cli, tmp_path, px, up)
     finally:
         up.stop()
-    first = up.requests[0].json
+    first, second = (r.json for r in up.requests)
     assert first["model"] == "claude-like" and first["system"], info
     assert up.errors == [], info
+    blocks = [b for m in second["messages"] if m["role"] == "assistant" for b in m["content"]]
+    assert blocks[0] == {"type": "thinking", "thinking": REASONING, "signature": "c2lnbmVkLWJ5LWFudGhyb3BpYw=="}, info
+    assert blocks[1]["type"] == "tool_use" and blocks[1]["id"] == "toolu_sh1", info
 
 
 def _native(req: dict) -> NativeTurn:
@@ -169,3 +181,27 @@ def test_gemini_cli_native_gemini_upstream(gemini_cli, proxy_for, tmp_path):
     assert up.rejections == [], info
     calls = [p for c in second.json["contents"] for p in c["parts"] if "functionCall" in p]
     assert [p["thoughtSignature"] for p in calls] == up.issued, info  # Gemini's own, byte for byte
+
+
+def test_gemini_cli_direct(gemini_cli, tmp_path):
+    up = NativeGeminiUpstream(_native, key="direct-key").start()
+    try:
+        run = run_gemini_cli(
+            gemini_cli,
+            PROMPT,
+            base_url=up.url,
+            model=MODEL,
+            workspace=tmp_path / "ws",
+            home=tmp_path / "home",
+            api_key="direct-key",
+            timeout=TIMEOUT,
+        )
+    finally:
+        up.stop()
+    info = f"{run.describe()}\n{up.describe()}"
+    assert not run.timed_out and run.returncode == 0 and run.final_text == FINAL, info
+    first, second = up.model_requests
+    assert first.path == f"/v1beta/models/{MODEL}:streamGenerateContent" and first.query == "alt=sse", info
+    assert first.headers["user-agent"].startswith("GeminiCLI"), info
+    calls = [p for c in second.json["contents"] for p in c["parts"] if "functionCall" in p]
+    assert [p["thoughtSignature"] for p in calls] == up.issued and up.rejections == [], info
