@@ -54,7 +54,8 @@ async def attempt(p: Prepared) -> tuple[httpx.Response, dict[str, Any] | None]:
 async def exchange(p: Prepared, prov: Provider) -> httpx.Response:
     """Send the upstream request; its response once the status is a success (an error
     status is raised as the client's ProxyError, after the one encrypted-content retry)."""
-    target = target_for(prov, p.upstream, p.stream, p.forward_headers)
+    model = p.route.upstream_model if p.upstream == "gemini" else ""  # (its URL names the model)
+    target = target_for(prov, p.upstream, p.stream, p.forward_headers, model)
     payload = p.upstream_body
     for attempt in (0, 1):
         resp = await open_upstream(prov, target.request(payload, p.forward_headers))

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 import httpx
 import orjson
@@ -91,6 +92,32 @@ _INDEX: dict[str, Any] = {
     "metrics": "/metrics",
     "docs": "README.md and docs/ in the Switchboard repository (docs/clients.md: setting up a client)",
 }
+
+# Gemini's own API (Gemini CLI): the model and the method in the path,
+# ``/v1beta/models/{model}:{method}``; the stream is the method's
+GEMINI_PREFIX = "/v1beta/models/"
+_GEMINI_STREAM = {"generateContent": False, "streamGenerateContent": True}
+
+
+def gemini_call(path: str) -> tuple[str, str]:
+    """(model, method) of a path under ``/v1beta/models/``; a 404 when it names none."""
+    model, sep, method = path[len(GEMINI_PREFIX) :].rpartition(":")
+    if not sep or not model or method not in (*_GEMINI_STREAM, "countTokens"):
+        raise ProxyError(404, f"Unknown route POST {path[:200]}", code="not_found")
+    return model, method
+
+
+def gemini_headers(scope: Any) -> dict[str, str]:
+    """The request's headers, with the key of ``?key=`` as ``x-goog-api-key`` when no header
+    carries one (Gemini's clients may send it in the query)."""
+    h = scope_headers(scope)
+    if "authorization" not in h and "x-goog-api-key" not in h:
+        for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
+            if k == "key" and v:
+                h["x-goog-api-key"] = v
+                break
+    return h
+
 
 ASGIHandler = Callable[[Any, Any, Any], Awaitable[None]]
 
@@ -321,7 +348,11 @@ class Service:
         if not self.digests:
             return OPEN_OWNER
         auth = h.get("authorization", "")
-        key = auth[7:].strip() if auth[:7].lower() == "bearer " else h.get("api-key") or h.get("x-api-key") or ""
+        key = (
+            auth[7:].strip()
+            if auth[:7].lower() == "bearer "
+            else h.get("api-key") or h.get("x-api-key") or h.get("x-goog-api-key") or ""
+        )
         if not key:
             raise ProxyError(401, "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key")
         d = hashlib.sha256(key.encode()).digest()
@@ -449,6 +480,7 @@ class Service:
         also does what FastAPI's ServerErrorMiddleware + ``on_unexpected`` would."""
         responses = client == "responses"
         chat = client == "chat"
+        gemini = client == "gemini"
         counters = self.counters
 
         async def proxy(scope: Any, receive: Any, send: Any) -> None:
@@ -461,11 +493,16 @@ class Service:
             p: Prepared | None = None
             try:
                 try:
-                    h = scope_headers(scope)
+                    h = gemini_headers(scope) if gemini else scope_headers(scope)
                     owner = self.authorize(h)
                     raw = await self.read_body(receive, h.get("content-length"))
                     body = None
-                    if responses:
+                    if gemini:  # the model and the stream flag are the URL's
+                        model, method = gemini_call(scope["path"])
+                        body = check_body(raw, client)
+                        body["model"] = model
+                        body["stream"] = _GEMINI_STREAM[method]
+                    elif responses:
                         body = check_body(raw, client)
                         # stateless (store:false, no previous_response_id, no item_reference, as
                         # Codex): no store I/O
@@ -493,6 +530,8 @@ class Service:
                     )
                     if turn is not None and turn.resolved:
                         p.ctx.repaired("item_reference_resolved")
+                    if gemini and p.stream:
+                        p.route_name = "/v1beta/models/{model}:streamGenerateContent"
                     ticket = await accounting.admit(self, owner, p, len(raw))
                 except (ProxyError, RequestError) as e:
                     metrics.log_rejected(counters, scope["path"], e.status, e.code, rid)
@@ -558,6 +597,7 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     app.fast_routes = fast
     app.router.add_route(compact.PATH, _RawEndpoint(compact.compact_handler(svc)), methods=["POST"])  # type: ignore[arg-type]
     app.socket_routes = {"/v1/responses": partial(serve_socket, svc)}
+    _gemini_routes(app, svc)
     _info_routes(app, svc)
     stored.routes(app, svc)
     usage_routes(app, svc)
@@ -672,6 +712,86 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
         return Response(await asyncio.to_thread(svc.counters.render), media_type=metrics.CONTENT_TYPE)
 
 
+def _gemini_routes(app: FastAPI, svc: Service) -> None:
+    """Gemini's own API: ``:generateContent`` and ``:streamGenerateContent`` (the proxy
+    route of the ``gemini`` client), ``:countTokens`` (the upstream's own on Gemini's API,
+    else estimated: app/tokens.py), and the model list Gemini CLI checks; every error in
+    Google's shape."""
+    proxy = svc.proxy_handler("gemini", outer=False)
+    router = svc.router
+
+    async def post(scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        rid = new_request_id(scope)
+        try:
+            _, method = gemini_call(path)
+        except ProxyError as e:
+            metrics.log_rejected(svc.counters, path, e.status, e.code, rid)
+            await _error_answer(e, rid, "gemini")(scope, receive, send)
+            return
+        if method != "countTokens":
+            await proxy(scope, receive, send)
+            return
+        try:
+            svc.authorize(gemini_headers(scope))
+            raw = await svc.read_body(receive, scope_headers(scope).get("content-length"))
+            body = orjson.loads(raw)
+            if not isinstance(body, dict):
+                raise RequestError("the request body must be a JSON object", code="invalid_json")
+        except (ProxyError, RequestError) as e:
+            metrics.log_rejected(svc.counters, path, e.status, e.code, rid)
+            await _error_answer(e, rid, "gemini")(scope, receive, send)
+            return
+        except orjson.JSONDecodeError:
+            err = RequestError("the request body is not valid JSON", code="invalid_json")
+            await _error_answer(err, rid, "gemini")(scope, receive, send)
+            return
+        inner = body.get("generateContentRequest")  # (the other form of the request)
+        counted = inner if isinstance(inner, dict) else body
+        model, _ = gemini_call(path)
+        n, source = await tokens.count_gemini_tokens(router.resolve(model), counted, rid)
+        headers = {"x-request-id": rid, "x-switchboard-token-count": source}
+        await _json(200, {"totalTokens": n}, headers=headers)(scope, receive, send)
+
+    app.router.add_route(GEMINI_PREFIX + "{name:path}", _RawEndpoint(post), methods=["POST"])  # type: ignore[arg-type]
+
+    def info(model_id: str) -> dict[str, Any]:
+        r = router.routes[model_id]
+        i = r.info
+        out: dict[str, Any] = {
+            "name": "models/" + model_id,
+            "version": "001",
+            "displayName": model_id,
+            "inputTokenLimit": i.context_window or 0,
+            "outputTokenLimit": i.max_output_tokens or 0,
+            "supportedGenerationMethods": ["generateContent", "countTokens"],
+        }
+        if i.reasoning:
+            out["thinking"] = True
+        return out
+
+    @app.get("/v1beta/models")
+    async def gemini_models(request: Request) -> Response:
+        rid = request.state.request_id = new_request_id(request.scope)
+        try:
+            svc.authorize(gemini_headers(request.scope))
+        except ProxyError as e:
+            return _error_answer(e, rid, "gemini")
+        return _json(200, {"models": [info(m) for m in router.routes]}, headers={"x-request-id": rid})
+
+    @app.get(GEMINI_PREFIX + "{model_id:path}")
+    async def gemini_model(request: Request) -> Response:
+        rid = request.state.request_id = new_request_id(request.scope)
+        model_id: str = request.path_params["model_id"]
+        try:
+            svc.authorize(gemini_headers(request.scope))
+            if model_id not in router.routes:
+                raise ProxyError(404, f"models/{model_id[:200]} is not found", code="model_not_found")
+        except ProxyError as e:
+            return _error_answer(e, rid, "gemini")
+        return _json(200, info(model_id), headers={"x-request-id": rid})
+
+
 def _error_handlers(app: FastAPI, svc: Service) -> None:
     @app.exception_handler(ProxyError)
     @app.exception_handler(RequestError)
@@ -705,10 +825,10 @@ def _error_handlers(app: FastAPI, svc: Service) -> None:
 def _route_error(path: str, status: int, message: str, code: str) -> Response:
     """An unknown route or method, in the shape of the protocol whose prefix the path is under:
     Anthropic's under ``/v1/messages`` (Claude Code reads a 404 on ``/v1/messages/evaluate_
-    safeguards`` as "not enabled"), OpenAI's everywhere else."""
-    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+    safeguards`` as "not enabled"), Google's under ``/v1beta/``, OpenAI's everywhere else."""
+    if path == "/v1/messages" or path.startswith(("/v1/messages/", "/v1beta/")):
         rid = new_request_id()
-        body = error_body("messages", status, {"message": message}, rid)
+        body = error_body("messages" if path.startswith("/v1/") else "gemini", status, {"message": message}, rid)
         return _error_response(status, body, {"x-request-id": rid})
     return _error_json(status, message, code)
 
@@ -719,7 +839,7 @@ def _error_json(status: int, message: str, code: str | None) -> Response:
 
 def _error_answer(e: ProxyError | RequestError, rid: str, client: str = "chat") -> Response:
     """The error answer of a refused request in its client's protocol, with its request id."""
-    if client == "messages":
+    if client == "messages" or client == "gemini":
         err = e.to_dict() if isinstance(e, RequestError) else orjson.loads(e.body())["error"]
         headers = {"x-request-id": rid, **(e.headers if isinstance(e, ProxyError) else {})}
         return _error_response(e.status, error_body(client, e.status, err, rid), headers)

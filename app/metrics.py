@@ -165,7 +165,11 @@ MAX_SERIES = 4096
 # path) is "other"
 ROUTES = frozenset({
     "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses/compact", "/v1/models", "/v1/models/{model}", "/healthz", "/readyz", "/metrics",
+    "/v1beta/models/{model}:generateContent", "/v1beta/models/{model}:streamGenerateContent",
+    "/v1beta/models/{model}:countTokens", "/v1beta/models", "/v1beta/models/{model}",
 })  # fmt: skip
+# Gemini's methods on a model (``/v1beta/models/{model}:{method}``)
+GEMINI_METHODS = frozenset({"generateContent", "streamGenerateContent", "countTokens"})
 
 _STATUSES = frozenset(str(s) for s in range(100, 600))
 
@@ -491,6 +495,11 @@ def route_label(path: str) -> str:
     """The route template of a path (a metric label: never the raw path)."""
     if path in ROUTES:
         return path
+    if path.startswith("/v1beta/models/"):
+        _, sep, method = path.rpartition(":")
+        if not sep:
+            return "/v1beta/models/{model}"
+        return "/v1beta/models/{model}:" + method if method in GEMINI_METHODS else OTHER
     return "/v1/models/{model}" if path.startswith("/v1/models/") else OTHER
 
 

@@ -26,11 +26,17 @@ from transformers import envelope
 from transformers.bridge import Bridge, open_bridge
 from transformers.context import Ctx
 from transformers.errors import ProxyError
+from transformers.gemini_encode import error_object
 from transformers.ids import random_hex
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.request_check import check_body
 
-ROUTE_OF = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+ROUTE_OF = {
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+    "gemini": "/v1beta/models/{model}:generateContent",
+}
 
 __all__ = [
     "PROCESS_SECRET",
@@ -142,8 +148,8 @@ def prepare(
     # a model with fallbacks keeps the client's body as it came (translation may change it)
     pristine = orjson.dumps(body) if route.targets else None
     upstream = route.provider.protocol_for(client)
-    if client == "messages" and upstream == "responses" and "chat" in route.provider.cfg.protocols:
-        upstream = "chat"  # an upstream that speaks both: the one closer to Messages
+    if client in ("messages", "gemini") and upstream == "responses" and "chat" in route.provider.cfg.protocols:
+        upstream = "chat"  # an upstream that speaks both: the one the translation goes through
     ctx = Ctx(
         quirks=route.quirks,
         upstream_model=route.upstream_model,
@@ -192,7 +198,8 @@ def prepare(
         route=route,
         ctx=ctx,
         bridge=bridge,
-        stream=bool(out["stream"]),
+        # (Gemini's own API takes the stream from the URL: not in its body)
+        stream=bool(out.pop("stream") if upstream == "gemini" else out["stream"]),
         upstream_body=orjson.dumps(out),
         started=started,
         keepalive=keepalive,
@@ -271,7 +278,10 @@ _ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 
 
 def error_body(client: str, status: int, err: dict[str, Any], request_id: str) -> bytes:
     """An error answer's body in the client's protocol: OpenAI's error object, or for a
-    Messages client Anthropic's (``{"type": "error", "error": {"type", "message"}}``)."""
+    Messages client Anthropic's (``{"type": "error", "error": {"type", "message"}}``), for a
+    Gemini client Google's (``{"error": {"code", "message", "status"}}``)."""
+    if client == "gemini":
+        return orjson.dumps(error_object(status, str(err.get("message") or "")))
     if client == "messages":
         kind = _ANTHROPIC_ERRORS.get(status, "overloaded_error" if status == 503 else "api_error")
         obj: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": str(err.get("message") or "")}}

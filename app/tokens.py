@@ -32,7 +32,7 @@ from providers.upstream import Route
 from transformers.context import Ctx
 from transformers.request_messages import prepare_messages, without_billing_header
 
-__all__ = ["count_tokens", "estimate"]
+__all__ = ["count_gemini_tokens", "count_tokens", "estimate", "estimate_gemini"]
 
 _TIMEOUT = 5.0  # seconds: Claude Code waits for the answer before it goes on
 _COUNTED = ("system", "messages", "tools")
@@ -44,6 +44,45 @@ def estimate(body: dict[str, Any]) -> int:
     body = without_billing_header(body) or body
     counted = {k: body[k] for k in _COUNTED if k in body}
     return -(-len(orjson.dumps(counted)) // 3)
+
+
+_GEMINI_COUNTED = ("systemInstruction", "contents", "tools")
+
+
+def estimate_gemini(body: dict[str, Any]) -> int:
+    """``estimate`` for a Gemini ``countTokens`` body (``contents``, ``systemInstruction``,
+    ``tools``): its JSON bytes over 3, the same overcount."""
+    counted = {k: body[k] for k in _GEMINI_COUNTED if k in body}
+    return -(-len(orjson.dumps(counted)) // 3)
+
+
+async def count_gemini_tokens(route: Route | None, body: dict[str, Any], request_id: str) -> tuple[int, str]:
+    """(total tokens, ``upstream`` | ``estimate``) for a Gemini ``countTokens`` body: the
+    upstream's own count when it speaks Gemini's API (``protocol: gemini``: its
+    ``:countTokens``, the request as ``generateContentRequest``), else the estimate."""
+    prov = route.provider if route is not None else None
+    if route is None or prov is None or "gemini" not in prov.cfg.protocols:
+        return estimate_gemini(body), "estimate"
+    model = route.upstream_model
+    inner = {k: body[k] for k in _GEMINI_COUNTED if k in body}
+    sent = {"generateContentRequest": {"model": f"models/{model}", **inner}}
+    url = prov.url("gemini", model).rsplit(":", 1)[0] + ":countTokens"
+    try:
+        resp = await prov.client.post(
+            url,
+            content=orjson.dumps(sent),
+            headers={**prov.headers_for("gemini"), "content-type": "application/json"},
+            params=prov.cfg.query or None,
+            timeout=_TIMEOUT,
+        )
+        got = resp.json().get("totalTokens") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError) as e:
+        log.info("count_tokens_estimated", request_id=request_id, provider=prov.name, error=type(e).__name__)
+        return estimate_gemini(body), "estimate"
+    if isinstance(got, int) and not isinstance(got, bool) and got >= 0:
+        return got, "upstream"
+    log.info("count_tokens_estimated", request_id=request_id, provider=prov.name, status=resp.status_code)
+    return estimate_gemini(body), "estimate"
 
 
 async def count_tokens(route: Route | None, body: dict[str, Any], request_id: str) -> tuple[int, str]:

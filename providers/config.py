@@ -314,8 +314,13 @@ class ProviderCfg(_Strict):
     name: str = Field(min_length=1)
     profile: Literal[PROFILES] = "openai-compatible"  # type: ignore[valid-type]
     # the protocol(s) the upstream speaks; None: the profile's first (providers/profiles.py:
-    # chat for most, responses for bedrock-mantle, messages for anthropic and minimax)
-    protocol: Literal["chat", "responses", "messages"] | list[Literal["chat", "responses", "messages"]] | None = None
+    # chat for most, responses for bedrock-mantle, messages for anthropic and minimax; gemini,
+    # Gemini's own API, on the gemini profile)
+    protocol: (
+        Literal["chat", "responses", "messages", "gemini"]
+        | list[Literal["chat", "responses", "messages", "gemini"]]
+        | None
+    ) = None
     base_url: str | None = None
     api_key: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)

@@ -175,8 +175,9 @@ PROFILES: dict[str, Profile] = {
             protocols=("chat", "responses", "messages"),
             url_quirks=tuple((h, _GEMINI) for h in GEMINI_HOSTS),
         ),
-        # Gemini's OpenAI-compatible endpoint (AI Studio, or Vertex AI's openapi route)
-        Profile("gemini", quirks=_GEMINI | {"developer_to_system"}, protocols=("chat",)),
+        # Gemini: its OpenAI-compatible endpoint (chat: AI Studio, or Vertex AI's openapi
+        # route), or its own API (gemini: /models/{model}:generateContent and its stream)
+        Profile("gemini", quirks=_GEMINI | {"developer_to_system"}, protocols=("chat", "gemini")),
         Profile("demo", auth="none", protocols=("chat",)),
         # Anthropic itself: Messages only; signatures checked, server tools run, betas honoured
         Profile(
@@ -255,6 +256,8 @@ def auth_headers(profile: str, api_key: str | None, protocol: str = "chat") -> d
     """The headers that carry the provider's key (never the client's); toward a Messages
     endpoint, Anthropic's ``x-api-key`` (every Anthropic-compatible endpoint takes it: it is
     what Claude Code sends) and the ``anthropic-version`` it requires."""
+    if protocol == "gemini":  # Gemini's own API: the key in x-goog-api-key
+        return {"x-goog-api-key": api_key} if api_key else {}
     if protocol == "messages":
         version = {"anthropic-version": ANTHROPIC_VERSION}
         auth = PROFILES[profile].auth
@@ -271,9 +274,20 @@ def auth_headers(profile: str, api_key: str | None, protocol: str = "chat") -> d
     return {}
 
 
-def upstream_url(profile: str, base_url: str | None, protocol: str, deployment: str | None = None) -> str:
-    """The URL the proxy POSTs to, without query (see ``upstream_query``)."""
+def upstream_url(
+    profile: str,
+    base_url: str | None,
+    protocol: str,
+    deployment: str | None = None,
+    model: str = "",
+    stream: bool = False,
+) -> str:
+    """The URL the proxy POSTs to, without query (see ``upstream_query``); Gemini's own API
+    has the model and the method in its path (``…/v1beta/models/{model}:generateContent``,
+    ``:streamGenerateContent``, its stream asked as SSE by ``alt=sse``)."""
     base = (base_url or "http://demo.invalid/v1").rstrip("/")
+    if protocol == "gemini":
+        return f"{base}/models/{model}:{'streamGenerateContent' if stream else 'generateContent'}"
     if protocol == "messages" and not base.endswith("/v1"):
         # an Anthropic base URL as Claude Code's ANTHROPIC_BASE_URL takes it (the host, or
         # Kimi's ``…/anthropic``): the API's ``/v1`` is added

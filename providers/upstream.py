@@ -59,8 +59,12 @@ class Provider:
     # toward its Messages endpoint: Anthropic's x-api-key and anthropic-version in place of
     # the bearer header (providers/profiles.auth_headers)
     messages_headers: dict[str, str] = field(default_factory=dict)
+    # toward Gemini's own API: x-goog-api-key in place of the bearer header
+    gemini_headers: dict[str, str] = field(default_factory=dict)
 
     def headers_for(self, protocol: str) -> dict[str, str]:
+        if protocol == "gemini":
+            return self.gemini_headers
         return self.messages_headers if protocol == "messages" else self.headers
 
     @property
@@ -75,9 +79,9 @@ class Provider:
         protos = self.cfg.protocols
         return client_protocol if client_protocol in protos else protos[0]
 
-    def url(self, protocol: str) -> str:
+    def url(self, protocol: str, model: str = "", stream: bool = False) -> str:
         # without query: ``cfg.query`` (profile defaults merged in at build) goes as params
-        return upstream_url(self.cfg.profile, self.cfg.base_url, protocol, self.cfg.deployment)
+        return upstream_url(self.cfg.profile, self.cfg.base_url, protocol, self.cfg.deployment, model, stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,10 @@ class Router:
                 first_byte=t.first_byte,
                 messages_headers={
                     **auth_headers(p.profile, p.api_key, "messages"),
+                    **{k.lower(): v for k, v in p.headers.items()},
+                },
+                gemini_headers={
+                    **auth_headers(p.profile, p.api_key, "gemini"),
                     **{k.lower(): v for k, v in p.headers.items()},
                 },
             )
@@ -227,10 +235,13 @@ class Target:
 
     __slots__ = ("provider", "url", "headers", "forward", "timeout")
 
-    def __init__(self, prov: Any, protocol: str, stream: bool, forward: tuple[str, ...]) -> None:
+    def __init__(self, prov: Any, protocol: str, stream: bool, forward: tuple[str, ...], model: str = "") -> None:
         self.provider = prov  # keeps the id() in the TARGETS key alive
         client = prov.client
-        self.url = client.build_request("POST", prov.url(protocol), params=prov.cfg.query or None).url
+        query = prov.cfg.query or None
+        if protocol == "gemini" and stream:  # Gemini's stream as SSE, not one JSON array
+            query = {**(query or {}), "alt": "sse"}
+        self.url = client.build_request("POST", prov.url(protocol, model, stream), params=query).url
         headers = httpx.Headers(client.headers)
         own = prov.headers_for(protocol)
         # forwarded values are filled in per request (Headers.__setitem__, in place)
@@ -257,12 +268,13 @@ class Target:
         return httpx.Request("POST", self.url, content=payload, headers=headers, extensions={"timeout": self.timeout})
 
 
-TARGETS: dict[tuple[int, str, bool, tuple[str, ...]], Target] = {}
+TARGETS: dict[tuple[int, str, bool, tuple[str, ...], str], Target] = {}
 
 
-def target_for(prov: Any, protocol: str, stream: bool, forward: dict[str, str]) -> Target:
-    key = (id(prov), protocol, stream, tuple(forward))
+def target_for(prov: Any, protocol: str, stream: bool, forward: dict[str, str], model: str = "") -> Target:
+    """``model``: the upstream model, for a protocol whose URL names it (Gemini's own)."""
+    key = (id(prov), protocol, stream, tuple(forward), model)
     t = TARGETS.get(key)
     if t is None or t.provider is not prov:
-        t = TARGETS[key] = Target(prov, protocol, stream, key[3])
+        t = TARGETS[key] = Target(prov, protocol, stream, key[3], model)
     return t

@@ -2,8 +2,10 @@
 
 Theory of operation
 -------------------
-A request goes one of nine *directions*, (client protocol, upstream protocol), the three
-protocols (Chat Completions, Responses, Anthropic Messages) both ways.  Each is a
+A request goes one of twelve *directions*, (client protocol, upstream protocol): the three
+protocols (Chat Completions, Responses, Anthropic Messages) both ways, and Gemini's own
+``generateContent`` API as a client toward each of them, and every client toward a Gemini
+upstream spoken in that API (by way of the Chat form).  Each is a
 row of ``DIRECTIONS``: how the client's body becomes the upstream's (translation and the
 request quirk rows), which decoder reads the upstream, whether the tool stage runs between
 decoder and encoder (it finishes tool calls that a Chat upstream leaves loose), and which
@@ -86,12 +88,16 @@ from transformers.chat_whole import plain_completion
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Reasoning, Refusal, Text, ToolCall, Usage
+from transformers.gemini_decode import GeminiStreamDecoder, decode_gemini
+from transformers.gemini_encode import GeminiEncoder
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.messages_decode import MessagesStreamDecoder, decode_message
 from transformers.messages_encode import MessagesEncoder
 from transformers.passthrough import ChatPassthrough
+from transformers.request_c2g import chat_to_gemini
 from transformers.request_c2m import chat_to_messages
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
+from transformers.request_g2c import gemini_to_chat
 from transformers.request_m2c import messages_to_chat
 from transformers.request_messages import drop_billing_header, prepare_messages
 from transformers.request_quirks import prepare_chat, prepare_responses
@@ -99,6 +105,7 @@ from transformers.request_r2c import responses_to_chat
 from transformers.responses_decode import ResponsesStreamDecoder, decode_response
 from transformers.responses_encode import ResponsesStreamEncoder, encode_response
 from transformers.text_runs import TextRuns
+from transformers.thought_signatures import restore
 from transformers.tool_stage import ToolStage, needed
 from transformers.usage import from_chat
 from transformers.vocab import ProtocolName
@@ -176,6 +183,48 @@ def _messages_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     return prepare_responses(chat_to_responses(chat, ctx), ctx, translated=True)
 
 
+def _gemini_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return prepare_chat(gemini_to_chat(body, ctx), ctx, translated=True)
+
+
+def _gemini_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    # by way of the Chat form, as Messages
+    return prepare_responses(chat_to_responses(gemini_to_chat(body, ctx), ctx), ctx, translated=True)
+
+
+def _gemini_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    # by way of the Chat form, Anthropic's thinking signatures kept on the way
+    chat = gemini_to_chat(body, ctx, signed=True)
+    ctx.tools = toolinfo_from_chat(chat.get("tools"))
+    return prepare_messages(chat_to_messages(chat, ctx), ctx)
+
+
+def _to_gemini(chat: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    # every call's signature decided as toward Gemini's OpenAI-compatible endpoint
+    # (thought_signatures.restore), then the Chat form in Gemini's own
+    ctx.tools.functions |= toolinfo_from_chat(chat.get("tools")).functions
+    restore(chat, ctx)
+    return chat_to_gemini(chat, ctx)
+
+
+def _chat_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    ctx.tools = toolinfo_from_chat(body.get("tools"))
+    return _to_gemini(dict(body), ctx)
+
+
+def _responses_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    _no_previous(body, "Gemini")
+    return _to_gemini(responses_to_chat(body, ctx), ctx)
+
+
+def _messages_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return _to_gemini(messages_to_chat(body, ctx), ctx)
+
+
+def _gemini_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    return _to_gemini(gemini_to_chat(body, ctx), ctx)
+
+
 def _no_previous(body: dict[str, Any], protocol: str) -> None:
     if body.get("previous_response_id"):
         # a Chat or Messages upstream stores nothing and neither does the proxy (its store
@@ -219,22 +268,24 @@ def _responses_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
 
 class SSEFraming:
     """Server-Sent Events for one client protocol: Chat chunks as bare ``data:`` lines ending
-    with ``[DONE]``; Responses events with their ``event:`` line."""
+    with ``[DONE]``; Gemini chunks as bare ``data:`` lines; Responses and Messages events
+    with their ``event:`` line."""
 
-    __slots__ = ("chat",)
+    __slots__ = ("chat", "bare")
 
     def __init__(self, client: ProtocolName) -> None:
         self.chat = client == "chat"
+        self.bare = self.chat or client == "gemini"
 
     def delta_frame(self, kind: str) -> tuple[bytes, bytes]:
         """What goes around the JSON of an event of type ``kind`` that the encoder writes
         itself (``frame_deltas``: a text or reasoning delta)."""
-        if self.chat:
+        if self.bare:
             return b"data: ", b"\n\n"
         return b"event: " + kind.encode() + b"\ndata: ", b"\n\n"
 
     def frame(self, obj: dict[str, Any]) -> bytes:
-        if self.chat:
+        if self.bare:
             return b"data: " + orjson.dumps(obj) + b"\n\n"
         return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
 
@@ -289,6 +340,15 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("chat", "messages"): Direction("chat", "messages", _chat_to_messages, tool_stage=True),
     ("responses", "messages"): Direction("responses", "messages", _responses_to_messages, tool_stage=True),
     ("messages", "messages"): Direction("messages", "messages", _messages_to_messages, tool_stage=True),
+    # Gemini's own API clients (Gemini CLI), by way of the Chat form
+    ("gemini", "chat"): Direction("gemini", "chat", _gemini_to_chat, tool_stage=True),
+    ("gemini", "responses"): Direction("gemini", "responses", _gemini_to_responses, tool_stage=False),
+    ("gemini", "messages"): Direction("gemini", "messages", _gemini_to_messages, tool_stage=True),
+    # Gemini upstreams in Gemini's own API (protocol: gemini), every client by way of the Chat form
+    ("chat", "gemini"): Direction("chat", "gemini", _chat_to_gemini, tool_stage=True),
+    ("responses", "gemini"): Direction("responses", "gemini", _responses_to_gemini, tool_stage=True),
+    ("messages", "gemini"): Direction("messages", "gemini", _messages_to_gemini, tool_stage=True),
+    ("gemini", "gemini"): Direction("gemini", "gemini", _gemini_to_gemini, tool_stage=True),
 }
 
 
@@ -389,6 +449,8 @@ class Bridge:
             if direction.upstream == "chat"
             else MessagesStreamDecoder(ctx)
             if direction.upstream == "messages"
+            else GeminiStreamDecoder(ctx)
+            if direction.upstream == "gemini"
             else ResponsesStreamDecoder(ctx)
         )
         self.stage = (
@@ -400,6 +462,8 @@ class Bridge:
             self.encoder: Any = ChatStreamEncoder(ctx, include_usage=include_usage)
         elif direction.client == "messages":
             self.encoder = MessagesEncoder(ctx)
+        elif direction.client == "gemini":
+            self.encoder = GeminiEncoder(ctx)
         else:
             self.encoder = ResponsesStreamEncoder(
                 ctx, incomplete_as_completed=incomplete_as_completed, request_echo=self._echo
@@ -615,6 +679,18 @@ class Bridge:
                 result = encode_chat_completion(events, ctx)
                 err = result.get("error")
                 self.terminal = "failed" if err else _chat_status(result)
+            elif self.direction.client == "gemini":
+                genc = GeminiEncoder(ctx)
+                for ev in events:
+                    genc.feed(ev)
+                result = genc.answer()
+                last = events[-1] if events else None
+                err = last.error if isinstance(last, Finish) and last.status == "failed" else None
+                if err is not None:
+                    err = self.mask.error(err)
+                self.terminal = (
+                    "failed" if err else ("incomplete" if genc.finish_reason not in (None, "STOP") else "completed")
+                )
             elif self.direction.client == "messages":
                 enc = MessagesEncoder(ctx)
                 for ev in events:
@@ -702,6 +778,8 @@ class Bridge:
             return decode_chat_completion(obj, self.ctx)
         if self.direction.upstream == "messages":
             return decode_message(obj, self.ctx)
+        if self.direction.upstream == "gemini":
+            return decode_gemini(obj, self.ctx)
         return decode_response(obj, self.ctx)
 
     def _frame(self, objs: list[dict[str, Any]]) -> list[bytes]:

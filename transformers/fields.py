@@ -40,7 +40,7 @@ from .context import Ctx
 
 __all__ = ["FIELDS", "Field", "screen", "vendor_of"]
 
-_ALL = frozenset({"chat", "responses", "messages"})
+_ALL = frozenset({"chat", "responses", "messages", "gemini"})
 _C, _R, _M = frozenset({"chat"}), frozenset({"responses"}), frozenset({"messages"})
 
 
@@ -98,6 +98,13 @@ FIELDS: dict[str, dict[str, Field]] = {
         "service_tier": Field(_M),
         # Anthropic's own: Claude Code's user id, and its auto mode's home and working paths
         "metadata": ANTHROPIC, "safeguards": ANTHROPIC,
+    },
+    "gemini": {
+        # the model and the stream flag come from the URL: the app puts them in the body
+        "model": P, "stream": P, "contents": Field(), "systemInstruction": Field(),
+        "tools": Field(), "toolConfig": Field(), "generationConfig": Field(),
+        # Google's own: its content filters, its context cache, billing labels
+        "safetySettings": Field(frozenset()), "cachedContent": Field(frozenset()), "labels": Field(frozenset()),
     },
 }
 # fmt: on

@@ -659,7 +659,21 @@ _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
         "text": (dict,),
     },
 }
-_REQUIRED = {"chat": ("model", "messages"), "responses": ("model",), "messages": ("model", "messages")}
+_TYPES["gemini"] = {
+    "model": (str,),
+    "stream": (bool,),
+    "contents": (list,),
+    "systemInstruction": (dict, str),
+    "tools": (list,),
+    "toolConfig": (dict,),
+    "generationConfig": (dict,),
+}
+_REQUIRED = {
+    "chat": ("model", "messages"),
+    "responses": ("model",),
+    "messages": ("model", "messages"),
+    "gemini": ("contents",),  # the model is in the URL: the app puts it in the body after
+}
 
 
 def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
@@ -699,6 +713,8 @@ def _check_fields(body: dict[str, Any], protocol: str) -> None:
             raise RequestError(f"invalid type for '{name}': expected {want}", param=name, code="invalid_type")
     if protocol == "messages" and body["messages"] == []:  # Anthropic answers 400 to it
         raise RequestError("messages: at least one message is required", param="messages", code="invalid_value")
+    if protocol == "gemini" and body["contents"] == []:  # Gemini answers 400 to it
+        raise RequestError("contents is not specified", param="contents", code="invalid_value")
     if protocol == "responses" and body.get("input") is None and not body.get("previous_response_id"):
         raise RequestError("missing required parameter: 'input'", param="input", code="missing_required_parameter")
     check_shapes(body, protocol)  # the fields the proxy reads, down to content parts and tools

@@ -10,8 +10,9 @@ serialise; the frozensets are derived from the ``Literal`` types, so the two can
 type                   values
 =====================  ======================================================================
 ``ProtocolName``       ``chat`` (Chat Completions), ``responses`` (Responses API),
-                       ``messages`` (Anthropic Messages: a client protocol so far, toward
-                       Chat and Responses upstreams): what a client or an upstream speaks
+                       ``messages`` (Anthropic Messages), ``gemini`` (Gemini's own
+                       ``generateContent`` API: a client protocol, toward Chat, Responses
+                       and Messages upstreams): what a client or an upstream speaks
 ``FinishStatus``       ``completed``, ``incomplete``, ``failed``: ``events.Finish.status``,
                        the end of every decoded stream or answer
 ``Outcome``            how a request ended, as logged (``terminal=``) and metered
@@ -37,7 +38,7 @@ __all__ = [
     "ProtocolName",
 ]
 
-ProtocolName = Literal["chat", "responses", "messages"]
+ProtocolName = Literal["chat", "responses", "messages", "gemini"]
 PROTOCOLS: frozenset[str] = frozenset(get_args(ProtocolName))
 
 FinishStatus = Literal["completed", "incomplete", "failed"]

@@ -8,7 +8,9 @@ Theory of operation
   ``server.secret_key`` set, so the proxy seals signatures) in front of one ``GeminiUpstream``
   per model, each its own provider ``profile: gemini`` (``base_url`` the upstream's
   ``/v1beta/openai``), and a plain scripted Chat upstream (``openai-compatible``) per
-  ``other`` model (``stage.others``), for a conversation that switches models.  ``stage.script(model, build)`` gives that upstream a fresh script
+  ``other`` model (``stage.others``), for a conversation that switches models; ``aliases``
+  gives a model's upstream another client-facing name (Gemini CLI sends
+  ``gemini-3-pro-preview`` as ``gemini-3.1-pro-preview``).  ``stage.script(model, build)`` gives that upstream a fresh script
   (``build(up)`` returns the turns, so predicates can read ``up.issued``) and returns it;
   ``mark()`` / ``log_since(mark)`` cut one test's part out of the proxy log;
   ``repairs(rule, model)`` reads ``switchboard_repairs_total`` off ``/metrics``
@@ -68,7 +70,9 @@ class GeminiStage:
     """One proxy process in front of one scripted Gemini upstream per model (and one plain
     scripted Chat upstream, ``openai-compatible``, per ``other`` model)."""
 
-    def __init__(self, models: tuple[str, ...], workdir, other: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, models: tuple[str, ...], workdir, other: tuple[str, ...] = (), aliases: dict[str, str] | None = None
+    ) -> None:
         self.ups: dict[str, GeminiUpstream] = {}
         self.others: dict[str, ScriptedUpstream] = {}
         providers, entries = [], []
@@ -79,6 +83,8 @@ class GeminiStage:
                 prov = provider_entry(up, name=provider_name(m), profile="gemini", protocol="chat")
                 providers.append(prov)
                 entries.append({"name": m, "provider": prov["name"]})
+            for alias, m in (aliases or {}).items():  # another client-facing name of a model's upstream
+                entries.append({"name": alias, "provider": provider_name(m)})
             for m in other:
                 plain = ScriptedUpstream([], name=f"chat-{m}").start()
                 self.others[m] = plain
@@ -127,12 +133,12 @@ class GeminiStage:
             up.stop()
 
 
-def gemini_stage(*models: str, other: tuple[str, ...] = ()):
+def gemini_stage(*models: str, other: tuple[str, ...] = (), aliases: dict[str, str] | None = None):
     """A module-scoped fixture named ``stage`` (assign it to a module-level name)."""
 
     @pytest.fixture(scope="module", name="stage")
     def _stage(tmp_path_factory):
-        st = GeminiStage(models, tmp_path_factory.mktemp("gemini-stage"), other)
+        st = GeminiStage(models, tmp_path_factory.mktemp("gemini-stage"), other, aliases)
         yield st
         st.stop()
 

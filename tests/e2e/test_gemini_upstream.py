@@ -47,6 +47,9 @@ stands in and is counted.
 * ``test_kimi_code``: Kimi Code 2.1.0, its ``openai`` (Chat: drops ``extra_content``),
   ``openai_responses`` and ``anthropic`` provider types.
 * ``test_claude_code``: Claude Code 2.1.332.
+* ``test_gemini_cli``: Gemini CLI 0.61.0 through the proxy's Gemini API route (it sends
+  ``gemini-3-pro-preview`` as ``gemini-3.1-pro-preview``, an alias of the same upstream):
+  the sealed signature rides the ``functionCall`` part's ``thoughtSignature``.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ import openai
 import pytest
 from claude_code_harness import ClaudeCode, ClaudeCodeUnavailable, ensure_claude_code, run_claude_code
 from codex_harness import CODEX_LATEST
+from gemini_cli_harness import GeminiCli, GeminiCliUnavailable, ensure_gemini_cli, run_gemini_cli
 from gemini_upstream import ESCAPE, Call, GeminiTurn, GeminiUpstream
 from kimi_code_harness import KimiCode, KimiCodeUnavailable, ensure_kimi_code, run_kimi_code
 from proxy_harness import PROXY_CLIENT_KEY, REPO
@@ -88,7 +92,7 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "gemini-3-pro-preview"
 OTHER = "e2e-other-chat"  # a plain Chat upstream (openai-compatible), for a switch of model
-_stage = gemini_stage(MODEL, other=(OTHER,))
+_stage = gemini_stage(MODEL, other=(OTHER,), aliases={"gemini-3.1-pro-preview": MODEL})  # (Gemini CLI's name)
 SKIPPED = "thought_signature_skipped"
 CLI_TIMEOUT = 60
 FINAL = "Gemini saw its signatures come back; done ✓"
@@ -635,4 +639,45 @@ def test_claude_code(stage, claude_code, tmp_path, case):
         for k in markers:
             assert any(marker(case, k) in str(r.get("content")) for r in run.tool_results), info
         assert run.returncode == 0 and run.final_text == answer, info
+    _finish(stage, up, case, info, skipped_before=before)
+
+
+# --------------------------------------------------------------------------- Gemini CLI
+
+
+@pytest.fixture(scope="session")
+def gemini_cli() -> GeminiCli:
+    try:
+        return ensure_gemini_cli(REPO)
+    except GeminiCliUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_gemini_cli(stage, gemini_cli, tmp_path, case):
+    """Gemini CLI speaks Gemini's own API: the proxy seals each signature into the
+    ``thoughtSignature`` of the ``functionCall`` part, Gemini CLI keeps it in its history,
+    and Gemini gets its own signature back on the next step, byte for byte."""
+    up = stage.script(MODEL, script(case, _shell_call(case, "run_shell_command", "command"), FINAL))
+    px, mark, before = stage.proxy, stage.mark(), stage.repairs(SKIPPED, MODEL)
+    run = run_gemini_cli(
+        gemini_cli,
+        PROMPT,
+        base_url=px.url,
+        model=MODEL,
+        workspace=tmp_path / "ws",
+        home=tmp_path / "home",
+        api_key=PROXY_CLIENT_KEY,
+        timeout=CLI_TIMEOUT * 2,
+    )
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)[-6000:]}"
+    assert not run.timed_out, info
+    if run.isolation == "netns":
+        assert run.interfaces == ["lo"], info
+    markers = [0, 1] if case != "single" else [0]
+    assert [c["tool_name"] for c in run.tool_calls] == ["run_shell_command"] * len(markers), info
+    for k in markers:
+        assert any(marker(case, k) in str(r.get("output")) for r in run.tool_results), info
+    assert run.returncode == 0 and run.final_text.endswith(FINAL), info
+    assert '"model":"gemini-3.1-pro-preview"' in stage.log_since(mark), info  # (its name on the wire)
     _finish(stage, up, case, info, skipped_before=before)

@@ -1,4 +1,5 @@
-"""Every upstream fault × the nine directions (and the three to Gemini) × stream and non-stream, through the app
+"""Every upstream fault × the nine directions (and the three to Gemini, and a Gemini API
+client toward each upstream kind) × stream and non-stream, through the app
 against a real loopback fault upstream (``fault_upstream.FaultUpstream``).  The four
 directions between the OpenAI protocols run on both upstream transports; the five with
 Anthropic Messages on either side on the proxy's own (``fast``) only, to keep the file's
@@ -7,7 +8,8 @@ runtime bounded (the transports are protocol-blind: the four cover httpx's).
 Each fault model has two targets: the faulty provider, then a good one on the same
 protocol.  For every case: the answer comes within ``BOUND`` seconds; before the first byte
 it is an OpenAI error with the expected status and code (a Messages client: Anthropic's
-error with the expected status and error type), after it a stream with exactly one
+error with the expected status and error type; a Gemini client: Google's, with the
+expected status and its status name), after it a stream with exactly one
 terminal; the text and tool-call arguments the client got are the upstream's (all of them
 when the answer completed, a prefix when it failed: never invented); the attempts counted
 per provider and outcome, and the provider the request was accounted to, are the expected
@@ -39,15 +41,48 @@ PROTOCOLS = ("chat", "responses", "messages")
 # the upstream kinds: the three protocols, and Gemini's OpenAI-compatible endpoint (a Chat
 # upstream under the gemini profile: its request rows run on every fault)
 UPSTREAMS = (*PROTOCOLS, "gemini")
-DIRECTIONS = [(c, u) for c in PROTOCOLS for u in UPSTREAMS]
+# the clients: the three protocols, and Gemini's own API (Gemini CLI)
+CLIENTS = (*PROTOCOLS, "gemini-api")
+DIRECTIONS = [(c, u) for c in CLIENTS for u in UPSTREAMS]
 # the upstream transports each direction runs on
-TRANSPORTS = {d: ("fast", "httpx") if "messages" not in d and "gemini" not in d else ("fast",) for d in DIRECTIONS}
+TRANSPORTS = {
+    d: ("fast", "httpx") if not {"messages", "gemini", "gemini-api"} & set(d) else ("fast",) for d in DIRECTIONS
+}
 PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 BODY: dict[str, dict[str, Any]] = {
     "chat": {"messages": [{"role": "user", "content": "read a.py and ls"}]},
     "responses": {"input": "read a.py and ls"},
     "messages": {"max_tokens": 256, "messages": [{"role": "user", "content": "read a.py and ls"}]},
+    "gemini-api": {"contents": [{"role": "user", "parts": [{"text": "read a.py and ls"}]}]},
 }
+# an HTTP error status → Google's status name (a Gemini API client)
+GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE"}
+
+
+def post(c: httpx.AsyncClient, client: str, model: str, stream: bool) -> Any:
+    if client == "gemini-api":  # the model and the stream in the path
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return c.post(f"/v1beta/models/{model}:{method}", json=BODY[client], timeout=10)
+    return c.post(PATH[client], json={**BODY[client], "model": model, "stream": stream}, timeout=10)
+
+
+def gemini_view(raw: bytes) -> tuple[dict[str, Any], str, list[tuple[str, str]]]:
+    """A Gemini API client's stream: (its terminal, the text, the calls); checks its shape:
+    bare data lines, one terminal (a finishReason, or an error object), last."""
+    events = parse_sse(raw)
+    assert events and "[DONE]" not in events and b"event:" not in raw
+    ends = [i for i, e in enumerate(events) if "error" in e or e["candidates"][0].get("finishReason")]
+    assert ends == [len(events) - 1], events
+    last = events[-1]
+    parts = [p for e in events if "candidates" in e for p in e["candidates"][0]["content"]["parts"]]
+    text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
+    calls = [(p["functionCall"]["name"], orjson.dumps(p["functionCall"]["args"]).decode()) for p in parts
+             if "functionCall" in p]  # fmt: skip
+    if "error" in last:
+        return {"status": "failed", "code": None, "google": last["error"]["status"]}, text, calls
+    return {"status": "completed", "code": None}, text, calls
+
+
 # the fault providers of each upstream protocol: (faulty, good, refused)
 PROVIDERS = {
     "chat": ("fchat", "gchat", "dchat"),
@@ -148,6 +183,14 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 def calls_of(client: str, stream: bool, r: httpx.Response) -> tuple[str, list[tuple[str, str]]]:
     """(text, [(name, arguments)]) the client received."""
+    if client == "gemini-api":
+        if stream:
+            _, text, calls = gemini_view(r.content)
+            return text, calls
+        parts = r.json()["candidates"][0]["content"]["parts"]
+        text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
+        return text, [(p["functionCall"]["name"], orjson.dumps(p["functionCall"]["args"]).decode()) for p in parts
+                      if "functionCall" in p]  # fmt: skip
     if not stream:
         out = r.json()
         if client == "chat":
@@ -213,8 +256,9 @@ async def test_fault(
     cfg["server"]["upstream_transport"] = transport
     c = await client_factory(**cfg)
     model = f"{upstream}-refused" if mode == "refused" else f"{upstream}-fault-{mode}"
+    label = "gemini" if client_proto == "gemini-api" else client_proto  # (the metrics' client label)
     t0 = time.perf_counter()
-    r = await c.post(PATH[client_proto], json={**BODY[client_proto], "model": model, "stream": stream}, timeout=10)
+    r = await post(c, client_proto, model, stream)
     took = time.perf_counter() - t0
     assert took < BOUND, f"answered in {took:.2f}s"
     exp = expected(mode, stream, upstream)
@@ -228,7 +272,11 @@ async def test_fault(
     if exp[0] == "error":
         _, status, code = exp
         assert r.status_code == status, r.text
-        if client_proto == "messages":  # Anthropic's shape: an error type, no code
+        if client_proto == "gemini-api":  # Google's shape: the status, its name
+            err = r.json()["error"]
+            assert set(err) == {"code", "message", "status"} and err["code"] == status, err
+            assert err["status"] == GOOGLE_STATUS[status] and err["message"], err
+        elif client_proto == "messages":  # Anthropic's shape: an error type, no code
             body = r.json()
             assert body["type"] == "error" and body["request_id"] == r.headers["x-request-id"], body
             err = body["error"]
@@ -240,10 +288,12 @@ async def test_fault(
         assert attempts(bad, "bad_response") == 1 and attempts(good, "ok") == 0
         assert metric(m, "switchboard_requests_total", provider=bad, status=str(status)) == 1
         if stream:
-            assert metric(m, "switchboard_stream_outcomes_total", outcome="error", client=client_proto) == 1
+            assert metric(m, "switchboard_stream_outcomes_total", outcome="error", client=label) == 1
         return
     assert r.status_code == 200, r.text
-    if stream:
+    if stream and client_proto == "gemini-api":
+        got = gemini_view(r.content)[0]
+    elif stream:
         got = client_view(client_proto, r.content)  # one terminal, the protocol's shape
     else:
         got = {"status": r.json().get("status", "completed"), "code": None}
@@ -257,9 +307,13 @@ async def test_fault(
         else:
             assert attempts(bad, "ok") == 1 and attempts(good, "ok") == 0
     else:
-        if client_proto == "messages":
-            # Anthropic's error event has a type, not a code: the code is the metrics'
-            assert (got["status"], got["error_type"]) == ("failed", "api_error"), got
+        if client_proto in ("messages", "gemini-api"):
+            # Anthropic's error event has a type, Google's a status name, not a code: the
+            # code is the metrics'
+            if client_proto == "messages":
+                assert (got["status"], got["error_type"]) == ("failed", "api_error"), got
+            else:
+                assert (got["status"], got["google"]) == ("failed", "INTERNAL"), got
             failures = {c: metric(m, "switchboard_stream_failures_total", provider=bad, code=c) for c in exp[1]}
             assert sum(failures.values()) == 1, failures
         else:
@@ -270,19 +324,19 @@ async def test_fault(
             assert name == real_name and real_args.startswith(args)
         assert attempts(bad, "ok") == 1 and attempts(good, "ok") == 0
     if stream:
-        assert metric(m, "switchboard_stream_outcomes_total", outcome=got["status"], client=client_proto) == 1
+        assert metric(m, "switchboard_stream_outcomes_total", outcome=got["status"], client=label) == 1
     hits = [h for h in fault.hits if h[0] == "good"]
     assert len(hits) == (1 if exp[0] == "fallback" else 0)
 
 
 def test_matrix_covers_the_issue() -> None:
     assert {"refused", *MODES} == {m for m, *_ in CASES}
-    assert {(c, u) for _, c, u, *_ in CASES} == {(c, u) for c in PROTOCOLS for u in UPSTREAMS}
-    # the four OpenAI directions on both transports, the five with Messages and the three
-    # to Gemini on the fast one
+    assert {(c, u) for _, c, u, *_ in CASES} == {(c, u) for c in CLIENTS for u in UPSTREAMS}
+    # the four OpenAI directions on both transports, the five with Messages, the three
+    # to Gemini and the four from a Gemini API client on the fast one
     openai = {(c, u) for c in ("chat", "responses") for u in ("chat", "responses")}
     for _, c, u, _, t in CASES:
         assert t in (("fast", "httpx") if (c, u) in openai else ("fast",))
-    assert len(CASES) == 14 * (4 * 2 + 5 * 1 + 3 * 1) * 2
+    assert len(CASES) == 14 * (4 * 2 + 5 * 1 + 3 * 1 + 4 * 1) * 2
     assert len(set(CASES)) == len(CASES)
     assert orjson.dumps(CALLS)

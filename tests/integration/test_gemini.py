@@ -1,6 +1,9 @@
 """Gemini (its OpenAI-compatible endpoint) through the app: every client's second and third
 tool steps carry the signature Gemini made, bound to the client key it was given to; what
-does not come back becomes the escape value, counted; nothing else is sent as Gemini's."""
+does not come back becomes the escape value, counted; nothing else is sent as Gemini's.
+The clients are Chat, Responses, Messages and Gemini's own API (Gemini CLI: its model parts
+sent back without the thought parts, the signature riding the functionCall part's
+``thoughtSignature``)."""
 
 from __future__ import annotations
 
@@ -123,16 +126,29 @@ def request(client: str, stream: bool) -> dict[str, Any]:
         return {"model": "gemini-3-pro-preview", "input": [{"role": "user", "content": "go"}], "tools": tools,
                 "stream": stream, "store": False, "include": ["reasoning.encrypted_content"],
                 "prompt_cache_key": "t1", "reasoning": {"effort": "medium"}}  # fmt: skip
+    if client == "gemini":  # (the model and the stream are in the path)
+        tools = [{"functionDeclarations": [{"name": "exec_command", "parametersJsonSchema": PARAMS}]}]
+        return {"contents": [{"role": "user", "parts": [{"text": "go"}]}], "tools": tools,
+                "generationConfig": {"thinkingConfig": {"includeThoughts": True, "thinkingLevel": "high"}}}  # fmt: skip
     tools = [{"name": "exec_command", "input_schema": PARAMS}]
     return {"model": "gemini-3-pro-preview", "max_tokens": 2000, "messages": [{"role": "user", "content": "go"}],
             "tools": tools, "stream": stream, "thinking": {"type": "adaptive"}}  # fmt: skip
 
 
 PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+GEMINI_PATH = {True: "/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse",
+               False: "/v1beta/models/gemini-3-pro-preview:generateContent"}  # fmt: skip
+
+
+def path(client: str, stream: bool) -> str:
+    return GEMINI_PATH[stream] if client == "gemini" else PATH[client]
 
 
 def answer(client: str, r: httpx.Response, stream: bool) -> Any:
     assert r.status_code == 200, r.text
+    if client == "gemini":  # the model's parts, every chunk's in order
+        chunks = parse_sse(r.content) if stream else [r.json()]
+        return {"parts": [p for e in chunks for p in e["candidates"][0]["content"]["parts"]]}
     if not stream:
         return r.json()
     evs = parse_sse(r.content)
@@ -166,6 +182,15 @@ def follow_up(client: str, body: dict[str, Any], ans: Any) -> dict[str, Any]:
         msg = ans["choices"][0]["message"]
         outs = [{"role": "tool", "tool_call_id": tc["id"], "content": "ok"} for tc in msg.get("tool_calls") or ()]
         body["messages"] = [*body["messages"], msg, *outs]
+    elif client == "gemini":  # as Gemini CLI keeps them: thought parts left out
+        model = [p for p in ans["parts"] if not p.get("thought") and (p.get("text") or "functionCall" in p)]
+        res = [
+            {"functionResponse": {"id": p["functionCall"]["id"], "name": p["functionCall"]["name"],
+                                  "response": {"output": "ok"}}}
+            for p in model
+            if "functionCall" in p
+        ]  # fmt: skip
+        body["contents"] = [*body["contents"], {"role": "model", "parts": model}, {"role": "user", "parts": res}]
     elif client == "responses":
         out = ans["output"]
         outs = [
@@ -188,12 +213,14 @@ def final_text(client: str, ans: Any) -> str:
         return ans["choices"][0]["message"]["content"]
     if client == "responses":
         return "".join(p["text"] for i in ans["output"] if i["type"] == "message" for p in i["content"])
+    if client == "gemini":
+        return "".join(p.get("text", "") for p in ans["parts"] if not p.get("thought"))
     return "".join(b["text"] for b in ans["content"] if b["type"] == "text")
 
 
 @pytest.mark.parametrize("plan", [[1, 1, 0], [2, 0], [1, 0]], ids=["two-steps", "parallel", "single"])
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
-@pytest.mark.parametrize("client", ["chat", "responses", "messages"])
+@pytest.mark.parametrize("client", ["chat", "responses", "messages", "gemini"])
 async def test_every_tool_step_reaches_the_final_answer(
     client_factory: Any, mock: Any, client: str, stream: bool, plan: list[int]
 ) -> None:
@@ -204,7 +231,7 @@ async def test_every_tool_step_reaches_the_final_answer(
     body = request(client, stream)
     headers = {"authorization": "Bearer key-alice"}
     for _ in plan:
-        ans = answer(client, await c.post(PATH[client], json=body, headers=headers), stream)
+        ans = answer(client, await c.post(path(client, stream), json=body, headers=headers), stream)
         body = follow_up(client, body, ans)
     assert final_text(client, ans) == "All done."
     # every signature Gemini made came back, byte for byte, on every later request
@@ -218,7 +245,7 @@ def _signed_before(plan: list[int], k: int) -> int:
     return sum(1 for calls in plan[:k] if calls)
 
 
-@pytest.mark.parametrize("client", ["chat", "responses", "messages"])
+@pytest.mark.parametrize("client", ["chat", "responses", "messages", "gemini"])
 async def test_a_signature_given_to_one_key_does_not_open_for_another(
     client_factory: Any, mock: Any, client: str
 ) -> None:
@@ -229,8 +256,12 @@ async def test_a_signature_given_to_one_key_does_not_open_for_another(
     gemini.plan = [1, 0]
     mock.route(method="POST", url=GEMINI_URL).mock(side_effect=gemini)
     body = request(client, False)
-    ans = answer(client, await c.post(PATH[client], json=body, headers={"authorization": "Bearer key-alice"}), False)
-    r = await c.post(PATH[client], json=follow_up(client, body, ans), headers={"authorization": "Bearer key-bob"})
+    ans = answer(
+        client, await c.post(path(client, False), json=body, headers={"authorization": "Bearer key-alice"}), False
+    )
+    r = await c.post(
+        path(client, False), json=follow_up(client, body, ans), headers={"authorization": "Bearer key-bob"}
+    )
     assert r.status_code == 200, r.text
     assert gemini.sent_signatures(gemini.bodies[-1]) == [ESCAPE]
     m = (await c.get("/metrics")).text
@@ -260,11 +291,15 @@ async def test_gemini_refusal_reaches_each_client_in_its_own_shape(client_factor
     c = await client_factory(**config())
     body = [{"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED"}}]  # fmt: skip
     mock.route(method="POST", url=GEMINI_URL).mock(return_value=httpx.Response(429, json=body))
-    for client in ("chat", "responses", "messages"):
-        r = await c.post(PATH[client], json=request(client, False), headers={"authorization": "Bearer key-alice"})
+    for client in ("chat", "responses", "messages", "gemini"):
+        r = await c.post(
+            path(client, False), json=request(client, False), headers={"authorization": "Bearer key-alice"}
+        )
         assert r.status_code == 429
         err = r.json()
-        if client == "messages":
+        if client == "gemini":
+            assert err["error"]["status"] == "RESOURCE_EXHAUSTED" and "exhausted" in err["error"]["message"]
+        elif client == "messages":
             assert err["type"] == "error" and err["error"]["type"] == "rate_limit_error"
         else:
             assert err["error"]["code"] == "rate_limit_exceeded" and "exhausted" in err["error"]["message"]

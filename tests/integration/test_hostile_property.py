@@ -9,6 +9,9 @@ plus arbitrary JSON objects built from the fields the proxy knows.  They go thro
 ASGI app to every upstream kind (the demo provider, mocked Chat, Responses and Messages
 upstreams, each quirk switched on).  A Messages client's error is Anthropic's shape and its
 stream is checked as Claude Code reads it (``test_hostile_upstream.messages_view``).
+Gemini API bodies (Gemini CLI's shape: thought signatures, function calls without ids,
+function responses, OpenAPI parameter schemas) go to every upstream kind the same way; a
+Gemini client's error is Google's shape and its stream ends with one terminal.
 """
 
 from __future__ import annotations
@@ -196,6 +199,9 @@ def check_answer(r: httpx.Response, path: str) -> None:
     """A 4xx error object, a JSON answer, or a stream that ends with its terminal, by what
     the answer says it is (a mutation may have flipped the body's ``stream``)."""
     assert r.status_code < 500, r.text[:800]
+    if path.startswith("/v1beta/"):
+        check_gemini_answer(r)
+        return
     if path == MSG:
         check_messages_answer(r)
         return
@@ -601,3 +607,87 @@ def test_arbitrary_messages_bodies_never_5xx(proxy: Proxy, data: st.DataObject) 
             )
         )
     check_answer(proxy.post(MSG, orjson.dumps(body)), MSG)
+
+
+# -- Gemini's own API (Gemini CLI) -------------------------------------------------------------
+
+
+def check_gemini_answer(r: httpx.Response) -> None:
+    """A Gemini client's: Google's error object, a whole answer, or a stream of bare data
+    lines whose last one, and only it, is the terminal (a finishReason or an error)."""
+    if r.status_code >= 400:
+        body = r.json()
+        assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "status"}, body
+        assert body["error"]["code"] == r.status_code, body
+        return
+    if not r.headers.get("content-type", "").startswith("text/event-stream"):
+        out = r.json()
+        assert isinstance(out, dict) and isinstance(out["candidates"][0]["content"]["parts"], list), str(out)[:800]
+        return
+    p = SSEParser()
+    events = [orjson.loads(e.data) for e in p.feed(r.content) + p.end()]
+    assert events, "an empty stream"
+    ends = [i for i, e in enumerate(events) if "error" in e or e["candidates"][0].get("finishReason")]
+    assert ends == [len(events) - 1], str(events)[-800:]
+
+
+def gemini_base() -> dict[str, Any]:
+    """A Gemini CLI request of a tool step: its system instruction, tools (one in JSON Schema,
+    one in Gemini's OpenAPI form), the model's call with a signature and no id, the
+    function response, thinking on."""
+    sealed = envelope.seal("I should list the files.", owner_envelope_key(b"h" * 48, OPEN_OWNER), {"c1": "GSIG"})
+    return {
+        "systemInstruction": {"role": "user", "parts": [{"text": "You are Gemini CLI."}]},
+        "contents": [
+            {"role": "user", "parts": [{"text": "list the files"}]},
+            {"role": "model", "parts": [{"text": "Listing.", "thoughtSignature": "skip_thought_signature_validator"},
+                                        {"functionCall": {"name": "run_shell_command", "args": {"command": "ls"}},
+                                         "thoughtSignature": sealed}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "run_shell_command",
+                                                             "response": {"output": "a.py"}}}]},
+        ],
+        "tools": [{"functionDeclarations": [
+            {"name": "run_shell_command", "description": "run",
+             "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}}},
+            {"name": "read_file", "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}}}},
+        ]}, {"googleSearch": {}}],
+        "toolConfig": {"functionCallingConfig": {"mode": "AUTO"}},
+        "generationConfig": {"maxOutputTokens": 1000, "temperature": 1, "topK": 64,
+                             "thinkingConfig": {"includeThoughts": True, "thinkingBudget": 8192}},
+    }  # fmt: skip
+
+
+def gemini_path(model: Any, stream: bool) -> str:
+    return f"/v1beta/models/{model}:" + ("streamGenerateContent?alt=sse" if stream else "generateContent")
+
+
+@PROPERTY
+@given(data=st.data())
+def test_mutated_gemini_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
+    """Toward a Chat, a Responses and a Messages upstream (and the demo)."""
+    model = data.draw(st.sampled_from((*ALL_MODELS, *MESSAGES_MODELS)))
+    path = gemini_path(model, data.draw(st.booleans()))
+    check_answer(proxy.post(path, mutate(data, gemini_base())), path)
+
+
+GEMINI_FIELDS = ["contents", "systemInstruction", "tools", "toolConfig", "generationConfig", "safetySettings", "model"]
+PART_KEYS = ["text", "thought", "thoughtSignature", "functionCall", "functionResponse", "inlineData", "fileData"]
+
+
+@PROPERTY
+@given(data=st.data())
+def test_arbitrary_gemini_bodies_never_5xx(proxy: Proxy, data: st.DataObject) -> None:
+    model = data.draw(st.sampled_from((*ALL_MODELS, *MESSAGES_MODELS)))
+    path = gemini_path(model, data.draw(st.booleans()))
+    if data.draw(st.integers(0, 9)) == 0:  # not even JSON, sometimes
+        check_answer(proxy.post(path, data.draw(st.binary(max_size=64))), path)
+        return
+    body = data.draw(st.dictionaries(st.sampled_from(GEMINI_FIELDS), json_values, max_size=6))
+    if data.draw(st.integers(0, 4)):
+        part = st.dictionaries(st.sampled_from(PART_KEYS), json_values, max_size=3)
+        content = st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "model", "function", "x"])},
+            optional={"parts": st.lists(part, max_size=3)},
+        )
+        body["contents"] = data.draw(st.lists(st.one_of(json_values, content), max_size=4))
+    check_answer(proxy.post(path, orjson.dumps(body)), path)

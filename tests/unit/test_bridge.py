@@ -162,12 +162,13 @@ def test_documented_stream_failure_codes_are_all_produced_here() -> None:
 
 
 def test_directions_table_is_complete() -> None:
-    # every pair of the three protocols
-    three = ("chat", "responses", "messages")
-    assert set(DIRECTIONS) == {(c, u) for c in three for u in three}
+    # every pair of the four protocols
+    four = ("chat", "responses", "messages", "gemini")
+    assert set(DIRECTIONS) == {(c, u) for c in four for u in four}
     for (c, u), d in DIRECTIONS.items():
         assert (d.client, d.upstream) == (c, u)
-        assert d.tool_stage == (u in ("chat", "messages"))  # the upstreams whose tools go in the Chat form
+        # the upstreams whose tools go in the Chat form
+        assert d.tool_stage == (u in ("chat", "messages", "gemini"))
 
 
 def test_a_custom_tool_comes_back_as_itself_from_a_messages_upstream() -> None:

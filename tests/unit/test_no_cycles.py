@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 import pytest
 
 from bench.fake_upstream import chat_json, responses_json
@@ -62,6 +63,8 @@ def _collector_off() -> Iterator[list[str]]:
 def _body(client: str, stream: bool) -> dict[str, Any]:
     if client in ("chat", "messages"):
         return {"model": "pub-model", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    if client == "gemini":
+        return {"model": "pub-model", "stream": stream, "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
     return {"model": "pub-model", "stream": stream, "store": False, "input": "hi", "instructions": "be brief"}
 
 
@@ -76,13 +79,35 @@ def _stream(client: str, upstream: str, body: bytes, *, websocket: bool = False)
 def _whole(client: str, upstream: str) -> bytes:
     ctx = Ctx(upstream_model="up-model", public_model="pub-model", tools=tool_info(client))
     _, bridge = open_bridge(_body(client, False), client, upstream, ctx)
-    obj = chat_json("up-model", 20) if upstream == "chat" else responses_json("up-model", 20)
+    obj = (
+        chat_json("up-model", 20)
+        if upstream == "chat"
+        else _gemini_whole()
+        if upstream == "gemini"
+        else responses_json("up-model", 20)
+    )
     status, out = bridge.complete(obj)
     assert status == 200
     return out
 
 
+# a Gemini answer in its own API: thought, text, a call, the finish with usage
+GEMINI_CHUNKS: list[dict[str, Any]] = [
+    {"candidates": [{"content": {"role": "model", "parts": [{"text": "hm", "thought": True}]}}], "responseId": "r"},
+    {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hello"}]}}]},
+    {"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"a": 1}},
+                                                             "thoughtSignature": "c2ln"}]}}]},
+    {"candidates": [{"content": {"role": "model", "parts": []}, "finishReason": "STOP"}],
+     "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2, "totalTokenCount": 5}},
+]  # fmt: skip
+
+
 def _streams(upstream: str) -> Iterator[bytes]:
+    if upstream == "gemini":
+        whole = b"".join(b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in GEMINI_CHUNKS)
+        yield whole
+        yield whole[: len(whole) // 2]
+        return
     for name in CHAT_FIXTURES if upstream == "chat" else RESP_FIXTURES:
         events = load(name)
         whole = sse_bytes(events)
@@ -90,6 +115,11 @@ def _streams(upstream: str) -> Iterator[bytes]:
         yield whole[: len(whole) // 2]  # the upstream went away mid-stream
         mixed = itertools.chain.from_iterable(zip(events, ([o] for o in itertools.cycle(ODD)), strict=False))
         yield b"".join((o[0] + b"\n\n") if isinstance(o, list) else sse_bytes([o]) for o in mixed)
+
+
+def _gemini_whole() -> dict[str, Any]:
+    parts = [p for c in GEMINI_CHUNKS for p in c["candidates"][0]["content"]["parts"]]
+    return {**GEMINI_CHUNKS[-1], "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}]}
 
 
 def _assert_no_cycles(run: Callable[[], Any]) -> None:

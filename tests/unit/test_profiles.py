@@ -26,7 +26,7 @@ def test_profiles_match_config_and_quirk_names() -> None:
     for p in PROFILES.values():
         assert p.quirks <= QUIRKS, p.name
         assert p.auth in ("bearer", "api-key", "x-api-key", "none")
-        assert set(p.protocols) <= {"chat", "responses", "messages"}
+        assert set(p.protocols) <= {"chat", "responses", "messages", "gemini"}
         for _, q in p.url_quirks:
             assert q <= QUIRKS
     for _, q in MODEL_QUIRKS:

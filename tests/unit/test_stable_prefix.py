@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from providers.profiles import PROFILES
-from transformers.bridge import open_bridge
+from transformers.bridge import DIRECTIONS, open_bridge
 from transformers.context import Ctx
 from transformers.envelope import seal, seal_compaction
 from transformers.ids import MAX_CALL_ID, sanitize, to_anthropic_id
@@ -204,7 +204,31 @@ def messages_body(c: Conversation, n: int) -> dict[str, Any]:
             "thinking": {"type": "enabled", "budget_tokens": 2048}}  # fmt: skip
 
 
-BODIES = {"chat": chat_body, "responses": responses_body, "messages": messages_body}
+def gemini_body(c: Conversation, n: int) -> dict[str, Any]:
+    # as Gemini CLI: each step a model content of its text and calls, the results in a user
+    # content, the reasoning as the proxy sealed it into the first call's thoughtSignature
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": c.first}]}]
+    for answer, nxt in c.rounds[:n]:
+        parts: list[dict[str, Any]] = []
+        if answer.text:
+            parts.append({"text": answer.text})
+        for j, k in enumerate(answer.calls):
+            part: dict[str, Any] = {"functionCall": {"id": k.id, "name": k.name, "args": k.args}}
+            if j == 0 and answer.reasoning:
+                part["thoughtSignature"] = seal(answer.reasoning, KEY)
+            parts.append(part)
+        if parts:
+            contents.append({"role": "model", "parts": parts})
+        results = [
+            {"functionResponse": {"id": k.id, "name": k.name, "response": {"output": k.output}}} for k in answer.calls
+        ]
+        contents.append({"role": "user", "parts": results or [{"text": nxt}]})
+    tools = [{"functionDeclarations": [{"name": t, "parameters": _schema()} for t in c.tools]}]
+    return {"model": "m", "systemInstruction": {"parts": [{"text": c.system}]}, "contents": contents, "tools": tools,
+            "stream": True}  # fmt: skip
+
+
+BODIES = {"chat": chat_body, "responses": responses_body, "messages": messages_body, "gemini": gemini_body}
 
 
 # -- the check -------------------------------------------------------------------------------------
@@ -230,6 +254,9 @@ def _parts(body: dict[str, Any], upstream: str) -> tuple[bytes, list[bytes]]:
     elif upstream == "responses":
         head = [body.get("instructions"), body.get("tools"), body.get("prompt_cache_key")]
         entries = body["input"]
+    elif upstream == "gemini":
+        head = [body.get("systemInstruction"), body.get("tools"), body.get("toolConfig")]
+        entries = body["contents"]
     else:
         body = _uncached(body)
         system = body.get("system")
@@ -294,7 +321,7 @@ def test_every_turn_extends_the_one_before(c: Conversation, pick: tuple[str, str
 
 
 def test_every_direction_is_drawn() -> None:
-    assert {(cl, up) for cl in BODIES for up, _ in UPSTREAMS} == {(a, b) for a in BODIES for b in BODIES}
+    assert {(cl, up) for cl in BODIES for up, _ in UPSTREAMS} == set(DIRECTIONS)
 
 
 def test_the_check_sees_a_changed_earlier_entry() -> None:
