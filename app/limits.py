@@ -362,6 +362,9 @@ class Limiter:
         self.counters = counters
         self.metrics = metrics
         self.failed_at = 0.0
+        # the policies of the keys made at run time (app/keys.py): name → limits (None: the
+        # default), set by the key registry at each change
+        self.runtime: dict[str, LimitsCfg | None] = {}
         self.reload(config)
 
     def reload(self, config: Config) -> None:
@@ -378,7 +381,10 @@ class Limiter:
         return time.monotonic() - self.failed_at < _DEGRADED_FOR if self.failed_at else False
 
     def policy(self, name: str) -> LimitsCfg | None:
-        return self.policies.get(name, self.default)
+        got = self.policies.get(name)
+        if got is None:
+            got = self.runtime.get(name)
+        return self.default if got is None else got
 
     def price(self, model: str) -> PriceCfg | None:
         got = self.prices.get(model)

@@ -38,11 +38,13 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from app import accounting, compact, logs, metrics, stored, tokens
+from app.admin import AdminAuth, admin_routes
 from app.capture import Capture
 from app.config import Config, ConfigError, load_config
 from app.drain import Drain
 from app.failover import Resilience
 from app.guard import Guard
+from app.keys import KeyRegistry, Keys, KeysError
 from app.limits import Limiter, MemoryCounters, RedisCounters
 from app.logs import log
 from app.pipeline import ProxyResponse
@@ -238,6 +240,9 @@ class Service:
         )
         # usage records (app/usage.py), in the store's backend
         self.usage = UsageLog(config, self.store, self.counters)
+        # client keys made at run time (app/keys.py), in the store's backend, refreshed
+        # from it every half second; the config's keys (self.digests) stay as they are
+        self.keys = KeyRegistry(Keys(config, self.store), on_change=self._runtime_keys)
         # OpenTelemetry spans (app/tracing.py), None when tracing is off
         self.tracing: Tracing | None = _tracing(config)
         # capture of exchanges for switchboard replay (app/capture.py), None when off
@@ -245,7 +250,8 @@ class Service:
 
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
-        if not self.digests:
+        await self.keys.start()
+        if not self.digests and not self.keys.by_digest:
             log.warning(
                 "open_proxy",
                 message="no client API keys configured (auth.keys): anyone who can reach this port can use every "
@@ -264,6 +270,7 @@ class Service:
         finally:
             self.ready = False
             self.drain.done()
+            await self.keys.aclose()
             await self.router.aclose()
             await self.usage.aclose()
             if self.store is not None:
@@ -286,6 +293,11 @@ class Service:
         self.limiter.reload(fresh)
         log.info("reloaded", what="limits")
 
+    def _runtime_keys(self, policies: dict[str, Any]) -> None:
+        """The runtime keys changed (app/keys.py): their limits, and their names as metric labels."""
+        self.limiter.runtime = policies
+        self.counters.add_keys(policies)
+
     def envelope_key_for(self, owner: str) -> bytes:
         """The key that seals and opens this client key's envelopes (reasoning, compaction):
         derived from the server's secret and the key's name, so a blob sealed for one client
@@ -301,7 +313,7 @@ class Service:
     def authorize(self, h: Any) -> str:
         """Check the client key in headers ``h`` (a dict or Starlette's Headers); the key's
         name (``auth.keys``: what owns its stored responses)."""
-        if not self.digests:
+        if not self.digests and not self.keys.by_digest:
             return OPEN_OWNER
         auth = h.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else h.get("api-key") or h.get("x-api-key") or ""
@@ -312,6 +324,11 @@ class Service:
         for x, name in self.digests:  # every digest compared: the time does not tell which matched
             if hmac.compare_digest(d, x) and owner is None:
                 owner = name
+        if owner is None and self.keys.by_digest:  # a key made at run time (app/keys.py)
+            try:
+                owner = self.keys.lookup(d, time.time())
+            except KeysError as e:
+                raise ProxyError(401, str(e), code=e.code) from None
         if owner is None:
             raise ProxyError(401, "Incorrect API key provided.", code="invalid_api_key")
         return owner
@@ -513,6 +530,9 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     _info_routes(app, svc)
     stored.routes(app, svc)
     usage_routes(app, svc)
+    admin = AdminAuth(svc)
+    admin_routes(app, svc, admin)
+    app.state.admin = admin
     _error_handlers(app, svc)
     return app
 

@@ -470,6 +470,16 @@ class Metrics:
                     return float(sample.value)
         return 0.0
 
+    def add_keys(self, names: Iterable[str]) -> None:
+        """Client key names made at run time (app/keys.py) join the ``key_name`` set (at most
+        ``MAX_SERIES`` names: past that they stay ``other``)."""
+        known = self.labels["key_name"]
+        fresh = frozenset(names) - known
+        if fresh and len(known) + len(fresh) <= MAX_SERIES:
+            self.labels["key_name"] = known | fresh
+            self._keys.clear()  # (a remembered label set may have said "other")
+            self._turns.clear()
+
     def series_count(self) -> int:
         """Label sets over every metric (a histogram's label set is one, whatever its buckets)."""
         return sum(len(s) for s in self._series.values())
