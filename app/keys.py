@@ -113,14 +113,14 @@ class KeyRecord:
 
     def public(self, now: float) -> dict[str, Any]:
         """What the API and the CLI show (no digest, no secret)."""
-        lim = dict(self.limits) if self.limits is not None else None
+        models, lim = split_limits(self.limits)
         return {
             "object": "key",
             "name": self.name,
             "source": "api",
             "read_only": False,
             "hint": self.hint,
-            "models": lim.pop("models", None) if lim is not None else None,
+            "models": models,
             "limits": lim,
             "expires_at": iso(self.expires_at),
             "expired": self.expires_at is not None and self.expires_at <= now,
@@ -129,6 +129,15 @@ class KeyRecord:
             "created_by": self.created_by,
             "rotating_until": iso(self.until) if self.previous and self.until and self.until > now else None,
         }
+
+
+def split_limits(limits: dict[str, Any] | None) -> tuple[list[str] | None, dict[str, Any] | None]:
+    """(the models, the other limits or None) of a stored ``limits``."""
+    if limits is None:
+        return None, None
+    rest = dict(limits)
+    models = rest.pop("models", None)
+    return models, rest or None
 
 
 def iso(ts: float | None) -> str | None:
@@ -415,14 +424,15 @@ class Keys:
                 return self._config_view(name, None)
         return None
 
-    def _config_view(self, name: str, lim: dict[str, Any] | None) -> dict[str, Any]:
+    def _config_view(self, name: str, limits: dict[str, Any] | None) -> dict[str, Any]:
+        models, lim = split_limits(limits)
         return {
             "object": "key",
             "name": name,
             "source": "config",
             "read_only": True,
             "hint": None,
-            "models": lim.pop("models", None) if lim is not None else None,
+            "models": models,
             "limits": lim,
             "expires_at": None,
             "expired": False,
@@ -484,9 +494,9 @@ class Keys:
 
     @staticmethod
     def _fields(rec: KeyRecord) -> dict[str, Any]:
-        lim = dict(rec.limits) if rec.limits is not None else None
+        models, lim = split_limits(rec.limits)
         return {
-            "models": lim.pop("models", None) if lim is not None else None,
+            "models": models,
             "limits": lim,
             "expires_at": iso(rec.expires_at),
         }
