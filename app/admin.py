@@ -56,6 +56,12 @@ class AdminAuth:
             got = self._memo[keys] = admin_digests(list(keys))
         return got
 
+    def check_key(self, key: str) -> str | None:
+        """The actor of admin key ``key``; None when it is not one."""
+        if not self.digests() or admin_refusal(self.digests(), "Bearer " + key) is not None:
+            return None
+        return self.actor_of(key)
+
     def actor_of(self, key: str) -> str:
         return "admin:" + hashlib.sha256(key.encode()).hexdigest()[:12]
 

@@ -41,6 +41,7 @@ from app import accounting, compact, logs, metrics, stored, tokens
 from app.admin import AdminAuth, admin_routes
 from app.capture import Capture
 from app.config import Config, ConfigError, load_config
+from app.console import Sampler, console_routes
 from app.drain import Drain
 from app.failover import Resilience
 from app.guard import Guard
@@ -243,6 +244,8 @@ class Service:
         # client keys made at run time (app/keys.py), in the store's backend, refreshed
         # from it every half second; the config's keys (self.digests) stay as they are
         self.keys = KeyRegistry(Keys(config, self.store), on_change=self._runtime_keys)
+        # the console's sampler of the metrics (app/console.py), with admin keys only
+        self.sampler: Sampler | None = None
         # OpenTelemetry spans (app/tracing.py), None when tracing is off
         self.tracing: Tracing | None = _tracing(config)
         # capture of exchanges for switchboard replay (app/capture.py), None when off
@@ -259,6 +262,8 @@ class Service:
             )
         _warn_secret(self.config.server)
         await self.usage.start()
+        if self.sampler is not None:
+            await self.sampler.start()
         self.ready = True
         if self.signals:
             loop = asyncio.get_running_loop()
@@ -271,6 +276,8 @@ class Service:
             self.ready = False
             self.drain.done()
             await self.keys.aclose()
+            if self.sampler is not None:
+                await self.sampler.aclose()
             await self.router.aclose()
             await self.usage.aclose()
             if self.store is not None:
@@ -533,6 +540,9 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     admin = AdminAuth(svc)
     admin_routes(app, svc, admin)
     app.state.admin = admin
+    if config.auth.admin_keys:
+        svc.sampler = Sampler(svc)
+        console_routes(app, svc, admin, svc.sampler)
     _error_handlers(app, svc)
     return app
 

@@ -110,6 +110,9 @@ METRICS: dict[str, tuple[str, str, tuple[float, ...]]] = {
     "switchboard_upstream_attempts_total": (
         "counter", "Upstream attempts before the first byte (retries and fallbacks), by provider and outcome.", ()
     ),
+    "switchboard_fallbacks_total": (
+        "counter", "Upstream attempts on another target of the model than the ones tried before (fallbacks), by the provider fallen back to.", ()
+    ),
     "switchboard_breaker_state": (
         "gauge", "Circuit breaker state per provider (model -) and per provider+model: 0 closed, 1 half-open, 2 open.", ()
     ),
