@@ -73,7 +73,7 @@ _SECURITY = {
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # (no-referrer: a form POST would say Origin: null)
     "cache-control": "no-store",
 }
 

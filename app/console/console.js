@@ -138,7 +138,7 @@
     fill($("keys-table").tBodies[0], keys, (tr, k) => {
       tr.dataset.key = k.name;
       cell(tr, k.name, "name");
-      cell(tr, k.source + (k.read_only ? " (read-only)" : ""));
+      cell(tr, k.source === "-" ? "no longer a key" : k.source + (k.read_only ? " (read-only)" : ""), "source");
       cell(tr, fmt(k.today.requests), "num requests");
       cell(tr, fmt(k.today.input + k.today.output), "num tokens");
       cell(tr, fmt(k.today.cost_usd, 4), "num cost");
