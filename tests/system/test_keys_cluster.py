@@ -219,3 +219,34 @@ def test_the_cli_on_the_backend_and_the_audit(cluster: Cluster) -> None:
     assert mine[0]["detail"] == {} and mine[1]["detail"] == {"models": ["demo"]}
     print(f"\nkeys cluster: created with the CLI, usable on the three after {took}")
     assert SECRET not in out.stdout and made["secret"] not in out.stdout
+
+
+def test_the_console_sums_the_three_instances(cluster: Cluster) -> None:
+    """The console's "now" panel on any instance counts the three (their windows shared
+    through Redis every second): requests since start equal the sum of the three /metrics."""
+    for p, n in zip(cluster.proxies, (3, 5, 7), strict=True):
+        for _ in range(n):
+            assert (
+                httpx.post(
+                    f"{p.base_url}/chat/completions", json=CHAT, headers=bearer("sk-probe"), timeout=10
+                ).status_code
+                == 200
+            )
+
+    def scraped() -> float:
+        total = 0.0
+        for p in cluster.proxies:
+            for line in httpx.get(f"{p.url}/metrics", timeout=10).text.splitlines():
+                if line.startswith("switchboard_requests_total{"):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    want = scraped()
+    for p in cluster.proxies:
+        deadline = time.monotonic() + 5
+        while True:
+            now = httpx.get(f"{p.url}/console/api/overview", headers=admin(), timeout=10).json()["now"]
+            if now["instances"] == 3 and now["requests_total"] == want:
+                break
+            assert time.monotonic() < deadline, (now["instances"], now["requests_total"], want)
+            time.sleep(0.2)
