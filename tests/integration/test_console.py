@@ -157,3 +157,51 @@ def test_percentiles_from_buckets() -> None:
     assert 10.0 < got["p90"] <= 20.0
     assert got["p99"] == 81920.0  # past the last finite bound: that bound
     assert percentiles([0.0] * 15) == {"p50": None, "p90": None, "p99": None}
+
+
+async def test_instances_on_one_redis_are_summed(tmp_path: Any) -> None:
+    """Two apps on one Redis prefix: each one's overview counts both (each writes its minute
+    every second), and an instance that stopped leaves the sum."""
+    import uuid
+
+    from app.store import RedisStore
+
+    prefix = f"switchboard-test:{uuid.uuid4().hex}:"
+    cfg = make_config(
+        auth={"keys": [{"name": "alice", "key": "sk-alice"}], "admin_keys": [ADMIN]},
+        store={"backend": "redis", "key_prefix": prefix},
+        server={"secret_key": "console-test-secret-0123456789abcdef0123"},
+    )
+    apps = [create_app(cfg), create_app(cfg)]
+    ctxs = [a.router.lifespan_context(a) for a in apps]
+    for ctx in ctxs:
+        await ctx.__aenter__()
+    try:
+        clients = [
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=a), base_url="http://127.0.0.1:8080") for a in apps
+        ]
+        for c, n in zip(clients, (2, 3), strict=True):
+            for _ in range(n):
+                assert (
+                    await c.post("/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer sk-alice"})
+                ).status_code == 200
+        admin = {"authorization": f"Bearer {ADMIN}"}
+        deadline = time.monotonic() + 5
+        while True:
+            now = (await clients[0].get("/console/api/overview", headers=admin)).json()["now"]
+            if now["instances"] == 2 and now["requests_total"] == 5:
+                break
+            assert time.monotonic() < deadline, now
+            await asyncio.sleep(0.2)
+        await ctxs[1].__aexit__(None, None, None)  # stopped: its minute is taken back
+        ctxs.pop()
+        now = (await clients[0].get("/console/api/overview", headers=admin)).json()["now"]
+        assert now["instances"] == 1 and now["requests_total"] == 2
+    finally:
+        store = apps[0].state.service.store
+        assert isinstance(store, RedisStore)
+        keys = [k async for k in store.redis.scan_iter(match=prefix + "*")]
+        if keys:
+            await store.redis.delete(*keys)
+        for ctx in ctxs:
+            await ctx.__aexit__(None, None, None)
