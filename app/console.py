@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import calendar
 import contextlib
+import functools
 import hashlib
 import hmac
 import os
@@ -66,6 +67,7 @@ SESSION_SECONDS = 12 * 3600
 WINDOW = 60  # seconds the "now" panel covers
 _LIVE = 5.0  # seconds an instance's published window counts
 _CACHE = 2.0  # seconds an overview's usage part is reused
+_BEFORE_SECONDS = 600.0  # seconds the month's sums before today are reused
 _FAILURES = 25
 STATIC = ("console.js", "console.css")
 _SECURITY = {
@@ -78,6 +80,7 @@ _SECURITY = {
 }
 
 
+@functools.cache
 def _asset(name: str) -> bytes:
     return resources.files("app").joinpath("console", name).read_bytes()
 
@@ -222,6 +225,12 @@ class Sampler:
     def sample(self, now: float) -> None:
         self.samples.append((now, self.snapshot()))
 
+    async def sample_async(self) -> None:
+        """``sample`` with the registry read in a thread (a few ms per thousand series the
+        event loop does not wait for)."""
+        snap = await asyncio.to_thread(self.snapshot)
+        self.samples.append((time.time(), snap))
+
     def window(self) -> dict[str, Any]:
         """This process's last ``WINDOW`` seconds: the counters' growth, a per-second series,
         the answers open now, and the counters since start."""
@@ -263,7 +272,7 @@ class Sampler:
         while True:
             await asyncio.sleep(1.0)
             try:
-                self.sample(time.time())
+                await self.sample_async()
                 if self.redis is not None:
                     blob = orjson.dumps(self.window())
                     async with self.redis.pipeline(transaction=False) as pipe:
@@ -432,17 +441,42 @@ def _saved(svc: Any, records: list[UsageRecord]) -> dict[str, float]:
     return out
 
 
-async def usage_panels(svc: Any, now: float) -> dict[str, Any]:
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two ``aggregate`` rows of one key, summed."""
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out[k] = out.get(k, 0) + v
+    out["cost_usd"] = round(out.get("cost_usd", 0.0), 6)
+    return out
+
+
+async def usage_panels(svc: Any, now: float, cache: dict[str, Any]) -> dict[str, Any]:
+    """The keys and failures panels.  Today's records are read at each call; the month's
+    before today once a day (and every ``_BEFORE_SECONDS``: a late write), kept as sums."""
     day, month = _starts(now)
+    error = None
+    before = cache.get("before")
+    if before is None or before[0] != day or now - before[1] > _BEFORE_SECONDS:
+        try:
+            old = await svc.usage.query(month, day) if month < day else []
+            failed_old = [r for r in old if r.outcome in ("failed", "error")][-_FAILURES:]
+            before = (day, now, {row["key"]: row for row in aggregate(old, "key")}, _saved(svc, old), failed_old)
+            cache["before"] = before
+        except UsageError as e:
+            error, before = str(e), (day, now, {}, {}, [])
     try:
-        records = await svc.usage.query(month) if svc.usage is not None else []
-        error = None
+        today = await svc.usage.query(day)
     except UsageError as e:
-        records, error = [], str(e)
-    today = [r for r in records if r.ts >= day]
+        error, today = str(e), []
     by_day = {row["key"]: row for row in aggregate(today, "key")}
-    by_month = {row["key"]: row for row in aggregate(records, "key")}
-    saved_day, saved_month = _saved(svc, today), _saved(svc, records)
+    by_month = dict(before[2])
+    for name, row in by_day.items():
+        by_month[name] = _merge(by_month[name], row) if name in by_month else row
+    saved_day = _saved(svc, today)
+    saved_month = dict(before[3])
+    for name, v in saved_day.items():
+        saved_month[name] = saved_month.get(name, 0.0) + v
     names: list[tuple[str, str, bool]] = [(n, "config", True) for n, _ in svc.config.auth.named()]
     names += [(n, "api", False) for n in sorted(svc.keys.records) if n not in {x[0] for x in names}]
     names += [(n, "-", True) for n in sorted(set(by_month) - {x[0] for x in names})]
@@ -477,7 +511,7 @@ async def usage_panels(svc: Any, now: float) -> dict[str, Any]:
                 "budgets": budgets,
             }
         )
-    failed = [r for r in records if r.outcome in ("failed", "error")][-_FAILURES:]
+    failed = [*before[4], *(r for r in today if r.outcome in ("failed", "error"))][-_FAILURES:]
     failures = [
         {
             "at": iso(r.ts),
@@ -501,6 +535,7 @@ def console_routes(app: Any, svc: Any, auth: Any, sampler: Sampler) -> Sessions:
     sessions = Sessions(svc.config.server.secret.encode(), auth)
     auth.console = sessions
     cache: dict[str, Any] = {"at": 0.0, "body": None}
+    month: dict[str, Any] = {}
     cache_lock = asyncio.Lock()
 
     def page(name: str, status: int = 200, extra: dict[str, str] | None = None) -> Response:
@@ -563,7 +598,7 @@ def console_routes(app: Any, svc: Any, auth: Any, sampler: Sampler) -> Sessions:
         now = time.time()
         async with cache_lock:
             if cache["body"] is None or now - cache["at"] > _CACHE:
-                cache["body"] = await usage_panels(svc, now)
+                cache["body"] = await usage_panels(svc, now, month)
                 cache["at"] = now
             used = cache["body"]
         panel = now_panel(await sampler.cluster())

@@ -144,6 +144,7 @@ async def test_the_overview_matches_the_metrics_and_the_usage(app_client: Any) -
     alice = next(k for k in ov["keys"] if k["name"] == "alice")
     assert alice["today"] == {k: row[k] for k in ("requests", "input", "output", "cost_usd", "errors")}
     assert alice["today"]["requests"] == 10
+    assert alice["month"]["requests"] == 10
     budgets = {b["limit"]: b for b in alice["budgets"]}
     assert budgets["tokens_per_day"]["left"] == 10000 - row["input"] - row["output"]
     assert budgets["cost_per_day"]["used"] == row["cost_usd"]
@@ -205,3 +206,37 @@ async def test_instances_on_one_redis_are_summed(tmp_path: Any) -> None:
             await store.redis.delete(*keys)
         for ctx in ctxs:
             await ctx.__aexit__(None, None, None)
+
+
+async def test_the_month_adds_the_days_before_today(app_client: Any) -> None:
+    """The month's sums: the days before today (read once, kept) plus today (read each time)."""
+    from app.console import _starts
+    from app.usage import UsageRecord
+
+    c, svc = app_client
+    day, month = _starts(time.time())
+    if day == month:
+        pytest.skip("the 1st of the month: no day before today in it")
+    svc.usage.write(
+        UsageRecord(
+            day - 60,
+            "alice",
+            "demo",
+            "demo",
+            input=100,
+            output=10,
+            cost_micros=5000,
+            outcome="error",
+            status=502,
+            request_id="req_old",
+        )
+    )
+    svc.usage.write(
+        UsageRecord(time.time(), "alice", "demo", "demo", input=1, output=1, cost_micros=3, request_id="req_new")
+    )
+    await svc.usage.flush()
+    ov = (await c.get("/console/api/overview", headers={"authorization": f"Bearer {ADMIN}"})).json()
+    alice = next(k for k in ov["keys"] if k["name"] == "alice")
+    assert alice["today"]["requests"] == 1 and alice["month"]["requests"] == 2
+    assert alice["month"]["input"] == 101 and alice["month"]["cost_usd"] == 0.005003 and alice["month"]["errors"] == 1
+    assert [f["request_id"] for f in ov["failures"]] == ["req_old"]
