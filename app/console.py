@@ -19,7 +19,8 @@ with the session and the header ``x-switchboard-console: 1``).  Every name that 
 client (a key, a model) is put in the page as text, never as markup.  The overview:
 
 * ``now``: the last ``WINDOW`` seconds of this process's metrics (``Sampler``: a snapshot of
-  the counters and histograms every second): requests and tokens per second, answers open,
+  the counters and histograms every second while a console looks, on any instance, and
+  ``_WATCH`` seconds after; nothing otherwise): requests and tokens per second, answers open,
   errors by kind (HTTP status, stream failure code, client cancel), latency and time to
   first token percentiles (from the histograms' buckets, interpolated), a per-second series.
   With the Redis store each instance also writes its window to ``<key_prefix>console:now``
@@ -66,6 +67,7 @@ COOKIE = "sb_console"
 SESSION_SECONDS = 12 * 3600
 WINDOW = 60  # seconds the "now" panel covers
 _LIVE = 5.0  # seconds an instance's published window counts
+_WATCH = 120.0  # seconds the metrics are sampled after a console last looked
 _CACHE = 2.0  # seconds an overview's usage part is reused
 _BEFORE_SECONDS = 600.0  # seconds the month's sums before today are reused
 _FAILURES = 25
@@ -118,6 +120,18 @@ class Sessions:
 # -- the metrics' window -------------------------------------------------------------------
 
 _BOUNDS = (*DURATION_BUCKETS, float("inf"))
+# the metrics the "now" and "health" panels read
+_SAMPLED = (
+    "switchboard_requests_total",
+    "gen_ai_client_token_usage",
+    "gen_ai_server_request_duration_seconds",
+    "gen_ai_server_time_to_first_token_seconds",
+    "switchboard_stream_outcomes_total",
+    "switchboard_stream_failures_total",
+    "switchboard_upstream_attempts_total",
+    "switchboard_upstream_errors_total",
+    "switchboard_fallbacks_total",
+)
 
 
 def _hist(out: list[float], sample: Any) -> None:
@@ -174,6 +188,9 @@ class Sampler:
         store = svc.store
         self.redis = getattr(store, "redis", None)
         self.key = (getattr(store, "prefix", "") or "") + "console:now"
+        self.watch_key = (getattr(store, "prefix", "") or "") + "console:watch"
+        self.watched_until = 0.0
+        self._announced = -_WATCH
         self._task: asyncio.Task[None] | None = None
 
     def snapshot(self) -> dict[str, Any]:
@@ -188,35 +205,34 @@ class Sampler:
                 name, {"requests": 0.0, "attempts": {}, "upstream_errors": {}, "stream_failures": 0.0, "fallbacks": 0.0}
             )
 
-        for family in self.svc.counters.registry.collect():
-            for s in family.samples:
-                n, lab, v = s.name, s.labels, s.value
-                if n == "switchboard_requests_total":
-                    snap["requests"] += v
-                    snap["status"][lab["status"]] = snap["status"].get(lab["status"], 0.0) + v
-                    if lab["provider"] != "-":
-                        p(lab["provider"])["requests"] += v
-                elif n == "gen_ai_client_token_usage_sum" and lab.get("gen_ai_token_type") in ("input", "output"):
-                    snap["tokens"] += v
-                elif n == "gen_ai_server_request_duration_seconds_bucket":
-                    _hist(dur, s)
-                elif n == "gen_ai_server_time_to_first_token_seconds_bucket":
-                    _hist(ttft, s)
-                elif n == "switchboard_stream_outcomes_total":
-                    o = snap["outcomes"]
-                    o[lab["outcome"]] = o.get(lab["outcome"], 0.0) + v
-                elif n == "switchboard_stream_failures_total":
-                    f = snap["stream_failures"]
-                    f[lab["code"]] = f.get(lab["code"], 0.0) + v
-                    p(lab["provider"])["stream_failures"] += v
-                elif n == "switchboard_upstream_attempts_total":
-                    a = p(lab["provider"])["attempts"]
-                    a[lab["outcome"]] = a.get(lab["outcome"], 0.0) + v
-                elif n == "switchboard_upstream_errors_total":
-                    e = p(lab["provider"])["upstream_errors"]
-                    e[lab["code"]] = e.get(lab["code"], 0.0) + v
-                elif n == "switchboard_fallbacks_total":
-                    p(lab["provider"])["fallbacks"] += v
+        for s in self.svc.counters.samples(_SAMPLED):
+            n, lab, v = s.name, s.labels, s.value
+            if n == "switchboard_requests_total":
+                snap["requests"] += v
+                snap["status"][lab["status"]] = snap["status"].get(lab["status"], 0.0) + v
+                if lab["provider"] != "-":
+                    p(lab["provider"])["requests"] += v
+            elif n == "gen_ai_client_token_usage_sum" and lab.get("gen_ai_token_type") in ("input", "output"):
+                snap["tokens"] += v
+            elif n == "gen_ai_server_request_duration_seconds_bucket":
+                _hist(dur, s)
+            elif n == "gen_ai_server_time_to_first_token_seconds_bucket":
+                _hist(ttft, s)
+            elif n == "switchboard_stream_outcomes_total":
+                o = snap["outcomes"]
+                o[lab["outcome"]] = o.get(lab["outcome"], 0.0) + v
+            elif n == "switchboard_stream_failures_total":
+                f = snap["stream_failures"]
+                f[lab["code"]] = f.get(lab["code"], 0.0) + v
+                p(lab["provider"])["stream_failures"] += v
+            elif n == "switchboard_upstream_attempts_total":
+                a = p(lab["provider"])["attempts"]
+                a[lab["outcome"]] = a.get(lab["outcome"], 0.0) + v
+            elif n == "switchboard_upstream_errors_total":
+                e = p(lab["provider"])["upstream_errors"]
+                e[lab["code"]] = e.get(lab["code"], 0.0) + v
+            elif n == "switchboard_fallbacks_total":
+                p(lab["provider"])["fallbacks"] += v
         snap["duration"] = dur
         snap["ttft"] = ttft
         snap["providers"] = prov
@@ -264,14 +280,35 @@ class Sampler:
         }
 
     async def start(self) -> None:
-        self.sample(time.time())
         self._task = asyncio.get_running_loop().create_task(self._run(), name="console-sampler")
+
+    async def watch(self, now: float) -> None:
+        """A console is looking: sample for the next ``_WATCH`` seconds (every instance of
+        the Redis store, through ``console:watch``)."""
+        self.watched_until = now + _WATCH
+        if self.redis is not None and now - self._announced > _WATCH / 4:
+            self._announced = now
+            with contextlib.suppress(Exception):
+                await self.redis.set(self.watch_key, b"1", ex=int(_WATCH))
+
+    async def _watched(self, now: float) -> bool:
+        if self.watched_until > now:
+            return True
+        if self.redis is None:
+            return False
+        try:
+            return bool(await self.redis.exists(self.watch_key))
+        except Exception:
+            return False
 
     async def _run(self) -> None:
         failing = False
         while True:
             await asyncio.sleep(1.0)
             try:
+                if not await self._watched(time.time()):
+                    self.samples.clear()  # (nobody looks: nothing sampled, no stale minute kept)
+                    continue
                 await self.sample_async()
                 if self.redis is not None:
                     blob = orjson.dumps(self.window())
@@ -601,6 +638,7 @@ def console_routes(app: Any, svc: Any, auth: Any, sampler: Sampler) -> Sessions:
                 cache["body"] = await usage_panels(svc, now, month)
                 cache["at"] = now
             used = cache["body"]
+        await sampler.watch(now)
         panel = now_panel(await sampler.cluster())
         providers, breakers = panel.pop("_providers"), panel.pop("_breakers")
         body = {

@@ -473,6 +473,14 @@ class Metrics:
                     return float(sample.value)
         return 0.0
 
+    def samples(self, names: Iterable[str]) -> Iterable[Any]:
+        """The samples of this process's metrics named ``names`` (those made so far)."""
+        for name in names:
+            metric = self._metrics.get(name)
+            if metric is not None:
+                for family in metric.collect():
+                    yield from family.samples
+
     def add_keys(self, names: Iterable[str]) -> None:
         """Client key names made at run time (app/keys.py) join the ``key_name`` set (at most
         ``MAX_SERIES`` names: past that they stay ``other``)."""

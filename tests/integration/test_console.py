@@ -109,6 +109,8 @@ async def test_non_admins_are_refused(app_client: Any) -> None:
 async def test_the_overview_matches_the_metrics_and_the_usage(app_client: Any) -> None:
     c, svc = app_client
     h = {"authorization": "Bearer sk-alice"}
+    assert not svc.sampler.samples  # nobody looked yet: nothing sampled
+    svc.sampler.sample(time.time())  # (as the sampler does each second while a console looks)
     for _ in range(7):
         assert (await c.post("/v1/chat/completions", json=CHAT, headers=h)).status_code == 200
     stream = {**CHAT, "stream": True}
