@@ -45,7 +45,10 @@ that dies cannot keep a slot past ``_LEASE`` seconds.
 ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` and Codex's own
 ``x-codex-primary-*`` (the minute window: the larger of the requests and tokens used
 percent) and ``x-codex-secondary-*`` (the day or month budget most used); ``event()`` is
-the ``codex.rate_limits`` event a Responses WebSocket sends before a response.
+the ``codex.rate_limits`` event a Responses WebSocket sends before a response.  A
+refusal carries the window it hit instead (remaining 0, used 100 %).  A settlement, as a
+take, is tried again on another connection when a pooled one from before a Redis restart
+fails.
 """
 
 from __future__ import annotations
@@ -470,10 +473,21 @@ class Limiter:
         if not adds and ticket.slot is None:
             return cost
         try:
-            await self.counters.settle(adds, ticket.slot)
+            await self._settle(adds, ticket.slot)
         except Exception as e:
             self._failed(e, ticket.name)
         return cost
+
+    async def _settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
+        for _ in range(_RECONNECTS):
+            try:
+                return await self.counters.settle(adds, slot)
+            except self.counters.reconnect_errors:
+                # as _take: a pooled connection from before a Redis restart fails before the
+                # script ran; again, on another (a lost settlement would keep the tokens
+                # reserved, or a concurrency slot held for the lease's hour)
+                continue
+        await self.counters.settle(adds, slot)
 
     def _failed(self, e: BaseException, name: str) -> None:
         self.failed_at = time.monotonic()
@@ -491,12 +505,24 @@ class Limiter:
         wait = max(int(reset + 0.999), 1)
         if self.metrics is not None:
             self.metrics.inc("switchboard_limits_refused_total", kind=kind)
+        headers = {"retry-after": str(wait), "x-switchboard-limit": kind}
+        # the window it hit, full: OpenAI's three headers for a minute window, Codex's own
+        # (primary: the minute, secondary: a day or month budget)
+        word = {"requests": "requests", "tokens_minute": "tokens"}.get(kind)
+        if word is not None:
+            headers[f"x-ratelimit-limit-{word}"] = str(limit)
+            headers[f"x-ratelimit-remaining-{word}"] = "0"
+            headers[f"x-ratelimit-reset-{word}"] = f"{wait}s"
+            headers.update(_codex("primary", 100.0, 1, ticket.now, reset))
+        elif kind != "concurrent":
+            minutes = _windows(ticket.now)["day" if kind.endswith("day") else "month"][2]
+            headers.update(_codex("secondary", 100.0, minutes, ticket.now, reset))
         return LimitExceeded(
             429,
             f"Rate limit reached for {what} on key '{ticket.name}' (limit {limit}). Please try again in {wait}s.",
             type="rate_limit_error" if code == "rate_limit_exceeded" else "insufficient_quota",
             code=code,
-            headers={"retry-after": str(wait), "x-switchboard-limit": kind},
+            headers=headers,
         )
 
 
