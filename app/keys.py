@@ -196,7 +196,7 @@ def parse_expiry(value: Any, now: float) -> float | None:
 
 def check_limits(limits: Any, models: Any) -> dict[str, Any] | None:
     """``limits`` (a mapping as ``auth.keys[].limits``) with ``models`` folded in, validated;
-    None when both are absent."""
+    None when both are absent or empty (the key then has ``auth.default_limits``)."""
     if limits is None and models is None:
         return None
     if limits is not None and not isinstance(limits, dict):
@@ -212,7 +212,7 @@ def check_limits(limits: Any, models: Any) -> dict[str, Any] | None:
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         raise KeysError(400, f"limits.{where}: {err['msg']}", "invalid_value", "limits") from None
-    return cfg.model_dump(exclude_none=True)
+    return cfg.model_dump(exclude_none=True) or None  # (none at all: auth.default_limits)
 
 
 # -- backends --------------------------------------------------------------------------
