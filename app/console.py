@@ -71,7 +71,11 @@ _WATCH = 120.0  # seconds the metrics are sampled after a console last looked
 _CACHE = 2.0  # seconds an overview's usage part is reused
 _BEFORE_SECONDS = 600.0  # seconds the month's sums before today are reused
 _FAILURES = 25
-STATIC = ("console.js", "console.css")
+STATIC = {
+    "console.js": "text/javascript; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
 _SECURITY = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -622,8 +626,7 @@ def console_routes(app: Any, svc: Any, auth: Any, sampler: Sampler) -> Sessions:
         name = request.path_params["name"]
         if name not in STATIC or off(request) is not None:
             return Response(b"", status_code=404)
-        kind = "text/javascript" if name.endswith(".js") else "text/css"
-        return Response(_asset(name), media_type=f"{kind}; charset=utf-8", headers=_SECURITY)
+        return Response(_asset(name), media_type=STATIC[name], headers=_SECURITY)
 
     async def overview(request: Request) -> Response:
         rid = new_request_id(request.scope)

@@ -250,3 +250,60 @@ def test_the_console_sums_the_three_instances(cluster: Cluster) -> None:
                 break
             assert time.monotonic() < deadline, (now["instances"], now["requests_total"], want)
             time.sleep(0.2)
+
+
+def test_the_console_of_one_instance_shows_the_three_in_chromium(cluster: Cluster, tmp_path: Path) -> None:
+    """Debian's Chromium (tests/system/browser.py) signs in to instance 1's console: it says
+    three instances, its requests since start are the three /metrics' sum, and its keys
+    table says what /v1/admin/usage says; no console error."""
+    from tests.system.browser import chromium, driver
+
+    exe, env = chromium(REPO / ".e2e" / "chromium")
+    script = driver(REPO / ".e2e" / "console-browser")
+    for p, n in zip(cluster.proxies, (4, 2, 6), strict=True):
+        for _ in range(n):
+            assert (
+                httpx.post(
+                    f"{p.base_url}/chat/completions", json=CHAT, headers=bearer("sk-probe"), timeout=10
+                ).status_code
+                == 200
+            )
+    total = 0.0
+    for p in cluster.proxies:
+        for line in httpx.get(f"{p.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith("switchboard_requests_total{"):
+                total += float(line.rsplit(" ", 1)[1])
+    job = {
+        "mode": "cluster",
+        "exe": str(exe),
+        "env": env,
+        "userDataDir": str(tmp_path / "profile"),
+        "base": cluster.proxies[1].url,
+        "adminKey": ADMIN,
+        "expectScope": "(3 instances)",
+        "expectTotal": f"{int(total):,}",
+        "screenshot": str(tmp_path / "console.png"),
+    }
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    time.sleep(1.5)  # (the usage records written: each instance writes them every second)
+    node = subprocess.run(
+        ["node", str(script), str(tmp_path / "job.json")],
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    got = json.loads(node.stdout.strip().splitlines()[-1])
+    assert "error" not in got, (got["error"], json.dumps(got["steps"])[:3000])
+    assert got["consoleErrors"] == [] and got["pageErrors"] == [], got
+    seen = got["steps"][0]["snapshot"]
+    usage = httpx.get(
+        f"{cluster.proxies[2].base_url}/admin/usage",
+        params={"by": "key", "since": time.strftime("%Y-%m-%d", time.gmtime())},
+        headers=admin(),
+        timeout=10,
+    ).json()["data"]
+    rows = {r["data"]["key"]: r["cells"] for r in seen["keys"]}
+    for u in usage:  # (every request of the module so far, on the three, as the usage records say)
+        assert int(rows[u["key"]][2].replace(",", "")) == u["requests"], (u, rows.get(u["key"]))
+    print(f"\nkeys cluster: the console of one instance counted {job['expectTotal']} requests on three")

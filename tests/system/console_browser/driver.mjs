@@ -1,7 +1,8 @@
-// Drives Debian's Chromium through the console (tests/system/test_console_browser.py).
-// node driver.mjs JOB.json: the job names the browser, the proxy, the keys and two files
-// (ready: written here once the interactive steps are done; quiet: written by the test once
-// its load stopped).  Prints one JSON object: what each step saw.
+// Drives Debian's Chromium through the console (tests/system/test_console_browser.py, and
+// tests/system/test_keys_cluster.py with mode "cluster").  node driver.mjs JOB.json: the job
+// names the browser, the proxy, the keys and two files (ready: written here once the
+// interactive steps are done; quiet: written by the test once its load stopped).  Prints
+// one JSON object: what each step saw.
 import fs from "node:fs";
 import { chromium } from "playwright-core";
 
@@ -77,7 +78,25 @@ const ctx = await chromium.launchPersistentContext(job.userDataDir, {
   viewport: { width: 1400, height: 1000 },
 });
 ctx.setDefaultTimeout(30000);
-try {
+async function cluster() {
+  // the console of one instance of a cluster: signed in, until it counts every instance
+  const page = await ctx.newPage();
+  page.on("console", (m) => {
+    if (m.type() === "error") out.consoleErrors.push(m.text());
+  });
+  page.on("pageerror", (e) => out.pageErrors.push(String(e)));
+  await page.goto(`${job.base}/console`);
+  await page.fill("#key", job.adminKey);
+  await Promise.all([page.waitForNavigation(), page.click("button[type=submit]")]);
+  const seen = await until(async () => {
+    const s = await page.evaluate(snapshot);
+    return s.scope === job.expectScope && s.tiles.total === job.expectTotal ? s : null;
+  }, `${job.expectScope} and ${job.expectTotal} requests`);
+  step("cluster", { snapshot: seen });
+  await page.screenshot({ path: job.screenshot, fullPage: true });
+}
+
+async function single() {
   // 1. a non-admin: the login form refuses a client key; nothing is readable without a session
   const a = await ctx.newPage();
   await a.goto(`${job.base}/console`);
@@ -161,6 +180,10 @@ try {
   await until(async () => (await page.textContent("#status")) !== before, "a refresh after the quiet");
   step("final", { snapshot: await page.evaluate(snapshot) });
   await page.screenshot({ path: job.screenshot, fullPage: true });
+}
+
+try {
+  await (job.mode === "cluster" ? cluster() : single());
 } catch (e) {
   out.error = String(e && e.stack ? e.stack : e);
 } finally {
