@@ -262,6 +262,7 @@ class Service:
             )
         _warn_secret(self.config.server)
         await self.usage.start()
+        await self.limiter.start()
         if self.sampler is not None:
             await self.sampler.start()
         self.ready = True
@@ -276,6 +277,7 @@ class Service:
             self.ready = False
             self.drain.done()
             await self.keys.aclose()
+            await self.limiter.aclose()
             if self.sampler is not None:
                 await self.sampler.aclose()
             await self.router.aclose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -218,3 +219,43 @@ async def test_a_settlement_is_tried_again_on_a_stale_connection() -> None:
     t = await lim.admit("alice", "m", 10, "r3", now=NOW)
     await lim.settle(t, "m", (30, 20, 0, 0, 0))
     assert m.get("switchboard_limits_degraded_total") == 1
+
+
+async def test_a_slot_is_a_lease_its_open_answer_renews(counters: Any) -> None:
+    """A slot lasts _LEASE seconds unless the instance holding it renews it: an open answer's
+    slot is kept as long as it lives; a dead instance's comes back within the lease."""
+    from app.limits import _LEASE, _RENEW
+
+    alive = Limiter(config({"concurrent": 1}), counters)
+    t = await alive.admit("alice", "m", 0, "stream-1", now=NOW)
+    for k in range(1, 7):  # 30 s of renewals: the slot stays taken
+        await alive.renew(now=NOW + k * _RENEW)
+        with pytest.raises(LimitExceeded):
+            await alive.admit("alice", "m", 0, f"x{k}", now=NOW + k * _RENEW + 1)
+    await alive.settle(t, "m", (1, 1, 0, 0, 0))
+    assert alive.held == {}
+    await alive.renew(now=NOW + 40)  # (a released slot is not taken again by a renewal)
+    dead = await alive.admit("alice", "m", 0, "stream-2", now=NOW + 40)
+    alive.held.clear()  # its instance died: nobody renews it, nobody releases it
+    with pytest.raises(LimitExceeded):
+        await alive.admit("alice", "m", 0, "y1", now=NOW + 40 + _LEASE - 1)
+    await alive.admit("alice", "m", 0, "y2", now=NOW + 40 + _LEASE + 0.5)  # back within the lease
+    assert dead.slot is not None
+
+
+async def test_the_renewals_run_as_a_task() -> None:
+    import app.limits as limits
+
+    counters = MemoryCounters()
+    lim = Limiter(config({"concurrent": 1}), counters)
+    t = await lim.admit("alice", "m", 0, "s", now=time.time())
+    before = counters.slots["lim:alice:concurrent"]["s"]
+    old, limits._RENEW = limits._RENEW, 0.05
+    try:
+        await lim.start()
+        await asyncio.sleep(0.2)
+    finally:
+        limits._RENEW = old
+        await lim.aclose()
+    assert counters.slots["lim:alice:concurrent"]["s"] > before
+    await lim.settle(t, "m", None)
