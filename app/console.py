@@ -71,6 +71,7 @@ _WATCH = 120.0  # seconds the metrics are sampled after a console last looked
 _CACHE = 2.0  # seconds an overview's usage part is reused
 _BEFORE_SECONDS = 600.0  # seconds the month's sums before today are reused
 _FAILURES = 25
+_FORM_MAX = 8192  # bytes of the login form's body
 STATIC = {
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
@@ -607,8 +608,12 @@ def console_routes(app: Any, svc: Any, auth: Any, sampler: Sampler) -> Sessions:
         if (gone := off(request)) is not None:
             return gone
         rid = new_request_id(request.scope)
-        raw = await request.body()
-        key = (parse_qs(raw.decode("latin-1")[:4096]).get("key") or [""])[0].strip()
+        raw = b""
+        async for chunk in request.stream():  # (a form of one field: a few hundred bytes)
+            raw += chunk
+            if len(raw) > _FORM_MAX:
+                return Response(b"", status_code=413, headers=_SECURITY)
+        key = (parse_qs(raw.decode("latin-1")).get("key") or [""])[0].strip()
         if not key or auth.check_key(key) is None:
             log.info("console_login", request_id=rid, status=401)
             return page("login_failed.html", 401)

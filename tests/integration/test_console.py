@@ -54,6 +54,7 @@ async def test_login_and_the_session_cookie(app_client: Any) -> None:
     assert page.status_code == 200 and b'action="/console/login"' in page.content
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-frame-options"] == "DENY"
+    assert (await c.post("/console/login", data={"key": "x" * 10000})).status_code == 413
     bad = await c.post("/console/login", data={"key": "sk-alice"})  # a client key is not an admin key
     assert bad.status_code == 401 and b"login-error" in bad.content and "set-cookie" not in bad.headers
     cookie = await login(c)
