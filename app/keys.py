@@ -589,12 +589,19 @@ class KeyRegistry:
     by_digest: dict[bytes, _Live] = field(default_factory=dict)
     records: dict[str, KeyRecord] = field(default_factory=dict)
     version: int | None = -1
+    unread: bool = False  # the first read at start failed, and none succeeded since
     failing: bool = False
     _task: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
         return self.keys.backend is not None
+
+    @property
+    def none(self) -> bool:
+        """No runtime key is known to exist.  A backend that did not answer at start may hold
+        some: a proxy without config keys is not open until it was read."""
+        return not self.by_digest and not self.unread
 
     def lookup(self, d: bytes, now: float) -> str | None:
         """The key name of digest ``d``; None for none; ``KeysError`` 401 when it expired."""
@@ -622,7 +629,7 @@ class KeyRegistry:
             table[bytes.fromhex(r.digest)] = _Live(name, r.expires_at)
             if r.previous and r.until:
                 table.setdefault(bytes.fromhex(r.previous), _Live(name, r.expires_at, r.until))
-        self.by_digest, self.records, self.version = table, recs, v
+        self.by_digest, self.records, self.version, self.unread = table, recs, v, False
         if self.on_change is not None:
             self.on_change({n: r.policy() for n, r in recs.items() if n not in config_names})
         return True
@@ -633,7 +640,7 @@ class KeyRegistry:
         try:
             await self.refresh()
         except Exception as e:
-            self.failing = True
+            self.failing = self.unread = True
             log.warning("keys_refresh_failed", error=type(e).__name__)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="keys-refresh")
 

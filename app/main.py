@@ -254,7 +254,7 @@ class Service:
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         await self.keys.start()
-        if not self.digests and not self.keys.by_digest:
+        if not self.digests and self.keys.none:
             log.warning(
                 "open_proxy",
                 message="no client API keys configured (auth.keys): anyone who can reach this port can use every "
@@ -322,7 +322,7 @@ class Service:
     def authorize(self, h: Any) -> str:
         """Check the client key in headers ``h`` (a dict or Starlette's Headers); the key's
         name (``auth.keys``: what owns its stored responses)."""
-        if not self.digests and not self.keys.by_digest:
+        if not self.digests and self.keys.none:
             return OPEN_OWNER
         auth = h.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else h.get("api-key") or h.get("x-api-key") or ""
@@ -338,6 +338,15 @@ class Service:
                 owner = self.keys.lookup(d, time.time())
             except KeysError as e:
                 raise ProxyError(401, str(e), code=e.code) from None
+        if owner is None and self.keys.unread:
+            # the runtime keys were never read (their backend did not answer since the
+            # start): this may be one, so not "incorrect"; a client tries again
+            raise ProxyError(
+                503,
+                "The API keys could not be read yet; try again.",
+                code="keys_unavailable",
+                headers={"retry-after": "1"},
+            )
         if owner is None:
             raise ProxyError(401, "Incorrect API key provided.", code="invalid_api_key")
         return owner

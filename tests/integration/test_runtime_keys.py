@@ -197,3 +197,39 @@ async def test_another_instance_sees_a_change_within_a_second(make_app: Any) -> 
     while (await b.post("/v1/chat/completions", json=CHAT, headers=bearer(secret))).status_code != 401:
         assert time.monotonic() - t0 < 1.0
         await asyncio.sleep(0.05)
+
+
+async def test_a_proxy_whose_keys_cannot_be_read_at_start_is_not_open() -> None:
+    """No key in the config, the Redis store down at start: runtime keys may exist, so the
+    proxy is not open (no key: 401; a key: 503 keys_unavailable, retry-after); a config key
+    still works."""
+    cfg = make_config(
+        auth={"admin_keys": [ADMIN]},
+        store={"backend": "redis", "url": "redis://127.0.0.1:1/0", "timeout_seconds": 0.3},
+        server={"secret_key": "runtime-keys-test-secret-0123456789abcdef"},
+    )
+    app = create_app(cfg)
+    ctx = app.router.lifespan_context(app)
+    await ctx.__aenter__()
+    try:
+        c = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080")
+        r = await c.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key", r.text
+        r = await c.post("/v1/chat/completions", json=CHAT, headers=bearer("sk-sb-anything"))
+        assert r.status_code == 503 and r.json()["error"]["code"] == "keys_unavailable", r.text
+        assert r.headers["retry-after"] == "1"
+    finally:
+        await ctx.__aexit__(None, None, None)
+    with_key = make_config(
+        auth={"keys": [{"name": "cfg", "key": "sk-cfg"}]},
+        store={"backend": "redis", "url": "redis://127.0.0.1:1/0", "timeout_seconds": 0.3},
+        server={"secret_key": "runtime-keys-test-secret-0123456789abcdef"},
+    )
+    app = create_app(with_key)
+    ctx = app.router.lifespan_context(app)
+    await ctx.__aenter__()
+    try:
+        c = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080")
+        assert (await c.post("/v1/chat/completions", json=CHAT, headers=bearer("sk-cfg"))).status_code == 200
+    finally:
+        await ctx.__aexit__(None, None, None)
