@@ -27,8 +27,8 @@ client (a key, a model) is put in the page as text, never as markup.  The overvi
   every second, and the overview sums the windows of the instances heard from in the last
   ``_LIVE`` seconds: the whole cluster.
 * ``keys``: each key's usage today and this month (UTC), from the usage records (the same
-  sums as ``/v1/admin/usage``, for the whole cluster when the store is shared), the cost
-  cache reads saved by the models' prices, and the budget left of each day or month limit.
+  sums as ``/v1/admin/usage``, for the whole cluster when the store is shared), what cache
+  reads saved by the models' prices, and the budget left of each day or month limit.
 * ``health``: each provider's breakers (the worst state any instance reports), attempts,
   failed attempts by class, upstream error codes, fallbacks taken, the error rate.
 * ``failures``: the last failed turns (usage records with outcome ``failed`` or ``error``)
