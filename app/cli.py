@@ -1,6 +1,6 @@
 """Command line: ``switchboard serve``, ``switchboard check-config``,
-``switchboard codex-catalog`` (app/codex_catalog.py) and ``switchboard usage``
-(app/usage.py)."""
+``switchboard codex-catalog`` (app/codex_catalog.py), ``switchboard usage``
+(app/usage.py), ``switchboard keys`` and ``switchboard audit`` (app/keys.py)."""
 
 from __future__ import annotations
 
@@ -122,6 +122,94 @@ def _usage(args: argparse.Namespace) -> int:
     span = f"{iso(since)} .. {iso(until) if until is not None else 'now'}"
     print(f"usage by {args.by}, {span} ({cfg.store.backend} store)")
     print(table(rows, args.by))
+    return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    """``switchboard keys …`` and ``switchboard audit``: runtime keys (app/keys.py), read and
+    changed straight on the configured store's backend (no server needed; every running
+    instance sees a change within a second)."""
+    import asyncio
+    import json
+    import time
+
+    from app.config import ConfigError, load_config
+    from app.keys import KeysError, cli_actor, open_keys
+    from app.usage import parse_when
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"switchboard: {e}", file=sys.stderr)
+        return 2
+    body: dict[str, Any] = {}
+    if getattr(args, "models", None) is not None:
+        body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
+    if getattr(args, "limits", None) is not None:
+        try:
+            body["limits"] = json.loads(args.limits)
+        except ValueError as e:
+            print(f"switchboard: --limits is not JSON: {e}", file=sys.stderr)
+            return 2
+    if getattr(args, "expires", None) is not None:
+        body["expires_at"] = args.expires
+    actor = cli_actor()
+
+    async def run() -> Any:
+        keys, store = await open_keys(cfg)
+        try:
+            if args.cmd == "audit":
+                since = parse_when(args.since, time.time())
+                return await keys.audit(since, args.key, args.limit)
+            op = args.op
+            if op == "list":
+                return await keys.all()
+            if op == "show":
+                return await keys.show(args.name)
+            if op == "create":
+                return await keys.create({"name": args.name, **body}, actor)
+            if op == "update":
+                return await keys.update(args.name, body, actor)
+            if op == "rotate":
+                return await keys.rotate(args.name, args.grace, actor)
+            return await keys.revoke(args.name, actor)
+        finally:
+            if store is not None:
+                await store.aclose()
+
+    try:
+        out = asyncio.run(run())
+    except KeysError as e:
+        print(f"switchboard: {e}", file=sys.stderr)
+        return 2 if e.status in (400, 404, 409) else 1
+    except ValueError as e:
+        print(f"switchboard: --since: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        print(f"switchboard: the store did not answer: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if args.json or isinstance(out, dict):
+        for row in out if isinstance(out, list) else [out]:
+            print(json.dumps(row, ensure_ascii=False))
+        if isinstance(out, dict) and "secret" in out:
+            print("the secret above is shown once: only its SHA-256 is kept", file=sys.stderr)
+        return 0
+    if args.cmd == "audit":
+        for entry in out:
+            detail = json.dumps(entry.get("detail") or {}, ensure_ascii=False)
+            print(f"{entry['at']}  {entry['actor']}  {entry['action']:<7} {entry['key']}  {detail}")
+        return 0
+    print(f"{'NAME':<24} {'SOURCE':<7} {'HINT':<18} {'EXPIRES':<21} LIMITS")
+    for k in out:
+        lim = dict(k.get("limits") or {})
+        if k.get("models") is not None:
+            lim["models"] = k["models"]
+        expires = k.get("expires_at") or "-"
+        if k.get("expired"):
+            expires += " (expired)"
+        src = k["source"] + ("*" if k["read_only"] else "")
+        print(f"{k['name']:<24} {src:<7} {k.get('hint') or '-':<18} {expires:<21} {json.dumps(lim) if lim else '-'}")
+    print("(* read-only: in the config file)")
     return 0
 
 
@@ -290,7 +378,40 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--index", type=int, default=None, help="only this line (0-based)")
     r.add_argument("--show", action="store_true", help="print the client bytes of each exchange as they are now")
     r.add_argument("--golden", default=None, metavar="NAME", help="write the line to tests/golden/captured/NAME.json")
+    ks = sub.add_parser(
+        "keys", help="create, list, show, update, rotate and revoke client keys at run time (in the store's backend)"
+    )
+    kops = ks.add_subparsers(dest="op", required=True)
+    for op, helptext in (
+        ("list", "every key: the config's (read-only) and the runtime ones"),
+        ("show", "one key"),
+        ("create", "a new key: its secret is printed once"),
+        ("update", "change a key's models, limits or expiry"),
+        ("rotate", "a new secret; the old one keeps working for --grace seconds"),
+        ("revoke", "refuse the key from now on, on every instance"),
+    ):
+        o = kops.add_parser(op, help=helptext)
+        o.add_argument("--config", required=True, help="YAML config file (its store holds the keys)")
+        o.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+        if op != "list":
+            o.add_argument("name", help="the key's name")
+        if op in ("create", "update"):
+            o.add_argument("--models", default=None, help="the models the key may use: names or globs, comma-separated")
+            o.add_argument(
+                "--limits", default=None, help="limits as JSON, as auth.keys[].limits: '{\"requests_per_minute\": 60}'"
+            )
+            o.add_argument("--expires", default=None, help="30d, 12h, a date, an ISO time, or never")
+        if op == "rotate":
+            o.add_argument("--grace", type=float, default=None, help="seconds the old secret still works (3600)")
+    au = sub.add_parser("audit", help="who changed which runtime key, and when")
+    au.add_argument("--config", required=True, help="YAML config file (its store holds the audit)")
+    au.add_argument("--key", default=None, help="only this key's entries")
+    au.add_argument("--since", default="30d", help="as switchboard usage --since (default: 30d)")
+    au.add_argument("--limit", type=int, default=1000, help="at most this many entries, newest first")
+    au.add_argument("--json", action="store_true", help="one JSON object per entry and line")
     args = ap.parse_args(argv)
+    if args.cmd in ("keys", "audit"):
+        return _keys(args)
     if args.cmd == "replay":
         return _replay(args)
     if args.cmd == "check-config":

@@ -243,6 +243,8 @@ class Failover:
                     raise
             if not tried[pick]:
                 res.budget(prov).request(res.clock())
+                if self.attempts:  # another target than the ones tried: a fallback
+                    res.metrics.inc("switchboard_fallbacks_total", provider=prov)
             tried[pick] += 1
             self.attempts += 1
             self.p = cur

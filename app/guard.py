@@ -14,7 +14,9 @@ close both holes without touching them:
 request                                     answer
 ==========================================  =============================================
 ``/healthz`` (``/health``), ``/readyz``    always served (load-balancer probes)
-``Origin`` present, not allowed             403 ``origin_not_allowed``
+``Origin`` present, not allowed             403 ``origin_not_allowed`` (under ``/console``
+                                            and ``/v1/admin/``, an ``Origin`` of the
+                                            ``Host`` itself is allowed: the console's page)
 ``Origin`` allowed, ``OPTIONS`` preflight   204 with the CORS headers
 no client key configured, ``Host`` not a    403 ``host_not_allowed``
 loopback name/address, not the configured
@@ -41,6 +43,10 @@ from typing import Any
 from transformers.errors import ProxyError
 
 PROBES = frozenset({"/healthz", "/health", "/readyz"})
+# the console and the admin API it calls (app/console.py, app/admin.py): a page of the
+# proxy's own origin may call them (they need an admin key or the console's session, which
+# a page elsewhere, or a rebinding one, does not have)
+SAME_ORIGIN = ("/console", "/v1/admin/")
 JSON_POSTS = frozenset({"/v1/chat/completions", "/v1/responses"})
 _TOKEN_LIST = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~, -]{0,512}$")
 
@@ -62,6 +68,14 @@ def _loopback(name: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def _same_origin(origin: bytes, host: bytes | None) -> bool:
+    """``Origin`` names the ``Host`` the request was sent to (the page is the proxy's own)."""
+    if host is None:
+        return False
+    _, sep, rest = origin.partition(b"://")
+    return bool(sep) and rest.lower() == host.strip().lower()
 
 
 def _is_json(ctype: str) -> bool:
@@ -114,7 +128,11 @@ class Guard:
                 host = v
             elif k == b"content-type":
                 ctype = v
-        if origin is not None and not self.origin_allowed(origin.decode("latin-1")):
+        if (
+            origin is not None
+            and not self.origin_allowed(origin.decode("latin-1"))
+            and not (path.startswith(SAME_ORIGIN) and _same_origin(origin, host))
+        ):
             return ProxyError(
                 403,
                 "requests from web pages are not allowed: this Origin is not in the proxy's server.allowed_origins",
@@ -148,15 +166,17 @@ class Guard:
     @staticmethod
     def cors_headers(scope: Any) -> list[tuple[bytes, bytes]] | None:
         """CORS headers for an answer to an (allowed) ``Origin``; None when there is none."""
-        origin = None
+        origin = host = None
         asked = b""
         for k, v in scope["headers"]:
             if k == b"origin":
                 origin = v
             elif k == b"access-control-request-headers":
                 asked = v
-        if origin is None:
-            return None
+            elif k == b"host":
+                host = v
+        if origin is None or (scope.get("path", "").startswith(SAME_ORIGIN) and _same_origin(origin, host)):
+            return None  # (none, or the proxy's own page: no CORS needed)
         out = [
             (b"access-control-allow-origin", origin),
             (b"vary", b"Origin"),

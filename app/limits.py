@@ -38,19 +38,26 @@ Where the counters live (``Counters``):
   ``limits: degraded`` for ``_DEGRADED_FOR`` seconds after the last failure.
 * ``MemoryCounters``, with SQLite or no store: the same rules, per process.
 
-Concurrency slots are leases (a sorted set of request ids scored by expiry), so a process
-that dies cannot keep a slot past ``_LEASE`` seconds.
+Concurrency slots are leases (a sorted set of request ids scored by expiry) of ``_LEASE``
+seconds, which the instance holding them renews every ``_RENEW`` seconds while its answers
+are open (``Limiter.renew``, one call for all of them): a slot is held as long as its stream
+lives, and a process that dies gives its slots back within ``_LEASE`` seconds.
 
 ``Ticket.headers()`` are what the client sees of its limits on every answer: OpenAI's
 ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` and Codex's own
 ``x-codex-primary-*`` (the minute window: the larger of the requests and tokens used
 percent) and ``x-codex-secondary-*`` (the day or month budget most used); ``event()`` is
-the ``codex.rate_limits`` event a Responses WebSocket sends before a response.
+the ``codex.rate_limits`` event a Responses WebSocket sends before a response.  A
+refusal carries the window it hit instead (remaining 0, used 100 %).  A settlement, as a
+take, is tried again on another connection when a pooled one from before a Redis restart
+fails.
 """
 
 from __future__ import annotations
 
+import asyncio
 import calendar
+import contextlib
 import fnmatch
 import time
 from dataclasses import dataclass, field
@@ -70,7 +77,9 @@ __all__ = [
     "cost_micros",
 ]
 
-_LEASE = 3600.0  # seconds a concurrency slot is held at most (a stream longer keeps going)
+_LEASE = 15.0  # seconds a concurrency slot is held unless renewed
+_RENEW = 5.0  # seconds between two renewals of the open answers' slots
+_HELD_MAX = 86400.0  # an answer open longer stops renewing its slot (a ticket never settled)
 _DEGRADED_FOR = 30.0  # seconds /readyz says degraded after the last Redis failure
 _SLACK = 120  # seconds a window's counter outlives its window
 _RECONNECTS = 3  # tries on a connection error before the last one, which may fail open
@@ -106,6 +115,10 @@ class Counters(Protocol):
 
     async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
         """Add each ``(key, amount, ttl)`` and release ``slot``, in one step."""
+        ...
+
+    async def renew(self, slots: list[Slot], now: float) -> None:
+        """Extend each slot still held to ``now + _LEASE`` (a released one stays released)."""
         ...
 
 
@@ -147,6 +160,12 @@ class MemoryCounters:
             self.counts[key] = (got[0] + amount, got[1]) if got is not None else (amount, time.time() + ttl)
         if slot is not None:
             self.slots.get(slot.key, {}).pop(slot.member, None)
+
+    async def renew(self, slots: list[Slot], now: float) -> None:
+        for slot in slots:
+            held = self.slots.get(slot.key, {})
+            if slot.member in held:
+                held[slot.member] = now + _LEASE
 
 
 # KEYS: the entries' counters, then the slot's sorted set when ARGV[1] == "1".
@@ -228,6 +247,17 @@ class RedisCounters:
             keys.append(self.prefix + slot.key)
             args.append(slot.member)
         await self.settle_script(keys=keys, args=args)
+
+    async def renew(self, slots: list[Slot], now: float) -> None:
+        if not slots:
+            return
+        until = int((now + _LEASE) * 1000)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for slot in slots:
+                key = self.prefix + slot.key
+                pipe.zadd(key, {slot.member: until}, xx=True)  # (XX: a released slot is not taken again)
+                pipe.pexpire(key, int(_LEASE * 1000))
+            await pipe.execute()
 
 
 class LimitExceeded(ProxyError):
@@ -374,6 +404,11 @@ class Limiter:
         self.counters = counters
         self.metrics = metrics
         self.failed_at = 0.0
+        # the policies of the keys made at run time (app/keys.py): name → limits (None: the
+        # default), set by the key registry at each change
+        self.runtime: dict[str, LimitsCfg | None] = {}
+        self.held: dict[int, Ticket] = {}  # the open answers' tickets that hold a slot
+        self._task: asyncio.Task[None] | None = None
         self.reload(config)
 
     def reload(self, config: Config) -> None:
@@ -390,7 +425,10 @@ class Limiter:
         return time.monotonic() - self.failed_at < _DEGRADED_FOR if self.failed_at else False
 
     def policy(self, name: str) -> LimitsCfg | None:
-        return self.policies.get(name, self.default)
+        got = self.policies.get(name)
+        if got is None:
+            got = self.runtime.get(name)
+        return self.default if got is None else got
 
     def price(self, model: str) -> PriceCfg | None:
         got = self.prices.get(model)
@@ -443,6 +481,8 @@ class Limiter:
         if index:
             raise self._refusal(ticket, index, seen)
         ticket.counts = seen if len(seen) == len(ticket.entries) else [0] * len(ticket.entries)
+        if ticket.slot is not None:
+            self.held[id(ticket)] = ticket
         return ticket
 
     async def _take(self, ticket: Ticket, now: float) -> tuple[int, list[int]]:
@@ -463,6 +503,7 @@ class Limiter:
         if ticket.settled:
             return 0
         ticket.settled = True
+        self.held.pop(id(ticket), None)
         cost = cost_micros(self.price(model), tokens) if tokens is not None else 0
         if ticket.degraded or ticket.policy is None:
             return cost
@@ -476,10 +517,55 @@ class Limiter:
         if not adds and ticket.slot is None:
             return cost
         try:
-            await self.counters.settle(adds, ticket.slot)
+            await self._settle(adds, ticket.slot)
         except Exception as e:
             self._failed(e, ticket.name)
         return cost
+
+    async def _settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
+        for _ in range(_RECONNECTS):
+            try:
+                return await self.counters.settle(adds, slot)
+            except self.counters.reconnect_errors:
+                # as _take: a pooled connection from before a Redis restart fails before the
+                # script ran; again, on another (a lost settlement would keep the tokens
+                # reserved, or a concurrency slot held for the lease's hour)
+                continue
+        await self.counters.settle(adds, slot)
+
+    async def renew(self, now: float | None = None) -> None:
+        """Renew the slots of every open answer of this process (``_RENEW``: the app's task)."""
+        now = time.time() if now is None else now
+        slots = []
+        for key, t in list(self.held.items()):
+            if now - t.now > _HELD_MAX:
+                del self.held[key]
+            elif t.slot is not None:
+                slots.append(t.slot)
+        if slots:
+            await self.counters.renew(slots, now)
+
+    async def start(self) -> None:
+        """The renewals' task (the app's start-up)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._renewing(), name="limits-renew")
+
+    async def _renewing(self) -> None:
+        while True:
+            await asyncio.sleep(_RENEW)
+            try:
+                await self.renew()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # Redis down: the leases run out, as a dead process's would
+                log.warning("limits_renew_failed", slots=len(self.held), error=type(e).__name__)
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _failed(self, e: BaseException, name: str) -> None:
         self.failed_at = time.monotonic()
@@ -497,12 +583,24 @@ class Limiter:
         wait = max(int(reset + 0.999), 1)
         if self.metrics is not None:
             self.metrics.inc("switchboard_limits_refused_total", kind=kind)
+        headers = {"retry-after": str(wait), "x-switchboard-limit": kind}
+        # the window it hit, full: OpenAI's three headers for a minute window, Codex's own
+        # (primary: the minute, secondary: a day or month budget)
+        word = {"requests": "requests", "tokens_minute": "tokens"}.get(kind)
+        if word is not None:
+            headers[f"x-ratelimit-limit-{word}"] = str(limit)
+            headers[f"x-ratelimit-remaining-{word}"] = "0"
+            headers[f"x-ratelimit-reset-{word}"] = f"{wait}s"
+            headers.update(_codex("primary", 100.0, 1, ticket.now, reset))
+        elif kind != "concurrent":
+            minutes = _windows(ticket.now)["day" if kind.endswith("day") else "month"][2]
+            headers.update(_codex("secondary", 100.0, minutes, ticket.now, reset))
         return LimitExceeded(
             429,
             f"Rate limit reached for {what} on key '{ticket.name}' (limit {limit}). Please try again in {wait}s.",
             type="rate_limit_error" if code == "rate_limit_exceeded" else "insufficient_quota",
             code=code,
-            headers={"retry-after": str(wait), "x-switchboard-limit": kind},
+            headers=headers,
         )
 
 

@@ -40,11 +40,14 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from app import accounting, compact, logs, metrics, stored, tokens
+from app.admin import AdminAuth, admin_routes
 from app.capture import Capture
 from app.config import Config, ConfigError, load_config
+from app.console import Sampler, console_routes
 from app.drain import Drain
 from app.failover import Resilience
 from app.guard import Guard
+from app.keys import KeyRegistry, Keys, KeysError
 from app.limits import Limiter, MemoryCounters, RedisCounters
 from app.logs import log
 from app.pipeline import ProxyResponse
@@ -87,6 +90,11 @@ _INDEX: dict[str, Any] = {
     "name": "switchboard",
     "about": "OpenAI-compatible reverse proxy for coding agents: point a client's base_url at /v1",
     "api": {"base_url": "/v1", "routes": [*_PROXY_ROUTES, "/v1/models"]},
+    "gemini_api": {
+        "base_url": "/v1beta",
+        "routes": ["/v1beta/models/{model}:generateContent", "/v1beta/models/{model}:streamGenerateContent"],
+    },
+    "console": "/console (admin keys only)",
     "health": "/healthz",
     "ready": "/readyz",
     "metrics": "/metrics",
@@ -280,6 +288,11 @@ class Service:
         self.usage = UsageLog(config, self.store, self.counters)
         # Gemini's thought signatures for the Chat clients that drop them (app/signatures.py)
         self.signatures = Signatures(self.store)
+        # client keys made at run time (app/keys.py), in the store's backend, refreshed
+        # from it every half second; the config's keys (self.digests) stay as they are
+        self.keys = KeyRegistry(Keys(config, self.store), on_change=self._runtime_keys)
+        # the console's sampler of the metrics (app/console.py), with admin keys only
+        self.sampler: Sampler | None = None
         # OpenTelemetry spans (app/tracing.py), None when tracing is off
         self.tracing: Tracing | None = _tracing(config)
         # capture of exchanges for switchboard replay (app/capture.py), None when off
@@ -287,7 +300,8 @@ class Service:
 
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
-        if not self.digests:
+        await self.keys.start()
+        if not self.digests and self.keys.none:
             log.warning(
                 "open_proxy",
                 message="no client API keys configured (auth.keys): anyone who can reach this port can use every "
@@ -295,6 +309,9 @@ class Service:
             )
         _warn_secret(self.config.server)
         await self.usage.start()
+        await self.limiter.start()
+        if self.sampler is not None:
+            await self.sampler.start()
         self.ready = True
         if self.signals:
             loop = asyncio.get_running_loop()
@@ -308,6 +325,10 @@ class Service:
         finally:
             self.ready = False
             self.drain.done()
+            await self.keys.aclose()
+            await self.limiter.aclose()
+            if self.sampler is not None:
+                await self.sampler.aclose()
             await self.router.aclose()
             await self.usage.aclose()
             if self.store is not None:
@@ -330,6 +351,11 @@ class Service:
         self.limiter.reload(fresh)
         log.info("reloaded", what="limits")
 
+    def _runtime_keys(self, policies: dict[str, Any]) -> None:
+        """The runtime keys changed (app/keys.py): their limits, and their names as metric labels."""
+        self.limiter.runtime = policies
+        self.counters.add_keys(policies)
+
     def envelope_key_for(self, owner: str) -> bytes:
         """The key that seals and opens this client key's envelopes (reasoning, compaction):
         derived from the server's secret and the key's name, so a blob sealed for one client
@@ -345,7 +371,7 @@ class Service:
     def authorize(self, h: Any) -> str:
         """Check the client key in headers ``h`` (a dict or Starlette's Headers); the key's
         name (``auth.keys``: what owns its stored responses)."""
-        if not self.digests:
+        if not self.digests and self.keys.none:
             return OPEN_OWNER
         auth = h.get("authorization", "")
         key = (
@@ -360,6 +386,20 @@ class Service:
         for x, name in self.digests:  # every digest compared: the time does not tell which matched
             if hmac.compare_digest(d, x) and owner is None:
                 owner = name
+        if owner is None and self.keys.by_digest:  # a key made at run time (app/keys.py)
+            try:
+                owner = self.keys.lookup(d, time.time())
+            except KeysError as e:
+                raise ProxyError(401, str(e), code=e.code) from None
+        if owner is None and self.keys.unread:
+            # the runtime keys were never read (their backend did not answer since the
+            # start): this may be one, so not "incorrect"; a client tries again
+            raise ProxyError(
+                503,
+                "The API keys could not be read yet; try again.",
+                code="keys_unavailable",
+                headers={"retry-after": "1"},
+            )
         if owner is None:
             raise ProxyError(401, "Incorrect API key provided.", code="invalid_api_key")
         return owner
@@ -601,6 +641,12 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     _info_routes(app, svc)
     stored.routes(app, svc)
     usage_routes(app, svc)
+    admin = AdminAuth(svc)
+    admin_routes(app, svc, admin)
+    app.state.admin = admin
+    if config.auth.admin_keys:
+        svc.sampler = Sampler(svc)
+        console_routes(app, svc, admin, svc.sampler)
     _error_handlers(app, svc)
     return app
 

@@ -110,6 +110,9 @@ METRICS: dict[str, tuple[str, str, tuple[float, ...]]] = {
     "switchboard_upstream_attempts_total": (
         "counter", "Upstream attempts before the first byte (retries and fallbacks), by provider and outcome.", ()
     ),
+    "switchboard_fallbacks_total": (
+        "counter", "Upstream attempts on another target of the model than the ones tried before (fallbacks), by the provider fallen back to.", ()
+    ),
     "switchboard_breaker_state": (
         "gauge", "Circuit breaker state per provider (model -) and per provider+model: 0 closed, 1 half-open, 2 open.", ()
     ),
@@ -476,6 +479,24 @@ class Metrics:
                 if sample.name == name and sample.labels == want:
                     return float(sample.value)
         return 0.0
+
+    def samples(self, names: Iterable[str]) -> Iterable[Any]:
+        """The samples of this process's metrics named ``names`` (those made so far)."""
+        for name in names:
+            metric = self._metrics.get(name)
+            if metric is not None:
+                for family in metric.collect():
+                    yield from family.samples
+
+    def add_keys(self, names: Iterable[str]) -> None:
+        """Client key names made at run time (app/keys.py) join the ``key_name`` set (at most
+        ``MAX_SERIES`` names: past that they stay ``other``)."""
+        known = self.labels["key_name"]
+        fresh = frozenset(names) - known
+        if fresh and len(known) + len(fresh) <= MAX_SERIES:
+            self.labels["key_name"] = known | fresh
+            self._keys.clear()  # (a remembered label set may have said "other")
+            self._turns.clear()
 
     def series_count(self) -> int:
         """Label sets over every metric (a histogram's label set is one, whatever its buckets)."""

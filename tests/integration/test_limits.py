@@ -45,6 +45,7 @@ async def test_the_third_request_of_the_minute_is_refused_in_the_clients_protoco
     r = await c.post(path, json=body, headers=auth("sk-alice"))
     assert r.status_code == 429 and 1 <= int(r.headers["retry-after"]) <= 60
     assert r.headers["x-switchboard-limit"] == "requests"
+    assert (r.headers["x-ratelimit-limit-requests"], r.headers["x-ratelimit-remaining-requests"]) == ("2", "0")
     if client_proto == "messages":
         assert r.json()["error"]["type"] == "rate_limit_error"
     else:

@@ -394,3 +394,73 @@ def test_sighup_changes_a_limit_without_dropping_a_stream(cluster: Cluster) -> N
     assert int(new["x-ratelimit-remaining-requests"]) == 7 - 3  # the same window's count: 3 so far
     assert other["x-ratelimit-limit-requests"] == "50"  # (only the signalled instance reloaded)
     assert p.proc.poll() is None  # and it is still running
+
+
+# ---------------------------------------------------------------------------------- e
+
+
+def test_a_concurrency_slot_lives_with_its_stream_and_dies_with_its_instance(cluster: Cluster, tmp_path: Path) -> None:
+    """Two more instances on the module's Redis, a key with one concurrent answer.  A stream
+    open longer than the lease keeps its slot (its instance renews it); the slot comes back
+    when it ends.  An instance killed (SIGKILL) with a stream open: its slot comes back
+    within the lease (15 s), not after an hour."""
+    from app.limits import _LEASE
+
+    keys = {"lease": {"concurrent": 1}}
+    a = Proxy(config(cluster.redis.url, cluster.up, keys), tmp_path / "a", startup_timeout=15)
+    b = Proxy(config(cluster.redis.url, cluster.up, keys), tmp_path / "b", startup_timeout=15)
+    a.start()
+    b.start()
+    words = "".join(f"w{i:02d} " for i in range(40))
+    cluster.up.set_script([chat_turn(text=words, chunk_size=4, frame_delay=0.6)] * 2)  # ~24 s each
+    body = {"model": "scripted", "stream": True, "messages": [{"role": "user", "content": "long"}]}
+
+    def probe(p: Proxy) -> httpx.Response:
+        return httpx.post(f"{p.base_url}/chat/completions", json=CHAT, headers=auth("lease"), timeout=10)
+
+    try:
+        with (
+            httpx.Client(timeout=60) as c,
+            c.stream("POST", f"{b.base_url}/chat/completions", json=body, headers=auth("lease")) as s,
+        ):
+            assert s.status_code == 200
+            t0 = time.monotonic()
+            it = s.iter_lines()
+            next(it)
+            first = probe(a)
+            assert first.status_code == 429 and first.headers["x-switchboard-limit"] == "concurrent", first.text
+            while time.monotonic() - t0 < _LEASE + 4:  # past the lease: still held (renewed)
+                next(it)
+            late = probe(a)
+            assert late.status_code == 429 and late.headers["x-switchboard-limit"] == "concurrent", late.text
+            rest = list(it)
+        assert "data: [DONE]" in rest
+        assert probe(a).status_code == 200  # ended: the slot is back
+
+        with httpx.Client(timeout=60) as c:
+            s = c.send(
+                c.build_request("POST", f"{a.base_url}/chat/completions", json=body, headers=auth("lease")), stream=True
+            )
+            assert s.status_code == 200
+            lines = s.iter_lines()  # (kept: a generator dropped closes the answer)
+            next(lines)
+            held = probe(b)
+            assert held.status_code == 429, (held.text, a.log(3000))
+            assert a.proc is not None
+            os.killpg(a.proc.pid, signal.SIGKILL)  # (its own process group only)
+            a.proc.wait(timeout=10)
+            killed = time.monotonic()
+            s.close()
+            while True:
+                r = probe(b)
+                if r.status_code == 200:
+                    break
+                assert r.status_code == 429 and r.headers["x-switchboard-limit"] == "concurrent", r.text
+                assert time.monotonic() - killed < _LEASE + 3, "the dead instance's slot never came back"
+                time.sleep(0.25)
+            back = time.monotonic() - killed
+        print(f"\nlimits cluster: a killed instance's concurrency slot came back after {back:.1f}s")
+        assert back <= _LEASE + 3
+    finally:
+        a.stop()
+        b.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -60,6 +61,10 @@ async def test_requests_per_minute_is_exact(counters: Any) -> None:
         await lim.admit("alice", "m", 10, "r3", now=NOW)
     assert e.value.status == 429 and e.value.code == "rate_limit_exceeded"
     assert e.value.headers["retry-after"] == "30" and "try again in 30s" in e.value.message
+    # the 429 carries the window it hit, full
+    h = e.value.headers
+    assert (h["x-ratelimit-limit-requests"], h["x-ratelimit-remaining-requests"]) == ("3", "0")
+    assert h["x-ratelimit-reset-requests"] == "30s" and h["x-codex-primary-used-percent"] == "100.0"
     # the next minute is a new window; another key is not limited at all
     await lim.admit("alice", "m", 10, "r4", now=NOW + 31)
     assert (await lim.admit("bob", "m", 10, "r5", now=NOW)).headers() == {}
@@ -113,6 +118,8 @@ async def test_a_day_budget_refuses_with_insufficient_quota_and_codex_headers(co
     with pytest.raises(LimitExceeded) as e:
         await lim.admit("alice", "m", 1, "r2", now=NOW)
     assert e.value.code == "insufficient_quota" and int(e.value.headers["retry-after"]) == midnight - NOW
+    assert e.value.headers["x-codex-secondary-used-percent"] == "100.0"
+    assert e.value.headers["x-codex-secondary-reset-at"] == str(midnight)
 
 
 async def test_cost_budget_by_the_price_table(counters: Any) -> None:
@@ -178,3 +185,77 @@ def test_reload_changes_the_policy() -> None:
     lim.reload(config({"requests_per_minute": 7}))
     pol = lim.policy("alice")
     assert pol is not None and pol.requests_per_minute == 7
+
+
+class _Stale(MemoryCounters):
+    """Counters whose first calls fail as a pooled connection from before a Redis restart does."""
+
+    reconnect_errors = (ConnectionError,)
+
+    def __init__(self, fail: int) -> None:
+        super().__init__()
+        self.fail = fail
+
+    async def settle(self, adds: Any, slot: Any) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("stale connection")
+        await super().settle(adds, slot)
+
+
+async def test_a_settlement_is_tried_again_on_a_stale_connection() -> None:
+    """As a take: a settlement that meets a dead pooled connection is tried again on another
+    (its tokens counted once, its slot released), not lost."""
+    m = Metrics()
+    counters = _Stale(fail=2)
+    lim = Limiter(config({"tokens_per_day": 1000, "concurrent": 1}), counters, m)
+    t = await lim.admit("alice", "m", 10, "r1", now=NOW)
+    await lim.settle(t, "m", (30, 20, 0, 0, 0))
+    assert counters.fail == 0 and m.get("switchboard_limits_degraded_total") == 0
+    assert list(counters.counts.values())[0][0] == 50  # the reservation of 10, settled to 50
+    await lim.admit("alice", "m", 10, "r2", now=NOW)  # the slot came back
+    gone = _Stale(fail=5)  # Redis really down: the settlement is given up, counted
+    lim = Limiter(config({"tokens_per_day": 1000}), gone, m)
+    t = await lim.admit("alice", "m", 10, "r3", now=NOW)
+    await lim.settle(t, "m", (30, 20, 0, 0, 0))
+    assert m.get("switchboard_limits_degraded_total") == 1
+
+
+async def test_a_slot_is_a_lease_its_open_answer_renews(counters: Any) -> None:
+    """A slot lasts _LEASE seconds unless the instance holding it renews it: an open answer's
+    slot is kept as long as it lives; a dead instance's comes back within the lease."""
+    from app.limits import _LEASE, _RENEW
+
+    alive = Limiter(config({"concurrent": 1}), counters)
+    t = await alive.admit("alice", "m", 0, "stream-1", now=NOW)
+    for k in range(1, 7):  # 30 s of renewals: the slot stays taken
+        await alive.renew(now=NOW + k * _RENEW)
+        with pytest.raises(LimitExceeded):
+            await alive.admit("alice", "m", 0, f"x{k}", now=NOW + k * _RENEW + 1)
+    await alive.settle(t, "m", (1, 1, 0, 0, 0))
+    assert alive.held == {}
+    await alive.renew(now=NOW + 40)  # (a released slot is not taken again by a renewal)
+    dead = await alive.admit("alice", "m", 0, "stream-2", now=NOW + 40)
+    alive.held.clear()  # its instance died: nobody renews it, nobody releases it
+    with pytest.raises(LimitExceeded):
+        await alive.admit("alice", "m", 0, "y1", now=NOW + 40 + _LEASE - 1)
+    await alive.admit("alice", "m", 0, "y2", now=NOW + 40 + _LEASE + 0.5)  # back within the lease
+    assert dead.slot is not None
+
+
+async def test_the_renewals_run_as_a_task() -> None:
+    import app.limits as limits
+
+    counters = MemoryCounters()
+    lim = Limiter(config({"concurrent": 1}), counters)
+    t = await lim.admit("alice", "m", 0, "s", now=time.time())
+    before = counters.slots["lim:alice:concurrent"]["s"]
+    old, limits._RENEW = limits._RENEW, 0.05
+    try:
+        await lim.start()
+        await asyncio.sleep(0.2)
+    finally:
+        limits._RENEW = old
+        await lim.aclose()
+    assert counters.slots["lim:alice:concurrent"]["s"] > before
+    await lim.settle(t, "m", None)
