@@ -582,12 +582,18 @@ def claude_code() -> ClaudeCode:
         pytest.fail(str(exc))
 
 
-# (its kimi type is the same Chat client as openai, left out for time)
-KIMI_TYPES = ("openai", "openai_responses", "anthropic")
+# Every case on its Chat type (the one that drops extra_content: the proxy keeps the
+# signature); its other two carry the sealed signature as Codex and Claude Code do, so the
+# hardest case (parallel calls, only the first signed) on each.  (Its kimi type is the same
+# Chat client as openai.)
+KIMI_RUNS = [
+    *(("openai", case) for case in CASES),
+    ("openai_responses", "parallel"),
+    ("anthropic", "parallel"),
+]
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("provider_type", KIMI_TYPES)
+@pytest.mark.parametrize(("provider_type", "case"), KIMI_RUNS, ids=[f"{t}-{c}" for t, c in KIMI_RUNS])
 def test_kimi_code(stage, kimi_code, tmp_path, provider_type, case):
     up = stage.script(MODEL, script(case, _shell_call(case, "Bash", "command"), FINAL))
     px, mark, before = stage.proxy, stage.mark(), stage.repairs(SKIPPED, MODEL)
@@ -653,7 +659,9 @@ def gemini_cli() -> GeminiCli:
         pytest.fail(str(exc))
 
 
-@pytest.mark.parametrize("case", CASES)
+# (its single call is the first step of these; test_gemini_cli_proxy.py runs it on every
+# other upstream kind)
+@pytest.mark.parametrize("case", ["parallel", "steps"])
 def test_gemini_cli(stage, gemini_cli, tmp_path, case):
     """Gemini CLI speaks Gemini's own API: the proxy seals each signature into the
     ``thoughtSignature`` of the ``functionCall`` part, Gemini CLI keeps it in its history,
