@@ -81,19 +81,14 @@ from typing import Any
 import orjson
 
 from transformers import compaction, fields, items, sse
-from transformers.chat_decode import ChatStreamDecoder, decode_chat_completion
-from transformers.chat_encode import ChatStreamEncoder, encode_chat_completion
 from transformers.chat_text_lane import ChatTextLane
 from transformers.chat_whole import plain_completion
 from transformers.context import Ctx
 from transformers.errors import RequestError, stream_error
 from transformers.events import Event, Finish, Reasoning, Refusal, Text, ToolCall, Usage
-from transformers.gemini_decode import GeminiStreamDecoder, decode_gemini
-from transformers.gemini_encode import GeminiEncoder
 from transformers.masking import NO_SECRETS, SecretMask
-from transformers.messages_decode import MessagesStreamDecoder, decode_message
-from transformers.messages_encode import MessagesEncoder
 from transformers.passthrough import ChatPassthrough
+from transformers.protocols import BAD, SPECS, EncoderOptions, chat_status
 from transformers.request_c2g import chat_to_gemini
 from transformers.request_c2m import chat_to_messages
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
@@ -102,8 +97,7 @@ from transformers.request_m2c import messages_to_chat
 from transformers.request_messages import drop_billing_header, prepare_messages
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
-from transformers.responses_decode import ResponsesStreamDecoder, decode_response
-from transformers.responses_encode import ResponsesStreamEncoder, encode_response
+from transformers.responses_encode import ResponsesStreamEncoder
 from transformers.text_runs import TextRuns
 from transformers.thought_signatures import restore
 from transformers.tool_stage import ToolStage, needed
@@ -134,7 +128,6 @@ ECHO = (
 # only true when the upstream itself speaks Responses (a Chat upstream stores nothing)
 ECHO_SAME_PROTOCOL = ("store", "truncation", "previous_response_id", "service_tier", "background")
 
-_BAD = frozenset({"upstream_bad_response", "upstream_bad_event"})
 # Chat passthrough: events in a row that were no run before a read's rest goes to the parser whole
 _LANE_MISSES = 3
 # text runs: the events a read may offer to teach the template before its rest goes the full
@@ -274,8 +267,9 @@ class SSEFraming:
     __slots__ = ("chat", "bare")
 
     def __init__(self, client: ProtocolName) -> None:
-        self.chat = client == "chat"
-        self.bare = self.chat or client == "gemini"
+        spec = SPECS[client]
+        self.chat = spec.sse_done  # (the stream's end marker, data: [DONE])
+        self.bare = spec.bare_sse
 
     def delta_frame(self, kind: str) -> tuple[bytes, bytes]:
         """What goes around the JSON of an event of type ``kind`` that the encoder writes
@@ -397,6 +391,9 @@ class Bridge:
 
     __slots__ = (
         "direction",
+        "_upstream",
+        "_client",
+        "_options",
         "ctx",
         "decoder",
         "stage",
@@ -444,30 +441,18 @@ class Bridge:
         self._incomplete_as_completed = incomplete_as_completed
         self._echo = echo or {}
         self._result: dict[str, Any] | None = None  # complete()'s answer object
-        self.decoder: Any = (
-            ChatStreamDecoder(ctx)
-            if direction.upstream == "chat"
-            else MessagesStreamDecoder(ctx)
-            if direction.upstream == "messages"
-            else GeminiStreamDecoder(ctx)
-            if direction.upstream == "gemini"
-            else ResponsesStreamDecoder(ctx)
+        self._upstream = SPECS[direction.upstream]
+        self._client = SPECS[direction.client]
+        self._options = EncoderOptions(
+            include_usage=include_usage, incomplete_as_completed=incomplete_as_completed, echo=self._echo
         )
+        self.decoder: Any = self._upstream.decoder(ctx)
         self.stage = (
             ToolStage(ctx, direction.client) if direction.tool_stage and needed(ctx, direction.client) else None
         )
         # a synthesised compaction: the model's summary becomes the one compaction item
         self.compaction = compaction.CompactionStage(ctx) if ctx.compaction and not self._chat else None
-        if self._chat:
-            self.encoder: Any = ChatStreamEncoder(ctx, include_usage=include_usage)
-        elif direction.client == "messages":
-            self.encoder = MessagesEncoder(ctx)
-        elif direction.client == "gemini":
-            self.encoder = GeminiEncoder(ctx)
-        else:
-            self.encoder = ResponsesStreamEncoder(
-                ctx, incomplete_as_completed=incomplete_as_completed, request_echo=self._echo
-            )
+        self.encoder: Any = self._client.encoder(ctx, self._options)
         self.parser = sse.SSEParser()
         self.framing = SSEFraming(direction.client)
         self.terminal = ""
@@ -661,7 +646,7 @@ class Bridge:
                 result = plain_completion(obj, ctx)  # (transformers/chat_whole.py), else the machines
                 if result is not None:
                     out = orjson.dumps(result)  # (it may refuse an integer: the guard below)
-                    self.terminal = _chat_status(result)
+                    self.terminal = chat_status(result)
                     self._result = result
                     self._account_plain(obj, result)
                     return 200, out
@@ -675,45 +660,8 @@ class Bridge:
                 events = staged
             if self.compaction is not None:
                 events = [e for ev in events for e in self.compaction.feed(ev)]
-            if self._chat:
-                result = encode_chat_completion(events, ctx)
-                err = result.get("error")
-                self.terminal = "failed" if err else _chat_status(result)
-            elif self.direction.client == "gemini":
-                genc = GeminiEncoder(ctx)
-                for ev in events:
-                    genc.feed(ev)
-                result = genc.answer()
-                last = events[-1] if events else None
-                err = last.error if isinstance(last, Finish) and last.status == "failed" else None
-                if err is not None:
-                    err = self.mask.error(err)
-                self.terminal = (
-                    "failed" if err else ("incomplete" if genc.finish_reason not in (None, "STOP") else "completed")
-                )
-            elif self.direction.client == "messages":
-                enc = MessagesEncoder(ctx)
-                for ev in events:
-                    enc.feed(ev)
-                result = enc.message()
-                last = events[-1] if events else None
-                err = last.error if isinstance(last, Finish) and last.status == "failed" else None
-                if err is not None:
-                    err = self.mask.error(err)
-                self.terminal = (
-                    "failed" if err else ("incomplete" if result["stop_reason"] == "max_tokens" else "completed")
-                )
-            else:
-                result = encode_response(
-                    events, ctx, incomplete_as_completed=self._incomplete_as_completed, request_echo=self._echo
-                )
-                status = result.get("status")
-                self.terminal = status if status in ("completed", "incomplete", "failed") else "completed"
-                err = result.get("error") if status == "failed" else None
-                if not (isinstance(err, dict) and err.get("code") in _BAD):
-                    err = None  # an upstream's own failure is a failed response object, as it came
-                    if isinstance(result.get("error"), dict):
-                        result["error"] = self.mask.error(result["error"])
+            whole = self._client.whole(events, ctx, self._options, self.mask)
+            result, err, self.terminal = whole.result, whole.error, whole.terminal
             body = None if err else orjson.dumps(result)
         except Exception as e:
             self.terminal = "failed"
@@ -723,7 +671,7 @@ class Bridge:
             ) from e
         if err or body is None:
             error = self.mask.error(err if isinstance(err, dict) else {})
-            raise AnswerError(error, bad=error.get("code") in _BAD)
+            raise AnswerError(error, bad=error.get("code") in BAD)
         self._result = result
         return 200, body
 
@@ -774,13 +722,7 @@ class Bridge:
     # -- the pieces -----------------------------------------------------------------------
 
     def _decode_object(self, obj: dict[str, Any]) -> list[Event]:
-        if self.direction.upstream == "chat":
-            return decode_chat_completion(obj, self.ctx)
-        if self.direction.upstream == "messages":
-            return decode_message(obj, self.ctx)
-        if self.direction.upstream == "gemini":
-            return decode_gemini(obj, self.ctx)
-        return decode_response(obj, self.ctx)
+        return self._upstream.decode_object(obj, self.ctx)
 
     def _frame(self, objs: list[dict[str, Any]]) -> list[bytes]:
         frame = self._framing.frame
@@ -1198,8 +1140,3 @@ class Bridge:
         except Exception:
             pass
         out.extend(self._frame(enc.abort(err)))
-
-
-def _chat_status(result: dict[str, Any]) -> str:
-    choices = result.get("choices") or [{}]
-    return "incomplete" if choices[0].get("finish_reason") in ("length", "content_filter") else "completed"

@@ -24,6 +24,7 @@ client protocols; a Messages client's stream is checked as Claude Code reads it
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -1053,7 +1054,8 @@ def test_non_stream_numeric_and_object_tool_call_fields(client: str) -> None:
 def test_non_stream_guard_any_exception_is_a_502(monkeypatch: pytest.MonkeyPatch, client: str, upstream: str) -> None:
     import transformers.bridge as bridge
 
-    monkeypatch.setattr(bridge, "decode_chat_completion" if upstream == "chat" else "decode_response", boom)
+    # the upstream protocol's row, its object decoder failing
+    monkeypatch.setitem(bridge.SPECS, upstream, dataclasses.replace(bridge.SPECS[upstream], decode_object=boom))
     monkeypatch.setattr(bridge, "plain_completion", boom)  # a Chat upstream's plain answer to a Chat client
     p = prepared(client, upstream)
     with pytest.raises(ProxyError) as ei:
@@ -1911,7 +1913,7 @@ def test_messages_non_stream_error_object_is_not_an_answer(client: str) -> None:
 def test_messages_non_stream_guard_any_exception_is_a_502(monkeypatch: pytest.MonkeyPatch, client: str) -> None:
     import transformers.bridge as bridge
 
-    monkeypatch.setattr(bridge, "decode_message", boom)
+    monkeypatch.setitem(bridge.SPECS, "messages", dataclasses.replace(bridge.SPECS["messages"], decode_object=boom))
     p = prepared(client, "messages")
     with pytest.raises(ProxyError) as ei:
         full_response(p, body_of(msg_obj()))
