@@ -360,24 +360,27 @@ def open_bridge(
     """Translate a checked client body for the upstream; the Bridge that answers it
     (``websocket``: its events framed for a Responses WebSocket, see ``WSFraming``)."""
     d = DIRECTIONS[(client, upstream)]
+    spec = SPECS[client]
     # every top-level field by its row for this upstream (transformers/fields.py)
     sent = fields.screen(body, client, upstream, ctx)
-    # remote compaction (transformers/compaction.py): sealed items expanded, a trigger
-    # turned into the summarisation request when the upstream does not compact natively
-    sent = compaction.prepare(sent, ctx, upstream) if client == "responses" else sent
-    # every input item type by its row for this upstream (transformers/items.py)
-    sent = items.prepare(sent, ctx, upstream) if client == "responses" else sent
-    out = d.translate(sent, ctx)
-    out["stream"] = bool(body.get("stream"))
     echo: dict[str, Any] = {}
-    if client == "responses":
+    if spec.items:
+        # remote compaction (transformers/compaction.py): sealed items expanded, a trigger
+        # turned into the summarisation request when the upstream does not compact natively
+        sent = compaction.prepare(sent, ctx, upstream)
+        # every input item type by its row for this upstream (transformers/items.py)
+        sent = items.prepare(sent, ctx, upstream)
         echo = {k: body[k] for k in ECHO if k in body}
-        if upstream == "responses":
+        if upstream == client:
             echo.update((k, body[k]) for k in ECHO_SAME_PROTOCOL if k in body)
         if answered:  # what the app itself honoured (its response store: store, previous_response_id)
             echo.update(answered)
+    out = d.translate(sent, ctx)
+    out["stream"] = bool(body.get("stream"))
     opts = body.get("stream_options")
-    include_usage = bool(opts.get("include_usage")) if client == "chat" and isinstance(opts, dict) else client != "chat"
+    include_usage = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
+    if not spec.usage_opt_in:
+        include_usage = True
     bridge = Bridge(
         d, ctx, include_usage=include_usage, incomplete_as_completed=incomplete_as_completed, echo=echo, mask=mask
     )
@@ -437,7 +440,7 @@ class Bridge:
         self.direction = direction
         self.ctx = ctx
         self.mask = mask
-        self._chat = direction.client == "chat"
+        self._chat = SPECS[direction.client].sse_done  # a Chat client (its chunks, its error chunk, [DONE])
         self._incomplete_as_completed = incomplete_as_completed
         self._echo = echo or {}
         self._result: dict[str, Any] | None = None  # complete()'s answer object
@@ -464,19 +467,20 @@ class Bridge:
         self._closed = False  # the client's terminal went out
         # Chat → Chat text chunks the full path would write unchanged go out as they came
         # (transformers/passthrough.py); None: every event takes the full path
-        self.passthrough = ChatPassthrough() if direction.client == direction.upstream == "chat" else None
+        up = self._upstream
+        self.passthrough = ChatPassthrough() if up.lanes and self._client is up else None
         # a Chat upstream's text chunks read off their bytes against the stream's own template
         # (transformers/chat_text_lane.py), where _blocks reads them (on Chat → Chat, the
         # chunks the passthrough does not take: an upstream's own key order or fields)
-        self.lane = ChatTextLane() if direction.upstream == "chat" else None
+        self.lane = ChatTextLane() if up.lanes else None
         # and its reasoning chunks (``decoder.reasoning``), against a template of their own
-        self.rlane = ChatTextLane("reasoning") if direction.upstream == "chat" else None
+        self.rlane = ChatTextLane("reasoning") if up.lanes else None
         # and its tool calls' argument chunks (``decoder.args``), against a template of their own
-        self.alane = ChatTextLane("arguments") if direction.upstream == "chat" else None
+        self.alane = ChatTextLane("arguments") if up.lanes else None
         # a Responses upstream's runs of text deltas read off their bytes against the stream's
         # own template (transformers/text_runs.py), learnt where _blocks reads one that
         # _text_runs offers (a Chat upstream's text chunks have the passthrough and the lane)
-        self.runs = TextRuns(direction.upstream) if direction.upstream == "responses" else None
+        self.runs = TextRuns(direction.upstream) if up.runs else None
         self._learning = False  # the event _text_runs offers to teach the runs' template
         # what the capture records (app/capture.py): called with (what, what came in, the client
         # bytes it made) after each call that takes upstream input; None: nothing recorded
@@ -642,7 +646,8 @@ class Bridge:
     def _complete(self, obj: dict[str, Any]) -> tuple[int, bytes]:
         ctx = self.ctx
         try:
-            if self._chat and self.stage is None and self.direction.upstream == "chat" and not ctx.on("inline_think"):
+            plain = self._upstream.lanes and self._client is self._upstream  # (Chat → Chat)
+            if plain and self.stage is None and not ctx.on("inline_think"):
                 result = plain_completion(obj, ctx)  # (transformers/chat_whole.py), else the machines
                 if result is not None:
                     out = orjson.dumps(result)  # (it may refuse an integer: the guard below)

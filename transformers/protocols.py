@@ -17,6 +17,16 @@ field              what it is
 ``bare_sse``       the client side: SSE as bare ``data:`` lines (Chat, Gemini); otherwise each
                    event has its ``event:`` line (Responses, Messages)
 ``sse_done``       the client side: the stream ends with ``data: [DONE]`` (Chat)
+``items``          the client side: its input items and compaction items go through
+                   ``items.py`` and ``compaction.py``, and its answer echoes the request's
+                   fields, the protocol's own ones only toward an upstream of the same
+                   protocol (Responses)
+``usage_opt_in``   the client side: usage only when ``stream_options.include_usage`` asks (Chat)
+``lanes``          a fast path, upstream side: chunks read off their bytes by the Chat lanes
+                   (``chat_text_lane.py``), and passed through as they came to a client of
+                   the same protocol (``passthrough.py``) (Chat)
+``runs``           a fast path, upstream side: runs of text deltas a read at a time
+                   (``text_runs.py``) (Responses)
 =================  ===========================================================================
 
 ``StreamDecoder`` and ``StreamEncoder`` are the interfaces every decoder and encoder keeps
@@ -143,6 +153,10 @@ class ProtocolSpec:
     whole: Callable[[list[Event], Ctx, EncoderOptions, SecretMask], Whole]
     bare_sse: bool
     sse_done: bool = False
+    items: bool = False
+    usage_opt_in: bool = False
+    lanes: bool = False
+    runs: bool = False
 
 
 SPECS: dict[str, ProtocolSpec] = {
@@ -156,6 +170,8 @@ SPECS: dict[str, ProtocolSpec] = {
             _whole_chat,
             bare_sse=True,
             sse_done=True,
+            usage_opt_in=True,
+            lanes=True,
         ),
         ProtocolSpec(
             "responses",
@@ -166,6 +182,8 @@ SPECS: dict[str, ProtocolSpec] = {
             ),
             _whole_responses,
             bare_sse=False,
+            items=True,
+            runs=True,
         ),
         ProtocolSpec(
             "messages",
