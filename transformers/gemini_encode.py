@@ -67,6 +67,7 @@ from .events import (
     Usage,
 )
 from .ids import random_hex
+from .whole_events import WholeEvents
 
 __all__ = ["ANTHROPIC", "FINISH_REASONS", "GeminiEncoder", "STATUS_OF", "error_object", "status_of"]
 
@@ -112,7 +113,7 @@ class _Call:
     sent: bool = False
 
 
-class GeminiEncoder:
+class GeminiEncoder(WholeEvents):
     """One answer's Gemini chunks (see the module docstring)."""
 
     def __init__(self, ctx: Ctx, *, model: str | None = None) -> None:
@@ -130,37 +131,11 @@ class GeminiEncoder:
         self.finish_reason: str | None = None
         self.parts: list[dict[str, Any]] = []  # every part sent (the whole answer)
 
-    # -- what the Bridge asks of an encoder ---------------------------------------------------
-
-    text_open = False
-    plain_text = False
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None
-
-    @property
-    def done(self) -> bool:
-        return self.finished
+    # -- what the Bridge asks of an encoder (its shortcuts: none, WholeEvents) ------------------
 
     @property
     def response(self) -> dict[str, Any]:
         return self.answer()
-
-    def frame_deltas(self, framing: Any) -> None:
-        pass
-
-    def text_delta(self, text: str) -> None:
-        return None
-
-    def reasoning_delta(self, ev: Reasoning) -> None:
-        return None
-
-    def args_delta(self, ev: ToolCall) -> None:
-        return None
-
-    def end(self) -> list[dict[str, Any]]:
-        return []
 
     def heartbeat(self) -> list[dict[str, Any]]:
         return []

@@ -83,6 +83,7 @@ from .events import (
     Usage,
 )
 from .ids import random_hex, to_anthropic_id
+from .whole_events import WholeEvents
 
 __all__ = ["MessagesEncoder", "STOP_REASONS", "sse"]
 
@@ -123,7 +124,7 @@ class _Call:
     sig: str | None = None  # the upstream's thought signature (Gemini), not yet sealed out
 
 
-class MessagesEncoder:
+class MessagesEncoder(WholeEvents):
     """One answer's Messages events (see the module docstring)."""
 
     def __init__(self, ctx: Ctx, *, model: str | None = None, message_id: str | None = None) -> None:
@@ -150,36 +151,11 @@ class MessagesEncoder:
         self.stop_sequence: str | None = None
         self.error: dict[str, Any] | None = None
 
-    # -- what the Bridge asks of an encoder ---------------------------------------------------
-
-    text_open = False  # (the Bridge's runs of text deltas: a Chat and Responses shortcut)
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None
-
-    @property
-    def done(self) -> bool:
-        return self.finished
+    # -- what the Bridge asks of an encoder (its shortcuts: none, WholeEvents) ------------------
 
     @property
     def response(self) -> dict[str, Any]:
         return self.message()
-
-    def frame_deltas(self, framing: Any) -> None:
-        pass  # every event goes through feed() and the Bridge's framing
-
-    def text_delta(self, text: str) -> None:
-        return None  # no shortcut: the Bridge feeds a Text event
-
-    def reasoning_delta(self, ev: Reasoning) -> None:
-        return None
-
-    def args_delta(self, ev: ToolCall) -> None:
-        return None
-
-    def end(self) -> list[dict[str, Any]]:
-        return []
 
     def heartbeat(self) -> list[dict[str, Any]]:
         """During a long upstream silence: Anthropic's own keep-alive event."""
