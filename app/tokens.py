@@ -67,22 +67,8 @@ async def count_gemini_tokens(route: Route | None, body: dict[str, Any], request
     inner = {k: body[k] for k in _GEMINI_COUNTED if k in body}
     sent = {"generateContentRequest": {"model": f"models/{model}", **inner}}
     url = prov.url("gemini", model).rsplit(":", 1)[0] + ":countTokens"
-    try:
-        resp = await prov.client.post(
-            url,
-            content=orjson.dumps(sent),
-            headers={**prov.headers_for("gemini"), "content-type": "application/json"},
-            params=prov.cfg.query or None,
-            timeout=_TIMEOUT,
-        )
-        got = resp.json().get("totalTokens") if resp.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError) as e:
-        log.info("count_tokens_estimated", request_id=request_id, provider=prov.name, error=type(e).__name__)
-        return estimate_gemini(body), "estimate"
-    if isinstance(got, int) and not isinstance(got, bool) and got >= 0:
-        return got, "upstream"
-    log.info("count_tokens_estimated", request_id=request_id, provider=prov.name, status=resp.status_code)
-    return estimate_gemini(body), "estimate"
+    got = await _upstream_count(prov, "gemini", url, sent, "totalTokens", request_id)
+    return (got, "upstream") if got is not None else (estimate_gemini(body), "estimate")
 
 
 async def count_tokens(route: Route | None, body: dict[str, Any], request_id: str) -> tuple[int, str]:
@@ -94,19 +80,27 @@ async def count_tokens(route: Route | None, body: dict[str, Any], request_id: st
     sent = prepare_messages(body, ctx)
     sent = {k: v for k, v in sent.items() if k not in ("max_tokens", "stream")}
     url = prov.url("messages") + "/count_tokens"
+    got = await _upstream_count(prov, "messages", url, sent, "input_tokens", request_id)
+    return (got, "upstream") if got is not None else (estimate(body), "estimate")
+
+
+async def _upstream_count(
+    prov: Any, protocol: str, url: str, sent: dict[str, Any], field: str, request_id: str
+) -> int | None:
+    """The upstream's own count (its answer's ``field``), or None (logged) when it gave none."""
     try:
         resp = await prov.client.post(
             url,
             content=orjson.dumps(sent),
-            headers={**prov.headers_for("messages"), "content-type": "application/json"},
+            headers={**prov.headers_for(protocol), "content-type": "application/json"},
             params=prov.cfg.query or None,
             timeout=_TIMEOUT,
         )
-        got = resp.json().get("input_tokens") if resp.status_code == 200 else None
+        got = resp.json().get(field) if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError) as e:
         log.info("count_tokens_estimated", request_id=request_id, provider=prov.name, error=type(e).__name__)
-        return estimate(body), "estimate"
+        return None
     if isinstance(got, int) and not isinstance(got, bool) and got >= 0:
-        return got, "upstream"
+        return got
     log.info("count_tokens_estimated", request_id=request_id, provider=prov.name, status=resp.status_code)
-    return estimate(body), "estimate"
+    return None
