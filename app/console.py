@@ -87,6 +87,9 @@ _SECURITY = {
 }
 
 
+_LOGIN_FAILED = b'<p class="error" id="login-error" role="alert">That is not an admin key.</p>'
+
+
 @functools.cache
 def _asset(name: str) -> bytes:
     return resources.files("app").joinpath("console", name).read_bytes()
@@ -580,9 +583,12 @@ def console_routes(app: Any, svc: Any, auth: Any, sampler: Sampler) -> Sessions:
     month: dict[str, Any] = {}
     cache_lock = asyncio.Lock()
 
-    def page(name: str, status: int = 200, extra: dict[str, str] | None = None) -> Response:
+    def page(name: str, status: int = 200, extra: dict[str, str] | None = None, *, failed: bool = False) -> Response:
+        body = _asset(name)
+        if failed:  # the login page again, saying why (its one slot for it)
+            body = body.replace(b"<!--failed-->", _LOGIN_FAILED)
         return Response(
-            _asset(name),
+            body,
             status_code=status,
             media_type="text/html; charset=utf-8",
             headers={**_SECURITY, **(extra or {})},
@@ -616,7 +622,7 @@ def console_routes(app: Any, svc: Any, auth: Any, sampler: Sampler) -> Sessions:
         key = (parse_qs(raw.decode("latin-1")).get("key") or [""])[0].strip()
         if not key or auth.check_key(key) is None:
             log.info("console_login", request_id=rid, status=401)
-            return page("login_failed.html", 401)
+            return page("login.html", 401, failed=True)
         actor = auth.actor_of(key)
         log.info("console_login", request_id=rid, status=303, actor=actor)
         secure = "; Secure" if request.url.scheme == "https" else ""
