@@ -883,9 +883,11 @@ class FakeUpstream(asyncio.Protocol):
                         await clock.until(due)
                     if self.transport is None:
                         return
-                    self.transport.write(step)
                     if i == 1 and stamp is not None:
+                        # before the write: once written the proxy, on the other core, may
+                        # read it before this process stamps anything after the write
                         stamp["upstream text"] = time.monotonic()
+                    self.transport.write(step)
         finally:
             clock.close()
             self.busy = None
