@@ -89,3 +89,82 @@ def test_the_rules_page_has_every_rule_cited() -> None:
             for tail in re.findall(r"docs/rules\.md,? ((?:(?:§\d+(?:\.\d+)?|F\d+)[^()\n|]*?)+)(?:[)|\n]|$)", line):
                 cited |= set(re.findall(r"§\d+(?:\.\d+)?|\bF\d+\b", tail))
     assert cited and not cited - have, sorted(cited - have)
+
+
+# The pages a newcomer reads first are written in short sentences and paragraphs. The count
+# is plain: sentences end at . ! or ? followed by whitespace, and a list item ends one too;
+# fenced code, table rows and headings are not prose and are not counted.
+FIRST_READ = ["README.md", "docs/configuration.md", "docs/operations.md", "docs/performance.md"]
+MAX_AVERAGE_WORDS = 22  # per sentence, over the page
+MAX_PARAGRAPH_WORDS = 100
+
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _prose_paragraphs(text: str) -> list[str]:
+    """The page's prose: paragraphs and list items, each joined into one line."""
+    out: list[str] = []
+    cur: list[str] = []
+    fenced = False
+
+    def flush() -> None:
+        if cur:
+            out.append(" ".join(cur))
+            cur.clear()
+
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith(("```", "~~~")):
+            flush()
+            fenced = not fenced
+        elif fenced:
+            continue
+        elif not s or s.startswith(("|", "#", "<!--")):
+            flush()
+        elif _ITEM.match(line):
+            flush()
+            cur.append(_ITEM.sub("", line).strip())
+        else:
+            cur.append(s)
+    flush()
+    return out
+
+
+def _sentences(paragraph: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(paragraph) if re.search(r"\w", s)]
+
+
+def test_the_first_pages_are_written_in_short_sentences() -> None:
+    problems = []
+    for name in FIRST_READ:
+        paragraphs = _prose_paragraphs((ROOT / name).read_text(encoding="utf-8"))
+        sentences = [s for p in paragraphs for s in _sentences(p)]
+        words = sum(len(s.split()) for s in sentences)
+        average = words / max(len(sentences), 1)
+        if average > MAX_AVERAGE_WORDS:
+            problems.append(f"{name}: {average:.1f} words a sentence on average (at most {MAX_AVERAGE_WORDS})")
+        for p in paragraphs:
+            if len(p.split()) > MAX_PARAGRAPH_WORDS:
+                first = " ".join(p.split()[:12])
+                problems.append(
+                    f"{name}: a paragraph of {len(p.split())} words (at most {MAX_PARAGRAPH_WORDS}): {first} …"
+                )
+    assert not problems, "\n".join(problems)
+
+
+def test_the_sentence_count_reads_prose_only() -> None:
+    page = (
+        "# A heading of many words that is not counted\n\n"
+        "One two three. Four five!\nSix seven?\n\n"
+        "```\nnot. counted. at. all.\n```\n\n"
+        "| a table. | row. |\n\n"
+        "- an item\n  that goes on\n- another item. With two sentences\n"
+    )
+    paragraphs = _prose_paragraphs(page)
+    assert paragraphs == [
+        "One two three. Four five! Six seven?",
+        "an item that goes on",
+        "another item. With two sentences",
+    ]
+    assert [len(_sentences(p)) for p in paragraphs] == [3, 1, 2]
