@@ -37,7 +37,7 @@ class ModelInfo:
 # Values are the vendors' published limits; max_output_tokens is what the proxy sends when a
 # client (Codex) sends none, so it is a safe maximum, never above the vendor's.
 BUILTIN: tuple[tuple[str, dict[str, Any]], ...] = (
-    # docs/rules.md §4 R3-c: 1M context, 131072 output, multimodal, thinking, no parallel tools
+    # docs/rules.md §4, the catalogue entry: 1M context, 131072 output, multimodal, thinking, no parallel tools
     ("*mimo-v2.6*", {"context_window": 1_048_576, "max_output_tokens": 131_072,
                      "modalities": ("text", "image"), "reasoning": True, "parallel_tool_calls": False}),
     # Moonshot: 256K context shared with the output

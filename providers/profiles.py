@@ -7,7 +7,7 @@ switch quirks on or off, all data:
 * the provider's base URL: ``url_quirks`` rows match the host (the Kimi profile serves
   both Moonshot's own API and self-hosted vLLM/SGLang; only Moonshot gets the
   Moonshot-only fields and its schema dialect);
-* the model id, whatever the provider (``MODEL_QUIRKS``; docs/rules.md §4 R3-a: MiMo 2.6 is keyed on
+* the model id, whatever the provider (``MODEL_QUIRKS``; docs/rules.md §4: MiMo 2.6 is keyed on
   the model id whatever the base URL, a self-hosted model does not identify itself by URL);
 * config overrides, per provider and per model, each optionally limited to model globs
   (``quirks: {enable: [...], disable: [...], models: ["mimo-v2.6-*"]}``).
@@ -194,9 +194,8 @@ PROFILES: dict[str, Profile] = {
     )
 }
 
-# Quirks keyed on the model id, whatever the provider (docs/rules.md §4 R3-a condition 1: "keyed on
-# the model id whatever the base URL").  Matched (case-insensitively) against the upstream
-# model name.
+# Quirks keyed on the model id, whatever the provider or base URL (docs/rules.md §4).
+# Matched (case-insensitively) against the upstream model name.
 _MIMO = frozenset({"mimo_raw_patch", "invalid_json_passthrough", "mimo_request", "reasoning_replay"})
 MODEL_QUIRKS: tuple[tuple[str, frozenset[str]], ...] = (
     ("mimo-v2.6*", _MIMO),

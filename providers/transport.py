@@ -17,8 +17,9 @@ One exchange, on a ``_Conn`` (one TCP or TLS connection, one request at a time):
 1. ``handle_async_request`` takes the origin's most recently used idle connection (LIFO:
    the one least likely to have been closed by the upstream's own idle timeout), or opens
    one (``connect`` timeout);
-2. the request's head and body go out in one ``transport.write`` (the ``write`` timeout
-   applies while the transport asks the writer to pause);
+2. the request's head and body go out in one ``transport.write``, a body of 64 KiB or more
+   in a second one (the ``write`` timeout applies while the transport asks the writer to
+   pause);
 3. ``data_received`` feeds the parser; the response's head completes the waiting
    ``handle_async_request`` (``read`` timeout for that wait), which returns an
    ``httpx.Response`` whose stream is a ``_Body``;

@@ -18,7 +18,7 @@ returns the unified events (``events.py``) it completes; the app calls ``end()``
   the content seen so far is still a prefix of ``<think>`` it is held; inside the think
   block a tail that may be the start of ``</think>`` is held.  Anything held is released
   (unchanged) before any other kind of event, so the order of bytes is kept.
-* Tool calls (docs/rules.md §3, the cc-switch rule): the unified ``index`` is the call's ordinal in
+* Tool calls (docs/rules.md §3): the unified ``index`` is the call's ordinal in
   first-appearance order.  A chunk with an ``index`` maps through ``index → ordinal``;
   a known index that suddenly carries a different, previously unseen ``id`` is a new call
   (upstreams that collapse parallel calls onto ``index: 0``, docs/rules.md F4).  A chunk without

@@ -1,5 +1,5 @@
 """Request-side quirk table (docs/rules.md §4 R3-c, T3-14, T1-5, T1-6, §1 "never rewrite ids Chat→Chat",
-§5.5 envelope stripping, §6 Moonshot-only fields, Kimi tool_choice)."""
+§5.5 envelope stripping, §7.5 Moonshot-only fields, Kimi tool_choice)."""
 
 from __future__ import annotations
 
