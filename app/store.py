@@ -88,7 +88,7 @@ import os
 import time
 import zlib
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -143,7 +143,8 @@ class Record:
         return None
 
     def encode(self) -> bytes:
-        return zlib.compress(orjson.dumps(asdict(self)), 6)
+        # (orjson writes a dataclass's fields itself: no deep copy of the response first)
+        return zlib.compress(orjson.dumps(self), 6)
 
     @classmethod
     def decode(cls, blob: bytes) -> Record:
@@ -456,9 +457,8 @@ class SQLiteStore(Store):
         return total, evicted
 
     async def _total(self, db: Any) -> int:
-        async with db.execute("SELECT v FROM store_meta WHERE k = 'bytes'") as cur:
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        rows = await db.execute_fetchall("SELECT v FROM store_meta WHERE k = 'bytes'")  # (one step of its thread)
+        return int(rows[0][0]) if rows else 0
 
     async def _trim(self, db: Any, keep: str) -> tuple[int, int]:
         """Delete the records that would expire first (not ``keep``) until the total is
@@ -619,26 +619,57 @@ class RedisStore(Store):
         # the item index: one key per item id (→ the record's id), and the record's list of
         # its item ids, so that renewing an ancestor renews its items without decoding it
         lists: list[Any] = await self.redis.mget([self.prefix + "items:" + t for t in touch]) if touch else []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(self.prefix + rid, blob, ex=self.ttl)
-            if item_ids:
-                pipe.set(self.prefix + "items:" + rid, "\n".join(item_ids), ex=self.ttl)
-            for i in item_ids:
-                pipe.set(self.prefix + "item:" + i, rid, ex=self.ttl)
-            for t, listed in zip(touch, lists):
-                pipe.expire(self.prefix + t, self.ttl)
-                if isinstance(listed, bytes) and listed:
-                    pipe.expire(self.prefix + "items:" + t, self.ttl)
-                    for i in listed.decode().split("\n"):
-                        pipe.expire(self.prefix + "item:" + i, self.ttl)
-            args: list[str | int] = [self.prefix, repr(time.time()), self.ttl, self.max_total_bytes, rid, len(blob)]
-            args += touch
-            # EVAL, not a registered script: redis-py checks a pipeline's scripts with SCRIPT
-            # EXISTS before each execute (a round trip); the server caches the compiled body
-            pipe.eval(_TRIM_LUA, len(self._sizes), *self._sizes, *args)
-            got = await pipe.execute()
+        ttl = self.ttl
+        cmds: list[tuple[Any, ...]] = [("SET", self.prefix + rid, blob, "EX", ttl)]
+        if item_ids:
+            cmds.append(("SET", self.prefix + "items:" + rid, "\n".join(item_ids), "EX", ttl))
+        for i in item_ids:
+            cmds.append(("SET", self.prefix + "item:" + i, rid, "EX", ttl))
+        for t, listed in zip(touch, lists):
+            cmds.append(("EXPIRE", self.prefix + t, ttl))
+            if isinstance(listed, bytes) and listed:
+                cmds.append(("EXPIRE", self.prefix + "items:" + t, ttl))
+                for i in listed.decode().split("\n"):
+                    cmds.append(("EXPIRE", self.prefix + "item:" + i, ttl))
+        args: list[str | int] = [self.prefix, repr(time.time()), ttl, self.max_total_bytes, rid, len(blob)]
+        # EVAL, not a registered script: nothing to load again after a restart; the server
+        # caches the compiled body
+        cmds.append(("EVAL", _TRIM_LUA, len(self._sizes), *self._sizes, *args, *touch))
+        got = await self._pipeline(cmds)
         total, evicted = got[-1]
         return int(total), int(evicted)
+
+    async def _pipeline(self, cmds: list[tuple[Any, ...]]) -> list[Any]:
+        """``cmds`` in one write on one of the pool's connections, their replies in order
+        (redis-py's own pipeline costs twice the CPU of the round trip); the first error
+        reply raised once every reply is read."""
+        pool = getattr(self.redis, "connection_pool", None)
+        if pool is None:  # a client without one pool: its own pipeline
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for cmd in cmds:
+                    pipe.execute_command(*cmd)
+                return list(await pipe.execute())
+        from redis.exceptions import ResponseError
+
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(conn.pack_commands(cmds))
+            out: list[Any] = []
+            error: ResponseError | None = None
+            for _ in cmds:
+                try:
+                    out.append(await conn.read_response())
+                except ResponseError as e:
+                    error = error or e
+                    out.append(e)
+        except BaseException:
+            await conn.disconnect()  # (a half-read connection never goes back to the pool)
+            raise
+        finally:
+            await pool.release(conn)
+        if error is not None:
+            raise error
+        return out
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         got = await self.redis.mget([self.prefix + "item:" + i for i in item_ids])
