@@ -186,6 +186,11 @@ class Store:
         # puts this process owes: a turn whose answer is going out is stored after its last
         # byte, and a client may send the next turn (referring to it) before that put is done
         self._expected: set[asyncio.Future[None]] = set()
+        # puts of this event-loop turn, written together (``_put_many``): under load a put
+        # costs a share of one round trip
+        self._queued: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]] = []
+        self._put_kicked = False
+        self._put_tasks: set[asyncio.Task[None]] = set()
 
     def expect(self) -> asyncio.Future[None]:
         """A put this process will make (a stored turn's answer is going out): resolve the
@@ -222,11 +227,40 @@ class Store:
         scope = _scope(rec.owner)
         # the ancestors under both keys: a conversation begun before keys were scoped
         touch = [scope + a for a in rec.ancestors] + rec.ancestors
-        put = self._put(scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()])
-        total, evicted = await self._call("put", put)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self._queued.append(((scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()]), fut))
+        if not self._put_kicked:
+            self._put_kicked = True
+            loop.call_soon(self._send_puts)
+        total, evicted = await fut
         self.counters.set_gauge("switchboard_store_bytes", total)
         if evicted:
             self.counters.inc("switchboard_store_evicted_total", evicted)
+
+    def _send_puts(self) -> None:
+        self._put_kicked = False
+        batch, self._queued = self._queued, []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._write_puts(batch))
+            self._put_tasks.add(task)
+            task.add_done_callback(self._put_tasks.discard)
+
+    async def _write_puts(
+        self, batch: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]]
+    ) -> None:
+        try:
+            got = await self._call("put", self._put_many([args for args, _ in batch]))
+        except StoreUnavailable as e:
+            for _ in batch[1:]:  # (each put counted, as if written alone)
+                self.counters.inc("switchboard_store_errors_total", op="put")
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(StoreUnavailable(str(e)))
+            return
+        for (_, fut), result in zip(batch, got, strict=True):
+            if not fut.done():
+                fut.set_result(result)
 
     async def _find(self, op: str, ids: list[str], owner: str) -> list[tuple[str, Record] | None]:
         """Each id's record of this owner, with the key it is stored under: the owner's own
@@ -311,6 +345,10 @@ class Store:
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
         """Store; (the store's total bytes after it, the records evicted to stay under the cap)."""
         raise NotImplementedError
+
+    async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
+        """Each of ``puts`` (``_put``'s arguments) stored, in order; each one's ``_put`` answer."""
+        return [await self._put(*args) for args in puts]
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
         raise NotImplementedError
@@ -616,9 +654,28 @@ class RedisStore(Store):
         self._sizes = [self.prefix + "meta:bytime", self.prefix + "meta:sizes", self.prefix + "meta:bytes"]
 
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
+        return (await self._put_many([(rid, blob, touch, item_ids)]))[0]
+
+    async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
+        # one write for every record of the batch: each one's commands, then its size
+        # bookkeeping (one script each, in order: the cap is kept after every one)
+        touched = [t for _, _, touch, _ in puts for t in touch]
+        lists = await self.redis.mget([self.prefix + "items:" + t for t in touched]) if touched else []
+        cmds: list[tuple[Any, ...]] = []
+        trims: list[int] = []
+        at = 0
+        for rid, blob, touch, item_ids in puts:
+            cmds += self._put_commands(rid, blob, touch, item_ids, lists[at : at + len(touch)])
+            at += len(touch)
+            trims.append(len(cmds) - 1)
+        got = await self._pipeline(cmds)
+        return [(int(got[i][0]), int(got[i][1])) for i in trims]
+
+    def _put_commands(
+        self, rid: str, blob: bytes, touch: list[str], item_ids: list[str], lists: list[Any]
+    ) -> list[tuple[Any, ...]]:
         # the item index: one key per item id (→ the record's id), and the record's list of
         # its item ids, so that renewing an ancestor renews its items without decoding it
-        lists: list[Any] = await self.redis.mget([self.prefix + "items:" + t for t in touch]) if touch else []
         ttl = self.ttl
         cmds: list[tuple[Any, ...]] = [("SET", self.prefix + rid, blob, "EX", ttl)]
         if item_ids:
@@ -635,9 +692,7 @@ class RedisStore(Store):
         # EVAL, not a registered script: nothing to load again after a restart; the server
         # caches the compiled body
         cmds.append(("EVAL", _TRIM_LUA, len(self._sizes), *self._sizes, *args, *touch))
-        got = await self._pipeline(cmds)
-        total, evicted = got[-1]
-        return int(total), int(evicted)
+        return cmds
 
     async def _pipeline(self, cmds: list[tuple[Any, ...]]) -> list[Any]:
         """``cmds`` in one write on one of the pool's connections, their replies in order
