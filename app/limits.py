@@ -48,9 +48,15 @@ lives, and a process that dies gives its slots back within ``_LEASE`` seconds.
 ``x-codex-primary-*`` (the minute window: the larger of the requests and tokens used
 percent) and ``x-codex-secondary-*`` (the day or month budget most used); ``event()`` is
 the ``codex.rate_limits`` event a Responses WebSocket sends before a response.  A
-refusal carries the window it hit instead (remaining 0, used 100 %).  A settlement, as a
-take, is tried again on another connection when a pooled one from before a Redis restart
-fails.
+refusal carries the window it hit instead (remaining 0, used 100 %).
+
+On Redis, the calls of one event-loop turn share one round trip (``RedisCounters``): the
+takes of the requests admitted together and the settlements owed go out in one write.  A
+settlement is not waited for; it waits at most ``_SETTLE_DELAY`` for takes to ride on.  A
+batch that fails keeps its settlements owed and sends them again on a fresh connection
+(a Redis restart loses none), and each settlement's marker key (``SET NX``, ``_MARKED``
+seconds) makes one sent twice count once.  A take, as before, is tried again on another
+connection when a pooled one from before a Redis restart fails.
 """
 
 from __future__ import annotations

@@ -60,6 +60,11 @@ its ancestors): an ``item_reference`` names an item, not a response, and one rea
 index plus one read of the records answers any number of them.  The index holds ids
 only; the item itself is read from its record, under the record's owner check.
 
+The puts of one event-loop turn are written together (``_put_many``): on Redis one read of
+the renewed ancestors' item lists, then one write of every record's commands and size
+scripts, in order.  Each put still answers for itself (its total, its evictions, or
+``StoreUnavailable``) once the write is done.
+
 Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
 raised as ``StoreUnavailable`` and counted in ``switchboard_store_errors_total{op}``; the
 caller answers 503 ``store_unavailable``.  Nothing here keeps a connection state the next
