@@ -48,9 +48,15 @@ lives, and a process that dies gives its slots back within ``_LEASE`` seconds.
 ``x-codex-primary-*`` (the minute window: the larger of the requests and tokens used
 percent) and ``x-codex-secondary-*`` (the day or month budget most used); ``event()`` is
 the ``codex.rate_limits`` event a Responses WebSocket sends before a response.  A
-refusal carries the window it hit instead (remaining 0, used 100 %).  A settlement, as a
-take, is tried again on another connection when a pooled one from before a Redis restart
-fails.
+refusal carries the window it hit instead (remaining 0, used 100 %).
+
+On Redis, the calls of one event-loop turn share one round trip (``RedisCounters``): the
+takes of the requests admitted together and the settlements owed go out in one write.  A
+settlement is not waited for; it waits at most ``_SETTLE_DELAY`` for takes to ride on.  A
+batch that fails keeps its settlements owed and sends them again on a fresh connection
+(a Redis restart loses none), and each settlement's marker key (``SET NX``, ``_MARKED``
+seconds) makes one sent twice count once.  A take, as before, is tried again on another
+connection when a pooled one from before a Redis restart fails.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ import asyncio
 import calendar
 import contextlib
 import fnmatch
+import itertools
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -83,6 +91,10 @@ _HELD_MAX = 86400.0  # an answer open longer stops renewing its slot (a ticket n
 _DEGRADED_FOR = 30.0  # seconds /readyz says degraded after the last Redis failure
 _SLACK = 120  # seconds a window's counter outlives its window
 _RECONNECTS = 3  # tries on a connection error before the last one, which may fail open
+_SETTLE_DELAY = 0.002  # seconds a settlement waits for a batch of takes to ride on
+_BACKOFF_MAX = 11  # settlements that failed are sent again after at most 2**11 × 2 ms (4 s)
+_OWED_MAX = 100_000  # settlements kept while Redis does not answer; past that the oldest go
+_MARKED = 60  # seconds a settlement's marker lives (a batch sent again within them counts once)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +125,13 @@ class Counters(Protocol):
         1`` for the slot — and the counts it saw)."""
         ...
 
-    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
-        """Add each ``(key, amount, ttl)`` and release ``slot``, in one step."""
+    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str = "") -> None:
+        """Add each ``(key, amount, ttl)`` and release ``slot``, in one step, once (``once``:
+        the settlement's own key, which a settlement sent twice finds taken)."""
+        ...
+
+    async def flush(self) -> None:
+        """Whatever is owed, sent now."""
         ...
 
     async def renew(self, slots: list[Slot], now: float) -> None:
@@ -154,12 +171,15 @@ class MemoryCounters:
             self.counts = {k: v for k, v in self.counts.items() if v[1] > now}
         return 0, seen
 
-    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
+    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str = "") -> None:
         for key, amount, ttl in adds:
             got = self.counts.get(key)  # (the window's own end kept: the key names the window)
             self.counts[key] = (got[0] + amount, got[1]) if got is not None else (amount, time.time() + ttl)
         if slot is not None:
             self.slots.get(slot.key, {}).pop(slot.member, None)
+
+    async def flush(self) -> None:
+        return
 
     async def renew(self, slots: list[Slot], now: float) -> None:
         for slot in slots:
@@ -201,32 +221,53 @@ return seen
 """
 
 
-# KEYS: the counters to add to, then the slot's sorted set when ARGV[1] == "1".
-# ARGV: has_slot, then per counter: amount, ttl; then the slot's member.
+# KEYS: the settlement's marker, the counters to add to, then the slot's sorted set when
+# ARGV[1] == "1".  ARGV: has_slot, the marker's lifetime (s), then per counter: amount, ttl;
+# then the slot's member.  The marker makes a settlement sent twice (its batch's reply lost
+# to a broken connection) count once.
 SETTLE = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[2])) then return 0 end
 local has_slot = ARGV[1] == '1'
-local n = #KEYS
+local n = #KEYS - 1
 if has_slot then n = n - 1 end
 for i = 1, n do
-  redis.call('INCRBY', KEYS[i], tonumber(ARGV[2 * i]))
-  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[2 * i + 1]))
+  redis.call('INCRBY', KEYS[i + 1], tonumber(ARGV[2 * i + 1]))
+  redis.call('EXPIRE', KEYS[i + 1], tonumber(ARGV[2 * i + 2]))
 end
-if has_slot then redis.call('ZREM', KEYS[n + 1], ARGV[2 * n + 2]) end
-return 0
+if has_slot then redis.call('ZREM', KEYS[n + 2], ARGV[2 * n + 3]) end
+return 1
 """
 
 
 class RedisCounters:
-    """Counters shared by every instance on one Redis (the store's connection)."""
+    """Counters shared by every instance on one Redis (the store's connection pool).
+
+    Every call of one event-loop turn goes out in one batch (``_Batch``): the takes of the
+    requests admitted together, and the settlements owed, on one connection in one write,
+    their replies read in order.  A settlement is not waited for: it is owed for at most
+    ``_SETTLE_DELAY`` seconds and rides on the next batch of takes (under load, a request
+    costs one share of one round trip); its marker makes it count once when a batch whose
+    replies were lost is sent again.  Each script stays atomic on the server: batching
+    changes no count."""
 
     def __init__(self, redis: Any, prefix: str) -> None:
         self.redis = redis
         self.prefix = prefix
         from redis.exceptions import ConnectionError as RedisConnectionError  # (redis only with this store)
+        from redis.exceptions import NoScriptError, ResponseError
 
         self.reconnect_errors: tuple[type[BaseException], ...] = (RedisConnectionError,)
+        self._no_script = NoScriptError
+        self._response_error = ResponseError
         self.script = redis.register_script(TAKE)
         self.settle_script = redis.register_script(SETTLE)
+        self._scripts = {self.script.sha: TAKE, self.settle_script.sha: SETTLE}
+        self._takes: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []  # for the next batch
+        self._owed: list[tuple[Any, ...]] = []  # settlements not yet sent, oldest first
+        self._kicked = False  # a batch is scheduled for the next loop turn
+        self._timer: asyncio.TimerHandle | None = None  # the owed settlements' own batch
+        self._failures = 0  # batches of settlements failed in a row (the retry's backoff)
+        self._batches: set[asyncio.Task[None]] = set()
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         keys = [self.prefix + e.key for e in entries]
@@ -236,17 +277,117 @@ class RedisCounters:
         if slot is not None:
             keys.append(self.prefix + slot.key)
             args += [slot.limit, slot.member, int(_LEASE * 1000)]
-        got = [int(x) for x in await self.script(keys=keys, args=args)]
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._takes.append((("EVALSHA", self.script.sha, len(keys), *keys, *args), fut))
+        self._kick()
+        got = [int(x) for x in await fut]
         return got[0], got[1:]
 
-    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
-        keys = [self.prefix + k for k, _, _ in adds]
-        args: list[Any] = ["1" if slot is not None else "0"]
-        args += [x for _, amount, ttl in adds for x in (amount, ttl)]
+    async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str = "") -> None:
+        """Owed, sent with the next batch (at most ``_SETTLE_DELAY`` seconds from now)."""
+        keys = [self.prefix + (once or "lim:settled:" + _nonce())]
+        keys += [self.prefix + k for k, _, _ in adds]
+        args: list[Any] = ["1" if slot is not None else "0", _MARKED]
+        for _, amount, ttl in adds:
+            args += [amount, ttl]
         if slot is not None:
             keys.append(self.prefix + slot.key)
             args.append(slot.member)
-        await self.settle_script(keys=keys, args=args)
+        self._owed.append(("EVALSHA", self.settle_script.sha, len(keys), *keys, *args))
+        if len(self._owed) > _OWED_MAX:  # Redis away for long: the oldest go
+            del self._owed[0]
+            log.warning("limits_settlement_dropped", owed=_OWED_MAX)
+        if self._timer is None and not self._kicked:
+            self._timer = asyncio.get_running_loop().call_later(_SETTLE_DELAY * 2**self._failures, self._kick)
+
+    def _kick(self) -> None:
+        if not self._kicked:
+            self._kicked = True
+            asyncio.get_running_loop().call_soon(self._send)
+
+    def _send(self) -> None:
+        self._kicked = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        takes, self._takes = self._takes, []
+        owed, self._owed = self._owed, []
+        if takes or owed:
+            task = asyncio.get_running_loop().create_task(self._batch(takes, owed))
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+    async def _batch(
+        self, takes: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], owed: list[tuple[Any, ...]]
+    ) -> None:
+        try:
+            replies = await self._execute([*owed, *(cmd for cmd, _ in takes)])
+        except Exception as e:  # every take fails (the Limiter tries again, or fails open)
+            for _, fut in takes:
+                if not fut.done():
+                    fut.set_exception(e)
+            self._owed[:0] = owed  # (owed again, first: sent with the next batch)
+            if owed:
+                self._failures = min(self._failures + 1, _BACKOFF_MAX)
+                if not self._takes and self._timer is None and not self._kicked:
+                    delay = _SETTLE_DELAY * 2**self._failures
+                    self._timer = asyncio.get_running_loop().call_later(delay, self._kick)
+                log.warning("limits_settle_failed", owed=len(self._owed), error=type(e).__name__)
+            return
+        if owed:
+            self._failures = 0
+        for reply in replies[: len(owed)]:
+            if isinstance(reply, Exception):  # (a script's own error: never sent again)
+                log.error("limits_settle_error", error=str(reply)[:200])
+        for (_, fut), reply in zip(takes, replies[len(owed) :], strict=True):
+            if fut.done():
+                continue
+            if isinstance(reply, Exception):
+                fut.set_exception(reply)
+            else:
+                fut.set_result(reply)
+
+    async def _execute(self, cmds: list[tuple[Any, ...]]) -> list[Any]:
+        """``cmds`` on one connection in one write; their replies (an error reply as its
+        exception).  A script the server does not know (it restarted) is loaded and its
+        commands sent again: NOSCRIPT means they did not run."""
+        replies = await self._round_trip(cmds)
+        again = [i for i, r in enumerate(replies) if isinstance(r, self._no_script)]
+        if again:
+            loads = [("SCRIPT", "LOAD", body) for body in self._scripts.values()]
+            redo = await self._round_trip([*loads, *(cmds[i] for i in again)])
+            for i, r in zip(again, redo[len(loads) :], strict=True):
+                replies[i] = r
+        return replies
+
+    async def _round_trip(self, cmds: list[tuple[Any, ...]]) -> list[Any]:
+        pool = getattr(self.redis, "connection_pool", None)
+        if pool is None:  # a client without one pool: its own pipeline
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for cmd in cmds:
+                    pipe.execute_command(*cmd)
+                return list(await pipe.execute(raise_on_error=False))
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(conn.pack_commands(cmds))
+            out: list[Any] = []
+            for _ in cmds:
+                try:
+                    out.append(await conn.read_response())
+                except self._response_error as e:
+                    out.append(e)
+            return out
+        except BaseException:
+            await conn.disconnect()  # (a half-read connection never goes back to the pool)
+            raise
+        finally:
+            await pool.release(conn)
+
+    async def flush(self) -> None:
+        """Send what is owed now and wait for the batches under way (shutdown, tests)."""
+        self._send()
+        if self._batches:
+            await asyncio.wait(list(self._batches))
 
     async def renew(self, slots: list[Slot], now: float) -> None:
         if not slots:
@@ -517,21 +658,21 @@ class Limiter:
         if not adds and ticket.slot is None:
             return cost
         try:
-            await self._settle(adds, ticket.slot)
+            await self._settle(adds, ticket.slot, f"lim:{ticket.name}:settled:{_nonce()}")
         except Exception as e:
             self._failed(e, ticket.name)
         return cost
 
-    async def _settle(self, adds: list[tuple[str, int, int]], slot: Slot | None) -> None:
+    async def _settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str) -> None:
         for _ in range(_RECONNECTS):
             try:
-                return await self.counters.settle(adds, slot)
+                return await self.counters.settle(adds, slot, once)
             except self.counters.reconnect_errors:
                 # as _take: a pooled connection from before a Redis restart fails before the
                 # script ran; again, on another (a lost settlement would keep the tokens
-                # reserved, or a concurrency slot held for the lease's hour)
+                # reserved, or a concurrency slot held until its lease ends)
                 continue
-        await self.counters.settle(adds, slot)
+        await self.counters.settle(adds, slot, once)
 
     async def renew(self, now: float | None = None) -> None:
         """Renew the slots of every open answer of this process (``_RENEW``: the app's task)."""
@@ -566,6 +707,10 @@ class Limiter:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        try:
+            await self.counters.flush()  # the settlements still owed
+        except Exception as e:
+            log.warning("limits_flush_failed", error=type(e).__name__)
 
     def _failed(self, e: BaseException, name: str) -> None:
         self.failed_at = time.monotonic()
@@ -602,6 +747,16 @@ class Limiter:
             code=code,
             headers=headers,
         )
+
+
+_NONCES = itertools.count()
+_PROCESS = [os.urandom(6).hex()]  # (a forked child draws its own)
+os.register_at_fork(after_in_child=lambda: _PROCESS.__setitem__(0, os.urandom(6).hex()))
+
+
+def _nonce() -> str:
+    """An id no other settlement of any process has."""
+    return f"{_PROCESS[0]}{next(_NONCES):x}"
 
 
 def _micros(usd: float | None) -> int | None:

@@ -60,6 +60,11 @@ its ancestors): an ``item_reference`` names an item, not a response, and one rea
 index plus one read of the records answers any number of them.  The index holds ids
 only; the item itself is read from its record, under the record's owner check.
 
+The puts of one event-loop turn are written together (``_put_many``): on Redis one read of
+the renewed ancestors' item lists, then one write of every record's commands and size
+scripts, in order.  Each put still answers for itself (its total, its evictions, or
+``StoreUnavailable``) once the write is done.
+
 Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
 raised as ``StoreUnavailable`` and counted in ``switchboard_store_errors_total{op}``; the
 caller answers 503 ``store_unavailable``.  Nothing here keeps a connection state the next
@@ -88,7 +93,7 @@ import os
 import time
 import zlib
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -143,7 +148,8 @@ class Record:
         return None
 
     def encode(self) -> bytes:
-        return zlib.compress(orjson.dumps(asdict(self)), 6)
+        # (orjson writes a dataclass's fields itself: no deep copy of the response first)
+        return zlib.compress(orjson.dumps(self), 6)
 
     @classmethod
     def decode(cls, blob: bytes) -> Record:
@@ -185,6 +191,11 @@ class Store:
         # puts this process owes: a turn whose answer is going out is stored after its last
         # byte, and a client may send the next turn (referring to it) before that put is done
         self._expected: set[asyncio.Future[None]] = set()
+        # puts of this event-loop turn, written together (``_put_many``): under load a put
+        # costs a share of one round trip
+        self._queued: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]] = []
+        self._put_kicked = False
+        self._put_tasks: set[asyncio.Task[None]] = set()
 
     def expect(self) -> asyncio.Future[None]:
         """A put this process will make (a stored turn's answer is going out): resolve the
@@ -221,11 +232,40 @@ class Store:
         scope = _scope(rec.owner)
         # the ancestors under both keys: a conversation begun before keys were scoped
         touch = [scope + a for a in rec.ancestors] + rec.ancestors
-        put = self._put(scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()])
-        total, evicted = await self._call("put", put)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self._queued.append(((scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()]), fut))
+        if not self._put_kicked:
+            self._put_kicked = True
+            loop.call_soon(self._send_puts)
+        total, evicted = await fut
         self.counters.set_gauge("switchboard_store_bytes", total)
         if evicted:
             self.counters.inc("switchboard_store_evicted_total", evicted)
+
+    def _send_puts(self) -> None:
+        self._put_kicked = False
+        batch, self._queued = self._queued, []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._write_puts(batch))
+            self._put_tasks.add(task)
+            task.add_done_callback(self._put_tasks.discard)
+
+    async def _write_puts(
+        self, batch: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]]
+    ) -> None:
+        try:
+            got = await self._call("put", self._put_many([args for args, _ in batch]))
+        except StoreUnavailable as e:
+            for _ in batch[1:]:  # (each put counted, as if written alone)
+                self.counters.inc("switchboard_store_errors_total", op="put")
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(StoreUnavailable(str(e)))
+            return
+        for (_, fut), result in zip(batch, got, strict=True):
+            if not fut.done():
+                fut.set_result(result)
 
     async def _find(self, op: str, ids: list[str], owner: str) -> list[tuple[str, Record] | None]:
         """Each id's record of this owner, with the key it is stored under: the owner's own
@@ -310,6 +350,10 @@ class Store:
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
         """Store; (the store's total bytes after it, the records evicted to stay under the cap)."""
         raise NotImplementedError
+
+    async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
+        """Each of ``puts`` (``_put``'s arguments) stored, in order; each one's ``_put`` answer."""
+        return [await self._put(*args) for args in puts]
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
         raise NotImplementedError
@@ -456,9 +500,8 @@ class SQLiteStore(Store):
         return total, evicted
 
     async def _total(self, db: Any) -> int:
-        async with db.execute("SELECT v FROM store_meta WHERE k = 'bytes'") as cur:
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        rows = await db.execute_fetchall("SELECT v FROM store_meta WHERE k = 'bytes'")  # (one step of its thread)
+        return int(rows[0][0]) if rows else 0
 
     async def _trim(self, db: Any, keep: str) -> tuple[int, int]:
         """Delete the records that would expire first (not ``keep``) until the total is
@@ -616,29 +659,77 @@ class RedisStore(Store):
         self._sizes = [self.prefix + "meta:bytime", self.prefix + "meta:sizes", self.prefix + "meta:bytes"]
 
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
+        return (await self._put_many([(rid, blob, touch, item_ids)]))[0]
+
+    async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
+        # one write for every record of the batch: each one's commands, then its size
+        # bookkeeping (one script each, in order: the cap is kept after every one)
+        touched = [t for _, _, touch, _ in puts for t in touch]
+        lists = await self.redis.mget([self.prefix + "items:" + t for t in touched]) if touched else []
+        cmds: list[tuple[Any, ...]] = []
+        trims: list[int] = []
+        at = 0
+        for rid, blob, touch, item_ids in puts:
+            cmds += self._put_commands(rid, blob, touch, item_ids, lists[at : at + len(touch)])
+            at += len(touch)
+            trims.append(len(cmds) - 1)
+        got = await self._pipeline(cmds)
+        return [(int(got[i][0]), int(got[i][1])) for i in trims]
+
+    def _put_commands(
+        self, rid: str, blob: bytes, touch: list[str], item_ids: list[str], lists: list[Any]
+    ) -> list[tuple[Any, ...]]:
         # the item index: one key per item id (→ the record's id), and the record's list of
         # its item ids, so that renewing an ancestor renews its items without decoding it
-        lists: list[Any] = await self.redis.mget([self.prefix + "items:" + t for t in touch]) if touch else []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(self.prefix + rid, blob, ex=self.ttl)
-            if item_ids:
-                pipe.set(self.prefix + "items:" + rid, "\n".join(item_ids), ex=self.ttl)
-            for i in item_ids:
-                pipe.set(self.prefix + "item:" + i, rid, ex=self.ttl)
-            for t, listed in zip(touch, lists):
-                pipe.expire(self.prefix + t, self.ttl)
-                if isinstance(listed, bytes) and listed:
-                    pipe.expire(self.prefix + "items:" + t, self.ttl)
-                    for i in listed.decode().split("\n"):
-                        pipe.expire(self.prefix + "item:" + i, self.ttl)
-            args: list[str | int] = [self.prefix, repr(time.time()), self.ttl, self.max_total_bytes, rid, len(blob)]
-            args += touch
-            # EVAL, not a registered script: redis-py checks a pipeline's scripts with SCRIPT
-            # EXISTS before each execute (a round trip); the server caches the compiled body
-            pipe.eval(_TRIM_LUA, len(self._sizes), *self._sizes, *args)
-            got = await pipe.execute()
-        total, evicted = got[-1]
-        return int(total), int(evicted)
+        ttl = self.ttl
+        cmds: list[tuple[Any, ...]] = [("SET", self.prefix + rid, blob, "EX", ttl)]
+        if item_ids:
+            cmds.append(("SET", self.prefix + "items:" + rid, "\n".join(item_ids), "EX", ttl))
+        for i in item_ids:
+            cmds.append(("SET", self.prefix + "item:" + i, rid, "EX", ttl))
+        for t, listed in zip(touch, lists):
+            cmds.append(("EXPIRE", self.prefix + t, ttl))
+            if isinstance(listed, bytes) and listed:
+                cmds.append(("EXPIRE", self.prefix + "items:" + t, ttl))
+                for i in listed.decode().split("\n"):
+                    cmds.append(("EXPIRE", self.prefix + "item:" + i, ttl))
+        args: list[str | int] = [self.prefix, repr(time.time()), ttl, self.max_total_bytes, rid, len(blob)]
+        # EVAL, not a registered script: nothing to load again after a restart; the server
+        # caches the compiled body
+        cmds.append(("EVAL", _TRIM_LUA, len(self._sizes), *self._sizes, *args, *touch))
+        return cmds
+
+    async def _pipeline(self, cmds: list[tuple[Any, ...]]) -> list[Any]:
+        """``cmds`` in one write on one of the pool's connections, their replies in order
+        (redis-py's own pipeline costs twice the CPU of the round trip); the first error
+        reply raised once every reply is read."""
+        pool = getattr(self.redis, "connection_pool", None)
+        if pool is None:  # a client without one pool: its own pipeline
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for cmd in cmds:
+                    pipe.execute_command(*cmd)
+                return list(await pipe.execute())
+        from redis.exceptions import ResponseError
+
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(conn.pack_commands(cmds))
+            out: list[Any] = []
+            error: ResponseError | None = None
+            for _ in cmds:
+                try:
+                    out.append(await conn.read_response())
+                except ResponseError as e:
+                    error = error or e
+                    out.append(e)
+        except BaseException:
+            await conn.disconnect()  # (a half-read connection never goes back to the pool)
+            raise
+        finally:
+            await pool.release(conn)
+        if error is not None:
+            raise error
+        return out
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         got = await self.redis.mget([self.prefix + "item:" + i for i in item_ids])

@@ -196,11 +196,11 @@ class _Stale(MemoryCounters):
         super().__init__()
         self.fail = fail
 
-    async def settle(self, adds: Any, slot: Any) -> None:
+    async def settle(self, adds: Any, slot: Any, once: str = "") -> None:
         if self.fail:
             self.fail -= 1
             raise ConnectionError("stale connection")
-        await super().settle(adds, slot)
+        await super().settle(adds, slot, once)
 
 
 async def test_a_settlement_is_tried_again_on_a_stale_connection() -> None:
@@ -259,3 +259,91 @@ async def test_the_renewals_run_as_a_task() -> None:
         await lim.aclose()
     assert counters.slots["lim:alice:concurrent"]["s"] > before
     await lim.settle(t, "m", None)
+
+
+async def test_settlements_ride_on_the_next_batch_of_takes() -> None:
+    """A settlement is owed, not waited for: it goes out with the next takes, before them, in
+    one round trip; a settlement sent twice (its batch's replies lost) counts once."""
+    r = RedisStore(StoreCfg(backend="redis", url=REDIS_URL)).redis
+    prefix = f"sbtest:{uuid.uuid4().hex}:"
+    counters = RedisCounters(r, prefix)
+    lim = Limiter(config({"tokens_per_day": 5000}), counters)
+    try:
+        t = await lim.admit("alice", "m", 100, "r1", now=NOW)
+        await lim.settle(t, "m", (300, 200, 0, 0, 0))  # +400 on the reservation, owed
+        assert len(counters._owed) == 1
+        t2 = await lim.admit("alice", "m", 0, "r2", now=NOW)  # the same batch: settled first
+        assert t2.counts == [500] and counters._owed == []
+        day = t2.entries[0].key
+        for _ in range(2):  # the same settlement twice: its marker counts it once
+            await counters.settle([(day, 7, 60)], None, "lim:alice:settled:twice")
+        await counters.flush()
+        assert int(await r.get(prefix + day)) == 507
+    finally:
+        keys = [k async for k in r.scan_iter(match=prefix + "*")]
+        if keys:
+            await r.delete(*keys)
+        await r.aclose()
+
+
+async def test_a_settlement_outlives_a_redis_restart(tmp_path: Any) -> None:
+    """Redis stops between a take and its settlement: the settlement is kept, sent again on
+    a fresh connection once Redis is back, and counted once (our own redis-server, with its
+    append-only file, on a free port; stopped by its PID)."""
+    import shutil
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = shutil.which("redis-server")
+    assert exe, "redis-server is needed"
+    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)]
+    argv += ["--appendonly", "yes", "--appendfsync", "always"]
+
+    def start() -> subprocess.Popen[bytes]:
+        from redis import Redis as SyncRedis
+
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                with SyncRedis(port=port, socket_timeout=0.5) as ping:
+                    ping.ping()
+                return proc
+            except Exception:
+                time.sleep(0.05)
+        proc.kill()
+        raise AssertionError("redis-server did not start")
+
+    def stop(proc: subprocess.Popen[bytes]) -> None:
+        proc.terminate()  # (this PID only)
+        proc.wait(timeout=10)
+
+    proc = start()
+    r = RedisStore(StoreCfg(backend="redis", url=f"redis://127.0.0.1:{port}/0", timeout_seconds=1)).redis
+    counters = RedisCounters(r, "x:")
+    m = Metrics()
+    lim = Limiter(config({"tokens_per_day": 5000, "concurrent": 1}), counters, m)
+    try:
+        t = await lim.admit("alice", "m", 100, "r1", now=NOW)
+        stop(proc)
+        await lim.settle(t, "m", (300, 200, 0, 0, 0))
+        await counters.flush()  # Redis is down: the batch fails, the settlement is owed again
+        assert len(counters._owed) == 1
+        proc = start()  # (the same port; the counters were kept in its file)
+        await counters.flush()  # a pooled connection from before fails: again, on a fresh one
+        for _ in range(100):
+            if not counters._owed:
+                break
+            await asyncio.sleep(0.05)
+            await counters.flush()
+        assert counters._owed == []
+        day = t.entries[0].key
+        assert int(await r.get("x:" + day)) == 500  # the reservation and the settlement, once
+        assert await r.zcard("x:" + t.slot.key) == 0 if t.slot else False  # the slot released
+        await lim.admit("alice", "m", 0, "r2", now=NOW)
+        assert m.get("switchboard_limits_degraded_total") == 0
+    finally:
+        await r.aclose()
+        stop(proc)

@@ -7,6 +7,7 @@ import asyncio
 import os
 import uuid
 import zlib
+from typing import Any
 
 import orjson
 import pytest
@@ -351,3 +352,26 @@ async def test_a_record_stored_under_its_bare_id_is_still_found(store: Store):
     assert [r.id for r in await store.chain("resp_after", "alice") or []] == ["resp_legacy", "resp_after"]
     assert await store.delete("resp_legacy", "alice") is True
     assert await store.get("resp_legacy", "alice") is None
+
+
+async def test_puts_of_one_loop_turn_are_written_together(store: Store):
+    """Concurrent puts go out in one batch; each is readable once its put returned, with its
+    own answer, and a chain put in the same batch as its start is whole."""
+    calls: list[int] = []
+    write = store._put_many
+
+    async def counted(puts: Any) -> Any:
+        calls.append(len(puts))
+        return await write(puts)
+
+    store._put_many = counted  # type: ignore[method-assign]
+    first = rec("resp_b0")
+    await store.put(first)
+    later = [rec(f"resp_b{i}", ancestors=["resp_b0"]) for i in range(1, 9)]
+    await asyncio.gather(*(store.put(r) for r in later))
+    assert calls == [1, 8]
+    for r in [first, *later]:
+        got = await store.get(r.id, "alice")
+        assert got is not None and got.response == r.response
+    chain = await store.chain("resp_b5", "alice")
+    assert chain is not None and [c.id for c in chain] == ["resp_b0", "resp_b5"]
