@@ -255,7 +255,7 @@ return {1, old or ''}
 class _RedisKeys:
     def __init__(self, store: RedisStore) -> None:
         self.redis = store.redis
-        p = store.prefix + "keys:"
+        p = store.shared("keys")  # (one slot on a cluster: the change script touches the three)
         self.k_records, self.k_version, self.k_audit = p + "records", p + "version", p + "audit"
         self.script = self.redis.register_script(_CHANGE)
 

@@ -59,6 +59,7 @@ import asyncio
 import calendar
 import contextlib
 import fnmatch
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -108,6 +109,10 @@ class Slot:
 class Counters(Protocol):
     reconnect_errors: tuple[type[BaseException], ...]  # errors worth another try on another connection
 
+    def key(self, name: str, rest: str) -> str:
+        """The counter ``rest`` (``requests:m…``, ``concurrent``) of the key ``name``."""
+        ...
+
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         """(0 when taken, else the 1-based index of the refusing entry — ``len(entries) +
         1`` for the slot — and the counts it saw)."""
@@ -130,6 +135,9 @@ class MemoryCounters:
     def __init__(self) -> None:
         self.counts: dict[str, tuple[int, float]] = {}  # key → (count, expires at)
         self.slots: dict[str, dict[str, float]] = {}  # key → member → lease end
+
+    def key(self, name: str, rest: str) -> str:
+        return f"lim:{name}:{rest}"
 
     def _get(self, key: str, now: float) -> int:
         got = self.counts.get(key)
@@ -217,16 +225,25 @@ return 0
 
 
 class RedisCounters:
-    """Counters shared by every instance on one Redis (the store's connection)."""
+    """Counters shared by every instance on one Redis (the store's connection).  On a Redis
+    Cluster (``cluster``) a key's counters carry a hash tag of its name
+    (``lim:{<16 hex of its SHA-256>}:<name>:…``): the scripts touch one slot, and the keys'
+    counters spread over the cluster."""
 
-    def __init__(self, redis: Any, prefix: str) -> None:
+    def __init__(self, redis: Any, prefix: str, cluster: bool = False) -> None:
         self.redis = redis
         self.prefix = prefix
+        self.cluster = cluster
         from redis.exceptions import ConnectionError as RedisConnectionError  # (redis only with this store)
 
         self.reconnect_errors: tuple[type[BaseException], ...] = (RedisConnectionError,)
         self.script = redis.register_script(TAKE)
         self.settle_script = redis.register_script(SETTLE)
+
+    def key(self, name: str, rest: str) -> str:
+        if self.cluster:
+            return f"lim:{{{hashlib.sha256(name.encode()).hexdigest()[:16]}}}:{name}:{rest}"
+        return f"lim:{name}:{rest}"
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         keys = [self.prefix + e.key for e in entries]
@@ -467,9 +484,11 @@ class Limiter:
             if limit is not None:
                 wid, reset, _ = win[window]
                 ttl = int(reset) + _SLACK
-                ticket.entries.append(Entry(kind, f"lim:{name}:{kind}:{wid}", limit, need, take, ttl, reset))
+                ticket.entries.append(
+                    Entry(kind, self.counters.key(name, f"{kind}:{wid}"), limit, need, take, ttl, reset)
+                )
         if pol.concurrent is not None:
-            ticket.slot = Slot(f"lim:{name}:concurrent", pol.concurrent, request_id)
+            ticket.slot = Slot(self.counters.key(name, "concurrent"), pol.concurrent, request_id)
         if not ticket.entries and ticket.slot is None:
             return ticket
         try:

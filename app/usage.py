@@ -234,7 +234,7 @@ class _RedisBackend:
 
     def __init__(self, store: RedisStore, retention_days: int) -> None:
         self.redis = store.redis
-        self.prefix = store.prefix + "usage:"
+        self.prefix = store.shared("usage")  # (one slot on a cluster: a batch is one transaction)
         self.retention_days = retention_days
 
     def key(self, ts: float) -> str:
