@@ -95,7 +95,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from app.metrics import Metrics
-from providers.config import StoreCfg
+from providers.config import StoreCfg, cluster_seeds
 
 __all__ = [
     "Record",
@@ -648,12 +648,14 @@ class RedisStore(Store):
         self.prefix = cfg.key_prefix
         self.cluster = cfg.cluster
         if cfg.cluster:
-            from redis.asyncio.cluster import RedisCluster
+            from redis.asyncio.cluster import ClusterNode, RedisCluster
 
             # redis-py follows MOVED/ASK and finds a promoted replica itself (one retry, after
             # reading the cluster's slots again); a put rides out a failover (_put)
+            url, seeds = cluster_seeds(cfg.url)
             self.redis: Any = RedisCluster.from_url(
-                cfg.url,
+                url,
+                startup_nodes=[ClusterNode(host, port) for host, port in seeds],
                 max_connections=_REDIS_CONNECTIONS,  # per node
                 socket_timeout=cfg.timeout_seconds,
                 socket_connect_timeout=cfg.timeout_seconds,

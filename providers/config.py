@@ -248,6 +248,25 @@ class AuthCfg(_Strict):
         return out
 
 
+def cluster_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A cluster's URL may name several nodes, comma-separated (``redis://:pw@a:6379,b:6379``,
+    as PostgreSQL's and MongoDB's URLs do): the URL with the first, and the others' (host,
+    port).  Any one that answers is enough to find the cluster."""
+    m = re.match(r"^(rediss?://(?:[^@/?#]*@)?)([^/?#]*)(.*)$", url, re.S)
+    if m is None or "," not in m.group(2):
+        return url, []
+    first, *others = m.group(2).split(",")
+    seeds = []
+    for hp in others:
+        host, colon, port = hp.rpartition(":")
+        if not colon or "]" in port:  # (no port: Redis's own)
+            host, port = hp, "6379"
+        if not port.isdigit() or not host:
+            raise ValueError(f"store.url: {hp[:80]!r} is not host:port")
+        seeds.append((host.strip("[]"), int(port)))
+    return m.group(1) + first + m.group(3), seeds
+
+
 class StoreCfg(_Strict):
     """The response store (``store`` and ``previous_response_id`` of the Responses API;
     docs/configuration.md)."""
@@ -281,6 +300,8 @@ class StoreCfg(_Strict):
     def _cluster(self) -> StoreCfg:
         if self.cluster and self.backend != "redis":
             raise ValueError("store.cluster needs store.backend: redis")
+        if self.cluster:
+            cluster_seeds(self.url)  # (each node named is host:port)
         db = re.match(r"^rediss?://[^/]*/+([^?#]*)", self.url)
         if self.cluster and db and db.group(1) not in ("", "0"):
             raise ValueError(f"store.url: a Redis Cluster has only database 0, not {db.group(1)[:20]!r}")

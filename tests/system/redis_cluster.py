@@ -71,6 +71,11 @@ class LoopbackCluster:
 
     @property
     def url(self) -> str:
+        """Every node, as ``store.url`` names several (any one that answers finds the rest)."""
+        return "redis://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes) + "/0"
+
+    @property
+    def seed(self) -> str:
         return f"redis://127.0.0.1:{self.nodes[0].port}/0"
 
     def start(self) -> None:
@@ -113,10 +118,9 @@ class LoopbackCluster:
 
     def primary_of(self, key: str) -> Node:
         """The node serving ``key``'s slot now."""
-        slot = self.nodes[0].client().execute_command("CLUSTER", "KEYSLOT", key)
-        for n in self.nodes:
-            if not n.alive():
-                continue
+        live = [n for n in self.nodes if n.alive()]
+        slot = live[0].client().execute_command("CLUSTER", "KEYSLOT", key)
+        for n in live:
             for lo, hi, primary, *_ in n.client().execute_command("CLUSTER", "SLOTS"):
                 if lo <= slot <= hi:
                     return next(m for m in self.nodes if m.port == int(primary[1]))
