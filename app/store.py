@@ -634,6 +634,7 @@ return out
 _DEL_IF_LUA = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 _WAIT_MS = 250  # the longest a put on a cluster waits for a replica to have it
+_ALONE_SECONDS = 10.0  # a node whose replica did not answer a WAIT is not waited on for this long
 
 
 class RedisStore(Store):
@@ -663,6 +664,7 @@ class RedisStore(Store):
                 health_check_interval=30,
             )
             self.put_timeout = cfg.timeout_seconds + cfg.failover_seconds
+            self._alone: dict[str, float] = {}  # node → until when its WAITs are skipped
             self._failover_errors: tuple[type[BaseException], ...] = RedisCluster.ERRORS_ALLOW_RETRY
             self._sizes = [self.shared("meta") + n for n in ("bytime", "sizes", "bytes")]
             return
@@ -767,17 +769,19 @@ class RedisStore(Store):
             args += touch
             pipe.eval(_TRIM_CLUSTER_LUA, len(self._sizes), *self._sizes, *args)
             trim = len(pipe)  # (the position of the script's answer: WAITs come after it)
-            # WAIT on the connection that wrote (the same node's part of the pipeline), on the
-            # nodes that have a replica (none: WAIT would only sit out its timeout)
-            nodes = {}
-            for k in written:
-                if self.redis.get_node_from_key(k, replica=True) is not None:
-                    node = self.redis.get_node_from_key(k)
-                    nodes[node.name] = node
+            # WAIT on the connection that wrote (the same node's part of the pipeline); not on
+            # a node whose replica did not answer the last time (none left: each WAIT would
+            # only sit out its timeout), for _ALONE_SECONDS
+            now = time.monotonic()
+            nodes = {n.name: n for n in map(self.redis.get_node_from_key, written)}
+            waits = [n for n in nodes.values() if self._alone.get(n.name, 0.0) <= now]
             ms = min(_WAIT_MS, int(self.timeout * 500))
-            for node in nodes.values():
+            for node in waits:
                 pipe.execute_command("WAIT", 1, ms, target_nodes=node)
             got = await pipe.execute()
+        for node, acked in zip(waits, got[trim:]):
+            if int(acked) < 1:
+                self._alone[node.name] = now + _ALONE_SECONDS
         total, evicted, *victims = got[trim - 1]
         return int(total), int(evicted), victims
 

@@ -24,10 +24,20 @@ NODE_TIMEOUT_MS = 1000
 _RANGES = ((0, 5460), (5461, 10922), (10923, 16383))
 
 
+def _ports(n: int) -> list[int]:
+    """``n`` distinct free ports (free_port alone may hand one out twice in a row)."""
+    got: list[int] = []
+    while len(got) < n:
+        p = free_port()
+        if p not in got:
+            got.append(p)
+    return got
+
+
 class Node:
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.bus = free_port()
+    def __init__(self, workdir: Path, port: int, bus: int) -> None:
+        self.port = port
+        self.bus = bus
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -38,6 +48,7 @@ class Node:
         argv += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir)]
         argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", str(self.bus)]
         argv += ["--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--repl-diskless-sync-delay", "0"]
+        argv += ["--repl-ping-replica-period", "1"]  # (a replica is listed once its offset moved)
         with open(self.workdir / "redis.log", "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -67,7 +78,8 @@ class LoopbackCluster:
     """Three primaries (``nodes[0:3]``) and their replicas (``nodes[3:6]``, in order)."""
 
     def __init__(self, workdir: Path) -> None:
-        self.nodes = [Node(workdir / f"node{i}") for i in range(6)]
+        ports = _ports(12)
+        self.nodes = [Node(workdir / f"node{i}", ports[2 * i], ports[2 * i + 1]) for i in range(6)]
 
     @property
     def url(self) -> str:
@@ -104,12 +116,13 @@ class LoopbackCluster:
         return text.count("connected") >= 6 and "handshake" not in text
 
     def healthy(self) -> bool:
-        """Every live node says the cluster is ok, and every live replica is in sync."""
+        """Every node says the cluster is ok and lists a replica for each range of slots
+        (what a client reads), and every replica is in sync."""
         for n in self.nodes:
-            if not n.alive():
-                continue
             c = n.client()
             if c.execute_command("CLUSTER", "INFO").find("cluster_state:ok") < 0:
+                return False
+            if any(len(r) < 4 for r in c.execute_command("CLUSTER", "SLOTS")):
                 return False
             info = c.info("replication")
             if info["role"] == "slave" and info.get("master_link_status") != "up":
