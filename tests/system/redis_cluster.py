@@ -156,5 +156,8 @@ class LoopbackCluster:
         pytest.fail(f"waited {timeout}s for {what} (last error: {last!r})\n{logs}")
 
     def stop(self) -> None:
+        for n in self.nodes:  # (SIGTERM to all first: they shut down together)
+            if n.alive():
+                n.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
         for n in self.nodes:
             n.stop()
