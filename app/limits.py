@@ -35,7 +35,9 @@ Where the counters live (``Counters``):
   exactly the limit between them.  Redis unreachable: the request goes through (fail
   open), the ticket is marked ``degraded`` and never settled (nothing counted twice when
   Redis is back), ``switchboard_limits_degraded_total`` counts it and ``/readyz`` says
-  ``limits: degraded`` for ``_DEGRADED_FOR`` seconds after the last failure.
+  ``limits: degraded`` for ``_DEGRADED_FOR`` seconds after the last failure.  On a Redis
+  Cluster (``store.cluster``) a key's counters share a hash tag, so its script touches one
+  slot; a failover is Redis unreachable for the counters on the dead primary.
 * ``MemoryCounters``, with SQLite or no store: the same rules, per process.
 
 Concurrency slots are leases (a sorted set of request ids scored by expiry) of ``_LEASE``

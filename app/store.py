@@ -72,6 +72,13 @@ is the upstream's own, and an upstream may repeat one: two keys' turns with one 
 records, and neither key can read the other's.  A record written before keys were scoped
 (under its bare id) is still found, with the same owner check.
 
+On a Redis Cluster (``store.cluster``; redis-py's ``RedisCluster``, which follows MOVED/ASK
+and finds a promoted replica) records and item index entries keep their names and spread
+over the slots (MGET is split by slot); the size bookkeeping is ``key_prefix + "{meta}:…"``
+(one slot), and its script returns the records to evict, which ``_evict`` deletes in their
+own slots.  A put rides out a failover: it is tried again for ``store.failover_seconds``,
+then each node it wrote to waits (WAIT 1, ``_WAIT_MS``) until a replica has the writes.
+
 The SQLite file is opened at the first operation that needs it (a proxy that never stores
 never creates it; it is created readable by its owner only); expired rows are invisible at
 once and deleted every ``_PURGE_EVERY`` puts.  Redis keys are ``key_prefix + scope + id``
