@@ -101,6 +101,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from app.logs import log
 from app.metrics import Metrics
 from providers.config import StoreCfg, cluster_seeds
 
@@ -721,7 +722,11 @@ class RedisStore(Store):
                     raise
                 await asyncio.sleep(0.1)
         if victims:
-            await self._evict(victims)
+            try:
+                await self._evict(victims)
+            except Exception as e:  # (the put itself is done; see _evict)
+                self.counters.inc("switchboard_store_errors_total", op="delete")
+                log.warning("store_evict_failed", error=type(e).__name__, records=len(victims))
         return total, evicted
 
     async def _put_once(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
