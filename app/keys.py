@@ -28,7 +28,9 @@ changed (never a secret or a digest).  Each change also bumps a version number.
 
 Backends: Redis keeps the records in a hash (``<key_prefix>keys:records``, name → JSON),
 the version in ``keys:version`` and the audit in a stream (``keys:audit``, the newest
-100,000 entries); one Lua script per change checks, writes, bumps and audits.  SQLite keeps
+100,000 entries); one Lua script per change checks, writes, bumps and audits (on a Redis
+Cluster the three are ``{keys}:…``: one slot).  The version is polled, not published: it
+works the same on a cluster.  SQLite keeps
 three tables in the store's file (``api_keys``, ``api_key_audit``, ``api_key_meta``).
 
 Every instance (``KeyRegistry``) reads the version every ``REFRESH_SECONDS`` and, when it
@@ -255,7 +257,7 @@ return {1, old or ''}
 class _RedisKeys:
     def __init__(self, store: RedisStore) -> None:
         self.redis = store.redis
-        p = store.prefix + "keys:"
+        p = store.shared("keys")  # (one slot on a cluster: the change script touches the three)
         self.k_records, self.k_version, self.k_audit = p + "records", p + "version", p + "audit"
         self.script = self.redis.register_script(_CHANGE)
 

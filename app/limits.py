@@ -35,7 +35,9 @@ Where the counters live (``Counters``):
   exactly the limit between them.  Redis unreachable: the request goes through (fail
   open), the ticket is marked ``degraded`` and never settled (nothing counted twice when
   Redis is back), ``switchboard_limits_degraded_total`` counts it and ``/readyz`` says
-  ``limits: degraded`` for ``_DEGRADED_FOR`` seconds after the last failure.
+  ``limits: degraded`` for ``_DEGRADED_FOR`` seconds after the last failure.  On a Redis
+  Cluster (``store.cluster``) a key's counters share a hash tag, so its script touches one
+  slot; a failover is Redis unreachable for the counters on the dead primary.
 * ``MemoryCounters``, with SQLite or no store: the same rules, per process.
 
 Concurrency slots are leases (a sorted set of request ids scored by expiry) of ``_LEASE``
@@ -65,6 +67,7 @@ import asyncio
 import calendar
 import contextlib
 import fnmatch
+import hashlib
 import itertools
 import os
 import time
@@ -120,6 +123,10 @@ class Slot:
 class Counters(Protocol):
     reconnect_errors: tuple[type[BaseException], ...]  # errors worth another try on another connection
 
+    def key(self, name: str, rest: str) -> str:
+        """The counter ``rest`` (``requests:m…``, ``concurrent``) of the key ``name``."""
+        ...
+
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         """(0 when taken, else the 1-based index of the refusing entry — ``len(entries) +
         1`` for the slot — and the counts it saw)."""
@@ -147,6 +154,9 @@ class MemoryCounters:
     def __init__(self) -> None:
         self.counts: dict[str, tuple[int, float]] = {}  # key → (count, expires at)
         self.slots: dict[str, dict[str, float]] = {}  # key → member → lease end
+
+    def key(self, name: str, rest: str) -> str:
+        return f"lim:{name}:{rest}"
 
     def _get(self, key: str, now: float) -> int:
         got = self.counts.get(key)
@@ -248,11 +258,16 @@ class RedisCounters:
     ``_SETTLE_DELAY`` seconds and rides on the next batch of takes (under load, a request
     costs one share of one round trip); its marker makes it count once when a batch whose
     replies were lost is sent again.  Each script stays atomic on the server: batching
-    changes no count."""
+    changes no count.
 
-    def __init__(self, redis: Any, prefix: str) -> None:
+    On a Redis Cluster (``cluster``) a key's counters, and its settlements' markers, carry a
+    hash tag of its name (``lim:{<16 hex of its SHA-256>}:<name>:…``): the scripts touch one
+    slot, and the keys' counters spread over the cluster."""
+
+    def __init__(self, redis: Any, prefix: str, cluster: bool = False) -> None:
         self.redis = redis
         self.prefix = prefix
+        self.cluster = cluster
         from redis.exceptions import ConnectionError as RedisConnectionError  # (redis only with this store)
         from redis.exceptions import NoScriptError, ResponseError
 
@@ -268,6 +283,11 @@ class RedisCounters:
         self._timer: asyncio.TimerHandle | None = None  # the owed settlements' own batch
         self._failures = 0  # batches of settlements failed in a row (the retry's backoff)
         self._batches: set[asyncio.Task[None]] = set()
+
+    def key(self, name: str, rest: str) -> str:
+        if self.cluster:
+            return f"lim:{{{hashlib.sha256(name.encode()).hexdigest()[:16]}}}:{name}:{rest}"
+        return f"lim:{name}:{rest}"
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         keys = [self.prefix + e.key for e in entries]
@@ -354,9 +374,11 @@ class RedisCounters:
         replies = await self._round_trip(cmds)
         again = [i for i, r in enumerate(replies) if isinstance(r, self._no_script)]
         if again:
-            loads = [("SCRIPT", "LOAD", body) for body in self._scripts.values()]
-            redo = await self._round_trip([*loads, *(cmds[i] for i in again)])
-            for i, r in zip(again, redo[len(loads) :], strict=True):
+            # (the client's own SCRIPT LOAD: a cluster's goes to every primary)
+            for body in self._scripts.values():
+                await self.redis.script_load(body)
+            redo = await self._round_trip([cmds[i] for i in again])
+            for i, r in zip(again, redo, strict=True):
                 replies[i] = r
         return replies
 
@@ -608,9 +630,11 @@ class Limiter:
             if limit is not None:
                 wid, reset, _ = win[window]
                 ttl = int(reset) + _SLACK
-                ticket.entries.append(Entry(kind, f"lim:{name}:{kind}:{wid}", limit, need, take, ttl, reset))
+                ticket.entries.append(
+                    Entry(kind, self.counters.key(name, f"{kind}:{wid}"), limit, need, take, ttl, reset)
+                )
         if pol.concurrent is not None:
-            ticket.slot = Slot(f"lim:{name}:concurrent", pol.concurrent, request_id)
+            ticket.slot = Slot(self.counters.key(name, "concurrent"), pol.concurrent, request_id)
         if not ticket.entries and ticket.slot is None:
             return ticket
         try:
@@ -658,7 +682,7 @@ class Limiter:
         if not adds and ticket.slot is None:
             return cost
         try:
-            await self._settle(adds, ticket.slot, f"lim:{ticket.name}:settled:{_nonce()}")
+            await self._settle(adds, ticket.slot, self.counters.key(ticket.name, f"settled:{_nonce()}"))
         except Exception as e:
             self._failed(e, ticket.name)
         return cost

@@ -281,7 +281,9 @@ class Service:
         shared = getattr(self.store, "redis", None)
         self.limiter = Limiter(
             config,
-            RedisCounters(shared, config.store.key_prefix) if shared is not None else MemoryCounters(),
+            RedisCounters(shared, config.store.key_prefix, config.store.cluster)
+            if shared is not None
+            else MemoryCounters(),
             self.counters,
         )
         # usage records (app/usage.py), in the store's backend

@@ -126,7 +126,7 @@ class Signatures:
         keys = [_key(owner, c, name) for c, name in calls]
         try:
             if isinstance(store, RedisStore):
-                got = await store.redis.mget([store.prefix + "sig:" + k for k in keys])
+                got = await store.mget([store.prefix + "sig:" + k for k in keys])
                 values = [v.decode() if isinstance(v, bytes) else v for v in got]
             elif isinstance(store, SQLiteStore):
                 db = await self._db()

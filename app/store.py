@@ -77,6 +77,13 @@ is the upstream's own, and an upstream may repeat one: two keys' turns with one 
 records, and neither key can read the other's.  A record written before keys were scoped
 (under its bare id) is still found, with the same owner check.
 
+On a Redis Cluster (``store.cluster``; redis-py's ``RedisCluster``, which follows MOVED/ASK
+and finds a promoted replica) records and item index entries keep their names and spread
+over the slots (MGET is split by slot); the size bookkeeping is ``key_prefix + "{meta}:…"``
+(one slot), and its script returns the records to evict, which ``_evict`` deletes in their
+own slots.  A put rides out a failover: it is tried again for ``store.failover_seconds``,
+then each node it wrote to waits (WAIT 1, ``_WAIT_MS``) until a replica has the writes.
+
 The SQLite file is opened at the first operation that needs it (a proxy that never stores
 never creates it; it is created readable by its owner only); expired rows are invisible at
 once and deleted every ``_PURGE_EVERY`` puts.  Redis keys are ``key_prefix + scope + id``
@@ -99,8 +106,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from app.logs import log
 from app.metrics import Metrics
-from providers.config import StoreCfg
+from providers.config import StoreCfg, cluster_seeds
 
 __all__ = [
     "Record",
@@ -186,6 +194,7 @@ class Store:
         self.max_bytes = cfg.max_record_bytes
         self.max_total_bytes = cfg.max_bytes  # every record together (store.max_bytes)
         self.timeout = cfg.timeout_seconds
+        self.put_timeout = cfg.timeout_seconds  # (a Redis Cluster's put outlives a failover)
         self.counters = counters if counters is not None else Metrics()
         self.healthy = True  # the last operation reached the backend
         # puts this process owes: a turn whose answer is going out is stored after its last
@@ -196,6 +205,7 @@ class Store:
         self._queued: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]] = []
         self._put_kicked = False
         self._put_tasks: set[asyncio.Task[None]] = set()
+        self.batch_puts = True
 
     def expect(self) -> asyncio.Future[None]:
         """A put this process will make (a stored turn's answer is going out): resolve the
@@ -211,9 +221,9 @@ class Store:
         if self._expected:
             await asyncio.wait(list(self._expected), timeout=_SETTLE_SECONDS)
 
-    async def _call(self, op: str, coro: Any) -> Any:
+    async def _call(self, op: str, coro: Any, seconds: float | None = None) -> Any:
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(seconds or self.timeout):
                 out = await coro
         except Exception as e:
             self.healthy = False
@@ -232,13 +242,17 @@ class Store:
         scope = _scope(rec.owner)
         # the ancestors under both keys: a conversation begun before keys were scoped
         touch = [scope + a for a in rec.ancestors] + rec.ancestors
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[tuple[int, int]] = loop.create_future()
-        self._queued.append(((scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()]), fut))
-        if not self._put_kicked:
-            self._put_kicked = True
-            loop.call_soon(self._send_puts)
-        total, evicted = await fut
+        put = (scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()])
+        if self.batch_puts:
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[tuple[int, int]] = loop.create_future()
+            self._queued.append((put, fut))
+            if not self._put_kicked:
+                self._put_kicked = True
+                loop.call_soon(self._send_puts)
+            total, evicted = await fut
+        else:  # each put alone (a Redis Cluster's: each rides out a failover by itself)
+            total, evicted = await self._call("put", self._put(*put), self.put_timeout)
         self.counters.set_gauge("switchboard_store_bytes", total)
         if evicted:
             self.counters.inc("switchboard_store_evicted_total", evicted)
@@ -255,7 +269,7 @@ class Store:
         self, batch: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]]
     ) -> None:
         try:
-            got = await self._call("put", self._put_many([args for args, _ in batch]))
+            got = await self._call("put", self._put_many([args for args, _ in batch]), self.put_timeout)
         except StoreUnavailable as e:
             for _ in batch[1:]:  # (each put counted, as if written alone)
                 self.counters.inc("switchboard_store_errors_total", op="put")
@@ -630,6 +644,55 @@ return tonumber(redis.call('GET', KEYS[3]) or '0')
 """
 
 
+# On a Redis Cluster (store.cluster): a put's size bookkeeping (the KEYS and ARGV of
+# _TRIM_LUA) in the slot of its three keys only.  The records to evict are returned after
+# {total, evicted}; RedisStore._evict deletes them and their item index entries, in their
+# own slots.
+_TRIM_CLUSTER_LUA = """
+local zs, hs, tot = KEYS[1], KEYS[2], KEYS[3]
+local now, ttl, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local rid, size = ARGV[5], tonumber(ARGV[6])
+local function forget(id)
+  local s = redis.call('HGET', hs, id)
+  redis.call('ZREM', zs, id)
+  if s then
+    redis.call('HDEL', hs, id)
+    redis.call('DECRBY', tot, tonumber(s))
+  end
+end
+forget(rid)
+redis.call('HSET', hs, rid, size)
+redis.call('INCRBY', tot, size)
+redis.call('ZADD', zs, now, rid)
+for i = 7, #ARGV do
+  redis.call('ZADD', zs, 'XX', now, ARGV[i])
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', zs, '-inf', now - ttl - 60, 'LIMIT', 0, 256)) do
+  forget(id)
+end
+local out = {0, 0}
+local total = tonumber(redis.call('GET', tot) or '0')
+while total > cap do
+  local oldest = redis.call('ZRANGE', zs, 0, 1)
+  local id = oldest[1]
+  if id == rid then id = oldest[2] end
+  if not id then break end
+  forget(id)
+  out[#out + 1] = id
+  total = tonumber(redis.call('GET', tot) or '0')
+end
+out[1] = total
+out[2] = #out - 2
+return out
+"""
+
+# an item index entry is deleted only while it still names the evicted record
+_DEL_IF_LUA = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+_WAIT_MS = 250  # the longest a put on a cluster waits for a replica to have it
+_ALONE_SECONDS = 10.0  # a node whose replica did not answer a WAIT is not waited on for this long
+
+
 class RedisStore(Store):
     backend = "redis"
 
@@ -640,6 +703,28 @@ class RedisStore(Store):
         from redis.backoff import NoBackoff
 
         self.prefix = cfg.key_prefix
+        self.cluster = cfg.cluster
+        if cfg.cluster:
+            from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+            # redis-py follows MOVED/ASK and finds a promoted replica itself (one retry, after
+            # reading the cluster's slots again); a put rides out a failover (_put)
+            url, seeds = cluster_seeds(cfg.url)
+            self.redis: Any = RedisCluster.from_url(
+                url,
+                startup_nodes=[ClusterNode(host, port) for host, port in seeds],
+                max_connections=_REDIS_CONNECTIONS,  # per node
+                socket_timeout=cfg.timeout_seconds,
+                socket_connect_timeout=cfg.timeout_seconds,
+                retry=Retry(NoBackoff(), 1),
+                health_check_interval=30,
+            )
+            self.put_timeout = cfg.timeout_seconds + cfg.failover_seconds
+            self.batch_puts = False
+            self._alone: dict[str, float] = {}  # node → until when its WAITs are skipped
+            self._failover_errors: tuple[type[BaseException], ...] = RedisCluster.ERRORS_ALLOW_RETRY
+            self._sizes = [self.shared("meta") + n for n in ("bytime", "sizes", "bytes")]
+            return
         # no retries inside one call (a dead server must fail fast: the caller answers 503);
         # the pool opens a new connection on the next call, which is the reconnect.  A burst
         # of more calls than connections waits for one (up to the timeout) instead of failing:
@@ -658,10 +743,44 @@ class RedisStore(Store):
         # the size bookkeeping (see the module docstring)
         self._sizes = [self.prefix + "meta:bytime", self.prefix + "meta:sizes", self.prefix + "meta:bytes"]
 
+    def shared(self, group: str) -> str:
+        """The prefix of a group of keys that one script or transaction touches together
+        (``meta``, ``keys``, ``usage``): ``key_prefix + group + ":"``, on a cluster with the
+        group as hash tag (``{group}:``), so that they share a slot."""
+        return self.prefix + ("{" + group + "}:" if self.cluster else group + ":")
+
+    async def mget(self, keys: list[str]) -> list[Any]:
+        """MGET; on a cluster split by slot (the keys' nodes are asked at once)."""
+        if self.cluster:
+            return list(await self.redis.mget_nonatomic(keys))
+        return list(await self.redis.mget(keys))
+
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
-        return (await self._put_many([(rid, blob, touch, item_ids)]))[0]
+        if not self.cluster:
+            return (await self._put_many([(rid, blob, touch, item_ids)]))[0]
+        # a primary that died: its replica takes over within the cluster's node timeout (and
+        # redis-py finds it when the slots are read again); until then the put is tried again
+        # (every step of it can be repeated).  The answer went out already: nobody waits.
+        deadline = time.monotonic() + self.cfg.failover_seconds
+        while True:
+            try:
+                total, evicted, victims = await self._put_cluster(rid, blob, touch, item_ids)
+                break
+            except self._failover_errors:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        if victims:
+            try:
+                await self._evict(victims)
+            except Exception as e:  # (the put itself is done; see _evict)
+                self.counters.inc("switchboard_store_errors_total", op="delete")
+                log.warning("store_evict_failed", error=type(e).__name__, records=len(victims))
+        return total, evicted
 
     async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
+        if self.cluster:  # (not batched: Store.put sends each alone)
+            return [await self._put(*put) for put in puts]
         # one write for every record of the batch: each one's commands, then its size
         # bookkeeping (one script each, in order: the cap is kept after every one)
         touched = [t for _, _, touch, _ in puts for t in touch]
@@ -731,14 +850,72 @@ class RedisStore(Store):
             raise error
         return out
 
+    async def _put_cluster(
+        self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
+    ) -> tuple[int, int, list[bytes]]:
+        """A put on a cluster: the writes spread over the nodes of their keys (one
+        pipeline per node, at once), the bookkeeping in its own slot; then each node that
+        took the record or its item index waits until a replica has them (WAIT), so that
+        a primary killed right after loses none of it.  {total, evicted, the ids to evict}."""
+        lists = await self.mget([self.prefix + "items:" + t for t in touch]) if touch else []
+        written = [self.prefix + rid]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(self.prefix + rid, blob, ex=self.ttl)
+            if item_ids:
+                written.append(self.prefix + "items:" + rid)
+                pipe.set(self.prefix + "items:" + rid, "\n".join(item_ids), ex=self.ttl)
+            for i in item_ids:
+                written.append(self.prefix + "item:" + i)
+                pipe.set(self.prefix + "item:" + i, rid, ex=self.ttl)
+            for t, listed in zip(touch, lists):
+                pipe.expire(self.prefix + t, self.ttl)
+                if isinstance(listed, bytes) and listed:
+                    pipe.expire(self.prefix + "items:" + t, self.ttl)
+                    for i in listed.decode().split("\n"):
+                        pipe.expire(self.prefix + "item:" + i, self.ttl)
+            args: list[str | int] = [self.prefix, repr(time.time()), self.ttl, self.max_total_bytes, rid, len(blob)]
+            args += touch
+            pipe.eval(_TRIM_CLUSTER_LUA, len(self._sizes), *self._sizes, *args)
+            trim = len(pipe)  # (the position of the script's answer: WAITs come after it)
+            # WAIT on the connection that wrote (the same node's part of the pipeline); not on
+            # a node whose replica did not answer the last time (none left: each WAIT would
+            # only sit out its timeout), for _ALONE_SECONDS
+            now = time.monotonic()
+            nodes = {n.name: n for n in map(self.redis.get_node_from_key, written)}
+            waits = [n for n in nodes.values() if self._alone.get(n.name, 0.0) <= now]
+            ms = min(_WAIT_MS, int(self.timeout * 500))
+            for node in waits:
+                pipe.execute_command("WAIT", 1, ms, target_nodes=node)
+            got = await pipe.execute()
+        for node, acked in zip(waits, got[trim:]):
+            if int(acked) < 1:
+                self._alone[node.name] = now + _ALONE_SECONDS
+        total, evicted, *victims = got[trim - 1]
+        return int(total), int(evicted), victims
+
+    async def _evict(self, victims: list[bytes]) -> None:
+        """Delete evicted records (the bookkeeping forgot them already) and the item index
+        entries that still name them, in their own slots.  One that fails here is no longer
+        counted and goes at the end of its TTL."""
+        ids = [v.decode() for v in victims]
+        lists = await self.mget([self.prefix + "items:" + i for i in ids])
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for rid, listed in zip(ids, lists):
+                pipe.delete(self.prefix + rid)
+                pipe.delete(self.prefix + "items:" + rid)
+                if isinstance(listed, bytes) and listed:
+                    for item in listed.decode().split("\n"):
+                        pipe.eval(_DEL_IF_LUA, 1, self.prefix + "item:" + item, rid)
+            await pipe.execute()
+
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
-        got = await self.redis.mget([self.prefix + "item:" + i for i in item_ids])
+        got = await self.mget([self.prefix + "item:" + i for i in item_ids])
         return [b.decode() if isinstance(b, bytes) else None for b in got]
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
         # MGET, even for one id: it answers nil for a key of another type under the prefix
         # (the size bookkeeping, usage streams) where GET would fail with WRONGTYPE
-        got = await self.redis.mget([self.prefix + i for i in ids])
+        got = await self.mget([self.prefix + i for i in ids])
         return [b if isinstance(b, bytes) else None for b in got]
 
     async def _delete(self, rid: str) -> int | None:
@@ -747,7 +924,8 @@ class RedisStore(Store):
         if isinstance(listed, bytes) and listed:
             keys += [self.prefix + "item:" + i for i in listed.decode().split("\n")]
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(*keys)
+            for k in keys:  # (one DEL per key: on a cluster each in its own slot)
+                pipe.delete(k)
             pipe.eval(_FORGET_LUA, len(self._sizes), *self._sizes, rid)
             got = await pipe.execute()
         return int(got[-1])

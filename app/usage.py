@@ -27,7 +27,8 @@ Where the records live (the store's backend, ``store.backend``):
 * Redis: one stream per UTC day, ``store.key_prefix + "usage:" + YYYYMMDD``, one entry per
   record (its fields flat), expiring ``retention_days`` after the end of its day (EXPIREAT
   the day's start + ``retention_days + 1`` days); a query reads the days it spans with
-  XRANGE.
+  XRANGE.  On a Redis Cluster the streams are ``key_prefix + "{usage}:" + YYYYMMDD``: one
+  slot, so that a batch over two days stays one transaction.
 
 ``query(since, until)`` answers the records of that span (epoch seconds; never older than
 the retention), oldest first; ``aggregate`` sums them by key, model or UTC day.  With the
@@ -234,7 +235,7 @@ class _RedisBackend:
 
     def __init__(self, store: RedisStore, retention_days: int) -> None:
         self.redis = store.redis
-        self.prefix = store.prefix + "usage:"
+        self.prefix = store.shared("usage")  # (one slot on a cluster: a batch is one transaction)
         self.retention_days = retention_days
 
     def key(self, ts: float) -> str:

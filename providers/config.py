@@ -248,6 +248,25 @@ class AuthCfg(_Strict):
         return out
 
 
+def cluster_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A cluster's URL may name several nodes, comma-separated (``redis://:pw@a:6379,b:6379``,
+    as PostgreSQL's and MongoDB's URLs do): the URL with the first, and the others' (host,
+    port).  Any one that answers is enough to find the cluster."""
+    m = re.match(r"^(rediss?://(?:[^@/?#]*@)?)([^/?#]*)(.*)$", url, re.S)
+    if m is None or "," not in m.group(2):
+        return url, []
+    first, *others = m.group(2).split(",")
+    seeds = []
+    for hp in others:
+        host, colon, port = hp.rpartition(":")
+        if not colon or "]" in port:  # (no port: Redis's own)
+            host, port = hp, "6379"
+        if not port.isdigit() or not host:
+            raise ValueError(f"store.url: {hp[:80]!r} is not host:port")
+        seeds.append((host.strip("[]"), int(port)))
+    return m.group(1) + first + m.group(3), seeds
+
+
 class StoreCfg(_Strict):
     """The response store (``store`` and ``previous_response_id`` of the Responses API;
     docs/configuration.md)."""
@@ -262,6 +281,10 @@ class StoreCfg(_Strict):
     # redis: the server, and the prefix of every key the proxy writes
     url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = "switchboard:resp:"
+    # redis: ``url`` is one node of a Redis Cluster (the others are found from it)
+    cluster: bool = False
+    # redis cluster: how long a put waits for a failed primary's replica to take over
+    failover_seconds: float = Field(default=30.0, gt=0)
     # how long a stored response lives (30 days, as OpenAI keeps them); a new turn renews
     # the whole conversation it continues
     ttl_seconds: int = Field(default=30 * 24 * 3600, ge=1)
@@ -272,6 +295,17 @@ class StoreCfg(_Strict):
     # the stored records' total size (compressed, as max_record_bytes counts them); past it
     # the records least recently written or continued are deleted first (1 GiB)
     max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
+
+    @model_validator(mode="after")
+    def _cluster(self) -> StoreCfg:
+        if self.cluster and self.backend != "redis":
+            raise ValueError("store.cluster needs store.backend: redis")
+        if self.cluster:
+            cluster_seeds(self.url)  # (each node named is host:port)
+        db = re.match(r"^rediss?://[^/]*/+([^?#]*)", self.url)
+        if self.cluster and db and db.group(1) not in ("", "0"):
+            raise ValueError(f"store.url: a Redis Cluster has only database 0, not {db.group(1)[:20]!r}")
+        return self
 
 
 # seconds an idle upstream connection is kept by default: reqwest's default (Codex's client)
