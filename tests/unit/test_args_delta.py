@@ -466,7 +466,7 @@ def test_the_stage_hands_on_no_call_while_it_holds():
     from transformers.tool_stage import ToolStage
 
     ctx = Ctx(quirks=frozenset({"invalid_json_passthrough"}), upstream_model="m")
-    stage = ToolStage(ctx, "chat")
+    stage = ToolStage(ctx, False)
     assert not stage.plain_call(0)  # unknown
     stage.feed(ToolCall(0, "{", "call_a", "f"))
     stage.feed(ToolCall(1, "{", "call_b", "g"))

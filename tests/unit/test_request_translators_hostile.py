@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from transformers.context import QUIRKS, Ctx
 from transformers.errors import RequestError
+from transformers.protocols import check_body, check_parsed
 from transformers.request_c2m import chat_to_messages
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
-from transformers.request_check import MAX_DEPTH, check_body, check_parsed
+from transformers.request_check import MAX_DEPTH
 from transformers.request_messages import prepare_messages
 from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
