@@ -41,7 +41,7 @@ a string)                                   ``"\\n"``)
                                             thought parts), Gemini's signatures by call
                                             id (``ctx.thought_signatures``) and, toward a
                                             Messages upstream, its signed thinking blocks
-                                            (``request_c2m.SIGNED``); on a
+                                            (``Ctx.signed``); on a
                                             ``functionCall`` it also rides the call's
                                             ``extra_content.google.thought_signature``, so
                                             a Gemini upstream's row
@@ -93,7 +93,7 @@ from .context import Ctx
 from .envelope import is_envelope, open_sealed
 from .errors import RequestError
 from .gemini_encode import ANTHROPIC
-from .request_c2m import SIGNED
+from .request_c2m import SIGNED, take_signed
 from .request_c2r import force_object_schema, toolinfo_from_chat
 from .request_quirks import reasoning_key
 from .thought_signatures import ESCAPE
@@ -383,7 +383,7 @@ def _format(gc: dict[str, Any]) -> dict[str, Any] | None:
 
 def gemini_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -> dict[str, Any]:
     """``signed``: toward a Messages upstream, its signed thinking blocks sealed in a call's
-    ``thoughtSignature`` go back on their assistant message (``request_c2m.SIGNED``)."""
+    ``thoughtSignature`` go to ``ctx.signed``, by their assistant message's index."""
     walk = _Walk(ctx, signed)
     system = _system(body)
     if system:
@@ -400,6 +400,8 @@ def gemini_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -> d
             walk.user(i, parts)
         else:
             raise RequestError(f"contents[{i}] has unsupported role {role!r}", param=f"contents[{i}].role")
+    if signed:
+        take_signed(walk.out, ctx)
     out: dict[str, Any] = {"model": ctx.upstream_model or body.get("model"), "messages": walk.out}
     tools = _tools(body.get("tools"), ctx)
     if tools:
