@@ -22,7 +22,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from transformers.bridge import DIRECTIONS
+from tests.protocol_samples import hello
+from transformers.bridge import DIRECTIONS, open_bridge
+from transformers.context import Ctx
 from transformers.protocols import SPECS
 from transformers.vocab import PROTOCOLS
 
@@ -112,3 +114,12 @@ def test_every_protocol_has_a_row_and_every_pair_a_direction() -> None:
 def test_every_rows_error_shape_is_a_json_object_with_the_message(name: str) -> None:
     body = orjson.loads(SPECS[name].error(429, {"message": "slow down", "type": "x", "code": "y"}, "req_1"))
     assert isinstance(body, dict) and "slow down" in orjson.dumps(body).decode()
+
+
+@pytest.mark.parametrize(("client", "upstream"), sorted(DIRECTIONS))
+def test_every_row_has_a_sample_every_direction_takes(client: str, upstream: str) -> None:
+    """The property tests' sample request of each client (tests/protocol_samples.py) goes
+    every direction, its function offered as a function the upstream's body names."""
+    fn = {"name": "shell", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}
+    out, bridge = open_bridge(hello(client, [fn]), client, upstream, Ctx(upstream_model="m", public_model="pub"))
+    assert b"shell" in orjson.dumps(out) and bridge.direction is DIRECTIONS[(client, upstream)]
