@@ -138,6 +138,15 @@ def gemini_headers(scope: Any) -> dict[str, str]:
     return client_headers(scope, SPECS["gemini"])
 
 
+def _asks_sse(scope: Any, spec: ProtocolSpec) -> bool:
+    """The query holds every parameter of the row's ``stream_query`` (Gemini's ``alt=sse``),
+    or the row has none (its streams are SSE)."""
+    if not spec.stream_query:
+        return True
+    query = set(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+    return all(kv in query for kv in spec.stream_query)
+
+
 def path_call(spec: ProtocolSpec, path: str) -> tuple[str, bool]:
     """(model, stream) of a request on a ``{model}`` route: its row's ``route`` or
     ``stream_route``; a 404 when the path is neither."""
@@ -492,6 +501,7 @@ class Service:
         incomplete_as_completed: bool | None = None,
         owner: str = OPEN_OWNER,
         signatures: dict[str, str] | None = None,
+        json_array: bool = False,
     ) -> Prepared:
         """``app.prepare.prepare`` with what this app holds (router, secrets, counters,
         fallbacks and breakers, the drain): one request of any route or transport, for the
@@ -518,6 +528,7 @@ class Service:
             drainer=self.drain,
             owner=owner,
             signatures=signatures,
+            json_array=json_array,
         )
         if self.tracing is not None:
             p.trace = self.tracing.begin(p, headers, raw)
@@ -557,11 +568,14 @@ class Service:
                     owner = self.authorize(h)
                     raw = await self.read_body(receive, h.get("content-length"))
                     body = None
+                    json_array = False
                     if in_path:  # the model and the stream flag are the URL's
                         model, stream = path_call(spec, scope["path"])
                         body = check_body(raw, client)
                         body["model"] = model
                         body["stream"] = stream
+                        # a stream asked without the row's SSE switch (Gemini's alt=sse): one JSON array
+                        json_array = stream and not _asks_sse(scope, spec)
                     elif spec.stored:
                         body = check_body(raw, client)
                         # stateless (store:false, no previous_response_id, no item_reference, as
@@ -587,6 +601,7 @@ class Service:
                         answered=turn.answered if turn is not None else None,
                         owner=owner,
                         signatures=kept,
+                        json_array=json_array,
                     )
                     if turn is not None and turn.resolved:
                         p.ctx.repaired("item_reference_resolved")

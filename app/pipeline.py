@@ -116,7 +116,7 @@ class ProxyResponse(Response):
                     "type": "http.response.start",
                     "status": 200,
                     "headers": [
-                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        (b"content-type", p.bridge.framing.content_type),
                         (b"cache-control", b"no-cache"),
                         (b"x-accel-buffering", b"no"),
                         *head,

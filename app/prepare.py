@@ -119,11 +119,14 @@ def prepare(
     target: Route | None = None,
     owner: str = "-",
     signatures: dict[str, str] | None = None,
+    json_array: bool = False,
 ) -> Prepared:
     """``body``: the already checked body (the app read it before its store lookups; ``raw``
     is then unused); ``answered``: response fields the app honoured itself (the Bridge echoes
     them: ``store``, ``previous_response_id`` of a stored conversation); ``signatures``: the
-    thought signatures the app kept for calls that came back without them (app/signatures.py)."""
+    thought signatures the app kept for calls that came back without them (app/signatures.py);
+    ``json_array``: a stream asked without the row's ``stream_query`` (Gemini's ``alt=sse``),
+    answered as one JSON array."""
     call = dict(locals())  # to prepare the same request for another target (retarget)
     if body is None:
         body = check_body(raw, client)
@@ -163,6 +166,7 @@ def prepare(
             mask=secrets,
             websocket=websocket,
             answered=answered,
+            json_array=json_array,
         )
     finally:
         if ctx.envelope_rejected:

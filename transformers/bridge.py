@@ -154,6 +154,7 @@ class SSEFraming:
     with their ``event:`` line."""
 
     __slots__ = ("chat", "bare")
+    content_type = b"text/event-stream; charset=utf-8"
 
     def __init__(self, client: ProtocolName) -> None:
         spec = SPECS[client]
@@ -179,12 +180,40 @@ class SSEFraming:
         return sse.encode_comment()
 
 
+class JSONArrayFraming:
+    """A stream as one JSON array, its elements written as they come (``[{…}`` then
+    ``\n,{…}``, ``]`` at the end): Gemini's ``:streamGenerateContent`` without ``alt=sse``.
+    No comments (JSON has none); the encoder's own delta writers are not used (the Bridge
+    takes them for SSE only, and Gemini's encoder has none)."""
+
+    __slots__ = ("opened",)
+    content_type = b"application/json"
+
+    def __init__(self) -> None:
+        self.opened = False
+
+    def frame(self, obj: dict[str, Any]) -> bytes:
+        head = b"\n," if self.opened else b"["
+        self.opened = True
+        return head + orjson.dumps(obj)
+
+    def delta_frame(self, kind: str) -> tuple[bytes, bytes]:
+        return b"\n,", b""
+
+    def done(self) -> bytes:
+        return b"\n]" if self.opened else b"[]"
+
+    def comment(self) -> bytes:
+        return b""
+
+
 class WSFraming:
     """Responses events for a WebSocket: one JSON object per line (orjson never writes a raw
     newline), each line one text frame (the app splits them); no end marker, no comments
     (a socket has its own ping/pong, and the Responses heartbeat is a real event)."""
 
     __slots__ = ()
+    content_type = b"application/json"  # (a socket's frames: never an HTTP body's type)
 
     def frame(self, obj: dict[str, Any]) -> bytes:
         return orjson.dumps(obj) + b"\n"
@@ -240,9 +269,11 @@ def open_bridge(
     mask: SecretMask = NO_SECRETS,
     websocket: bool = False,
     answered: dict[str, Any] | None = None,
+    json_array: bool = False,
 ) -> tuple[dict[str, Any], Bridge]:
     """Translate a checked client body for the upstream; the Bridge that answers it
-    (``websocket``: its events framed for a Responses WebSocket, see ``WSFraming``)."""
+    (``websocket``: its events framed for a Responses WebSocket, see ``WSFraming``;
+    ``json_array``: its stream as one JSON array, ``JSONArrayFraming``)."""
     d = DIRECTIONS[(client, upstream)]
     spec, up = SPECS[client], SPECS[upstream]
     # every top-level field by its row for this upstream (transformers/fields.py)
@@ -270,6 +301,8 @@ def open_bridge(
     )
     if websocket:
         bridge.framing = WSFraming()
+    elif json_array:
+        bridge.framing = JSONArrayFraming()
     return out, bridge
 
 
@@ -373,13 +406,13 @@ class Bridge:
         self.chars = 0
 
     @property
-    def framing(self) -> SSEFraming | WSFraming:
+    def framing(self) -> SSEFraming | WSFraming | JSONArrayFraming:
         """How events are framed for the client's transport (SSE by default; ``open_bridge``
         sets the WebSocket's); a Responses encoder writes its text deltas framed so."""
         return self._framing
 
     @framing.setter
-    def framing(self, framing: SSEFraming | WSFraming) -> None:
+    def framing(self, framing: SSEFraming | WSFraming | JSONArrayFraming) -> None:
         self._framing = framing
         self.encoder.frame_deltas(framing.delta_frame)
 
@@ -436,6 +469,10 @@ class Bridge:
         # a Chat stream ends with [DONE] unless it ended with an error chunk (also when the
         # guard fired after the finish chunk went out)
         if self._chat and not self.encoder.failed and not self._done_sent:
+            self._done_sent = True
+            out.append(self._framing.done())
+        # a JSON array is closed whatever ended it
+        if self._framing.__class__ is JSONArrayFraming and not self._done_sent:
             self._done_sent = True
             out.append(self._framing.done())
         return b"".join(out)

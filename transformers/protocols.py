@@ -77,7 +77,9 @@ field               what it is
 ``path``            its URL after the base URL; ``{model}`` and ``{method}`` holes: the
                     upstream model, and ``methods[stream]``
 ``methods``         (whole, stream) method names for a ``{method}`` path (Gemini)
-``stream_query``    query parameters of a stream request (Gemini's ``alt=sse``)
+``stream_query``    query parameters that ask for a stream as SSE (Gemini's ``alt=sse``): the
+                    proxy sends them to the upstream; a client's stream asked without them
+                    is answered as one JSON array, streamed (``bridge.JSONArrayFraming``)
 ``stream_in_body``  the body carries ``stream``; else the URL does (Gemini)
 ``api_prefix``      added to a base URL that does not end with it (Messages' ``/v1``: a base
                     URL as Claude Code's ``ANTHROPIC_BASE_URL`` takes it)
