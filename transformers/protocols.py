@@ -266,7 +266,7 @@ def _messages_to_hub(body: Body, ctx: Ctx, toward: ProtocolSpec) -> Body:
 
 
 def _gemini_to_hub(body: Body, ctx: Ctx, toward: ProtocolSpec) -> Body:
-    return gemini_to_chat(body, ctx, signed=toward.signed)
+    return gemini_to_chat(body, ctx, signed=toward.signed, toward=toward.name)
 
 
 def _hub_to_chat(hub: Body, ctx: Ctx) -> Body:

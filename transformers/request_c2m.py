@@ -50,14 +50,14 @@ Top level:
 ``max_tokens``               ``max_output_tokens``, else ``DEFAULT_MAX_TOKENS``)
 ``stop``                     ``stop_sequences``
 ``temperature``              kept, at most 1 (``temperature_clamped``: Messages' range is 0-1)
-``top_p``                    kept
+``top_p``, ``top_k``         kept
 ``tools[]`` (function)       ``{name, description, input_schema}``
 ``tool_choice``              ``auto`` / ``required`` → ``any`` / ``none`` / a named function →
                              ``{type:tool, name}``; ``parallel_tool_calls: false`` →
                              ``disable_parallel_tool_use``
 ``reasoning_effort``         ``thinking: {type: enabled, budget_tokens}`` (``BUDGETS``, at most half
                              of ``max_tokens``; ``minimal``/``none``, or a budget under 1024: no
-                             thinking); with thinking on, ``temperature``/``top_p`` are not sent
+                             thinking); with thinking on, ``temperature``/``top_p``/``top_k`` are not sent
                              (Anthropic refuses them with thinking: ``thinking_sampling_dropped``)
 ``thinking`` (GLM style)     ``{type: enabled}`` → as ``reasoning_effort: medium``
 ``response_format``          ``json_schema`` → ``output_config.format``; ``json_object`` refused
@@ -339,7 +339,7 @@ def chat_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     thinking = budget >= _MIN_BUDGET
     if thinking:
         out["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        if body.get("temperature") is not None or body.get("top_p") is not None:
+        if body.get("temperature") is not None or body.get("top_p") is not None or body.get("top_k") is not None:
             ctx.repaired("thinking_sampling_dropped")
     else:
         temp = body.get("temperature")
@@ -350,6 +350,9 @@ def chat_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
             out["temperature"] = temp
         if body.get("top_p") is not None:
             out["top_p"] = body["top_p"]
+        top_k = body.get("top_k")
+        if isinstance(top_k, int) and not isinstance(top_k, bool):
+            out["top_k"] = top_k
     fmt = body.get("response_format")
     if isinstance(fmt, dict):
         if fmt.get("type") == "json_schema":

@@ -255,3 +255,10 @@ def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(RequestError) as e:
         c2m(body)
     assert e.value.param == param
+
+
+def test_top_k_is_kept_and_goes_with_the_other_sampling_settings_under_thinking() -> None:
+    out, _ = c2m({"messages": [{"role": "user", "content": "hi"}], "top_k": 40})
+    assert out["top_k"] == 40
+    out, ctx = c2m({"messages": [{"role": "user", "content": "hi"}], "top_k": 40, "reasoning_effort": "high"})
+    assert "top_k" not in out and "thinking_sampling_dropped" in ctx.repairs
