@@ -21,6 +21,7 @@ from providers.upstream import Provider, target_for
 from transformers.bridge import AnswerError
 from transformers.encrypted_retry import is_invalid_encrypted_content, strip_encrypted_reasoning
 from transformers.errors import ProxyError
+from transformers.protocols import SPECS
 
 __all__ = [
     "Resume",
@@ -54,7 +55,8 @@ async def attempt(p: Prepared) -> tuple[httpx.Response, dict[str, Any] | None]:
 async def exchange(p: Prepared, prov: Provider) -> httpx.Response:
     """Send the upstream request; its response once the status is a success (an error
     status is raised as the client's ProxyError, after the one encrypted-content retry)."""
-    model = p.route.upstream_model if p.upstream == "gemini" else ""  # (its URL names the model)
+    up = SPECS[p.upstream]
+    model = p.route.upstream_model if "{model}" in up.path else ""  # (a URL that names the model: Gemini's)
     target = target_for(prov, p.upstream, p.stream, p.forward_headers, model)
     payload = p.upstream_body
     for attempt in (0, 1):
@@ -66,7 +68,7 @@ async def exchange(p: Prepared, prov: Provider) -> httpx.Response:
         retry = None
         if (
             attempt == 0
-            and p.upstream == "responses"
+            and up.native_items  # (the retry strips Responses items' encrypted reasoning)
             and p.ctx.on("encrypted_content_retry")
             and is_invalid_encrypted_content(resp.status_code, body)
         ):

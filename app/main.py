@@ -61,6 +61,7 @@ from providers.codex_models import codex_entry
 from providers.errors import known_codes
 from providers.upstream import Route, Router
 from transformers.errors import ProxyError, RequestError
+from transformers.protocols import SPECS, ProtocolSpec
 
 if TYPE_CHECKING:
     from app.tracing import Tracing
@@ -84,7 +85,9 @@ def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Respo
     return Response(orjson.dumps(obj), status_code=status, media_type="application/json", headers=headers)
 
 
-_PROXY_ROUTES = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
+# the proxy routes of the protocols whose route is one path (a ``{model}`` route: its
+# module's routes, as ``_gemini_routes``)
+_PROXY_ROUTES = {s.route: s.name for s in SPECS.values() if "{model}" not in s.route}
 # GET /: what this server is and where to go next
 _INDEX: dict[str, Any] = {
     "name": "switchboard",
@@ -115,16 +118,43 @@ def gemini_call(path: str) -> tuple[str, str]:
     return model, method
 
 
-def gemini_headers(scope: Any) -> dict[str, str]:
-    """The request's headers, with the key of ``?key=`` as ``x-goog-api-key`` when no header
-    carries one (Gemini's clients may send it in the query)."""
+def client_headers(scope: Any, spec: ProtocolSpec) -> dict[str, str]:
+    """The request's headers; for a protocol whose clients may send their key in the query
+    (its row's ``key_query``: Gemini's ``?key=``), that key as the row's header when no
+    header carries one."""
     h = scope_headers(scope)
-    if "authorization" not in h and "x-goog-api-key" not in h:
-        for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
-            if k == "key" and v:
-                h["x-goog-api-key"] = v
-                break
+    if spec.key_query:
+        param, header = spec.key_query
+        if "authorization" not in h and header not in h:
+            for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
+                if k == param and v:
+                    h[header] = v
+                    break
     return h
+
+
+def gemini_headers(scope: Any) -> dict[str, str]:
+    """The request's headers on Gemini's own routes (``client_headers``)."""
+    return client_headers(scope, SPECS["gemini"])
+
+
+def _asks_sse(scope: Any, spec: ProtocolSpec) -> bool:
+    """The query holds every parameter of the row's ``stream_query`` (Gemini's ``alt=sse``),
+    or the row has none (its streams are SSE)."""
+    if not spec.stream_query:
+        return True
+    query = set(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+    return all(kv in query for kv in spec.stream_query)
+
+
+def path_call(spec: ProtocolSpec, path: str) -> tuple[str, bool]:
+    """(model, stream) of a request on a ``{model}`` route: its row's ``route`` or
+    ``stream_route``; a 404 when the path is neither."""
+    for route, stream in ((spec.route, False), (spec.stream_route, True)):
+        head, _, tail = route.partition("{model}")
+        if tail and path.startswith(head) and path.endswith(tail) and len(path) > len(head) + len(tail):
+            return path[len(head) : -len(tail)], stream
+    raise ProxyError(404, f"Unknown route POST {path[:200]}", code="not_found")
 
 
 ASGIHandler = Callable[[Any, Any, Any], Awaitable[None]]
@@ -473,6 +503,7 @@ class Service:
         incomplete_as_completed: bool | None = None,
         owner: str = OPEN_OWNER,
         signatures: dict[str, str] | None = None,
+        json_array: bool = False,
     ) -> Prepared:
         """``app.prepare.prepare`` with what this app holds (router, secrets, counters,
         fallbacks and breakers, the drain): one request of any route or transport, for the
@@ -499,6 +530,7 @@ class Service:
             drainer=self.drain,
             owner=owner,
             signatures=signatures,
+            json_array=json_array,
         )
         if self.tracing is not None:
             p.trace = self.tracing.begin(p, headers, raw)
@@ -520,9 +552,8 @@ class Service:
     def proxy_handler(self, client: str, outer: bool) -> ASGIHandler:
         """The raw ASGI handler of one proxy route; ``outer``: called by the fast path, so it
         also does what FastAPI's ServerErrorMiddleware + ``on_unexpected`` would."""
-        responses = client == "responses"
-        chat = client == "chat"
-        gemini = client == "gemini"
+        spec = SPECS[client]
+        in_path = "{model}" in spec.route  # the model and the stream are the path's
         counters = self.counters
 
         async def proxy(scope: Any, receive: Any, send: Any) -> None:
@@ -535,16 +566,19 @@ class Service:
             p: Prepared | None = None
             try:
                 try:
-                    h = gemini_headers(scope) if gemini else scope_headers(scope)
+                    h = client_headers(scope, spec)
                     owner = self.authorize(h)
                     raw = await self.read_body(receive, h.get("content-length"))
                     body = None
-                    if gemini:  # the model and the stream flag are the URL's
-                        model, method = gemini_call(scope["path"])
+                    json_array = False
+                    if in_path:  # the model and the stream flag are the URL's
+                        model, stream = path_call(spec, scope["path"])
                         body = check_body(raw, client)
                         body["model"] = model
-                        body["stream"] = _GEMINI_STREAM[method]
-                    elif responses:
+                        body["stream"] = stream
+                        # a stream asked without the row's SSE switch (Gemini's alt=sse): one JSON array
+                        json_array = stream and not _asks_sse(scope, spec)
+                    elif spec.stored:
                         body = check_body(raw, client)
                         # stateless (store:false, no previous_response_id, no item_reference, as
                         # Codex): no store I/O
@@ -557,7 +591,7 @@ class Service:
                                 self.store, self.router, body, owner, self.config.server.max_body_bytes
                             )
                     kept: dict[str, str] | None = None
-                    if chat and self.signatures.store is not None and b"tool_calls" in raw:
+                    if spec.recalls_signatures and self.signatures.store is not None and b"tool_calls" in raw:
                         body, kept = await self._kept_signatures(raw, owner, rid)
                     p = self.prepare(
                         raw,
@@ -569,11 +603,12 @@ class Service:
                         answered=turn.answered if turn is not None else None,
                         owner=owner,
                         signatures=kept,
+                        json_array=json_array,
                     )
                     if turn is not None and turn.resolved:
                         p.ctx.repaired("item_reference_resolved")
-                    if gemini and p.stream:
-                        p.route_name = "/v1beta/models/{model}:streamGenerateContent"
+                    if p.stream and spec.stream_route:
+                        p.route_name = spec.stream_route
                     ticket = await accounting.admit(self, owner, p, len(raw))
                 except (ProxyError, RequestError) as e:
                     metrics.log_rejected(counters, scope["path"], e.status, e.code, rid)
@@ -595,7 +630,7 @@ class Service:
                         await response(scope, receive, send)
                 finally:  # the key's limits settled, the usage recorded (a fallback's own p)
                     seen = response.p.ctx.signatures_seen
-                    if chat and seen and "gemini_thought_signatures" in response.p.route.quirks:
+                    if spec.recalls_signatures and seen and "gemini_thought_signatures" in response.p.route.quirks:
                         await self.signatures.remember(owner, seen, rid)  # after the client's last byte
                     await accounting.close(self, owner, ticket, response.p, len(raw))
             except ClientDisconnect:
@@ -874,10 +909,12 @@ def _route_error(path: str, status: int, message: str, code: str) -> Response:
     """An unknown route or method, in the shape of the protocol whose prefix the path is under:
     Anthropic's under ``/v1/messages`` (Claude Code reads a 404 on ``/v1/messages/evaluate_
     safeguards`` as "not enabled"), Google's under ``/v1beta/``, OpenAI's everywhere else."""
-    if path == "/v1/messages" or path.startswith(("/v1/messages/", "/v1beta/")):
-        rid = new_request_id()
-        body = error_body("messages" if path.startswith("/v1/") else "gemini", status, {"message": message}, rid)
-        return _error_response(status, body, {"x-request-id": rid})
+    for spec in SPECS.values():
+        prefix = spec.error_prefix
+        if prefix and (path == prefix or path.startswith(prefix + "/")):
+            rid = new_request_id()
+            body = spec.error(status, {"message": message}, rid)
+            return _error_response(status, body, {"x-request-id": rid})
     return _error_json(status, message, code)
 
 
@@ -886,14 +923,11 @@ def _error_json(status: int, message: str, code: str | None) -> Response:
 
 
 def _error_answer(e: ProxyError | RequestError, rid: str, client: str = "chat") -> Response:
-    """The error answer of a refused request in its client's protocol, with its request id."""
-    if client == "messages" or client == "gemini":
-        err = e.to_dict() if isinstance(e, RequestError) else orjson.loads(e.body())["error"]
-        headers = {"x-request-id": rid, **(e.headers if isinstance(e, ProxyError) else {})}
-        return _error_response(e.status, error_body(client, e.status, err, rid), headers)
-    if isinstance(e, ProxyError):
-        return _error_response(e.status, e.body(rid), {"x-request-id": rid, **e.headers})
-    return _error_response(e.status, orjson.dumps({"error": {**e.to_dict(), "request_id": rid}}), {"x-request-id": rid})
+    """The error answer of a refused request in its client's protocol (its row's ``error``),
+    with its request id."""
+    err = e.to_dict() if isinstance(e, RequestError) else orjson.loads(e.body())["error"]
+    headers = {"x-request-id": rid, **(e.headers if isinstance(e, ProxyError) else {})}
+    return _error_response(e.status, error_body(client, e.status, err, rid), headers)
 
 
 def _error_response(status: int, body: bytes, headers: dict[str, str]) -> Response:

@@ -43,6 +43,7 @@ from app.prepare import Prepared, retarget
 from providers.upstream import Provider
 from transformers.bridge import Bridge
 from transformers.errors import ProxyError
+from transformers.protocols import SPECS
 
 __all__ = ["ProxyResponse"]
 
@@ -115,7 +116,7 @@ class ProxyResponse(Response):
                     "type": "http.response.start",
                     "status": 200,
                     "headers": [
-                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        (b"content-type", p.bridge.framing.content_type),
                         (b"cache-control", b"no-cache"),
                         (b"x-accel-buffering", b"no"),
                         *head,
@@ -215,7 +216,8 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
     clock = time.perf_counter
     waiting: list[Any] = [False, clock()]  # [blocked on the upstream, since when]
     ticker = _Heartbeats(bridge, send, p.keepalive, waiting) if p.keepalive > 0 else None
-    responses = p.client == "responses"
+    # a protocol whose stream is over at its terminal event (its row: Responses)
+    at_terminal = SPECS[p.client].ends_at_terminal
     left = b""  # the rest of a large read, for the Bridge a slice at a time (_SLICE_BYTES)
     no_output = True  # no output written for the client yet (the time to first token)
     try:
@@ -253,7 +255,7 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
                 if no_output and bridge.chars:
                     no_output = False
                     p.first_token = clock() - p.started
-                if bridge.finished or (bridge.terminal and responses):
+                if bridge.finished or (bridge.terminal and at_terminal):
                     if out:
                         pending.append(out)
                     if left:  # the read's rest in one piece, as if it had not been sliced

@@ -26,21 +26,12 @@ from transformers import envelope
 from transformers.bridge import Bridge, open_bridge
 from transformers.context import Ctx
 from transformers.errors import ProxyError
-from transformers.gemini_encode import error_object
 from transformers.ids import random_hex
 from transformers.masking import NO_SECRETS, SecretMask
-from transformers.request_check import check_body
-
-ROUTE_OF = {
-    "chat": "/v1/chat/completions",
-    "responses": "/v1/responses",
-    "messages": "/v1/messages",
-    "gemini": "/v1beta/models/{model}:generateContent",
-}
+from transformers.protocols import HUB, SPECS, check_body
 
 __all__ = [
     "PROCESS_SECRET",
-    "ROUTE_OF",
     "error_body",
     "Prepared",
     "check_body",
@@ -57,8 +48,8 @@ __all__ = [
 @dataclass(slots=True)
 class Prepared:
     request_id: str
-    client: str  # chat | responses
-    upstream: str  # chat | responses
+    client: str  # the client's protocol (a row of transformers/protocols.SPECS)
+    upstream: str  # the upstream's protocol
     route: Route
     ctx: Ctx
     bridge: Bridge
@@ -128,11 +119,14 @@ def prepare(
     target: Route | None = None,
     owner: str = "-",
     signatures: dict[str, str] | None = None,
+    json_array: bool = False,
 ) -> Prepared:
     """``body``: the already checked body (the app read it before its store lookups; ``raw``
     is then unused); ``answered``: response fields the app honoured itself (the Bridge echoes
     them: ``store``, ``previous_response_id`` of a stored conversation); ``signatures``: the
-    thought signatures the app kept for calls that came back without them (app/signatures.py)."""
+    thought signatures the app kept for calls that came back without them (app/signatures.py);
+    ``json_array``: a stream asked without the row's ``stream_query`` (Gemini's ``alt=sse``),
+    answered as one JSON array."""
     call = dict(locals())  # to prepare the same request for another target (retarget)
     if body is None:
         body = check_body(raw, client)
@@ -148,8 +142,9 @@ def prepare(
     # a model with fallbacks keeps the client's body as it came (translation may change it)
     pristine = orjson.dumps(body) if route.targets else None
     upstream = route.provider.protocol_for(client)
-    if client in ("messages", "gemini") and upstream == "responses" and "chat" in route.provider.cfg.protocols:
-        upstream = "chat"  # an upstream that speaks both: the one the translation goes through
+    spec = SPECS[client]
+    if spec.via_hub and SPECS[upstream].native_items and HUB in route.provider.cfg.protocols:
+        upstream = HUB  # an upstream that speaks both: the one the translation goes through
     ctx = Ctx(
         quirks=route.quirks,
         upstream_model=route.upstream_model,
@@ -171,6 +166,7 @@ def prepare(
             mask=secrets,
             websocket=websocket,
             answered=answered,
+            json_array=json_array,
         )
     finally:
         if ctx.envelope_rejected:
@@ -182,13 +178,15 @@ def prepare(
         headers["x-switchboard-dropped-items"] = header_list(ctx.dropped_items)
     ua = safe_header_value(client_headers.get("user-agent"))
     forward = {"user-agent": ua} if ua else {}
-    beta = safe_header_value(client_headers.get("anthropic-beta"))
-    if beta:
-        if upstream == "messages" and client == "messages" and "anthropic_beta" in route.quirks:
-            # the client's betas, to an upstream that honours them (Anthropic's)
-            forward["anthropic-beta"] = beta
-        else:  # the Anthropic-compatible endpoints and other protocols get none: named
-            ctx.dropped_fields.append("anthropic-beta")
+    for name, quirk in spec.vendor_headers:
+        value = safe_header_value(client_headers.get(name))
+        if not value:
+            continue
+        if upstream == client and quirk in route.quirks:
+            # the client's vendor header, to that vendor's own upstream (Anthropic's betas)
+            forward[name] = value
+        else:  # the compatible endpoints and other protocols get none: named
+            ctx.dropped_fields.append(name)
     if ctx.dropped_fields:
         headers["x-switchboard-dropped-fields"] = header_list(ctx.dropped_fields)
     return Prepared(
@@ -199,11 +197,11 @@ def prepare(
         ctx=ctx,
         bridge=bridge,
         # (Gemini's own API takes the stream from the URL: not in its body)
-        stream=bool(out.pop("stream") if upstream == "gemini" else out["stream"]),
+        stream=bool(out["stream"] if SPECS[upstream].stream_in_body else out.pop("stream")),
         upstream_body=orjson.dumps(out),
         started=started,
         keepalive=keepalive,
-        route_name=ROUTE_OF[client],
+        route_name=spec.route,
         headers=headers,
         forward_headers=forward,
         secrets=secrets,
@@ -270,24 +268,10 @@ def scope_headers(scope: Any) -> dict[str, str]:
 _GIVEN_RID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 
 
-# an HTTP status → Anthropic's error type (a Messages client's error answers)
-_ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                     404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                     529: "overloaded_error"}  # fmt: skip
-
-
 def error_body(client: str, status: int, err: dict[str, Any], request_id: str) -> bytes:
-    """An error answer's body in the client's protocol: OpenAI's error object, or for a
-    Messages client Anthropic's (``{"type": "error", "error": {"type", "message"}}``), for a
-    Gemini client Google's (``{"error": {"code", "message", "status"}}``)."""
-    if client == "gemini":
-        return orjson.dumps(error_object(status, str(err.get("message") or "")))
-    if client == "messages":
-        kind = _ANTHROPIC_ERRORS.get(status, "overloaded_error" if status == 503 else "api_error")
-        obj: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": str(err.get("message") or "")}}
-        obj["request_id"] = request_id
-        return orjson.dumps(obj)
-    return orjson.dumps({"error": {**err, "request_id": request_id}})
+    """An error answer's body in the client's protocol (its row's ``error``: OpenAI's error
+    object, Anthropic's, Google's)."""
+    return SPECS[client].error(status, err, request_id)
 
 
 def new_request_id(scope: Any = None) -> str:

@@ -73,6 +73,7 @@ from app.prepare import Prepared, new_request_id
 from app.store import Record, RecordTooLarge, Store, StoreUnavailable
 from providers.upstream import Router
 from transformers.errors import ProxyError
+from transformers.protocols import SPECS
 
 __all__ = ["Turn", "begin", "finish", "has_references", "resolve_references", "routes", "stored_chain"]
 
@@ -191,7 +192,8 @@ async def resolve_references(store: Store | None, router: Router, body: dict[str
         return 0
     prov = route.provider
     upstream = prov.protocol_for("responses")
-    native = upstream == "responses" and "responses_native" in route.quirks
+    own = SPECS[upstream].native_items  # the upstream reads the items (and issues ids) itself
+    native = own and "responses_native" in route.quirks
     if store is None:
         found = {}
     else:
@@ -212,7 +214,7 @@ async def resolve_references(store: Store | None, router: Router, body: dict[str
                 continue  # the upstream's own id: it answers for it
             raise _item_not_found(i, rid, store is None)
         item = got.item  # the proxy gave its items their ids: no upstream issued them
-        if upstream == "responses":
+        if own:
             item = {k: v for k, v in item.items() if k != "id"}
         out[i] = item
         resolved += 1
@@ -258,7 +260,8 @@ async def begin(
         return None  # prepare() answers model_not_found
     prov = route.provider
     upstream = prov.protocol_for("responses")
-    keeps = upstream == "responses" and prov.cfg.stores_responses and flag is not False
+    own = SPECS[upstream].native_items  # the upstream reads the items (and may store them) itself
+    keeps = own and prov.cfg.stores_responses and flag is not False
     turn = Turn(owner=owner, items=input_items(body.get("input")), remote=keeps)
     if prev:
         chain = await stored_chain(store, prev, owner)
@@ -267,7 +270,7 @@ async def begin(
         turn.ancestors = [r.id for r in chain]
         last = chain[-1]
         if not (keeps and last.remote and last.provider == prov.name):
-            body["input"] = history(chain, strip_ids=upstream == "responses") + turn.items
+            body["input"] = history(chain, strip_ids=own) + turn.items
             del body["previous_response_id"]
             if limit is not None and len(orjson.dumps(body["input"])) > limit:
                 raise context_exceeded(limit)
@@ -311,7 +314,7 @@ async def finish(store: Store, turn: Turn, p: Prepared) -> None:
         input=_with_ids(turn.items, resp["id"]),
         provider=p.route.provider.name,
         upstream=p.upstream,
-        remote=turn.remote and p.upstream == "responses",
+        remote=turn.remote and SPECS[p.upstream].native_items,
         ancestors=turn.ancestors,
     )
     try:

@@ -260,8 +260,9 @@ def _answer(p: Any) -> dict[str, Any] | None:
         obj = bridge.response_object()
         if obj is None:
             obj = getattr(bridge, "_result", None)
-        if obj is None and p.client == "messages" and bridge.terminal:
-            obj = bridge.encoder.message()
+        message = getattr(bridge.encoder, "message", None)  # a Messages encoder's message so far
+        if obj is None and message is not None and bridge.terminal:
+            obj = message()
     except Exception:  # best effort: a trace never fails a request
         return None
     return obj if isinstance(obj, dict) else None

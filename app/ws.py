@@ -55,7 +55,7 @@ from app.pipeline import ProxyResponse
 from app.prepare import new_request_id, scope_headers
 from transformers import ws_lanes
 from transformers.errors import ProxyError, RequestError
-from transformers.request_check import check_parsed
+from transformers.protocols import check_parsed
 from transformers.ws_lanes import Steering, Track, inject_failed, lane_of, tag
 from transformers.ws_session import Control, Create, Ignore, Reply, Turn, Warmup, WSSession, error_frame
 

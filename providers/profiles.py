@@ -66,6 +66,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
+from transformers.protocols import SPECS
+
 __all__ = [
     "GEMINI_HOSTS",
     "MODEL_QUIRKS",
@@ -103,13 +105,6 @@ GEMINI_HOSTS = ("generativelanguage.googleapis.com", "*aiplatform.googleapis.com
 # Anthropic itself: it caches at breakpoints, reads cache_control.ttl and Claude Code's billing line
 _ANTHROPIC_CACHE = frozenset({"cache_breakpoints", "cache_ttl", "billing_header"})
 AZURE_API_VERSION = "2025-04-01-preview"  # serves both chat completions and responses
-
-DEPLOYMENT_PATHS = {
-    "chat": "/openai/deployments/{deployment}/chat/completions",
-    "responses": "/openai/responses",
-}
-PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
-ANTHROPIC_VERSION = "2023-06-01"  # the Messages API version every Anthropic-compatible endpoint serves
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,25 +247,24 @@ class QuirkSet:
 
 
 def auth_headers(profile: str, api_key: str | None, protocol: str = "chat") -> dict[str, str]:
-    """The headers that carry the provider's key (never the client's); toward a Messages
-    endpoint, Anthropic's ``x-api-key`` (every Anthropic-compatible endpoint takes it: it is
-    what Claude Code sends) and the ``anthropic-version`` it requires."""
-    if protocol == "gemini":  # Gemini's own API: the key in x-goog-api-key
-        return {"x-goog-api-key": api_key} if api_key else {}
-    if protocol == "messages":
-        version = {"anthropic-version": ANTHROPIC_VERSION}
-        auth = PROFILES[profile].auth
-        return {**version, "x-api-key": api_key} if api_key and auth != "none" else version
-    if not api_key:
-        return {}
+    """The headers that carry the provider's key (never the client's): the protocol row's
+    ``fixed_headers``, and the key in its ``key_header`` (Anthropic's ``x-api-key``, which
+    every Anthropic-compatible endpoint takes; Gemini's ``x-goog-api-key``), else in the
+    profile's scheme.  A profile with ``auth: none`` sends no key."""
+    spec = SPECS[protocol]
+    out = dict(spec.fixed_headers)
     auth = PROFILES[profile].auth
-    if auth == "x-api-key":
-        return {"x-api-key": api_key}
-    if auth == "api-key":
-        return {"api-key": api_key}
-    if auth == "bearer":
-        return {"authorization": f"Bearer {api_key}"}
-    return {}
+    if not api_key or auth == "none":
+        return out
+    if spec.key_header:
+        out[spec.key_header] = api_key
+    elif auth == "x-api-key":
+        out["x-api-key"] = api_key
+    elif auth == "api-key":
+        out["api-key"] = api_key
+    elif auth == "bearer":
+        out["authorization"] = f"Bearer {api_key}"
+    return out
 
 
 def upstream_url(
@@ -281,21 +275,21 @@ def upstream_url(
     model: str = "",
     stream: bool = False,
 ) -> str:
-    """The URL the proxy POSTs to, without query (see ``upstream_query``); Gemini's own API
-    has the model and the method in its path (``…/v1beta/models/{model}:generateContent``,
-    ``:streamGenerateContent``, its stream asked as SSE by ``alt=sse``)."""
+    """The URL the proxy POSTs to, without query (see ``upstream_query``): the base URL and
+    the protocol row's ``path`` (its ``api_prefix`` added when the base URL lacks it; a
+    ``{model}`` and a ``{method}`` hole filled: Gemini's ``…/models/{model}:generateContent``,
+    ``:streamGenerateContent``), or its ``deployment_path`` on a deployment-name URL."""
+    spec = SPECS[protocol]
     base = (base_url or "http://demo.invalid/v1").rstrip("/")
-    if protocol == "gemini":
-        return f"{base}/models/{model}:{'streamGenerateContent' if stream else 'generateContent'}"
-    if protocol == "messages" and not base.endswith("/v1"):
+    if spec.api_prefix and not base.endswith(spec.api_prefix):
         # an Anthropic base URL as Claude Code's ANTHROPIC_BASE_URL takes it (the host, or
         # Kimi's ``…/anthropic``): the API's ``/v1`` is added
-        return base + "/v1/messages"
-    if not deployment:
-        return base + PATHS[protocol]
-    if base.endswith("/openai"):
-        base = base[: -len("/openai")]
-    return base + DEPLOYMENT_PATHS[protocol].format(deployment=deployment)
+        base += spec.api_prefix
+    if deployment and spec.deployment_path:
+        if base.endswith("/openai"):
+            base = base[: -len("/openai")]
+        return base + spec.deployment_path.format(deployment=deployment)
+    return base + spec.path.format(model=model, method=spec.methods[stream])
 
 
 def upstream_query(profile: str, deployment: str | None, query: dict[str, str]) -> dict[str, str]:

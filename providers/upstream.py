@@ -19,6 +19,7 @@ from providers.config import POOL_IDLE, Config, ModelCfg, ProviderCfg
 from providers.demo import DemoTransport
 from providers.profiles import Override, QuirkSet, auth_headers, upstream_query, upstream_url
 from providers.transport import FastTransport
+from transformers.protocols import SPECS
 
 # Connections per upstream origin, at most; idle ones kept per origin, at most.  An idle
 # connection is kept for the provider's timeouts.pool_idle (default 90 s: the default of
@@ -56,16 +57,12 @@ class Provider:
     headers: dict[str, str]
     timeout: httpx.Timeout
     first_byte: float
-    # toward its Messages endpoint: Anthropic's x-api-key and anthropic-version in place of
-    # the bearer header (providers/profiles.auth_headers)
-    messages_headers: dict[str, str] = field(default_factory=dict)
-    # toward Gemini's own API: x-goog-api-key in place of the bearer header
-    gemini_headers: dict[str, str] = field(default_factory=dict)
+    # per protocol the provider speaks, when its row has headers of its own (a key header,
+    # fixed headers: providers/profiles.auth_headers): those in place of ``headers``
+    protocol_headers: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def headers_for(self, protocol: str) -> dict[str, str]:
-        if protocol == "gemini":
-            return self.gemini_headers
-        return self.messages_headers if protocol == "messages" else self.headers
+        return self.protocol_headers.get(protocol, self.headers)
 
     @property
     def name(self) -> str:
@@ -153,13 +150,10 @@ class Router:
                 headers={**{k.lower(): v for k, v in p.headers.items()}, **_auth_headers(p)},
                 timeout=httpx.Timeout(connect=t.connect, read=t.idle, write=t.write, pool=t.connect),
                 first_byte=t.first_byte,
-                messages_headers={
-                    **auth_headers(p.profile, p.api_key, "messages"),
-                    **{k.lower(): v for k, v in p.headers.items()},
-                },
-                gemini_headers={
-                    **auth_headers(p.profile, p.api_key, "gemini"),
-                    **{k.lower(): v for k, v in p.headers.items()},
+                protocol_headers={
+                    name: {**auth_headers(p.profile, p.api_key, name), **{k.lower(): v for k, v in p.headers.items()}}
+                    for name, spec in SPECS.items()
+                    if spec.key_header or spec.fixed_headers
                 },
             )
         for m in config.models:
@@ -239,8 +233,9 @@ class Target:
         self.provider = prov  # keeps the id() in the TARGETS key alive
         client = prov.client
         query = prov.cfg.query or None
-        if protocol == "gemini" and stream:  # Gemini's stream as SSE, not one JSON array
-            query = {**(query or {}), "alt": "sse"}
+        spec = SPECS[protocol]
+        if stream and spec.stream_query:  # (Gemini's stream as SSE, not one JSON array)
+            query = {**(query or {}), **dict(spec.stream_query)}
         self.url = client.build_request("POST", prov.url(protocol, model, stream), params=query).url
         headers = httpx.Headers(client.headers)
         own = prov.headers_for(protocol)

@@ -2,13 +2,14 @@
 
 Theory of operation
 -------------------
-A request goes one of twelve *directions*, (client protocol, upstream protocol): the three
-protocols (Chat Completions, Responses, Anthropic Messages) both ways, and Gemini's own
-``generateContent`` API as a client toward each of them, and every client toward a Gemini
-upstream spoken in that API (by way of the Chat form).  Each is a
-row of ``DIRECTIONS``: how the client's body becomes the upstream's (translation and the
-request quirk rows), which decoder reads the upstream, whether the tool stage runs between
-decoder and encoder (it finishes tool calls that a Chat upstream leaves loose), and which
+A request goes one of the *directions*, (client protocol, upstream protocol): every pair of
+the protocols' rows (``transformers/protocols.py``: Chat Completions, Responses, Anthropic
+Messages, Gemini's own ``generateContent`` API).  Each is a row of ``DIRECTIONS``, made from
+the two protocol rows: how the client's body becomes the upstream's (the protocol's own
+``same`` toward itself, else its ``to_hub`` into the Chat form and the upstream's
+``from_hub`` out of it, the request quirk rows included), which decoder reads the upstream,
+whether the tool stage runs between decoder and encoder (it finishes tool calls that a Chat
+upstream leaves loose), and which
 encoder writes for the client.  ``open_bridge`` picks the row, translates the body and
 returns the upstream body with a ``Bridge`` for the answer::
 
@@ -84,22 +85,13 @@ from transformers import compaction, fields, items, sse
 from transformers.chat_text_lane import ChatTextLane
 from transformers.chat_whole import plain_completion
 from transformers.context import Ctx
-from transformers.errors import RequestError, stream_error
+from transformers.errors import stream_error
 from transformers.events import Event, Finish, Reasoning, Refusal, Text, ToolCall, Usage
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.passthrough import ChatPassthrough
-from transformers.protocols import BAD, SPECS, EncoderOptions, chat_status
-from transformers.request_c2g import chat_to_gemini
-from transformers.request_c2m import chat_to_messages
-from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
-from transformers.request_g2c import gemini_to_chat
-from transformers.request_m2c import messages_to_chat
-from transformers.request_messages import drop_billing_header, prepare_messages
-from transformers.request_quirks import prepare_chat, prepare_responses
-from transformers.request_r2c import responses_to_chat
+from transformers.protocols import BAD, SPECS, EncoderOptions, ProtocolSpec, chat_status
 from transformers.responses_encode import ResponsesStreamEncoder
 from transformers.text_runs import TextRuns
-from transformers.thought_signatures import restore
 from transformers.tool_stage import ToolStage, needed
 from transformers.usage import from_chat
 from transformers.vocab import ProtocolName
@@ -153,109 +145,6 @@ class AnswerError(Exception):
         self.bad = bad
 
 
-# -- request translation: one function per direction ------------------------------------
-
-
-def _chat_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    # ``ctx.tools``: the quirk table's same_protocol_toolinfo row
-    return prepare_chat(body, ctx, translated=False)
-
-
-def _chat_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    return prepare_responses(chat_to_responses(body, ctx), ctx, translated=True)
-
-
-def _messages_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    # Claude Code's billing line would head the upstream's prefix cache (request_messages.py)
-    return prepare_chat(messages_to_chat(drop_billing_header(body, ctx), ctx), ctx, translated=True)
-
-
-def _messages_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    # by way of the Chat form: one translator per protocol into Chat, one from Chat onwards
-    chat = messages_to_chat(drop_billing_header(body, ctx), ctx)
-    return prepare_responses(chat_to_responses(chat, ctx), ctx, translated=True)
-
-
-def _gemini_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    return prepare_chat(gemini_to_chat(body, ctx), ctx, translated=True)
-
-
-def _gemini_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    # by way of the Chat form, as Messages
-    return prepare_responses(chat_to_responses(gemini_to_chat(body, ctx), ctx), ctx, translated=True)
-
-
-def _gemini_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    # by way of the Chat form, Anthropic's thinking signatures kept on the way
-    chat = gemini_to_chat(body, ctx, signed=True)
-    ctx.tools = toolinfo_from_chat(chat.get("tools"))
-    return prepare_messages(chat_to_messages(chat, ctx), ctx)
-
-
-def _to_gemini(chat: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    # every call's signature decided as toward Gemini's OpenAI-compatible endpoint
-    # (thought_signatures.restore), then the Chat form in Gemini's own
-    ctx.tools.functions |= toolinfo_from_chat(chat.get("tools")).functions
-    restore(chat, ctx)
-    return chat_to_gemini(chat, ctx)
-
-
-def _chat_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    ctx.tools = toolinfo_from_chat(body.get("tools"))
-    return _to_gemini(dict(body), ctx)
-
-
-def _responses_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    _no_previous(body, "Gemini")
-    return _to_gemini(responses_to_chat(body, ctx), ctx)
-
-
-def _messages_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    return _to_gemini(messages_to_chat(body, ctx), ctx)
-
-
-def _gemini_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    return _to_gemini(gemini_to_chat(body, ctx), ctx)
-
-
-def _no_previous(body: dict[str, Any], protocol: str) -> None:
-    if body.get("previous_response_id"):
-        # a Chat or Messages upstream stores nothing and neither does the proxy (its store
-        # resolves a stored chain before this): answering without the earlier turns would be
-        # a silently wrong answer
-        raise RequestError(
-            f"previous_response_id is not supported for this model (its upstream speaks {protocol} and the "
-            "proxy keeps no conversation state); send the whole conversation in 'input' with store=false, as Codex does",
-            param="previous_response_id",
-            code="unsupported_parameter",
-        )
-
-
-def _responses_to_chat(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    _no_previous(body, "Chat Completions")
-    return prepare_chat(responses_to_chat(body, ctx), ctx, translated=True)
-
-
-def _chat_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    ctx.tools = toolinfo_from_chat(body.get("tools"))
-    return prepare_messages(chat_to_messages(body, ctx), ctx)
-
-
-def _responses_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    # by way of the Chat form, Anthropic's thinking signatures kept on the way
-    _no_previous(body, "Anthropic Messages")
-    return prepare_messages(chat_to_messages(responses_to_chat(body, ctx, signed=True), ctx), ctx)
-
-
-def _messages_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    ctx.tools = toolinfo_from_chat(None)
-    return prepare_messages(body, ctx)
-
-
-def _responses_to_responses(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
-    return prepare_responses(body, ctx, translated=False)
-
-
 # -- framing ---------------------------------------------------------------------------------
 
 
@@ -265,6 +154,7 @@ class SSEFraming:
     with their ``event:`` line."""
 
     __slots__ = ("chat", "bare")
+    content_type = b"text/event-stream; charset=utf-8"
 
     def __init__(self, client: ProtocolName) -> None:
         spec = SPECS[client]
@@ -290,12 +180,40 @@ class SSEFraming:
         return sse.encode_comment()
 
 
+class JSONArrayFraming:
+    """A stream as one JSON array, its elements written as they come (``[{…}`` then
+    ``\n,{…}``, ``]`` at the end): Gemini's ``:streamGenerateContent`` without ``alt=sse``.
+    No comments (JSON has none); the encoder's own delta writers are not used (the Bridge
+    takes them for SSE only, and Gemini's encoder has none)."""
+
+    __slots__ = ("opened",)
+    content_type = b"application/json"
+
+    def __init__(self) -> None:
+        self.opened = False
+
+    def frame(self, obj: dict[str, Any]) -> bytes:
+        head = b"\n," if self.opened else b"["
+        self.opened = True
+        return head + orjson.dumps(obj)
+
+    def delta_frame(self, kind: str) -> tuple[bytes, bytes]:
+        return b"\n,", b""
+
+    def done(self) -> bytes:
+        return b"\n]" if self.opened else b"[]"
+
+    def comment(self) -> bytes:
+        return b""
+
+
 class WSFraming:
     """Responses events for a WebSocket: one JSON object per line (orjson never writes a raw
     newline), each line one text frame (the app splits them); no end marker, no comments
     (a socket has its own ping/pong, and the Responses heartbeat is a real event)."""
 
     __slots__ = ()
+    content_type = b"application/json"  # (a socket's frames: never an HTTP body's type)
 
     def frame(self, obj: dict[str, Any]) -> bytes:
         return orjson.dumps(obj) + b"\n"
@@ -315,34 +233,29 @@ class Direction:
     client: ProtocolName
     upstream: ProtocolName
     translate: Callable[[dict[str, Any], Ctx], dict[str, Any]]
-    # the upstream's calls are finished by the ToolStage (when needed): a Chat upstream's, and a
-    # Messages upstream's (its tools went in the Chat form)
+    # the upstream's calls are finished by the ToolStage (when needed): the upstream row's
+    # ``tool_stage`` (a Chat upstream's calls come loose, and a client's custom and namespaced
+    # tools went to it as functions)
     tool_stage: bool
 
 
+def _translator(client: ProtocolSpec, upstream: ProtocolSpec) -> Callable[[dict[str, Any], Ctx], dict[str, Any]]:
+    """The body translation of a direction: the protocol's own ``same`` toward itself, else
+    by way of the hub's form (the rows' ``to_hub`` and ``from_hub``)."""
+    if client is upstream and client.same is not None:
+        return client.same
+
+    def translate(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+        return upstream.from_hub(client.to_hub(body, ctx, upstream), ctx)
+
+    return translate
+
+
+# every (client, upstream) pair of rows
 DIRECTIONS: dict[tuple[str, str], Direction] = {
-    ("chat", "chat"): Direction("chat", "chat", _chat_to_chat, tool_stage=True),
-    ("chat", "responses"): Direction("chat", "responses", _chat_to_responses, tool_stage=False),
-    ("responses", "chat"): Direction("responses", "chat", _responses_to_chat, tool_stage=True),
-    ("responses", "responses"): Direction("responses", "responses", _responses_to_responses, tool_stage=False),
-    # Anthropic Messages clients (Claude Code, Kimi Code's anthropic provider)
-    ("messages", "chat"): Direction("messages", "chat", _messages_to_chat, tool_stage=True),
-    ("messages", "responses"): Direction("messages", "responses", _messages_to_responses, tool_stage=False),
-    # Anthropic Messages upstreams (Anthropic, the Anthropic-compatible endpoints)
-    # (the tool stage: a Responses client's custom and namespaced tools went as Chat-form
-    # functions, and come back as it knows them, as from a Chat upstream)
-    ("chat", "messages"): Direction("chat", "messages", _chat_to_messages, tool_stage=True),
-    ("responses", "messages"): Direction("responses", "messages", _responses_to_messages, tool_stage=True),
-    ("messages", "messages"): Direction("messages", "messages", _messages_to_messages, tool_stage=True),
-    # Gemini's own API clients (Gemini CLI), by way of the Chat form
-    ("gemini", "chat"): Direction("gemini", "chat", _gemini_to_chat, tool_stage=True),
-    ("gemini", "responses"): Direction("gemini", "responses", _gemini_to_responses, tool_stage=False),
-    ("gemini", "messages"): Direction("gemini", "messages", _gemini_to_messages, tool_stage=True),
-    # Gemini upstreams in Gemini's own API (protocol: gemini), every client by way of the Chat form
-    ("chat", "gemini"): Direction("chat", "gemini", _chat_to_gemini, tool_stage=True),
-    ("responses", "gemini"): Direction("responses", "gemini", _responses_to_gemini, tool_stage=True),
-    ("messages", "gemini"): Direction("messages", "gemini", _messages_to_gemini, tool_stage=True),
-    ("gemini", "gemini"): Direction("gemini", "gemini", _gemini_to_gemini, tool_stage=True),
+    (c.name, u.name): Direction(c.name, u.name, _translator(c, u), tool_stage=u.tool_stage)  # type: ignore[arg-type]
+    for c in SPECS.values()
+    for u in SPECS.values()
 }
 
 
@@ -356,20 +269,22 @@ def open_bridge(
     mask: SecretMask = NO_SECRETS,
     websocket: bool = False,
     answered: dict[str, Any] | None = None,
+    json_array: bool = False,
 ) -> tuple[dict[str, Any], Bridge]:
     """Translate a checked client body for the upstream; the Bridge that answers it
-    (``websocket``: its events framed for a Responses WebSocket, see ``WSFraming``)."""
+    (``websocket``: its events framed for a Responses WebSocket, see ``WSFraming``;
+    ``json_array``: its stream as one JSON array, ``JSONArrayFraming``)."""
     d = DIRECTIONS[(client, upstream)]
-    spec = SPECS[client]
+    spec, up = SPECS[client], SPECS[upstream]
     # every top-level field by its row for this upstream (transformers/fields.py)
     sent = fields.screen(body, client, upstream, ctx)
     echo: dict[str, Any] = {}
     if spec.items:
         # remote compaction (transformers/compaction.py): sealed items expanded, a trigger
         # turned into the summarisation request when the upstream does not compact natively
-        sent = compaction.prepare(sent, ctx, upstream)
+        sent = compaction.prepare(sent, ctx, up.native_items)
         # every input item type by its row for this upstream (transformers/items.py)
-        sent = items.prepare(sent, ctx, upstream)
+        sent = items.prepare(sent, ctx, up.native_items)
         echo = {k: body[k] for k in ECHO if k in body}
         if upstream == client:
             echo.update((k, body[k]) for k in ECHO_SAME_PROTOCOL if k in body)
@@ -386,6 +301,8 @@ def open_bridge(
     )
     if websocket:
         bridge.framing = WSFraming()
+    elif json_array:
+        bridge.framing = JSONArrayFraming()
     return out, bridge
 
 
@@ -450,9 +367,7 @@ class Bridge:
             include_usage=include_usage, incomplete_as_completed=incomplete_as_completed, echo=self._echo
         )
         self.decoder: Any = self._upstream.decoder(ctx)
-        self.stage = (
-            ToolStage(ctx, direction.client) if direction.tool_stage and needed(ctx, direction.client) else None
-        )
+        self.stage = ToolStage(ctx, self._client.tool_kinds) if direction.tool_stage and needed(ctx) else None
         # a synthesised compaction: the model's summary becomes the one compaction item
         self.compaction = compaction.CompactionStage(ctx) if ctx.compaction and not self._chat else None
         self.encoder: Any = self._client.encoder(ctx, self._options)
@@ -480,7 +395,7 @@ class Bridge:
         # a Responses upstream's runs of text deltas read off their bytes against the stream's
         # own template (transformers/text_runs.py), learnt where _blocks reads one that
         # _text_runs offers (a Chat upstream's text chunks have the passthrough and the lane)
-        self.runs = TextRuns(direction.upstream) if up.runs else None
+        self.runs = TextRuns() if up.runs else None
         self._learning = False  # the event _text_runs offers to teach the runs' template
         # what the capture records (app/capture.py): called with (what, what came in, the client
         # bytes it made) after each call that takes upstream input; None: nothing recorded
@@ -491,13 +406,13 @@ class Bridge:
         self.chars = 0
 
     @property
-    def framing(self) -> SSEFraming | WSFraming:
+    def framing(self) -> SSEFraming | WSFraming | JSONArrayFraming:
         """How events are framed for the client's transport (SSE by default; ``open_bridge``
         sets the WebSocket's); a Responses encoder writes its text deltas framed so."""
         return self._framing
 
     @framing.setter
-    def framing(self, framing: SSEFraming | WSFraming) -> None:
+    def framing(self, framing: SSEFraming | WSFraming | JSONArrayFraming) -> None:
         self._framing = framing
         self.encoder.frame_deltas(framing.delta_frame)
 
@@ -554,6 +469,10 @@ class Bridge:
         # a Chat stream ends with [DONE] unless it ended with an error chunk (also when the
         # guard fired after the finish chunk went out)
         if self._chat and not self.encoder.failed and not self._done_sent:
+            self._done_sent = True
+            out.append(self._framing.done())
+        # a JSON array is closed whatever ended it
+        if self._framing.__class__ is JSONArrayFraming and not self._done_sent:
             self._done_sent = True
             out.append(self._framing.done())
         return b"".join(out)

@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["PREFIX", "derive"]
+__all__ = ["PREFIX", "derive_chat", "derive_responses"]
 
 PREFIX = "sbx-"
 
@@ -48,16 +48,21 @@ def _head(items: Any) -> list[Any] | None:
     return None
 
 
-def derive(body: dict[str, Any], protocol: str) -> str | None:
-    """The key for ``body`` (a Chat or Responses request), or None when it has no head."""
-    if protocol == "chat":
-        head: Any = _head(body.get("messages"))
-    else:
-        items = body.get("input")
-        if isinstance(items, str):
-            items = [{"role": "user", "content": items}]
-        first = _head(items)
-        head = None if first is None else [body.get("instructions"), first]
+def derive_chat(body: dict[str, Any]) -> str | None:
+    """The key for a Chat request, or None when it has no head."""
+    return _key(_head(body.get("messages")))
+
+
+def derive_responses(body: dict[str, Any]) -> str | None:
+    """The key for a Responses request, or None when it has no head."""
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    first = _head(items)
+    return _key(None if first is None else [body.get("instructions"), first])
+
+
+def _key(head: Any) -> str | None:
     if head is None:
         return None
     try:

@@ -128,11 +128,11 @@ def _user_message(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
-def _native(ctx: Ctx, upstream: str) -> bool:
-    return upstream == "responses" and ctx.on("native_compaction")
+def _native(ctx: Ctx, native_items: bool) -> bool:
+    return native_items and ctx.on("native_compaction")
 
 
-def prepare(body: dict[str, Any], ctx: Ctx, upstream: str) -> dict[str, Any]:
+def prepare(body: dict[str, Any], ctx: Ctx, native_items: bool) -> dict[str, Any]:
     """The Responses body with compaction handled for this upstream (module docstring);
     ``body`` itself is not changed.  Raises ``EnvelopeError`` for a blob it must refuse."""
     items = body.get("input")
@@ -140,7 +140,7 @@ def prepare(body: dict[str, Any], ctx: Ctx, upstream: str) -> dict[str, Any]:
         isinstance(it, dict) and it.get("type") in (ITEM, TRIGGER) for it in items
     ):
         return body
-    native = _native(ctx, upstream)
+    native = _native(ctx, native_items)
     out: list[Any] = []
     summarise = False
     last = len(items) - 1

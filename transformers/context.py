@@ -191,6 +191,11 @@ class Ctx:
     # (function name, signature)): the app keeps them for Chat clients that drop them
     # (app/signatures.py)
     signatures_seen: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Anthropic's signed thinking blocks of the hub body's assistant messages, by the
+    # message's index in its ``messages``: set by a translator into the hub (the Chat form)
+    # when the upstream's row is ``signed`` (a Messages upstream), read by ``chat_to_messages``
+    # (transformers/protocols.py).  The hub's Chat body itself carries no key of the proxy's.
+    signed: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     def on(self, quirk: str) -> bool:
         return quirk in self.quirks

@@ -41,7 +41,7 @@ from .context import Ctx
 __all__ = ["FIELDS", "Field", "screen", "vendor_of"]
 
 _ALL = frozenset({"chat", "responses", "messages", "gemini"})
-_C, _R, _M = frozenset({"chat"}), frozenset({"responses"}), frozenset({"messages"})
+_C, _R, _M, _G = frozenset({"chat"}), frozenset({"responses"}), frozenset({"messages"}), frozenset({"gemini"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +65,12 @@ FIELDS: dict[str, dict[str, Field]] = {
         "tools": Field(), "tool_choice": Field(), "parallel_tool_calls": Field(),
         "functions": Field(_C), "function_call": Field(_C),
         "max_tokens": Field(), "max_completion_tokens": Field(),
-        "temperature": Field(), "top_p": Field(), "stop": Field(_C | _M),
+        "temperature": Field(), "top_p": Field(), "stop": Field(_C | _M | _G),
         "response_format": Field(), "reasoning_effort": Field(), "verbosity": Field(_C | _R),
         "thinking": Field(_C | _M),  # Moonshot, GLM, DeepSeek; Messages' budget from it
         "prompt_cache_key": Field(_C | _R),
-        "seed": Field(_C), "presence_penalty": Field(_C), "frequency_penalty": Field(_C),
+        "seed": Field(_C | _G), "presence_penalty": Field(_C | _G), "frequency_penalty": Field(_C | _G),
+        "top_k": Field(_C | _M | _G),  # vLLM's and others' Chat extension; Messages' and Gemini's own
         "logit_bias": Field(_C), "logprobs": Field(_C), "top_logprobs": Field(_C),
         "modalities": Field(_C), "audio": Field(_C), "prediction": Field(_C),
         # OpenAI's own: stored completions, end-user ids, its tiers and tools

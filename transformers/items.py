@@ -144,8 +144,10 @@ UNKNOWN = Policy("pass", "drop", "drop", "a type nobody here knows: the native u
 _HERE = frozenset({"additional_tools", "local_shell_call", "local_shell_call_output", "mcp_call"})
 
 
-def upstream_kind(upstream: str, ctx: Ctx) -> Kind:
-    if upstream == "chat":
+def upstream_kind(native_items: bool, ctx: Ctx) -> Kind:
+    """``native_items``: the upstream's row says it reads Responses items (Responses); every
+    other upstream gets them by way of the Chat form (``chat``)."""
+    if not native_items:
         return "chat"
     return "native" if ctx.on("responses_native") else "responses"
 
@@ -157,8 +159,11 @@ def item_type(item: dict[str, Any]) -> str:
     return kind if isinstance(kind, str) else str(kind)
 
 
+_WHERE = {"chat": "not a Responses API", "responses": "a Responses API other than OpenAI's"}
+
+
 def _refuse(i: int, kind: str, upstream: Kind, why: str) -> RequestError:
-    where = "a Chat Completions API" if upstream == "chat" else "a Responses API other than OpenAI's"
+    where = _WHERE[upstream]
     return RequestError(
         f"input[{i}] is a {kind!r} item, which this model's upstream ({where}) cannot take: {why}. "
         "Send the conversation without it, or use a model on an OpenAI upstream.",
@@ -206,10 +211,11 @@ def _mcp_call(item: dict[str, Any]) -> list[dict[str, Any]]:
     return [call, out]
 
 
-def prepare(body: dict[str, Any], ctx: Ctx, upstream: str) -> dict[str, Any]:
+def prepare(body: dict[str, Any], ctx: Ctx, native_items: bool) -> dict[str, Any]:
     """The body with every input item handled by its row for this upstream (a shallow copy
-    when anything changed; the client's body itself is never mutated)."""
-    kind = upstream_kind(upstream, ctx)
+    when anything changed; the client's body itself is never mutated); ``native_items``:
+    the upstream's row reads Responses items (``upstream_kind``)."""
+    kind = upstream_kind(native_items, ctx)
     items = body.get("input")
     if kind == "native" or not isinstance(items, list):
         return body

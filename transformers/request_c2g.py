@@ -38,6 +38,8 @@ consecutive contents of one role       merged into one
 ``max_tokens`` /                       ``generationConfig.maxOutputTokens``
 ``max_completion_tokens``
 ``temperature``, ``top_p``, ``stop``   ``temperature``, ``topP``, ``stopSequences``
+``top_k``, ``seed``, penalties         ``topK``, ``seed``, ``presencePenalty``,
+                                       ``frequencyPenalty``
 ``response_format``                    ``responseMimeType: application/json`` (and
                                        ``responseJsonSchema`` for ``json_schema``)
 ``reasoning_effort``                   ``thinkingConfig``: Gemini 3 models
@@ -60,6 +62,17 @@ from .thought_signatures import signature_in
 __all__ = ["chat_to_gemini"]
 
 _BUDGETS = {"minimal": 1024, "low": 1024, "medium": 8192, "high": 24576}
+
+
+# Chat's sampling settings and their generationConfig names
+_SAMPLING = (
+    ("temperature", "temperature"),
+    ("top_p", "topP"),
+    ("top_k", "topK"),
+    ("seed", "seed"),
+    ("presence_penalty", "presencePenalty"),
+    ("frequency_penalty", "frequencyPenalty"),
+)
 
 
 def _text(content: Any) -> str:
@@ -204,7 +217,7 @@ def chat_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     if isinstance(limit, int) and not isinstance(limit, bool):
         gc["maxOutputTokens"] = limit
-    for src, dst in (("temperature", "temperature"), ("top_p", "topP")):
+    for src, dst in _SAMPLING:
         v = body.get(src)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             gc[dst] = v

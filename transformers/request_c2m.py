@@ -25,8 +25,8 @@ Chat                             Messages
 any other part (audio, file)     dropped, named (``content_part_dropped``)
 ``assistant`` content            ``text`` blocks
 ``assistant`` reasoning          ``thinking`` blocks first: those with Anthropic's signature
-                                 (``SIGNED``, set by the Responses → Chat translator from a
-                                 reasoning item's ``encrypted_content``) as they came, else
+                                 (``Ctx.signed``, set by the Responses → Chat translator from
+                                 a reasoning item's ``encrypted_content``) as they came, else
                                  the text with an empty signature (the request rows,
                                  ``request_messages.py``, keep it only for an upstream that
                                  wants its reasoning back and checks no signature)
@@ -50,14 +50,14 @@ Top level:
 ``max_tokens``               ``max_output_tokens``, else ``DEFAULT_MAX_TOKENS``)
 ``stop``                     ``stop_sequences``
 ``temperature``              kept, at most 1 (``temperature_clamped``: Messages' range is 0-1)
-``top_p``                    kept
+``top_p``, ``top_k``         kept
 ``tools[]`` (function)       ``{name, description, input_schema}``
 ``tool_choice``              ``auto`` / ``required`` → ``any`` / ``none`` / a named function →
                              ``{type:tool, name}``; ``parallel_tool_calls: false`` →
                              ``disable_parallel_tool_use``
 ``reasoning_effort``         ``thinking: {type: enabled, budget_tokens}`` (``BUDGETS``, at most half
                              of ``max_tokens``; ``minimal``/``none``, or a budget under 1024: no
-                             thinking); with thinking on, ``temperature``/``top_p`` are not sent
+                             thinking); with thinking on, ``temperature``/``top_p``/``top_k`` are not sent
                              (Anthropic refuses them with thinking: ``thinking_sampling_dropped``)
 ``thinking`` (GLM style)     ``{type: enabled}`` → as ``reasoning_effort: medium``
 ``response_format``          ``json_schema`` → ``output_config.format``; ``json_object`` refused
@@ -82,11 +82,23 @@ from .context import Ctx
 from .errors import RequestError
 from .reasoning_keys import KEYS as REASONING_KEYS
 
-__all__ = ["BUDGETS", "DEFAULT_MAX_TOKENS", "SIGNED", "chat_to_messages"]
+__all__ = ["BUDGETS", "DEFAULT_MAX_TOKENS", "SIGNED", "chat_to_messages", "take_signed"]
 
-# the assistant message key carrying Anthropic-signed thinking blocks through the Chat form
-# (set by request_r2c for a Messages upstream; never sent to a Chat upstream)
+# the key a translator into the Chat form marks an assistant message's Anthropic-signed
+# thinking blocks with while it walks; ``take_signed`` moves them to ``Ctx.signed`` before
+# the Chat body leaves it (for a Messages upstream only)
 SIGNED = "_anthropic_thinking"
+
+
+def take_signed(messages: list[dict[str, Any]], ctx: Ctx) -> None:
+    """The signed thinking blocks marked on ``messages`` (fresh dicts of the translator's own)
+    moved to ``ctx.signed``, by message index."""
+    for i, m in enumerate(messages):
+        blocks = m.pop(SIGNED, None)
+        if blocks:
+            ctx.signed[i] = blocks
+
+
 DEFAULT_MAX_TOKENS = 8192
 # reasoning_effort → thinking budget_tokens
 BUDGETS = {"low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -161,8 +173,8 @@ def _input(arguments: Any, ctx: Ctx) -> dict[str, Any]:
     return {"input": arguments}
 
 
-def _thinking(msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
-    signed = msg.get(SIGNED)
+def _thinking(i: int, msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
+    signed = ctx.signed.get(i)
     if isinstance(signed, list) and signed:
         return [b for b in signed if isinstance(b, dict)]
     text = next((msg[k] for k in REASONING_KEYS if isinstance(msg.get(k), str) and msg[k]), None)
@@ -174,7 +186,7 @@ def _thinking(msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
 
 
 def _assistant(i: int, msg: dict[str, Any], ctx: Ctx) -> list[dict[str, Any]]:
-    blocks = _thinking(msg, ctx)
+    blocks = _thinking(i, msg, ctx)
     blocks += _content(msg.get("content"), ctx, f"messages[{i}]")
     calls = msg.get("tool_calls")
     for j, call in enumerate(calls if isinstance(calls, list) else ()):
@@ -327,7 +339,7 @@ def chat_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     thinking = budget >= _MIN_BUDGET
     if thinking:
         out["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        if body.get("temperature") is not None or body.get("top_p") is not None:
+        if body.get("temperature") is not None or body.get("top_p") is not None or body.get("top_k") is not None:
             ctx.repaired("thinking_sampling_dropped")
     else:
         temp = body.get("temperature")
@@ -338,6 +350,9 @@ def chat_to_messages(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
             out["temperature"] = temp
         if body.get("top_p") is not None:
             out["top_p"] = body["top_p"]
+        top_k = body.get("top_k")
+        if isinstance(top_k, int) and not isinstance(top_k, bool):
+            out["top_k"] = top_k
     fmt = body.get("response_format")
     if isinstance(fmt, dict):
         if fmt.get("type") == "json_schema":

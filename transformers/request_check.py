@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-``check_request(raw, body, protocol)`` runs once per request, right after the body is
-parsed (``app.pipeline.check_body``) and before any translation or upstream call.  A body
+``check_body(raw, check)`` runs once per request, right after the body is read, with the
+``BodyCheck`` of the client protocol's row (``transformers/protocols.py``: ``CHAT``,
+``RESPONSES``, ``MESSAGES``, ``GEMINI`` here), and before any translation or upstream call.  A body
 that passes can be translated, re-encoded and sent upstream without an exception; one that
 does not gets a ``RequestError`` (HTTP 400 ``invalid_request_error``) whose ``param`` is
 the JSON path of the offending value, e.g. ``input[3].content[0].text`` or
@@ -91,6 +92,8 @@ values.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import orjson
@@ -98,12 +101,16 @@ import orjson
 from .errors import RequestError
 
 __all__ = [
+    "CHAT",
+    "GEMINI",
     "MAX_DEPTH",
+    "MESSAGES",
+    "RESPONSES",
+    "BodyCheck",
     "check_body",
     "check_parsed",
     "check_request",
     "check_values",
-    "check_shapes",
     "check_depth",
     "check_integers",
     "too_deep",
@@ -607,27 +614,34 @@ def check_values(raw: bytes, body: Any) -> None:
         check_integers(raw)
 
 
-def check_shapes(body: dict[str, Any], protocol: str) -> None:
-    """Check 3, on a body whose top-level fields are already typed; ``protocol``: ``chat`` |
-    ``responses``."""
-    if protocol == "chat":
-        _check_chat(body)
-    elif protocol == "responses":
-        _check_responses(body)
-    # messages: transformers/request_m2c.py names what it cannot read (the groundwork of
-    # the protocol: its shape table is to come)
+@dataclass(frozen=True, slots=True)
+class BodyCheck:
+    """What one protocol's bodies must be (check 3): a protocol's row holds its own
+    (``transformers/protocols.py``)."""
+
+    types: dict[str, tuple[type, ...]]  # top-level fields → the types they may have
+    required: tuple[str, ...]  # top-level fields that must be there (null counts as absent)
+    # (field, message, code): a field that must hold at least one element (Anthropic and
+    # Gemini answer 400 to an empty one; so does the proxy, in the client's protocol)
+    nonempty: tuple[str, str, str] | None = None
+    # the deeper shapes the proxy reads (Chat, Responses); None: the translator names what
+    # it cannot read (Messages, Gemini)
+    shapes: Callable[[dict[str, Any]], None] | None = None
+    # a Responses body may leave ``input`` out only with a ``previous_response_id``
+    input_or_previous: bool = False
 
 
-def check_request(raw: bytes, body: dict[str, Any], protocol: str) -> None:
+def check_request(raw: bytes, body: dict[str, Any], check: BodyCheck) -> None:
     """All three checks: raise ``RequestError`` (400, ``param`` = JSON path) when ``body``
     is too deep, holds an integer beyond 64 bits, or has a field the proxy reads of the
     wrong type."""
     check_values(raw, body)
-    check_shapes(body, protocol)
+    if check.shapes is not None:
+        check.shapes(body)
 
 
-_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
-    "messages": {
+MESSAGES = BodyCheck(
+    types={
         "model": (str,),
         "messages": (list,),
         "system": (str, list),
@@ -638,7 +652,11 @@ _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
         "stop_sequences": (list,),
         "thinking": (dict,),
     },
-    "chat": {
+    required=("model", "messages"),
+    nonempty=("messages", "messages: at least one message is required", "invalid_value"),
+)
+CHAT = BodyCheck(
+    types={
         "model": (str,),
         "messages": (list,),
         "stream": (bool,),
@@ -648,7 +666,11 @@ _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
         "max_completion_tokens": (int,),
         "n": (int,),
     },
-    "responses": {
+    required=("model", "messages"),
+    shapes=_check_chat,
+)
+RESPONSES = BodyCheck(
+    types={
         "model": (str,),
         "input": (str, list),
         "stream": (bool,),
@@ -658,25 +680,26 @@ _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
         "reasoning": (dict,),
         "text": (dict,),
     },
-}
-_TYPES["gemini"] = {
-    "model": (str,),
-    "stream": (bool,),
-    "contents": (list,),
-    "systemInstruction": (dict, str),
-    "tools": (list,),
-    "toolConfig": (dict,),
-    "generationConfig": (dict,),
-}
-_REQUIRED = {
-    "chat": ("model", "messages"),
-    "responses": ("model",),
-    "messages": ("model", "messages"),
-    "gemini": ("contents",),  # the model is in the URL: the app puts it in the body after
-}
+    required=("model",),
+    shapes=_check_responses,
+    input_or_previous=True,
+)
+GEMINI = BodyCheck(
+    types={
+        "model": (str,),
+        "stream": (bool,),
+        "contents": (list,),
+        "systemInstruction": (dict, str),
+        "tools": (list,),
+        "toolConfig": (dict,),
+        "generationConfig": (dict,),
+    },
+    required=("contents",),  # the model is in the URL: the app puts it in the body after
+    nonempty=("contents", "contents is not specified", "invalid_value"),
+)
 
 
-def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
+def check_body(raw: bytes, check: BodyCheck) -> dict[str, Any]:
     """Parse and type-check the fields the proxy relies on; everything else passes through."""
     try:
         body = orjson.loads(raw)
@@ -686,35 +709,35 @@ def check_body(raw: bytes, protocol: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", code="invalid_json")
     check_values(raw, body)  # nesting depth, integers beyond 64 bits
-    _check_fields(body, protocol)
+    _check_fields(body, check)
     return body
 
 
-def check_parsed(body: dict[str, Any], protocol: str) -> dict[str, Any]:
+def check_parsed(body: dict[str, Any], check: BodyCheck) -> dict[str, Any]:
     """``check_body`` for a body built from JSON parsed and checked elsewhere (a WebSocket
     turn: the frame's own bytes had ``check_values``, the rest is the socket's transcript):
     its depth, fields and shapes, without a round trip through bytes (only the depth
     meter writes it, as for any body)."""
     check_depth(body)
-    _check_fields(body, protocol)
+    _check_fields(body, check)
     return body
 
 
-def _check_fields(body: dict[str, Any], protocol: str) -> None:
-    for name in _REQUIRED[protocol]:
+def _check_fields(body: dict[str, Any], check: BodyCheck) -> None:
+    for name in check.required:
         if body.get(name) is None:
             raise RequestError(f"missing required parameter: '{name}'", param=name, code="missing_required_parameter")
-    for name, types in _TYPES[protocol].items():
+    for name, types in check.types.items():
         v = body.get(name)
         if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
             want = " or ".join(
                 {str: "string", list: "array", bool: "boolean", dict: "object", int: "integer"}[t] for t in types
             )
             raise RequestError(f"invalid type for '{name}': expected {want}", param=name, code="invalid_type")
-    if protocol == "messages" and body["messages"] == []:  # Anthropic answers 400 to it
-        raise RequestError("messages: at least one message is required", param="messages", code="invalid_value")
-    if protocol == "gemini" and body["contents"] == []:  # Gemini answers 400 to it
-        raise RequestError("contents is not specified", param="contents", code="invalid_value")
-    if protocol == "responses" and body.get("input") is None and not body.get("previous_response_id"):
+    if check.nonempty is not None and body[check.nonempty[0]] == []:
+        name, message, code = check.nonempty
+        raise RequestError(message, param=name, code=code)
+    if check.input_or_previous and body.get("input") is None and not body.get("previous_response_id"):
         raise RequestError("missing required parameter: 'input'", param="input", code="missing_required_parameter")
-    check_shapes(body, protocol)  # the fields the proxy reads, down to content parts and tools
+    if check.shapes is not None:  # the fields the proxy reads, down to content parts and tools
+        check.shapes(body)

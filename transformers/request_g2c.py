@@ -41,7 +41,7 @@ a string)                                   ``"\\n"``)
                                             thought parts), Gemini's signatures by call
                                             id (``ctx.thought_signatures``) and, toward a
                                             Messages upstream, its signed thinking blocks
-                                            (``request_c2m.SIGNED``); on a
+                                            (``Ctx.signed``); on a
                                             ``functionCall`` it also rides the call's
                                             ``extra_content.google.thought_signature``, so
                                             a Gemini upstream's row
@@ -67,7 +67,16 @@ Tools and settings:
                                                → ``required`` (one allowed name: that
                                                function), ``NONE`` → ``none``
 ``generationConfig.maxOutputTokens``           ``max_tokens``
-``temperature``, ``topP``, ``stopSequences``   ``temperature``, ``top_p``, ``stop``
+``temperature``, ``topP``                      ``temperature``, ``top_p``
+``stopSequences``, ``topK``, ``seed``,         ``stop``, ``top_k``, ``seed``,
+``presencePenalty``, ``frequencyPenalty``      ``presence_penalty``, ``frequency_penalty``:
+                                               toward an upstream protocol that has the
+                                               setting (``SETTINGS``), else named in
+                                               ``ctx.dropped_fields``
+                                               (``generationConfig.topK``)
+``candidateCount``                             1: the one answer the proxy gives; more: 400
+any other key (``responseLogprobs``,           named in ``ctx.dropped_fields``
+``mediaResolution``, ``speechConfig``…)
 ``thinkingConfig.thinkingLevel``               ``reasoning_effort`` (``minimal``/``low`` →
                                                ``low``, ``medium``, ``high``)
 ``thinkingConfig.thinkingBudget``              0 → no reasoning (``thinking: disabled``
@@ -93,7 +102,7 @@ from .context import Ctx
 from .envelope import is_envelope, open_sealed
 from .errors import RequestError
 from .gemini_encode import ANTHROPIC
-from .request_c2m import SIGNED
+from .request_c2m import SIGNED, take_signed
 from .request_c2r import force_object_schema, toolinfo_from_chat
 from .request_quirks import reasoning_key
 from .thought_signatures import ESCAPE
@@ -101,6 +110,22 @@ from .thought_signatures import ESCAPE
 __all__ = ["gemini_to_chat", "minted_id", "schema_from_openapi"]
 
 _EFFORT_OF_LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+
+_ALL = frozenset({"chat", "responses", "messages", "gemini"})
+# generationConfig settings that become a Chat-form field: (that field, the upstream
+# protocols whose own form has the setting; toward another, the setting is named dropped)
+SETTINGS: dict[str, tuple[str, frozenset[str]]] = {
+    "maxOutputTokens": ("max_tokens", _ALL),
+    "temperature": ("temperature", _ALL),
+    "topP": ("top_p", _ALL),
+    "stopSequences": ("stop", frozenset({"chat", "messages", "gemini"})),
+    "topK": ("top_k", frozenset({"messages", "gemini"})),
+    "seed": ("seed", frozenset({"chat", "gemini"})),
+    "presencePenalty": ("presence_penalty", frozenset({"chat", "gemini"})),
+    "frequencyPenalty": ("frequency_penalty", frozenset({"chat", "gemini"})),
+}
+# generationConfig keys read elsewhere in this module (reasoning, the answer's format, the count)
+_READ = frozenset({"thinkingConfig", "responseMimeType", "responseSchema", "responseJsonSchema", "candidateCount"})
 
 
 def minted_id(i: int, j: int, name: str) -> str:
@@ -381,9 +406,54 @@ def _format(gc: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": "json_object"}
 
 
-def gemini_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -> dict[str, Any]:
+_INTEGERS = frozenset({"maxOutputTokens", "topK", "seed"})
+
+
+def _bad_setting(key: str, want: str) -> RequestError:
+    return RequestError(f"generationConfig.{key} must be {want}", param=f"generationConfig.{key}", code="invalid_type")
+
+
+def _settings(gc: dict[str, Any], out: dict[str, Any], ctx: Ctx, toward: str) -> None:
+    """The generationConfig settings ``SETTINGS`` maps, toward the upstream protocol
+    ``toward``; every other key, and a setting that upstream lacks, named dropped."""
+    for key, v in gc.items():
+        setting = SETTINGS.get(key)
+        if setting is None:
+            if key not in _READ:
+                ctx.dropped_fields.append(f"generationConfig.{key[:64]}")
+            continue
+        field, forms = setting
+        if v is None:
+            continue
+        if toward not in forms:
+            ctx.dropped_fields.append(f"generationConfig.{key}")
+            continue
+        if key == "stopSequences":
+            if not isinstance(v, list):
+                raise _bad_setting(key, "an array of strings")
+            if v:
+                out["stop"] = v
+        elif not isinstance(v, int | float) or isinstance(v, bool):
+            raise _bad_setting(key, "a number")
+        elif key in _INTEGERS:
+            if v != int(v):
+                raise _bad_setting(key, "an integer")
+            out[field] = int(v)
+        else:
+            out[field] = v
+    count = gc.get("candidateCount")
+    if count is not None and count != 1:
+        raise RequestError(
+            "generationConfig.candidateCount: this proxy answers one candidate; send 1, or leave it out",
+            param="generationConfig.candidateCount",
+            code="invalid_value",
+        )
+
+
+def gemini_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False, toward: str = "chat") -> dict[str, Any]:
     """``signed``: toward a Messages upstream, its signed thinking blocks sealed in a call's
-    ``thoughtSignature`` go back on their assistant message (``request_c2m.SIGNED``)."""
+    ``thoughtSignature`` go to ``ctx.signed``, by their assistant message's index;
+    ``toward``: the upstream's protocol (which settings it has: ``SETTINGS``)."""
     walk = _Walk(ctx, signed)
     system = _system(body)
     if system:
@@ -400,6 +470,8 @@ def gemini_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -> d
             walk.user(i, parts)
         else:
             raise RequestError(f"contents[{i}] has unsupported role {role!r}", param=f"contents[{i}].role")
+    if signed:
+        take_signed(walk.out, ctx)
     out: dict[str, Any] = {"model": ctx.upstream_model or body.get("model"), "messages": walk.out}
     tools = _tools(body.get("tools"), ctx)
     if tools:
@@ -413,14 +485,7 @@ def gemini_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -> d
     gc = body.get("generationConfig")
     if isinstance(gc, dict):
         _thinking(gc, out, ctx)
-        if isinstance(gc.get("maxOutputTokens"), int):
-            out["max_tokens"] = gc["maxOutputTokens"]
-        for src, dst in (("temperature", "temperature"), ("topP", "top_p")):
-            if isinstance(gc.get(src), (int, float)) and not isinstance(gc.get(src), bool):
-                out[dst] = gc[src]
-        stops = gc.get("stopSequences")
-        if isinstance(stops, list) and stops:
-            out["stop"] = stops
+        _settings(gc, out, ctx, toward)
         fmt = _format(gc)
         if fmt is not None:
             out["response_format"] = fmt

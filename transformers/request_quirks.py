@@ -73,7 +73,7 @@ tool_schemas                always              ``schema.sanitize_tools``: the t
                                                 (some gated by ``schema_*`` quirks)
 prompt_cache_key            that quirk          no ``prompt_cache_key`` from the client:
                                                 one derived from the conversation's head
-                                                (``cache_key.derive``)
+                                                (``cache_key.derive_chat``, ``derive_responses``)
 ==========================  ==================  ==========================================
 
 Tool-call ids are never touched on Chat→Chat (docs/rules.md §1: pass ids byte for byte), except that
@@ -125,7 +125,7 @@ from collections.abc import Callable
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .cache_key import derive
+from .cache_key import derive_chat, derive_responses
 from .context import Ctx
 from .envelope import is_envelope, open_reasoning
 from .ids import MAX_CALL_ID, kimi_restore_map, responses_policy, unique_map
@@ -526,21 +526,21 @@ def _tool_schemas(body: Body, ctx: Ctx) -> None:
             body["tools"] = out
 
 
-def _prompt_cache_key(body: Body, ctx: Ctx, protocol: str) -> None:
+def _prompt_cache_key(body: Body, ctx: Ctx, derive: Callable[[Body], str | None]) -> None:
     if body.get("prompt_cache_key") is not None:
         return  # the client's own key, untouched
-    key = derive(body, protocol)
+    key = derive(body)
     if key is not None:
         body["prompt_cache_key"] = key
         ctx.repaired("prompt_cache_key_derived")
 
 
 def _chat_cache_key(body: Body, ctx: Ctx) -> None:
-    _prompt_cache_key(body, ctx, "chat")
+    _prompt_cache_key(body, ctx, derive_chat)
 
 
 def _responses_cache_key(body: Body, ctx: Ctx) -> None:
-    _prompt_cache_key(body, ctx, "responses")
+    _prompt_cache_key(body, ctx, derive_responses)
 
 
 # -- Responses passes ------------------------------------------------------------------------
@@ -694,7 +694,11 @@ QUIRK_TABLE: tuple[tuple[str, ProtocolName, Gate, Pass], ...] = (
     ("prompt_cache_key",          "responses", _on("prompt_cache_key"),          _responses_cache_key),
 )  # fmt: skip
 
-_ROWS = {protocol: tuple(r for r in QUIRK_TABLE if r[1] == protocol) for protocol in ("chat", "responses")}
+# each upstream protocol's rows, in the table's order (the protocol rows' ``from_hub`` and
+# ``same`` run them: ``prepare_chat``, ``prepare_responses``)
+_ROWS = {
+    protocol: tuple(r for r in QUIRK_TABLE if r[1] == protocol) for protocol in dict.fromkeys(r[1] for r in QUIRK_TABLE)
+}
 
 # Which passes run is the gates' decision, and a gate reads the quirk set and ``translated``
 # alone: decided once per (protocol, quirk set, translated) and remembered.  Quirk sets

@@ -136,7 +136,7 @@ from .context import Ctx, ToolInfo, flatten_name, one_string_param
 from .envelope import is_envelope, open_sealed
 from .errors import RequestError
 from .ids import MAX_CALL_ID, chat_policy, strict_policy, unique_map
-from .request_c2m import SIGNED
+from .request_c2m import SIGNED, take_signed
 from .request_c2r import force_object_schema
 from .request_quirks import reasoning_key
 
@@ -625,7 +625,7 @@ def _input(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def responses_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -> dict[str, Any]:
     """``signed``: toward a Messages upstream, keep Anthropic-signed reasoning as thinking
-    blocks on the assistant messages (``request_c2m.SIGNED``)."""
+    blocks on the assistant messages (``Ctx.signed``, by message index)."""
     items = _input(body)
     ctx.tools = ToolInfo()
 
@@ -647,6 +647,8 @@ def responses_to_chat(body: dict[str, Any], ctx: Ctx, *, signed: bool = False) -
     elif instructions is not None and not isinstance(instructions, str):
         raise RequestError("'instructions' must be a string", param="instructions")
     messages.extend(_Transcript(items, kinds, ids, _pair_outputs(items, kinds), ctx, signed).walk())
+    if signed:
+        take_signed(messages, ctx)
     if ctx.thought_signatures:  # by the ids the calls go upstream with
         ctx.thought_signatures = {ids.get(k, k): v for k, v in ctx.thought_signatures.items()}
 

@@ -89,20 +89,18 @@ def _hole(key: bytes, value: bytes) -> tuple[bytes, re.Pattern[bytes]]:
 
 
 _STRING = rb'("(?:[^"\\]|\\.)*+")'  # a JSON string, quotes included
-# per upstream protocol: (key, its value in a block, the hole's expression, required); the
-# text's hole first, then a Responses delta's item id
-_HOLES: dict[str, tuple[tuple[bytes, re.Pattern[bytes], bytes, bool], ...]] = {
-    "responses": (
-        (*_hole(b"delta", _STRING), _TEXT, True),
-        (*_hole(b"item_id", b'"(' + _IID + b')"'), _IID, True),
-        (*_hole(b"sequence_number", rb"([0-9]++)"), _INT, False),
-        (*_hole(b"output_index", rb"([0-9]++)"), _INT, False),
-        (*_hole(b"content_index", rb"([0-9]++)"), _INT, False),
-        (*_hole(b"obfuscation", rb'"(' + _PLAIN + rb')"'), _PLAIN, False),
-    ),
-}
-# what an event that may teach the template holds, per upstream protocol
-_MARK = {"responses": b'"response.output_text.delta"'}
+# a Responses upstream's text delta (the protocol whose row has ``runs``): (key, its value in
+# a block, the hole's expression, required); the text's hole first, then the item id
+_HOLES: tuple[tuple[bytes, re.Pattern[bytes], bytes, bool], ...] = (
+    (*_hole(b"delta", _STRING), _TEXT, True),
+    (*_hole(b"item_id", b'"(' + _IID + b')"'), _IID, True),
+    (*_hole(b"sequence_number", rb"([0-9]++)"), _INT, False),
+    (*_hole(b"output_index", rb"([0-9]++)"), _INT, False),
+    (*_hole(b"content_index", rb"([0-9]++)"), _INT, False),
+    (*_hole(b"obfuscation", rb'"(' + _PLAIN + rb')"'), _PLAIN, False),
+)
+# what an event that may teach the template holds
+_MARK = b'"response.output_text.delta"'
 _LEARN = 8  # events a stream may learn from
 _KEEP = 64  # templates compiled in the process
 
@@ -134,11 +132,11 @@ class _Template:
 _COMPILED: dict[tuple[tuple[bytes, ...], tuple[bytes, ...]], _Template] = {}
 
 
-def _template(protocol: str, block: bytes, text: str, iid: str) -> _Template | None:
+def _template(block: bytes, text: str, iid: str) -> _Template | None:
     """The block's template (``None``: none can be made of it)."""
     holes: list[tuple[int, int, bytes]] = []
     text_lead = b""
-    for key, value, hole, required in _HOLES[protocol]:
+    for key, value, hole, required in _HOLES:
         n = block.count(key)
         if n == 0 and not required:
             continue
@@ -154,7 +152,7 @@ def _template(protocol: str, block: bytes, text: str, iid: str) -> _Template | N
     d0, d1, _ = holes[0]
     if block[d0:d1] != orjson.dumps(text):
         return None
-    if protocol == "responses" and block[holes[1][0] : holes[1][1]] != iid.encode():
+    if block[holes[1][0] : holes[1][1]] != iid.encode():
         return None
     holes.sort()
     consts: list[bytes] = []
@@ -173,15 +171,14 @@ def _template(protocol: str, block: bytes, text: str, iid: str) -> _Template | N
 class TextRuns:
     """One stream's template, and the runs of events read against it."""
 
-    __slots__ = ("armed", "spent", "mark", "_protocol", "_tpl", "_learnt")
+    __slots__ = ("armed", "spent", "mark", "_tpl", "_learnt")
 
-    def __init__(self, protocol: str) -> None:
+    def __init__(self) -> None:
         self.armed = False
         self.spent = False  # nothing learnt and no learning left: the Bridge drops the runs
         # what a read holds when an event of it may teach the template (unlearnt) or start a
         # run (learnt: the template's longest constant); a read without it goes the full way
-        self.mark = _MARK[protocol]
-        self._protocol = protocol  # the upstream's
+        self.mark = _MARK
         self._tpl: _Template | None = None
         self._learnt = 0
 
@@ -191,7 +188,7 @@ class TextRuns:
         if self.armed or self._learnt >= _LEARN:
             return
         self._learnt += 1
-        tpl = _template(self._protocol, block, text, obj.get("item_id", ""))
+        tpl = _template(block, text, obj.get("item_id", ""))
         if tpl is not None:
             self._tpl = tpl
             self.armed = True

@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-``ToolStage(ctx, client)`` sits between a Chat-upstream decoder and either encoder and maps
+``ToolStage(ctx, tool_kinds)`` sits between a Chat-upstream decoder and either encoder and maps
 the unified event sequence (``events.py``) to a sequence of the same grammar.  Everything
 that is not a tool call passes through as the same object, in the same order; argument
-bytes are never changed except by the documented wraps.  ``needed(ctx, client)`` tells
+bytes are never changed except by the documented wraps (``tool_kinds``: the client's
+row says it offers custom tools and namespaces, Responses).  ``needed(ctx)`` tells
 the app when the stage would do nothing for a request, so it can be left off the hot path.
 The non-stream path goes through the same stage: decoders emit the same events for a
 ``chat.completion`` (one ``ToolCall`` with the whole text, then ``ToolCallEnd``).
@@ -81,7 +82,6 @@ import orjson
 from .context import Ctx
 from .errors import stream_error
 from .events import Event, Finish, ToolCall, ToolCallEnd
-from .vocab import PROTOCOLS, ProtocolName
 
 __all__ = [
     "ToolStage",
@@ -181,7 +181,7 @@ def _wrap_param(ctx: Ctx) -> str | None:
     return ctx.tools.single_string_param.get("apply_patch")
 
 
-def needed(ctx: Ctx, client: ProtocolName) -> bool:
+def needed(ctx: Ctx) -> bool:
     """False when the stage would be a no-op for this request (the app then skips it)."""
     t = ctx.tools
     return bool(t.custom or t.namespaces or ctx.on(INVALID_JSON_PASSTHROUGH) or _wrap_param(ctx) is not None)
@@ -212,7 +212,6 @@ class _Invalid:
 class ToolStage:
     __slots__ = (
         "ctx",
-        "client",
         "_custom",
         "_ns",
         "_wrap",
@@ -225,15 +224,11 @@ class ToolStage:
         "_sigs",
     )
 
-    def __init__(self, ctx: Ctx, client: ProtocolName) -> None:
-        if client not in PROTOCOLS:
-            raise ValueError(f"client must be 'responses' or 'chat', not {client!r}")
+    def __init__(self, ctx: Ctx, tool_kinds: bool) -> None:
         self.ctx = ctx
-        self.client = client
         tools = ctx.tools
-        responses = client == "responses"
-        self._custom = tools.custom if responses else {}
-        self._ns = tools.namespaces if responses else {}
+        self._custom = tools.custom if tool_kinds else {}
+        self._ns = tools.namespaces if tool_kinds else {}
         # the R3-a′ parameter name, when this request can take the wrap (either protocol)
         self._wrap: str | None = _wrap_param(ctx)
         self._start_kind = _UNKNOWN if (self._custom or self._wrap is not None) else _PLAIN

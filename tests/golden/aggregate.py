@@ -149,3 +149,72 @@ def chat_finished(chunks: list[Any]) -> bool:
         ):
             return True
     return False
+
+
+def aggregate_message(events: list[Any]) -> dict[str, Any]:
+    """Anthropic Messages events → the message the same answer is when not streamed: the
+    ``message_start`` message; each content block from its start, its text, thinking,
+    signature and ``partial_json`` deltas added up (the JSON parsed into ``input``); the
+    ``message_delta``'s stop reason and usage over the start's; an ``error`` event as the
+    object's ``error``."""
+    msg: dict[str, Any] = {}
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, str] = {}
+    for ev in events:
+        kind = ev.get("type") if isinstance(ev, dict) else None
+        if kind == "message_start":
+            msg = dict(ev["message"])
+        elif kind == "content_block_start":
+            blocks[ev["index"]] = dict(ev["content_block"])
+        elif kind == "content_block_delta":
+            block, delta = blocks[ev["index"]], ev["delta"]
+            for dk, bk in (("text", "text"), ("thinking", "thinking"), ("signature", "signature")):
+                if dk in delta:
+                    block[bk] = block.get(bk, "") + delta[dk]
+            if "partial_json" in delta:
+                partial[ev["index"]] = partial.get(ev["index"], "") + delta["partial_json"]
+        elif kind == "message_delta":
+            msg.update(ev.get("delta") or {})
+            msg["usage"] = {**(msg.get("usage") or {}), **(ev.get("usage") or {})}
+        elif kind == "error":
+            msg["error"] = ev.get("error")
+    for i, text in partial.items():
+        blocks[i]["input"] = json.loads(text) if text else {}
+    msg["content"] = [blocks[i] for i in sorted(blocks)]
+    return msg
+
+
+def aggregate_gemini(chunks: list[Any]) -> dict[str, Any]:
+    """Gemini chunks → the answer the same turn is when not streamed: the parts of every
+    chunk in order, a text part joined to the one before it when both are text of the same
+    kind (thought or not) and neither has a signature; the last ``finishReason`` and
+    ``usageMetadata``; an ``error`` chunk as the object's ``error``."""
+    parts: list[dict[str, Any]] = []
+    out: dict[str, Any] = {}
+    for c in chunks:
+        if not isinstance(c, dict):
+            continue
+        if "error" in c:
+            out["error"] = c["error"]
+            continue
+        for k in ("usageMetadata", "modelVersion", "responseId"):
+            if k in c:
+                out[k] = c[k]
+        for cand in c.get("candidates") or []:
+            if "finishReason" in cand:
+                out["finishReason"] = cand["finishReason"]
+            for p in (cand.get("content") or {}).get("parts") or []:
+                last = parts[-1] if parts else None
+                joins = (
+                    last is not None
+                    and set(p) <= {"text", "thought"}
+                    and set(last) <= {"text", "thought"}
+                    and bool(p.get("thought")) == bool(last.get("thought"))
+                )
+                if joins:
+                    assert last is not None
+                    last["text"] = last.get("text", "") + p.get("text", "")
+                elif p != {"text": ""}:
+                    parts.append(dict(p))
+    out["parts"] = parts
+    return out

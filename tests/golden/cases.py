@@ -5,9 +5,11 @@ Theory of operation
 An ``Answer`` is one upstream answer (the raw SSE bytes of its stream and the JSON object of
 its non-streamed form) together with the provider and model config it is served under and
 the client requests that ask for it.  ``CASES`` expands every answer into one ``Case`` per
-client protocol the provider serves it to (a Chat upstream serves a Chat client and a
-Responses client; so does a Responses upstream; a provider with ``protocol: [responses,
-chat]`` serves each client its own protocol only).  ``record.py`` turns every case into two
+client protocol it has a request for and the provider serves it to (a Chat upstream serves
+every client; so does a Responses upstream; a provider with ``protocol: [responses, chat]``
+serves Chat and Responses clients their own protocol, Messages and Gemini clients Chat).
+Every answer has a Chat and a Responses request; ``directions_pair`` and ``hi_pair`` have
+the same request in every client protocol.  ``record.py`` turns every case into two
 corpus files, streamed (``.stream.txt``) and not (``.json.txt``); a case without a stream
 (the source only has a non-streamed object) has the second only.
 
@@ -62,6 +64,7 @@ from tests.integration.conftest import (
     resp_stream_two_calls,
     sse_body,
 )
+from transformers.protocols import HUB, SPECS
 
 TESTS = Path(__file__).resolve().parent.parent
 FIXTURES = TESTS / "fixtures"
@@ -72,7 +75,7 @@ if str(E2E) not in sys.path:  # as tests/e2e/conftest.py does: scenarios.py impo
 import scenarios as sc  # noqa: E402
 import scripted_upstream as su  # noqa: E402
 
-CLIENTS = ("chat", "responses")
+CLIENTS = tuple(SPECS)  # every protocol row; an answer has a request for some of them
 MODES = ("stream", "json")
 
 
@@ -88,7 +91,7 @@ class Answer:
     provider: dict[str, Any]
     model: dict[str, Any]
     protocol: str  # what the upstream speaks for this answer: chat | responses
-    requests: dict[str, dict[str, Any]]  # client protocol → client request body
+    requests: dict[str, dict[str, Any]]  # client protocol → client request body (a Gemini one: its model too)
     stream: bytes | None = None  # SSE body (None: the source has no stream)
     object: Any = None  # non-streamed body: a JSON value, or bytes sent as they are
     status: int = 200  # >= 400: ``object`` is an error answer, served in both modes
@@ -143,10 +146,14 @@ class Case:
 
 
 def _served_protocol(provider: dict[str, Any], client: str) -> str:
+    """The protocol the app speaks to this provider for this client (as app/prepare.py picks it)."""
     p = provider.get("protocol", "chat")
-    if isinstance(p, list):
-        return client if client in p else p[0]
-    return p
+    if not isinstance(p, list):
+        return p
+    served = client if client in p else p[0]
+    if SPECS[client].via_hub and SPECS[served].native_items and HUB in p:
+        return HUB
+    return served
 
 
 def expand(answers: list[Answer]) -> list[Case]:
@@ -399,15 +406,52 @@ RESP_REQ = {
 }
 
 
+# CHAT_REQ as a Messages client (Claude Code's shape) and a Gemini client (Gemini CLI's) send it
+MESSAGES_REQ = {
+    "model": "chat-model",
+    "max_tokens": 1024,
+    "system": "be brief",
+    "messages": [{"role": "user", "content": "read a.py and ls"}],
+    "tools": [
+        {"name": "Read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+        {"name": "Bash", "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+    ],
+}
+GEMINI_REQ = {
+    "model": "chat-model",
+    "systemInstruction": {"parts": [{"text": "be brief"}]},
+    "contents": [{"role": "user", "parts": [{"text": "read a.py and ls"}]}],
+    "tools": [
+        {
+            "functionDeclarations": [
+                {
+                    "name": "Read",
+                    "parametersJsonSchema": {"type": "object", "properties": {"path": {"type": "string"}}},
+                },
+                {"name": "Bash", "parametersJsonSchema": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+            ]
+        }
+    ],
+}
+
+
 def directions_pair(model: str) -> dict[str, dict[str, Any]]:
-    return {"chat": {**CHAT_REQ, "model": model}, "responses": {**RESP_REQ, "model": model}}
+    """The same request in every client protocol."""
+    return {
+        "chat": {**CHAT_REQ, "model": model},
+        "responses": {**RESP_REQ, "model": model},
+        "messages": {**MESSAGES_REQ, "model": model},
+        "gemini": {**GEMINI_REQ, "model": model},
+    }
 
 
 def hi_pair(model: str) -> dict[str, dict[str, Any]]:
-    """tests/integration/test_errors.py ``CHAT`` / ``RESP``."""
+    """tests/integration/test_errors.py ``CHAT`` / ``RESP``, and the same in the other protocols."""
     return {
         "chat": {"model": model, "messages": [{"role": "user", "content": "hi"}]},
         "responses": {"model": model, "input": "hi"},
+        "messages": {"model": model, "max_tokens": 1024, "messages": [{"role": "user", "content": "hi"}]},
+        "gemini": {"model": model, "contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
     }
 
 

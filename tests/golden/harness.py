@@ -16,6 +16,7 @@ placeholder within one answer (so "these two ids are equal" is still checked):
 * ids the proxy mints: ``<prefix><32 hex>`` for the prefixes ``req_ resp_ msg_ fc_ ctc_ rs_
   cmp_ item_ call_ chatcmpl-`` (``uuid4().hex`` / ``os.urandom(16).hex()``) →
   ``resp_<1>``, ``call_<2>``…;
+* a Gemini answer's ``responseId`` (hex) → ``"<responseId:1>"``;
 * clock readings: a ``"created"`` / ``"created_at"`` / ``"completed_at"`` integer within a
   week of now → ``"<created:1>"`` (a string: the placeholder stays JSON), numbered per key:
   whether two different keys were stamped in the same second is timing, not behaviour.
@@ -35,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import orjson
@@ -42,6 +44,7 @@ import orjson
 from app.config import parse_config
 from app.main import create_app
 from tests.golden.cases import Answer, Case, upstream_body
+from transformers.protocols import SPECS
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
@@ -118,12 +121,19 @@ _CACHE: dict[tuple[str, str], Result] = {}
 async def run(case: Case, mode: str) -> Result:
     config = parse_config(case.config(), "<golden>")
     app = create_app(config, transport=httpx.MockTransport(Upstream(case.answer)))
-    path = "/v1/chat/completions" if case.client == "chat" else "/v1/responses"
+    spec = SPECS[case.client]
+    body = case.client_body(mode)
+    path = spec.route
+    if "{model}" in path:  # the model and the stream are the path's (Gemini's), SSE asked in the query
+        model, stream = body.pop("model"), body.pop("stream")
+        path = (spec.stream_route if stream else spec.route).format(model=model)
+        if stream:
+            path += "?" + urlencode(spec.stream_query)
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
             r = await client.post(
                 path,
-                content=orjson.dumps(case.client_body(mode)),
+                content=orjson.dumps(body),
                 headers={"host": "127.0.0.1", "content-type": "application/json", "user-agent": "golden/1"},
             )
     return Result(r.status_code, r.headers.get("content-type", ""), r.content)
@@ -141,6 +151,7 @@ async def result(case: Case, mode: str) -> Result:
 
 _ID = re.compile(r"\b(req_|resp_|msg_|fc_|ctc_|rs_|cmp_|item_|call_|chatcmpl-)[0-9a-f]{32}\b")
 _TIME = re.compile(r'"(created|created_at|completed_at)":(\d+)')
+_RESPONSE_ID = re.compile(r'"responseId":"([0-9a-f]{16,})"')  # a Gemini answer's id the proxy mints
 _WINDOW = 7 * 24 * 3600
 
 
@@ -165,7 +176,10 @@ def mask(text: str, now: float | None = None) -> str:
         key = m.group(1)
         return f'"{key}":' + placeholder(key, f"{key}={m.group(2)}", '"<' + key + ':{}>"')
 
-    return _TIME.sub(clock, _ID.sub(ident, text))
+    def response_id(m: re.Match[str]) -> str:
+        return '"responseId":"' + placeholder("responseId", m.group(1), "<responseId:{}>") + '"'
+
+    return _RESPONSE_ID.sub(response_id, _TIME.sub(clock, _ID.sub(ident, text)))
 
 
 def body_text(body: bytes) -> str:

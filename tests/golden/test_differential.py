@@ -13,9 +13,15 @@ What is compared (``view``), after masking each answer on its own (``harness.mas
 * Responses client: the ``response`` of the terminal event against the non-streamed object:
   ``id``, ``model``, ``status``, ``incomplete_details``, every ``output`` item as a whole, and
   ``usage``;
-* a failure on either side (an HTTP error, a Chat error chunk, a failed response) is
-  compared by its error code only: a stream that failed after its first byte cannot carry
-  the status of an HTTP error.
+* Messages client: the streamed events added up into a message (``aggregate.aggregate_message``)
+  against the non-streamed message: ``id``, ``model``, the stop reason and sequence, every
+  content block, ``usage``;
+* Gemini client: the streamed chunks' parts in order, text parts of one kind joined
+  (``aggregate.aggregate_gemini``), against the answer's parts: the parts, ``finishReason``,
+  ``usageMetadata``, ``modelVersion``;
+* a failure on either side (an HTTP error, a Chat error chunk, a failed response, an error
+  event) is compared by its error code only (Anthropic's error type, Google's status): a
+  stream that failed after its first byte cannot carry the status of an HTTP error.
 """
 
 from __future__ import annotations
@@ -25,7 +31,14 @@ from typing import Any
 
 import pytest
 
-from tests.golden.aggregate import aggregate_chat, chat_finished, parse_sse, terminal_response
+from tests.golden.aggregate import (
+    aggregate_chat,
+    aggregate_gemini,
+    aggregate_message,
+    chat_finished,
+    parse_sse,
+    terminal_response,
+)
 from tests.golden.cases import CASES, Case
 from tests.golden.harness import Result, body_text, mask, result
 
@@ -41,10 +54,20 @@ def client_object(case: Case, r: Result, mode: str) -> Any:
     if r.status != 200:
         return {"http_error": json.loads(text) if text.startswith("{") else text}
     if mode == "json":
-        return json.loads(text)
+        obj = json.loads(text)
+        if case.client == "gemini":  # the one answer's parts, as the stream's are aggregated
+            cand = (obj.get("candidates") or [{}])[0]
+            parts = [p for p in (cand.get("content") or {}).get("parts") or [] if p != {"text": ""}]
+            return {**{k: obj[k] for k in ("usageMetadata", "modelVersion", "responseId") if k in obj},
+                    "finishReason": cand.get("finishReason"), "parts": parts}  # fmt: skip
+        return obj
     events = parse_sse(text.encode())
     if case.client == "chat":
         return aggregate_chat([e for e in events if e != "[DONE]"])
+    if case.client == "messages":
+        return aggregate_message(events)
+    if case.client == "gemini":
+        return aggregate_gemini(events)
     return terminal_response(events) or {"missing": "no terminal event"}
 
 
@@ -57,7 +80,10 @@ def _error_code(err: Any) -> Any:
 
 def view(case: Case, obj: Any) -> dict[str, Any]:
     if "http_error" in obj:
-        return {"error": _error_code(obj["http_error"])}
+        err = obj["http_error"]
+        if case.client in ("messages", "gemini") and isinstance(err, dict):  # Anthropic's type, Google's status
+            return view(case, err)
+        return {"error": _error_code(err)}
     if "missing" in obj:
         return obj
     if case.client == "chat":
@@ -87,6 +113,14 @@ def view(case: Case, obj: Any) -> dict[str, Any]:
             "tool_calls": calls,
             "usage": obj.get("usage"),
         }
+    if case.client == "messages":
+        if obj.get("error"):
+            return {"error": (obj["error"] or {}).get("type")}
+        return {k: obj.get(k) for k in ("id", "model", "stop_reason", "stop_sequence", "content", "usage")}
+    if case.client == "gemini":
+        if obj.get("error"):
+            return {"error": (obj["error"] or {}).get("status")}
+        return {k: obj.get(k) for k in ("finishReason", "parts", "usageMetadata", "modelVersion")}
     if obj.get("status") == "failed":
         return {"error": _error_code(obj.get("error"))}
     return {

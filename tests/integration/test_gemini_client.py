@@ -127,6 +127,26 @@ async def test_a_streamed_turn_from_a_chat_upstream(gc: httpx.AsyncClient, mock:
     assert tool2 == {"role": "tool", "tool_call_id": "functions.Bash:1", "content": "a.py"}
 
 
+async def test_a_stream_without_alt_sse_is_one_json_array_streamed(gc: httpx.AsyncClient, mock: Any) -> None:
+    """Without ``alt=sse`` Gemini's API streams a JSON array of its responses; so does the
+    proxy: the same chunks as the SSE stream, in one array, ``application/json``."""
+    h = {"x-goog-api-key": KEY}
+    mock.post(CHAT_URL).mock(return_value=sse_response(chat_stream_two_calls(), done=True))
+    sse = await gc.post(STREAM.format("chat-model"), json=BODY, headers=h)
+    r = await gc.post(STREAM.format("chat-model").removesuffix("?alt=sse"), json=BODY, headers=h)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert r.content.startswith(b"[{") and r.content.endswith(b"}\n]") and b"\n,{" in r.content
+    got = orjson.loads(r.content)
+    assert parts(got) == parts(chunks(sse.content))
+    assert got[-1]["candidates"][0]["finishReason"] == "STOP"
+    # broken off: Gemini's error object is the array's last element, and the array is closed
+    mock.post(CHAT_URL).mock(return_value=sse_response([chat_chunk({"content": "He"})]))
+    r = await gc.post(STREAM.format("chat-model").replace("alt=sse", "alt=json"), json=BODY, headers=h)
+    got = orjson.loads(r.content)
+    assert parts(got)[0] == {"text": "He"} and got[-1]["error"]["status"] == "INTERNAL"
+
+
 async def test_calls_without_ids_get_minted_ones_paired_by_name(gc: httpx.AsyncClient, mock: Any) -> None:
     route = mock.post(CHAT_URL).mock(return_value=httpx.Response(200, json=_chat_answer("ok")))
     contents = [

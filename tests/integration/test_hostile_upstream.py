@@ -1,5 +1,6 @@
-"""A hostile or broken upstream never crashes a request: through the ASGI app, both client
-protocols × both upstream protocols, stream and non-stream (upstreams mocked by respx).
+"""A hostile or broken upstream never crashes a request: through the ASGI app, Chat and
+Responses clients × Chat and Responses upstreams, stream and non-stream, and every client
+row's stream (``EVERY_CLIENT``) from both (upstreams mocked by respx).
 
 Malformed fields are skipped where they are read and the answer completes; what cannot be
 answered is a protocol-correct failure (in a stream: one terminal with ``upstream_bad_event``;
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 import copy
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import orjson
 import pytest
 
+from tests.protocol_samples import hello
 from transformers.chat_decode import ChatStreamDecoder
+from transformers.protocols import SPECS
 from transformers.responses_decode import ResponsesStreamDecoder
 from transformers.sse import SSEParser
 
@@ -34,13 +38,30 @@ RESP_REQ = {"input": "read a.py and ls"}
 MODEL = {"chat": "chat-model", "responses": "resp-model"}
 PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
 DIRECTIONS = [(c, u) for c in ("chat", "responses") for u in ("chat", "responses")]
+# every client row toward the two upstreams whose hostile streams are written here
+EVERY_CLIENT = [(c, u) for c in SPECS for u in ("chat", "responses")]
+# the failure a client of each protocol sees when a stage fails: the error's code (Chat,
+# Responses), Anthropic's error type, Google's status
+STAGE_FAILURE = {"chat": "upstream_bad_event", "responses": "upstream_bad_event", "messages": "api_error",
+                 "gemini": "INTERNAL"}  # fmt: skip
 TERMINALS = ("response.completed", "response.incomplete", "response.failed")
 MESSAGES_COMPLETED = ("end_turn", "tool_use", "stop_sequence", "pause_turn")
 
 
 def request(client: str, upstream: str, stream: bool) -> dict[str, Any]:
+    if client in ("messages", "gemini"):  # (the model and the stream of a Gemini one are its path's)
+        return hello(client, model=MODEL[upstream]) | {"stream": stream}
     base = CHAT_REQ if client == "chat" else RESP_REQ
     return {**base, "model": MODEL[upstream], "stream": stream}
+
+
+def path(client: str, upstream: str, stream: bool) -> str:
+    spec = SPECS[client]
+    if "{model}" not in spec.route:
+        return spec.route
+    return (
+        (spec.stream_route if stream else spec.route).format(model=MODEL[upstream]) + "?" + urlencode(spec.stream_query)
+    )
 
 
 def hostile_chat_stream() -> list[Any]:
@@ -86,6 +107,8 @@ def client_view(client: str, raw: bytes) -> dict[str, Any]:
     """What the client got: terminal, error code, text, call ids; checks the protocol shape."""
     if client == "messages":
         return messages_view(raw)
+    if client == "gemini":
+        return gemini_view(raw)
     events = parse_sse(raw)
     assert events
     if client == "chat":
@@ -116,6 +139,26 @@ def client_view(client: str, raw: bytes) -> dict[str, Any]:
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     code = events[-2]["code"] if types[-1] == "response.failed" else None
     return {"status": final["status"], "code": code, "ids": ids, "text": text, "usage": [final["usage"]]}
+
+
+def gemini_view(raw: bytes) -> dict[str, Any]:
+    """``client_view`` for a Gemini client: bare ``data:`` chunks; one ``finishReason``, on
+    the last chunk, or one error object, last; ``code`` is the error's status."""
+    chunks = [e for e in parse_sse(raw)]
+    assert chunks and all(isinstance(c, dict) for c in chunks)
+    errors = [i for i, c in enumerate(chunks) if "error" in c]
+    finishes = [i for i, c in enumerate(chunks) for cand in c.get("candidates", ()) if cand.get("finishReason")]
+    assert len(errors) + len(finishes) == 1 and (errors or finishes) == [len(chunks) - 1], (errors, finishes)
+    parts = [p for c in chunks for cand in c.get("candidates", ()) for p in cand["content"]["parts"]]
+    last = chunks[-1]
+    usage = [c["usageMetadata"] for c in chunks if "usageMetadata" in c]
+    return {
+        "status": "failed" if errors else "completed",
+        "code": last["error"]["status"] if errors else None,
+        "ids": [p["functionCall"].get("id") for p in parts if "functionCall" in p],
+        "text": "".join(p.get("text", "") for p in parts if not p.get("thought")),
+        "usage": usage,
+    }
 
 
 def messages_view(raw: bytes) -> dict[str, Any]:
@@ -192,23 +235,25 @@ def upstream_stream(upstream: str) -> httpx.Response:
     return sse_response(hostile_resp_stream(), event_names=True)
 
 
-@pytest.mark.parametrize(("client_proto", "upstream"), DIRECTIONS)
+@pytest.mark.parametrize(("client_proto", "upstream"), EVERY_CLIENT)
 async def test_stream_malformed_events_are_skipped(
     client: httpx.AsyncClient, mock: Any, client_proto: str, upstream: str
 ) -> None:
     mock.post(CHAT_URL if upstream == "chat" else RESP_URL).mock(return_value=upstream_stream(upstream))
-    r = await client.post(PATH[client_proto], json=request(client_proto, upstream, True))
+    r = await client.post(path(client_proto, upstream, True), json=request(client_proto, upstream, True))
     assert r.status_code == 200, r.text
     got = client_view(client_proto, r.content)
     assert got["status"] == "completed"
     first = "functions.Read:0" if upstream == "chat" else "call_0"
+    if client_proto == "messages" and upstream == "chat":  # an id Anthropic's pattern refuses, hex-encoded
+        first = "sbx_" + first.encode().hex()
     assert got["ids"] == [first, "42"]  # a numeric upstream id reaches the client as a string
     assert got["text"].startswith("Hel")
     u = got["usage"][0]
     assert all(isinstance(v, int) for v in u.values() if not isinstance(v, dict))
 
 
-@pytest.mark.parametrize(("client_proto", "upstream"), DIRECTIONS)
+@pytest.mark.parametrize(("client_proto", "upstream"), EVERY_CLIENT)
 async def test_stream_guard_one_failure_terminal(
     client: httpx.AsyncClient, mock: Any, monkeypatch: pytest.MonkeyPatch, client_proto: str, upstream: str
 ) -> None:
@@ -231,10 +276,11 @@ async def test_stream_guard_one_failure_terminal(
     mock.post(CHAT_URL if upstream == "chat" else RESP_URL).mock(
         return_value=sse_response(events, done=upstream == "chat", event_names=upstream == "responses")
     )
-    r = await client.post(PATH[client_proto], json=request(client_proto, upstream, True))
+    r = await client.post(path(client_proto, upstream, True), json=request(client_proto, upstream, True))
     assert r.status_code == 200
     got = client_view(client_proto, r.content)
-    assert (got["status"], got["code"]) == ("failed", "upstream_bad_event")
+    assert got["status"] == "failed"
+    assert (got["error_type"] if client_proto == "messages" else got["code"]) == STAGE_FAILURE[client_proto]
 
 
 async def test_stream_item_nested_hundreds_deep(client: httpx.AsyncClient, mock: Any) -> None:

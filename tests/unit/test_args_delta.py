@@ -19,6 +19,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.protocol_samples import CLIENTS, hello
 from tests.unit.cuts import pieces
 from tests.unit.test_responses_text_delta import spied
 from transformers import chat_encode, ids, responses_encode
@@ -73,13 +74,9 @@ def _body(client: str, tools: str) -> dict:
                 {"type": "function", "name": "shell", "parameters": {"type": "object"}},
                 {"type": "function", "name": "apply_patch", "parameters": one},
             ]
-    else:
-        body["messages"] = [{"role": "user", "content": "hi"}]
-        if tools != "none":
-            body["tools"] = [
-                {"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}},
-                {"type": "function", "function": {"name": "apply_patch", "parameters": one}},
-            ]
+    else:  # every other client (tests/protocol_samples.py), its two functions in its own form
+        functions = [{"name": "shell", "parameters": {"type": "object"}}, {"name": "apply_patch", "parameters": one}]
+        body = hello(client, functions if tools != "none" else None)
     return body
 
 
@@ -224,7 +221,7 @@ def _chat_wire(steps: list[tuple], ending: str) -> bytes:
     st.lists(_chat_step, max_size=14),
     st.sampled_from(["tool_calls", "tool_calls", "length", "cut"]),
     st.lists(st.integers(1, 150), max_size=8),
-    st.sampled_from(["responses", "chat"]),
+    st.sampled_from(CLIENTS),
     st.booleans(),
     st.sampled_from(["none", "all", "wrap"]),
     st.sampled_from(
@@ -336,7 +333,7 @@ def _resp_wire(steps: list[tuple], ending: str) -> bytes:
     st.lists(_resp_step, max_size=14),
     st.sampled_from(["completed", "completed", "incomplete", "cut"]),
     st.lists(st.integers(1, 150), max_size=8),
-    st.sampled_from(["responses", "chat"]),
+    st.sampled_from(CLIENTS),
     st.booleans(),
     st.sampled_from(["none", "all"]),
 )
@@ -466,7 +463,7 @@ def test_the_stage_hands_on_no_call_while_it_holds():
     from transformers.tool_stage import ToolStage
 
     ctx = Ctx(quirks=frozenset({"invalid_json_passthrough"}), upstream_model="m")
-    stage = ToolStage(ctx, "chat")
+    stage = ToolStage(ctx, False)
     assert not stage.plain_call(0)  # unknown
     stage.feed(ToolCall(0, "{", "call_a", "f"))
     stage.feed(ToolCall(1, "{", "call_b", "g"))

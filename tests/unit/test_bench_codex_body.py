@@ -11,7 +11,7 @@ from bench.instructions import CASES
 from bench.run import request_body, scenarios
 from transformers.bridge import open_bridge
 from transformers.context import Ctx
-from transformers.request_check import check_body
+from transformers.protocols import check_body
 
 
 def test_the_body_is_the_same_every_time_and_about_370_kb() -> None:

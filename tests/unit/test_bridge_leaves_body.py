@@ -16,7 +16,7 @@ from providers.profiles import MODEL_QUIRKS, PROFILES
 from transformers import envelope
 from transformers.bridge import open_bridge
 from transformers.context import Ctx
-from transformers.request_check import check_parsed
+from transformers.protocols import check_parsed
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 KEY = b"k" * 32

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from transformers.cache_key import PREFIX, derive
+from transformers.cache_key import PREFIX, derive_chat, derive_responses
 from transformers.context import Ctx
 from transformers.request_quirks import prepare_chat, prepare_responses
 
@@ -28,7 +28,7 @@ def test_every_turn_of_a_conversation_has_one_key() -> None:
         chat(SYSTEM, ASK, CALL, OUT),
         chat(SYSTEM, ASK, CALL, OUT, {"role": "user", "content": "go on"}),
     ]
-    keys = {derive(t, "chat") for t in turns}
+    keys = {derive_chat(t) for t in turns}
     assert len(keys) == 1
     key = keys.pop()
     assert key is not None and key.startswith(PREFIX) and len(key) == len(PREFIX) + 32
@@ -43,26 +43,26 @@ def test_every_turn_of_a_conversation_has_one_key() -> None:
     ids=["another system prompt", "another first question"],
 )
 def test_another_conversation_has_another_key(other: dict[str, Any]) -> None:
-    assert derive(other, "chat") != derive(chat(SYSTEM, ASK), "chat")
+    assert derive_chat(other) != derive_chat(chat(SYSTEM, ASK))
 
 
 def test_model_and_tools_do_not_change_the_key() -> None:
-    base = derive(chat(SYSTEM, ASK), "chat")
-    assert derive(chat(SYSTEM, ASK, model="other", tools=[{"type": "function"}]), "chat") == base
+    base = derive_chat(chat(SYSTEM, ASK))
+    assert derive_chat(chat(SYSTEM, ASK, model="other", tools=[{"type": "function"}])) == base
 
 
 def test_no_user_message_no_key() -> None:
-    assert derive(chat(SYSTEM), "chat") is None
-    assert derive({"input": []}, "responses") is None
+    assert derive_chat(chat(SYSTEM)) is None
+    assert derive_responses({"input": []}) is None
 
 
 def test_responses_head_is_instructions_and_the_first_user_item() -> None:
     first = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
     call = {"type": "function_call", "call_id": "c", "name": "ls", "arguments": "{}"}
-    a = derive({"instructions": "x", "input": [first]}, "responses")
-    assert a is not None and a == derive({"instructions": "x", "input": [first, call]}, "responses")
-    assert a != derive({"instructions": "y", "input": [first]}, "responses")
-    assert derive({"input": "hi"}, "responses") is not None
+    a = derive_responses({"instructions": "x", "input": [first]})
+    assert a is not None and a == derive_responses({"instructions": "x", "input": [first, call]})
+    assert a != derive_responses({"instructions": "y", "input": [first]})
+    assert derive_responses({"input": "hi"}) is not None
 
 
 @pytest.mark.parametrize("protocol", ["chat", "responses"])
@@ -83,6 +83,8 @@ def test_the_row(protocol: str, given: str | None, on: bool) -> None:
     if given:  # never replaced
         assert out["prompt_cache_key"] == given and "prompt_cache_key_derived" not in ctx.repairs
     elif on:
-        assert out["prompt_cache_key"] == derive(body, protocol) and ctx.repairs == ["prompt_cache_key_derived"]
+        assert out["prompt_cache_key"] == {"chat": derive_chat, "responses": derive_responses}[protocol](
+            body
+        ) and ctx.repairs == ["prompt_cache_key_derived"]
     else:  # never invented where the upstream does not route by it
         assert "prompt_cache_key" not in out

@@ -15,6 +15,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.protocol_samples import CLIENTS, hello
 from tests.unit.cuts import pieces
 from tests.unit.test_responses_text_delta import spied
 from transformers import ids
@@ -134,13 +135,8 @@ def _bridge(
     decoder's ``reasoning`` or without."""
     n = itertools.count()
     with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
-        body: dict = {"model": "pub", "stream": True}
-        if client == "responses":
-            body["input"] = "hi"
-        else:
-            body["messages"] = [{"role": "user", "content": "hi"}]
         _, b = open_bridge(
-            body, client, "chat", Ctx(quirks=quirks, upstream_model="m", public_model="pub", envelope_key=key)
+            hello(client), client, "chat", Ctx(quirks=quirks, upstream_model="m", public_model="pub", envelope_key=key)
         )
         if not lane:
             b.lane = b.rlane = None
@@ -158,7 +154,7 @@ def _bridge(
     st.sampled_from(["orjson", "spaced", "ascii"]),
     st.booleans(),
     st.lists(st.integers(1, 120), max_size=8),
-    st.sampled_from(["responses", "chat"]),
+    st.sampled_from(CLIENTS),
     st.sampled_from([frozenset(), frozenset({"inline_think"}), frozenset({"reasoning_key_reasoning"})]),
     st.sampled_from([b"", b"k" * 32]),
 )

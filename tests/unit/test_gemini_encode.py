@@ -191,3 +191,12 @@ def test_anthropics_signed_blocks_are_sealed_on_the_next_call() -> None:
     assert sigs == {
         "@anthropic": '[{"type":"thinking","thinking":"a","signature":"ASIG"},{"type":"redacted_thinking","data":"DATA"}]'
     }
+
+
+def test_the_json_array_framing_opens_separates_and_closes() -> None:
+    from transformers.bridge import JSONArrayFraming
+
+    f = JSONArrayFraming()
+    assert f.done() == b"[]" and f.comment() == b""
+    assert f.frame({"a": 1}) + f.frame({"b": 2}) + f.done() == b'[{"a":1}\n,{"b":2}\n]'
+    assert f.delta_frame("text") == (b"\n,", b"")

@@ -150,3 +150,11 @@ def test_a_blocked_prompt_an_error_and_a_cut_stream() -> None:
     dec.feed(chunk({"text": "x"}))
     end = dec.end()
     assert end[-1].status == "failed" and end[-1].error["code"] == "upstream_stream_truncated"  # type: ignore[union-attr]
+
+
+def test_chats_sampling_settings_in_gemini_names() -> None:
+    body = {"top_k": 40, "seed": 7, "presence_penalty": 0.5, "frequency_penalty": 0.25, "temperature": 0}
+    gc = chat_to_gemini({"model": "m", "messages": [], **body}, ctx())["generationConfig"]
+    assert {k: gc[k] for k in ("topK", "seed", "presencePenalty", "frequencyPenalty", "temperature")} == {
+        "topK": 40, "seed": 7, "presencePenalty": 0.5, "frequencyPenalty": 0.25, "temperature": 0,
+    }  # fmt: skip

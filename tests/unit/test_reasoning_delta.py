@@ -16,6 +16,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.protocol_samples import CLIENTS, hello
 from tests.unit.cuts import pieces
 from tests.unit.test_responses_text_delta import spied
 from transformers import ids, responses_encode
@@ -85,8 +86,7 @@ def _bridge(wire: bytes, cuts: list[int], fast: bool, client: str, ws: bool, key
     """The client's answer to ``wire`` read in pieces ``cuts``, with the decoder's
     ``reasoning`` (``fast``) or every event through its ``feed``."""
     n = itertools.count()
-    body: dict = {"model": "pub", "stream": True}
-    body.update({"input": "hi"} if client == "responses" else {"messages": [{"role": "user", "content": "hi"}]})
+    body = hello(client)
     hexes = itertools.count()
     with (
         mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")),
@@ -106,7 +106,7 @@ def _bridge(wire: bytes, cuts: list[int], fast: bool, client: str, ws: bool, key
     st.lists(st.one_of(_delta, _delta, _delta, _other), max_size=14),
     st.booleans(),
     st.lists(st.integers(1, 150), max_size=8),
-    st.sampled_from(["responses", "chat"]),
+    st.sampled_from(CLIENTS),
     st.booleans(),
     st.sampled_from([b"", b"k" * 32]),
 )

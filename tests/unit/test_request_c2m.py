@@ -109,7 +109,8 @@ def test_reasoning_without_signature_goes_unsigned_and_signed_blocks_as_they_cam
     out, _ = c2m({"messages": [{"role": "assistant", "content": "x", "reasoning_content": "why"}]})
     assert out["messages"][0]["content"][0] == {"type": "thinking", "thinking": "why", "signature": ""}
     signed = [{"type": "thinking", "thinking": "why", "signature": "sig"}, {"type": "redacted_thinking", "data": "d"}]
-    out, _ = c2m({"messages": [{"role": "assistant", "content": "x", "reasoning_content": "why", SIGNED: signed}]})
+    ctx = Ctx(upstream_model="claude-x", signed={0: signed})
+    out = chat_to_messages({"messages": [{"role": "assistant", "content": "x", "reasoning_content": "why"}]}, ctx)
     assert out["messages"][0]["content"][:2] == signed
 
 
@@ -129,6 +130,7 @@ def test_signed_reasoning_survives_the_responses_form() -> None:
         ctx,
         signed=True,
     )
+    assert all(SIGNED not in m for m in chat["messages"])  # the hub's body: the blocks are in ctx.signed
     out = chat_to_messages(chat, ctx)
     assert out["messages"][1]["content"][:2] == [
         {"type": "thinking", "thinking": "why", "signature": "sig"},
@@ -253,3 +255,10 @@ def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(RequestError) as e:
         c2m(body)
     assert e.value.param == param
+
+
+def test_top_k_is_kept_and_goes_with_the_other_sampling_settings_under_thinking() -> None:
+    out, _ = c2m({"messages": [{"role": "user", "content": "hi"}], "top_k": 40})
+    assert out["top_k"] == 40
+    out, ctx = c2m({"messages": [{"role": "user", "content": "hi"}], "top_k": 40, "reasoning_effort": "high"})
+    assert "top_k" not in out and "thinking_sampling_dropped" in ctx.repairs

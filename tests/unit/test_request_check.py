@@ -14,7 +14,9 @@ from transformers import request_check
 from transformers.context import QUIRKS, Ctx
 from transformers.errors import RequestError
 from transformers.request_check import (
+    CHAT,
     MAX_DEPTH,
+    RESPONSES,
     check_depth,
     check_integers,
     check_request,
@@ -219,7 +221,7 @@ def test_valid_bodies_pass() -> None:
         },
         "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
     }
-    check_request(orjson.dumps(chat), chat, "chat")
+    check_request(orjson.dumps(chat), chat, CHAT)
     resp = {
         "model": "m",
         "input": [
@@ -243,4 +245,4 @@ def test_valid_bodies_pass() -> None:
         "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "namespace", "name": "ns"}]},
         "text": {"format": {"type": "text"}},
     }
-    check_request(orjson.dumps(resp), resp, "responses")
+    check_request(orjson.dumps(resp), resp, RESPONSES)

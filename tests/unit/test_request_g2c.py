@@ -236,3 +236,59 @@ def test_an_envelope_of_another_key_is_reported() -> None:
     out = run({"contents": [USER, _model(envelope.seal("x", b"o" * 32, {"c1": "S"}))]}, c)
     assert "extra_content" not in out["messages"][1]["tool_calls"][0]
     assert c.envelope_rejected == [("reasoning", "bad_mac")] and not c.thought_signatures
+
+
+GC = {
+    "topK": 40,
+    "seed": 7,
+    "presencePenalty": 0.5,
+    "frequencyPenalty": 0.25,
+    "stopSequences": ["END"],
+    "candidateCount": 1,
+    "responseLogprobs": True,
+}
+
+
+@pytest.mark.parametrize(
+    ("toward", "carried", "named"),
+    [
+        ("chat", {"seed": 7, "presence_penalty": 0.5, "frequency_penalty": 0.25, "stop": ["END"]}, ["topK"]),
+        ("responses", {}, ["topK", "seed", "presencePenalty", "frequencyPenalty", "stopSequences"]),
+        ("messages", {"top_k": 40, "stop": ["END"]}, ["seed", "presencePenalty", "frequencyPenalty"]),
+        (
+            "gemini",
+            {"top_k": 40, "seed": 7, "presence_penalty": 0.5, "frequency_penalty": 0.25, "stop": ["END"]},
+            [],
+        ),
+    ],
+)
+def test_generation_settings_go_where_the_upstream_has_them_and_are_named_elsewhere(toward, carried, named) -> None:
+    c = ctx()
+    body = {"model": "m", "contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": GC}
+    out = gemini_to_chat(body, c, toward=toward)
+    keys = ("top_k", "seed", "presence_penalty", "frequency_penalty", "stop")
+    assert {k: out[k] for k in keys if k in out} == carried
+    assert sorted(c.dropped_fields) == sorted(f"generationConfig.{k}" for k in [*named, "responseLogprobs"])
+
+
+@pytest.mark.parametrize(
+    ("gc", "param"),
+    [
+        ({"candidateCount": 2}, "generationConfig.candidateCount"),
+        ({"topK": 1.5}, "generationConfig.topK"),
+        ({"seed": "7"}, "generationConfig.seed"),
+        ({"temperature": True}, "generationConfig.temperature"),
+        ({"stopSequences": "END"}, "generationConfig.stopSequences"),
+    ],
+)
+def test_a_setting_that_cannot_be_honoured_is_refused_by_name(gc, param) -> None:
+    body = {"model": "m", "contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": gc}
+    with pytest.raises(RequestError) as e:
+        gemini_to_chat(body, ctx(), toward="gemini")
+    assert e.value.param == param
+
+
+def test_integral_floats_are_integers_and_nulls_are_absent() -> None:
+    body = {"model": "m", "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    out = gemini_to_chat({**body, "generationConfig": {"topK": 40.0, "seed": None}}, ctx(), toward="messages")
+    assert out["top_k"] == 40 and isinstance(out["top_k"], int) and "seed" not in out

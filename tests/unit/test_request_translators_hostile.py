@@ -16,13 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.protocol_samples import UPSTREAMS, hello
+from transformers.bridge import DIRECTIONS
 from transformers.context import QUIRKS, Ctx
 from transformers.errors import RequestError
+from transformers.protocols import SPECS, check_body, check_parsed
 from transformers.request_c2m import chat_to_messages
 from transformers.request_c2r import chat_to_responses, toolinfo_from_chat
-from transformers.request_check import MAX_DEPTH, check_body, check_parsed
+from transformers.request_check import MAX_DEPTH
 from transformers.request_messages import prepare_messages
-from transformers.request_quirks import prepare_chat, prepare_responses
 from transformers.request_r2c import responses_to_chat
 from transformers.schema import sanitize_tools
 
@@ -148,27 +150,11 @@ def _mutated(data: st.DataObject, base: dict[str, Any]) -> dict[str, Any]:
 
 
 def _translate(body: dict[str, Any], client: str, upstream: str, quirks: frozenset[str]) -> None:
+    """The Bridge's row of (client, upstream) translating ``body`` (transformers/protocols.py)."""
     ctx = Ctx(quirks=quirks, upstream_model="up", envelope_key=b"k" * 32)
     try:
-        if upstream == "messages":  # the Bridge's three rows toward a Messages upstream
-            if client == "chat":
-                ctx.tools = toolinfo_from_chat(body.get("tools"))
-                out = prepare_messages(chat_to_messages(body, ctx), ctx)
-            elif client == "responses":
-                out = prepare_messages(chat_to_messages(responses_to_chat(body, ctx, signed=True), ctx), ctx)
-            else:
-                ctx.tools = toolinfo_from_chat(None)
-                out = prepare_messages(body, ctx)
-            assert isinstance(out, dict), out
-        elif client == "chat" and upstream == "chat":
-            ctx.tools = toolinfo_from_chat(body.get("tools"))
-            out = prepare_chat(body, ctx, translated=False)
-        elif client == "chat":
-            out = prepare_responses(chat_to_responses(body, ctx), ctx, translated=True)
-        elif upstream == "chat":
-            out = prepare_chat(responses_to_chat(body, ctx), ctx, translated=True)
-        else:
-            out = prepare_responses(body, ctx, translated=False)
+        out = DIRECTIONS[(client, upstream)].translate(copy.deepcopy(body), ctx)
+        assert isinstance(out, dict), out
     except RequestError:
         return
     orjson.dumps(out)
@@ -194,7 +180,7 @@ def test_translators_on_mutated_chat_bodies(data: st.DataObject) -> None:
     body = _mutated(data, CHAT_BODY)
     if not isinstance(body.get("messages"), list):
         return  # check_body's own top-level rule
-    _translate(body, "chat", data.draw(st.sampled_from(["chat", "responses"])), data.draw(st.sampled_from(QUIRK_SETS)))
+    _translate(body, "chat", data.draw(st.sampled_from(UPSTREAMS)), data.draw(st.sampled_from(QUIRK_SETS)))
 
 
 @TRANSLATORS
@@ -205,9 +191,7 @@ def test_translators_on_mutated_responses_bodies(data: st.DataObject) -> None:
         body.get("instructions"), (str, type(None))
     ):
         return  # check_body's own top-level rules
-    _translate(
-        body, "responses", data.draw(st.sampled_from(["chat", "responses"])), data.draw(st.sampled_from(QUIRK_SETS))
-    )
+    _translate(body, "responses", data.draw(st.sampled_from(UPSTREAMS)), data.draw(st.sampled_from(QUIRK_SETS)))
 
 
 def _verdict(fn: Any, *args: Any) -> tuple[str | None, str | None] | None:
@@ -461,6 +445,20 @@ def test_prepare_messages_on_mutated_messages_bodies(data: st.DataObject) -> Non
     """A Messages client's body to a Messages upstream: its top level is all the app checks
     of it (the types of ``check_body``'s table), so any mutation below is possible."""
     _translate(_mutated(data, MSG_BODY), "messages", "messages", data.draw(st.sampled_from(MESSAGES_QUIRK_SETS)))
+
+
+@TRANSLATORS
+@given(data=st.data())
+def test_every_row_translates_a_mutated_body_of_its_clients(data: st.DataObject) -> None:
+    """Every client row's sample body (tests/protocol_samples.py, a function offered), mutated
+    below its top level, toward every upstream row: a RequestError or a body, never a crash."""
+    client = data.draw(st.sampled_from(UPSTREAMS))
+    fn = {"name": "Read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
+    body = _mutated(data, hello(client, [fn]))
+    top = SPECS[client].check.types
+    if any(body.get(k) is not None and not isinstance(body[k], t) for k, t in top.items()):
+        return  # check_body's own top-level rules
+    _translate(body, client, data.draw(st.sampled_from(UPSTREAMS)), data.draw(st.sampled_from(QUIRK_SETS)))
 
 
 @TRANSLATORS

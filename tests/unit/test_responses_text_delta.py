@@ -17,6 +17,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.protocol_samples import CLIENTS, hello
 from tests.unit.cuts import pieces
 from transformers import responses_encode
 from transformers.bridge import WSFraming, open_bridge
@@ -275,7 +276,7 @@ _other = st.sampled_from(
 )
 
 
-_CHAT_MINTED = re.compile(rb"chatcmpl-[0-9a-f]{32}|\"created\":\d{6,}")
+_CHAT_MINTED = re.compile(rb"chatcmpl-[0-9a-f]{32}|\"created\":\d{6,}|\"responseId\":\"[0-9a-f]+\"")
 
 
 def _upstream_events(events: list[dict], created: bool, terminal: bool) -> bytes:
@@ -289,8 +290,7 @@ def _upstream_events(events: list[dict], created: bool, terminal: bool) -> bytes
 
 
 def _through(wire: bytes, client: str, lane: bool, compact: bool) -> tuple[bytes, list[str], str]:
-    body = {"model": "pub", "stream": True}
-    body.update({"input": "hi"} if client == "responses" else {"messages": [{"role": "user", "content": "hi"}]})
+    body = hello(client)
     ctx = Ctx(upstream_model="m", public_model="pub")
     if compact:
         ctx.compaction = True
@@ -307,7 +307,7 @@ def _through(wire: bytes, client: str, lane: bool, compact: bool) -> tuple[bytes
     st.lists(st.one_of(_delta, _delta, _other), max_size=12),
     st.booleans(),
     st.booleans(),
-    st.sampled_from(["responses", "chat"]),
+    st.sampled_from(CLIENTS),
     st.booleans(),
 )
 def test_decoder_text_is_feed(events, created, terminal, client, compact):

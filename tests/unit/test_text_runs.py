@@ -315,7 +315,7 @@ _DELTA = {"type": "response.output_text.delta", "item_id": "msg_1", "output_inde
     ],
 )
 def test_learning(block: bytes, learns: bool) -> None:
-    runs = TextRuns("responses")
+    runs = TextRuns()
     obj = orjson.loads(block.partition(b"data: ")[2])
     runs.learn(block, obj, obj["delta"])
     assert runs.armed is learns
@@ -325,7 +325,7 @@ def test_learning(block: bytes, learns: bool) -> None:
 
 
 def test_a_run_stops_at_another_item() -> None:
-    runs = TextRuns("responses")
+    runs = TextRuns()
     good = _block(dict(_DELTA, delta="éa", sequence_number=1))
     runs.learn(good, orjson.loads(good.partition(b"data: ")[2]), "éa")
     other = good.replace(b"msg_1", b"msg_2")
@@ -358,7 +358,7 @@ def test_from_a_run_that_is_not_utf8_on_a_read_goes_the_full_way() -> None:
 def test_learning_is_bounded() -> None:
     """A stream learns at most _LEARN times; past _KEEP templates in the process nothing new
     is compiled, and a stream that learnt nothing is spent."""
-    runs = TextRuns("responses")
+    runs = TextRuns()
     block = _block(dict(_DELTA, delta="hi", unseen_field=1))
     obj = orjson.loads(block.partition(b"data: ")[2])
     full = dict.fromkeys(range(text_runs._KEEP))

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from transformers.context import Ctx, ToolInfo
 from transformers.events import Finish, Start, Text, ToolCall, ToolCallEnd, Usage
+from transformers.protocols import SPECS
 from transformers.tool_stage import (
     ToolStage,
     is_json,
@@ -107,7 +108,7 @@ def nonstream_events(calls, finish=None):
 
 
 def run(ctx: Ctx, events, client="responses"):
-    st_ = ToolStage(ctx, client)
+    st_ = ToolStage(ctx, SPECS[client].tool_kinds)
     out = []
     for ev in events:
         out.extend(st_.feed(ev))
@@ -117,7 +118,7 @@ def run(ctx: Ctx, events, client="responses"):
 
 def run_incremental(ctx, events, client="responses"):
     """Output after each input event (to check what is held back)."""
-    st_ = ToolStage(ctx, client)
+    st_ = ToolStage(ctx, SPECS[client].tool_kinds)
     steps = [st_.feed(ev) for ev in events]
     steps.append(st_.end())
     return steps
@@ -757,7 +758,7 @@ OFFERED = [
 @pytest.mark.parametrize("custom, ssp, client, gets", [r[1:] for r in OFFERED], ids=[r[0] for r in OFFERED])
 def test_R3_a_one_rule_for_both_protocols(custom, ssp, client, gets):
     ctx = mk_ctx(MIMO, functions=("apply_patch",) if ssp or not custom else (), custom=custom, ssp=ssp)
-    assert needed(ctx, client)
+    assert needed(ctx)
     out = run(ctx, stream_events([("call_1", "apply_patch", [RAW[:9], RAW[9:]])]), client=client)
     (end,) = [e for e in out if type(e) is ToolCallEnd]
     if gets == "custom":
@@ -913,16 +914,11 @@ def test_nameless_call_passes_without_R3_b():
 
 def test_other_events_untouched_and_nothing_after_finish():
     ctx = mk_ctx(MIMO)
-    st_ = ToolStage(ctx, "responses")
+    st_ = ToolStage(ctx, SPECS["responses"].tool_kinds)
     t = Text("hi")
     assert st_.feed(t)[0] is t
     assert st_.feed(Finish()) == [Finish()]
     assert st_.feed(Text("late")) == [] and st_.end() == []
-
-
-def test_bad_client_rejected():
-    with pytest.raises(ValueError):
-        ToolStage(mk_ctx(), "anthropic")
 
 
 # ---------------------------------------------------------------------------- nothing lost (plain)
@@ -965,7 +961,7 @@ def test_plain_nothing_lost(args, cuts, name, client):
     ],
 )
 def test_needed(quirks, custom, namespaces, ssp, client, expected):
-    assert needed(mk_ctx(quirks, custom=custom, namespaces=namespaces, ssp=ssp), client) is expected
+    assert needed(mk_ctx(quirks, custom=custom, namespaces=namespaces, ssp=ssp)) is expected
 
 
 # ---------------------------------------------------------------------------- whole pipeline
@@ -995,7 +991,7 @@ def chat_chunks(args_pieces, name="apply_patch", cid="call_1", finish_reason="to
 
 
 def pipeline(ctx, chunks):
-    dec, stage = ChatStreamDecoder(ctx), ToolStage(ctx, "responses")
+    dec, stage = ChatStreamDecoder(ctx), ToolStage(ctx, SPECS["responses"].tool_kinds)
     enc = ResponsesStreamEncoder(ctx, response_id="resp_1", created_at=1)
     out = []
     for ch in chunks:
@@ -1093,7 +1089,7 @@ def test_T3_11_T3_12_pipeline_nonstream(message):
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
-    stage = ToolStage(ctx, "responses")
+    stage = ToolStage(ctx, SPECS["responses"].tool_kinds)
     evs = [e2 for e in decode_chat_completion(obj, ctx) for e2 in stage.feed(e)] + stage.end()
     resp = encode_response(evs, ctx, response_id="resp_1")
     assert resp["status"] == "completed"
