@@ -123,7 +123,8 @@ def _model_parts(m: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any
     text = _text(m.get("content"))
     if text:
         parts.append({"text": text})
-    for tc in m.get("tool_calls") or ():
+    calls = m.get("tool_calls")
+    for tc in calls if isinstance(calls, list) else ():
         fn = tc.get("function") if isinstance(tc, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             continue
@@ -198,7 +199,8 @@ def chat_to_gemini(body: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     if system:
         out["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
     decls = []
-    for t in body.get("tools") or ():
+    tools = body.get("tools")
+    for t in tools if isinstance(tools, list) else ():
         fn = t.get("function") if isinstance(t, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             continue
