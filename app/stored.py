@@ -6,7 +6,8 @@ Theory of operation
 The proxy route calls ``begin`` before ``prepare()`` (which stays pure) and hands ``finish``
 to the pump as its hold (``ProxyResponse.hold``), only for a Responses request that stores
 or continues (a request with ``store: false`` and no ``previous_response_id``, as Codex
-sends, never gets here and never touches the store).  ``begin`` decides, from the body, the route and the stored chain:
+sends, never gets here and never touches the store).  ``begin`` decides, from the body,
+the route and the stored chain:
 
 =============================================  ===========================================
 case                                           what happens
