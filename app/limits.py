@@ -71,7 +71,7 @@ import hashlib
 import itertools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from app.logs import log
@@ -129,7 +129,8 @@ class Counters(Protocol):
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         """(0 when taken, else the 1-based index of the refusing entry — ``len(entries) +
-        1`` for the slot — and the counts it saw)."""
+        1`` for the slot — and the counts it saw: every entry's, then the slots held, when
+        the slot refused)."""
         ...
 
     async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str = "") -> None:
@@ -200,7 +201,8 @@ class MemoryCounters:
 
 # KEYS: the entries' counters, then the slot's sorted set when ARGV[1] == "1".
 # ARGV: has_slot, now (ms), then per entry: limit, need, take, ttl; then the slot's limit,
-# member, lease (ms).  Returns {0, the counts seen…} when taken, else {index, count}.
+# member, lease (ms).  Returns {0, the counts seen…} when taken, {n + 1, the counts seen…,
+# the slots held} when the slot refused, else {index, count}.
 TAKE = """
 local has_slot = ARGV[1] == '1'
 local now = tonumber(ARGV[2])
@@ -218,7 +220,11 @@ if has_slot then
   local b = 2 + n * 4
   redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
   local held = redis.call('ZCARD', sk)
-  if held >= tonumber(ARGV[b + 1]) then return {n + 1, held} end
+  if held >= tonumber(ARGV[b + 1]) then
+    seen[1] = n + 1
+    seen[n + 2] = held
+    return seen
+  end
   redis.call('ZADD', sk, now + tonumber(ARGV[b + 3]), ARGV[b + 2])
   redis.call('PEXPIRE', sk, tonumber(ARGV[b + 3]))
 end
@@ -754,8 +760,14 @@ class Limiter:
             self.metrics.inc("switchboard_limits_refused_total", kind=kind)
         headers = {"retry-after": str(wait), "x-switchboard-limit": kind}
         # the window it hit, full: OpenAI's three headers for a minute window, Codex's own
-        # (primary: the minute, secondary: a day or month budget)
+        # (primary: the minute, secondary: a day or month budget); a slot refused: the
+        # key's windows as they stand (nothing was taken from them)
         word = {"requests": "requests", "tokens_minute": "tokens"}.get(kind)
+        if kind == "concurrent" and len(seen) > len(ticket.entries):
+            n = len(ticket.entries)
+            entries = [replace(e, take=0) for e in ticket.entries]
+            view = Ticket(ticket.name, ticket.policy, entries=entries, counts=seen[:n], now=ticket.now)
+            headers = {**view.headers(), **headers}
         if word is not None:
             headers[f"x-ratelimit-limit-{word}"] = str(limit)
             headers[f"x-ratelimit-remaining-{word}"] = "0"

@@ -617,17 +617,10 @@ class Service:
                     await _error_answer(e, rid, client)(scope, receive, send)
                     return
                 response = ProxyResponse(p)
+                if turn is not None and self.store is not None:  # stored before its terminal's bytes leave
+                    response.hold = partial(stored.finish, self.store, turn)
                 try:
-                    if turn is not None and self.store is not None:
-                        owed = self.store.expect()  # before the answer goes out: the next turn may wait for it
-                        try:
-                            await response(scope, receive, send)
-                            await stored.finish(self.store, turn, p)  # after the client's last byte
-                        finally:
-                            if not owed.done():
-                                owed.set_result(None)
-                    else:
-                        await response(scope, receive, send)
+                    await response(scope, receive, send)
                 finally:  # the key's limits settled, the usage recorded (a fallback's own p)
                     seen = response.p.ctx.signatures_seen
                     if spec.recalls_signatures and seen and "gemini_thought_signatures" in response.p.route.quirks:

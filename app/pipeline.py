@@ -24,13 +24,20 @@ ASGI response that pumps:
    (bounded) so its connection goes back to the pool.  From the first byte on, every
    failure is the protocol's own error event, never a cut stream; a client disconnect
    cancels the task, which closes the upstream response.
-3. **Account.**  One log line and the counters, saying what the client received.
+3. **Hold.**  ``ProxyResponse.hold``, when the app sets one (app/stored.py: the put of a
+   stored turn), runs once the answer is whole and before the bytes that carry its
+   terminal event go out: a non-streamed body waits before its head, a stream sends what
+   comes before its terminal event, then waits.  The client is no longer watched then
+   (the upstream is done: a cut has nothing left to stop).  A hold that changed the
+   response object has its terminal written again (``Bridge.restate``).
+4. **Account.**  One log line and the counters, saying what the client received.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -56,6 +63,9 @@ class ProxyResponse(Response):
         self.task: asyncio.Task[Any] | None = None
         self.background = None
         self.started = False  # http.response.start sent (the app's catch-all can no longer answer)
+        # awaited between the whole answer and its terminal's bytes (module docstring, 3.);
+        # True when it changed the response object
+        self.hold: Callable[[Prepared], Awaitable[bool]] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         p = self.p
@@ -79,6 +89,12 @@ class ProxyResponse(Response):
             watch = asyncio.ensure_future(_wait_disconnect(receive))
             watch.add_done_callback(on_disconnect)
 
+        def unwatch() -> None:
+            watching.cancel()
+            if watch is not None:
+                watch.remove_done_callback(on_disconnect)
+                watch.cancel()
+
         watching = asyncio.get_running_loop().call_later(_WATCH_AFTER, watch_client)
         resp: httpx.Response | None = None
         drain: Any = None
@@ -92,6 +108,10 @@ class ProxyResponse(Response):
             head = [(b"x-request-id", p.request_id.encode()), *[(k.encode(), v.encode()) for k, v in p.headers.items()]]
             if not p.stream:
                 out = complete_answer(p, whole)  # type: ignore[arg-type]
+                if self.hold is not None:
+                    unwatch()
+                    if await self.hold(p):
+                        out = p.bridge.restate()
                 if p.reshape is not None:
                     status, out = p.reshape(out)
                     if status != 200:
@@ -127,9 +147,12 @@ class ProxyResponse(Response):
                 out = p.bridge.replay(whole)
                 if p.bridge.chars:
                     p.first_token = time.perf_counter() - p.started
-                await send({"type": "http.response.body", "body": out, "more_body": False})
-                return
-            drain = await _stream(p, prov, resp, send)
+            else:
+                drain, out = await _stream(p, prov, resp, send)
+            if self.hold is not None:
+                unwatch()
+                out = await _held(p, self.hold, out, send)
+            await send({"type": "http.response.body", "body": out, "more_body": False})
         except ProxyError as e:
             p = self.p
             status = e.status
@@ -155,10 +178,7 @@ class ProxyResponse(Response):
             p = self.p
             if p.drainer is not None:
                 p.drainer.unregister(self)
-            watching.cancel()
-            if watch is not None:
-                watch.remove_done_callback(on_disconnect)
-                watch.cancel()
+            unwatch()
             finish_log(p, status, ttfb, terminal or p.bridge.terminal or "failed", error)
             if p.trace is not None:
                 p.trace.end(p, status, terminal or p.bridge.terminal or "failed", error)
@@ -198,9 +218,10 @@ class ProxyResponse(Response):
             self.p = fo.p
 
 
-async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) -> Any:
+async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) -> tuple[Any, bytes]:
     """Pump the upstream stream through the Bridge to the client; returns the upstream body
-    iterator to drain when the terminal event came before the upstream's end."""
+    iterator to drain when the terminal event came before the upstream's end, and the
+    answer's last bytes, not sent yet."""
     bridge = p.bridge
     # The response's own stream, iterated directly: what ``resp.aiter_raw()`` adds around it
     # per read (one more async generator to resume, a byte count, a chunker that hands an
@@ -300,8 +321,21 @@ async def _stream(p: Prepared, prov: Provider, resp: httpx.Response, send: Any) 
     if no_output and bridge.chars:  # the first output came with the end (a call held to the end)
         p.first_token = clock() - p.started
     pending.append(out)
-    await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
-    return rest
+    return rest, b"".join(pending)
+
+
+async def _held(p: Prepared, hold: Callable[[Prepared], Awaitable[bool]], data: bytes, send: Any) -> bytes:
+    """A stream's last bytes ``data`` once ``hold`` is done: what comes before the terminal
+    event (``Bridge.last_frame``) goes out first; the terminal written again when the hold
+    changed the response object.  Without a known terminal, all of ``data`` waits."""
+    last = p.bridge.last_frame
+    n = len(last) if last and data.endswith(last) else 0
+    if n and len(data) > n:
+        await send({"type": "http.response.body", "body": data[:-n], "more_body": True})
+        data = last
+    if await hold(p) and n:
+        data = data[:-n] + p.bridge.restate()
+    return data
 
 
 class _Heartbeats:

@@ -179,7 +179,6 @@ def default_sqlite_path() -> str:
 
 
 _PURGE_EVERY = 256
-_SETTLE_SECONDS = 2.0  # the longest a lookup waits for this process's puts in flight
 
 
 class Store:
@@ -197,29 +196,12 @@ class Store:
         self.put_timeout = cfg.timeout_seconds  # (a Redis Cluster's put outlives a failover)
         self.counters = counters if counters is not None else Metrics()
         self.healthy = True  # the last operation reached the backend
-        # puts this process owes: a turn whose answer is going out is stored after its last
-        # byte, and a client may send the next turn (referring to it) before that put is done
-        self._expected: set[asyncio.Future[None]] = set()
         # puts of this event-loop turn, written together (``_put_many``): under load a put
         # costs a share of one round trip
         self._queued: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]] = []
         self._put_kicked = False
         self._put_tasks: set[asyncio.Task[None]] = set()
         self.batch_puts = True
-
-    def expect(self) -> asyncio.Future[None]:
-        """A put this process will make (a stored turn's answer is going out): resolve the
-        future once it is done or given up.  ``settled`` waits for these."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._expected.add(fut)
-        fut.add_done_callback(self._expected.discard)
-        return fut
-
-    async def settled(self) -> None:
-        """Wait (at most ``_SETTLE_SECONDS``) for the puts this process owes: a lookup that
-        found nothing looks again after them."""
-        if self._expected:
-            await asyncio.wait(list(self._expected), timeout=_SETTLE_SECONDS)
 
     async def _call(self, op: str, coro: Any, seconds: float | None = None) -> Any:
         try:

@@ -3,10 +3,11 @@
 
 Theory of operation
 -------------------
-The proxy route calls ``begin`` before ``prepare()`` (which stays pure) and ``finish`` after
-the answer went out, only for a Responses request that stores or continues (a request with
-``store: false`` and no ``previous_response_id``, as Codex sends, never gets here and never
-touches the store).  ``begin`` decides, from the body, the route and the stored chain:
+The proxy route calls ``begin`` before ``prepare()`` (which stays pure) and hands ``finish``
+to the pump as its hold (``ProxyResponse.hold``), only for a Responses request that stores
+or continues (a request with ``store: false`` and no ``previous_response_id``, as Codex
+sends, never gets here and never touches the store).  ``begin`` decides, from the body,
+the route and the stored chain:
 
 =============================================  ===========================================
 case                                           what happens
@@ -45,19 +46,20 @@ unknown, any other upstream                    404 ``Item with id '…' not foun
 =============================================  ===========================================
 
 The client's response says ``store: true`` and its ``previous_response_id`` whatever the
-upstream (``answered``).  ``finish`` stores the response object the client received with
+upstream (``answered``).  ``finish`` stores the response object the client receives with
 this turn's input items (ids given to those without), the provider, whether that upstream
-keeps it too, and the ids of the earlier turns; a failed put is logged and counted, the
-answer already went out.  A lookup that finds nothing is retried once, after this process's
-puts in flight are done (``Store.expect``/``settled``: the route registers a stored turn's
-put before its answer goes out, since a fast client sends the next turn, or its
-``item_reference``s, as soon as it has the last byte) and ``_RACE_SECONDS`` more for
-another instance's.
+keeps it too, and the ids of the earlier turns.  It runs once the answer is whole and
+before the bytes that carry its terminal event leave (a non-streamed body, a stream's
+``response.completed`` event or WebSocket frame): what the client was told is stored is in
+the store before the client can send a next turn, to any instance.  A put that fails (the
+store unavailable, a record over ``max_record_bytes``) loses no answer: it goes out with
+``store: false`` in its response object (in a stream, the terminal event's), logged and
+counted (``switchboard_store_errors_total{op}``).  So a lookup that finds nothing is
+answered at once: nothing the client was told is stored can still be on its way.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,7 +79,6 @@ from transformers.protocols import SPECS
 
 __all__ = ["Turn", "begin", "finish", "has_references", "resolve_references", "routes", "stored_chain"]
 
-_RACE_SECONDS = 0.05
 _ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
@@ -89,6 +90,7 @@ class Turn:
     remote: bool = False
     answered: dict[str, Any] = field(default_factory=dict)
     resolved: bool = False  # item_reference items were replaced (counted as a repair)
+    kept: bool = False  # finish stored it
 
 
 def store_unavailable() -> ProxyError:
@@ -115,25 +117,14 @@ def _not_found(rid: str) -> ProxyError:
     return ProxyError(404, f"Response with id '{rid[:200]}' not found.")
 
 
-async def _settle(store: Store) -> None:
-    """Before a lookup is tried again: this process's puts in flight done (a fast client's
-    next turn on the same instance), and ``_RACE_SECONDS`` for another instance's."""
-    await store.settled()
-    await asyncio.sleep(_RACE_SECONDS)
-
-
 async def stored_chain(store: Store, rid: str, owner: str) -> list[Record] | None:
     """The stored conversation ending at ``rid`` (oldest first), None when it is not there;
     ``StoreUnavailable`` raised as the 503 answer.  The WebSocket transport calls this for a
     ``previous_response_id`` that is not on its socket."""
     try:
-        chain = await store.chain(rid, owner)
-        if chain is None:
-            await _settle(store)
-            chain = await store.chain(rid, owner)
+        return await store.chain(rid, owner)
     except StoreUnavailable:
         raise store_unavailable() from None
-    return chain
 
 
 def history(chain: list[Record], strip_ids: bool) -> list[Any]:
@@ -200,9 +191,6 @@ async def resolve_references(store: Store | None, router: Router, body: dict[str
         ids = [rid for _, rid in refs]
         try:
             found = await store.items(ids, owner)
-            if len(found) < len(set(ids)):  # the turn that made them may still be being stored
-                await _settle(store)
-                found = await store.items(ids, owner)
         except StoreUnavailable:
             raise store_unavailable() from None
     out = list(items)
@@ -300,30 +288,37 @@ def _with_ids(items: list[Any], rid: str) -> list[Any]:
     return out
 
 
-async def finish(store: Store, turn: Turn, p: Prepared) -> None:
-    """After the answer went out: store the response object the client received."""
-    if turn.answered.get("store") is not True:
-        return
+async def finish(store: Store, turn: Turn, p: Prepared, completed_only: bool = False) -> bool:
+    """Between the whole answer and its terminal's bytes (``ProxyResponse.hold``): store the
+    response object the client receives (``completed_only``: only a completed one, as the
+    WebSocket keeps).  True when that object changed: the put failed, it says ``store: false``."""
+    if turn.answered.get("store") is not True or (completed_only and p.bridge.terminal != "completed"):
+        return False
     resp = p.bridge.response_object()
     if resp is None or not isinstance(resp.get("id"), str):
-        return  # no response object went out (an error answer, a client that left)
+        return False  # no response object goes out (an error answer)
+    prov = p.route.provider  # (after a fallback, the target's)
     rec = Record(
         id=resp["id"],
         owner=turn.owner,
         response=resp,
         input=_with_ids(turn.items, resp["id"]),
-        provider=p.route.provider.name,
+        provider=prov.name,
         upstream=p.upstream,
-        remote=turn.remote and SPECS[p.upstream].native_items,
+        remote=turn.remote and SPECS[p.upstream].native_items and prov.cfg.stores_responses,
         ancestors=turn.ancestors,
     )
     try:
         await store.put(rec)
+        turn.kept = True
+        return False
     except (StoreUnavailable, RecordTooLarge) as e:
         log.warning("store_put_failed", request_id=p.request_id, error=str(e))
-    except Exception as e:  # the answer went out: nothing to tell the client
+    except Exception as e:  # whatever it was, the answer goes out
         store.counters.inc("switchboard_store_errors_total", op="put")
         log.exception("store_put_failed", request_id=p.request_id, error=type(e).__name__)
+    resp["store"] = False  # what the client can rely on: not stored
+    return True
 
 
 # -- the routes ---------------------------------------------------------------------------

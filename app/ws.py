@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from functools import partial
 from typing import Any
 
 import orjson
@@ -604,6 +605,8 @@ class _Connection:
             return None
         run = _Run(sid, action)
         response = ProxyResponse(p)
+        if turn is not None and self.svc.store is not None:  # stored before its response.completed frame
+            response.hold = partial(stored.finish, self.svc.store, turn, completed_only=True)
         run.p = response  # (its .p: the target's, after a fallback before the first byte)
         run.steerable = "conversation" not in action.body and "context_management" not in action.body
         lane.run = run
@@ -639,8 +642,7 @@ class _Connection:
         else:
             self.session.failed(action)
         self.chains[sid] = None
-        if turn is not None and self.svc.store is not None and completed:
-            await stored.finish(self.svc.store, turn, p)
+        if turn is not None and turn.kept:
             self.chains[sid] = [*turn.ancestors, response_id]
         for msg in run.injects:
             await self._frame(

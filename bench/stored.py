@@ -43,6 +43,7 @@ from bench.run import HOST, ROOT, free_port, start_fake, start_proxy
 from bench.ws_turns import fake_chat_config
 
 MODEL = "bench-chat-n20"
+SECRET = "bench-stored-secret-0123456789abcdef0123456789abcdef"
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -145,7 +146,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 store: dict[str, Any] = {"backend": backend, "path": str(work / "store.db")}
                 if backend == "redis":
                     store["url"] = f"redis://{HOST}:{rport}/0"
-                cfg.write_text(json.dumps(fake_chat_config(fport, MODEL, store=store)))
+                conf = fake_chat_config(fport, MODEL, store=store)
+                conf.setdefault("server", {})["secret_key"] = SECRET  # (required with the Redis store)
+                cfg.write_text(json.dumps(conf))
                 proxy, port, _ = await start_proxy([str(ROOT / ".venv/bin/switchboard")], cfg, work, None)
                 try:
                     got = await measure(port, args)

@@ -332,6 +332,8 @@ class Bridge:
         "_result",
         "_done_sent",
         "_closed",
+        "last_frame",
+        "_last_event",
         "_chat",
         "passthrough",
         "lane",
@@ -380,6 +382,9 @@ class Bridge:
         self.error_code = ""
         self._done_sent = False
         self._closed = False  # the client's terminal went out
+        # the terminal event as written for the client, and its object (``restate``)
+        self.last_frame = b""
+        self._last_event: dict[str, Any] | None = None
         # Chat → Chat text chunks the full path would write unchanged go out as they came
         # (transformers/passthrough.py); None: every event takes the full path
         up = self._upstream
@@ -545,6 +550,14 @@ class Bridge:
         if self._result is not None:
             return self._result
         return self.encoder.response if self._closed and self.terminal else None
+
+    def restate(self) -> bytes:
+        """The end of the client's answer written again from its response object as it is
+        now (the app changed it after the terminal: ``store`` false for a put that failed):
+        a whole answer's body, or a stream's terminal event framed (``last_frame``)."""
+        if self._result is not None:
+            return orjson.dumps(self._result)
+        return self._framing.frame(self._last_event) if self._last_event is not None else b""
 
     # -- non-streaming --------------------------------------------------------------------
 
@@ -1012,9 +1025,12 @@ class Bridge:
                     ev.error = self.mask.error(ev.error)  # type: ignore[union-attr]
                     code = ev.error.get("code")  # type: ignore[union-attr]
                     self.error_code = code if isinstance(code, str) else "upstream_error"
+                before = len(out)
             for obj in enc.feed(ev):
                 out.append(frame(obj))
             if fin:
+                if not self._closed and len(out) > before:  # the terminal event is the last one written
+                    self.last_frame, self._last_event = out[-1], obj
                 self._closed = True
             elif not self._closed and (enc.failed if chat else enc.done):
                 # the encoder ended the stream itself (an argument mismatch, an item it cannot write)

@@ -271,38 +271,3 @@ async def test_every_answer_carries_a_request_id_and_a_plain_incoming_one_is_ado
     for bad in ("a b", "x" * 129, "a/b"):
         r = await post(c, {"model": "chat-model", "input": "two", "store": False}, {**ALICE, "x-request-id": bad})
         assert r.headers["x-request-id"].startswith("req_") and r.headers["x-request-id"] != bad
-
-
-async def test_a_reference_to_a_turn_still_being_stored_waits_for_its_put(tmp_path):
-    """A fast client refers to items of its previous turn as soon as it has the last byte,
-    while that turn's put may still be running: the lookup waits for this process's puts in
-    flight, then finds them."""
-    import asyncio
-
-    from app import stored
-    from app.config import parse_config
-    from app.store import Record, open_store
-    from providers.upstream import Router
-
-    conf = parse_config(cfg(tmp_path))
-    store = open_store(conf.store)
-    assert store is not None
-    router = Router.build(conf)
-    rec = Record(
-        id="resp_1", owner="alice", provider="chatup", upstream="chat", input=[],
-        response={"id": "resp_1", "output": [{"id": "msg_1", "type": "message", "role": "assistant", "content": []}]},
-    )  # fmt: skip
-    owed = store.expect()  # the answer went out; its put has not started yet
-
-    async def late_put() -> None:
-        await asyncio.sleep(0.3)
-        await store.put(rec)
-        owed.set_result(None)
-
-    task = asyncio.create_task(late_put())
-    body = {"model": "chat-model", "input": [{"type": "item_reference", "id": "msg_1"}]}
-    assert await stored.resolve_references(store, router, body, "alice") == 1
-    assert body["input"][0]["type"] == "message"
-    await task
-    await store.aclose()
-    await router.aclose()

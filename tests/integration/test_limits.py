@@ -94,3 +94,20 @@ async def test_a_compaction_counts_against_the_key(client_factory: Any, mock: An
     assert r.status_code == 200
     r = await c.post("/v1/responses/compact", json={"model": "chat-model", "input": "hi"}, headers=auth("sk-dan"))
     assert r.status_code == 429 and r.headers["retry-after"] and r.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+async def test_a_concurrency_refusal_carries_the_rate_limit_headers(client_factory: Any, mock: Any) -> None:
+    keys = {"keys": [{"name": "dave", "key": "sk-dave", "limits": {"requests_per_minute": 10, "concurrent": 1}}]}
+    c = await client_factory(auth=keys)
+    mock.post(CHAT_URL).mock(side_effect=lambda req: sse_response(chat_stream_two_calls(), done=True))
+    limiter = c._transport.app.state.service.limiter  # type: ignore[attr-defined]
+    held = await limiter.admit("dave", "chat-model", 0, "held")  # an answer in flight holds the one slot
+    path, body = BODIES["chat"]
+    r = await c.post(path, json=body, headers=auth("sk-dave"))
+    assert r.status_code == 429 and r.headers["x-switchboard-limit"] == "concurrent"
+    assert r.headers["retry-after"] == "1"
+    assert (r.headers["x-ratelimit-limit-requests"], r.headers["x-ratelimit-remaining-requests"]) == ("10", "9")
+    assert r.headers["x-codex-primary-window-minutes"] == "1"
+    await limiter.settle(held, "chat-model", None)
+    r = await c.post(path, json={**body, "stream": True}, headers=auth("sk-dave"))
+    assert r.status_code == 200 and r.headers["x-ratelimit-remaining-requests"] == "8"

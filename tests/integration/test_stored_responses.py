@@ -4,6 +4,7 @@ scoping per client key, storing turned off, and a store that does not answer."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -246,9 +247,9 @@ async def test_unreachable_store_degrades_only_stored_requests(client_factory, u
     ):
         r = await c.post("/v1/responses", json=body, headers=ALICE)
         assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable", r.text
-    # a store:true answer goes out; its put fails, is counted, and nothing breaks
+    # a store:true answer goes out; its put fails, is counted, and the answer says store: false
     stored = await c.post("/v1/responses", json={"model": "chat-model", "input": "x"}, headers=ALICE)
-    assert stored.status_code == 200 and stored.json()["store"] is True
+    assert stored.status_code == 200 and stored.json()["store"] is False
     assert (await c.get("/v1/responses/resp_x", headers=ALICE)).status_code == 503
     ready = await c.get("/readyz")
     assert ready.status_code == 200 and ready.json()["store"] == "degraded"
@@ -286,3 +287,108 @@ async def test_a_stored_chain_past_the_body_limit_is_a_context_error(client_fact
     err = r.json()["error"]
     assert err["code"] == "context_length_exceeded" and err["param"] == "input"
     assert len(up.bodies["chat"]) == 3  # nothing went upstream for the fourth turn
+
+
+async def asgi_post(app: Any, body: dict[str, Any], sent: list[dict[str, Any]]) -> None:
+    """POST /v1/responses straight to the app's ASGI callable; every message it sends lands
+    in ``sent`` as it is sent."""
+    raw = orjson.dumps(body)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/responses",
+        "raw_path": b"/v1/responses",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1:8080"),
+            (b"authorization", b"Bearer sk-alice"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(raw)).encode()),
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError
+
+    async def send(msg: dict[str, Any]) -> None:
+        sent.append(msg)
+
+    await app(scope, receive, send)
+
+
+def body_of(sent: list[dict[str, Any]]) -> bytes:
+    return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+@pytest.mark.parametrize(
+    ("model", "stream"),
+    [("chat-model", False), ("resp-model", False), ("resp-model", True), ("chat-model", True)],
+)
+async def test_the_put_is_done_before_the_terminal_leaves(client_factory, up, tmp_path, model, stream):
+    """What the client was told is stored is in the store before the bytes that tell it leave:
+    a non-streamed answer is sent after the put, a stream sends its events up to the
+    terminal one, then waits for the put (an upstream stream, and a Chat upstream that
+    answered a stream request whole)."""
+    c = await client_factory(**cfg(tmp_path))
+    app = c._transport.app  # type: ignore[attr-defined]
+    store = app.state.service.store
+    sent: list[dict[str, Any]] = []
+    at_put: list[list[dict[str, Any]]] = []
+    real = store.put
+
+    async def put(rec: Any) -> None:
+        at_put.append(list(sent))  # what had gone out when the put began
+        await real(rec)
+
+    store.put = put
+    await asgi_post(app, {"model": model, "input": "one", "stream": stream}, sent)
+    assert len(at_put) == 1
+    if stream:
+        before = parse_sse(body_of(at_put[0]))
+        assert before and before[0]["type"] == "response.created"
+        assert not any(e["type"] == "response.completed" for e in before)
+        events = parse_sse(body_of(sent))
+        assert events[: len(before)] == before and events[-1]["type"] == "response.completed"
+        final = events[-1]["response"]
+    else:
+        assert at_put[0] == []  # not even the head
+        final = orjson.loads(body_of(sent))
+    assert final["store"] is True
+    got = await c.get(f"/v1/responses/{final['id']}", headers=ALICE)
+    assert got.status_code == 200 and got.json()["output"] == final["output"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_put_answers_store_false(client_factory, up, tmp_path, stream):
+    """The store fails the put: the answer still goes out, its response object (a stream's
+    terminal event) says store: false, and the failure is counted."""
+    c = await client_factory(**cfg(tmp_path))
+    store = c._transport.app.state.service.store  # type: ignore[attr-defined]
+
+    async def broken(batch: Any) -> Any:
+        raise OSError("disk gone")
+
+    store._put_many = broken  # the backend's write fails
+    r = await c.post("/v1/responses", json={"model": "resp-model", "input": "one", "stream": stream}, headers=ALICE)
+    assert r.status_code == 200
+    if stream:
+        events = parse_sse(r.content)
+        assert events[0]["response"]["store"] is True  # (said before the put was tried)
+        assert events[-1]["type"] == "response.completed"
+        final = events[-1]["response"]
+        assert final["output"][0]["content"][0]["text"] == "answer 1"
+    else:
+        final = r.json()
+    assert final["store"] is False
+    assert (await c.get(f"/v1/responses/{final['id']}", headers=ALICE)).status_code == 404
+    assert 'switchboard_store_errors_total{op="put"} 1' in (await c.get("/metrics")).text

@@ -413,3 +413,34 @@ async def test_stored_turns_over_the_socket_and_a_reconnect_continuing_from_the_
     third = up.bodies[2]["messages"]
     assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
     assert [m["content"] for m in third][1:] == ["one", "and then?", "two", "last"]
+
+
+async def test_a_stored_turn_is_in_the_store_before_its_completed_frame() -> None:
+    """The put of a stored turn ends before its response.completed frame goes out: while the
+    put waits, the client has the events before it and not the terminal."""
+    up = Upstream([chat_text_turn("one")])
+    async with serving(up) as host:
+        store = SERVICES[-1].store
+        entered, release = asyncio.Event(), asyncio.Event()
+        real = store.put
+
+        async def put(rec: Any) -> None:
+            entered.set()
+            await release.wait()
+            await real(rec)
+
+        store.put = put
+        async with connect(f"ws://{host}/v1/responses", additional_headers=AUTH) as ws:
+            await ws.send(create("chat-model", [USER], store=True))
+            reader = asyncio.create_task(events_until_terminal(ws))
+            await asyncio.wait_for(entered.wait(), 5)
+            await asyncio.sleep(0.2)  # (room for a terminal frame that did not wait)
+            assert not reader.done()
+            release.set()
+            events = await reader
+        assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
+        final = events[-1]["response"]
+        assert final["store"] is True
+        async with httpx.AsyncClient(base_url=f"http://{host}") as http:
+            got = await http.get(f"/v1/responses/{final['id']}", headers={"Authorization": f"Bearer {KEY}"})
+            assert got.status_code == 200 and got.json()["output"] == final["output"]

@@ -13,6 +13,12 @@ stopped: stateless requests are still answered, stored ones are 503 ``store_unav
 ``/readyz`` says degraded; Redis is started again on the same port and stored requests work
 again on the same processes (they reconnect by themselves).  A missing ``redis-server``
 fails the test.
+
+The hand-off test runs two processes on one Redis: A reaches it through ``SlowRelay``,
+which holds everything A sends for ``DELAY`` seconds (a slow store write, longer than any
+grace a lookup could give), B directly.  One conversation alternates between them, every
+other pair of turns streamed: each turn goes to the other instance the moment the previous
+answer's terminal event (or whole body) arrives, and must find its previous response.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,6 +38,7 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 
 E2E = Path(__file__).resolve().parent.parent / "e2e"
@@ -220,3 +228,114 @@ def test_stored_conversation_across_processes(env: dict[str, Any]) -> None:
     assert r2.previous_response_id == r1.id
     assert httpx.get(f"{b.url}/readyz", timeout=5).json()["store"] == "ok"
     assert time.monotonic() - started < 40
+
+
+DELAY = 0.1  # what SlowRelay holds each write of instance A back
+
+
+class SlowRelay:
+    """A TCP relay to Redis on ``port``: what a client sends reaches Redis ``DELAY`` seconds
+    later; Redis's answers come back at once.  Threads, stopped with their sockets."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.socks: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            self.socks += [client, server]
+            threading.Thread(target=self._pipe, args=(client, server, DELAY), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, 0.0), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, delay: float) -> None:
+        try:
+            while data := src.recv(65536):
+                time.sleep(delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+TERMINALS = ("response.completed", "response.incomplete", "response.failed")
+
+
+def turn(c: httpx.Client, body: dict[str, Any], stream: bool) -> tuple[int, dict[str, Any]]:
+    """One turn: (status, response object or error body), returned the moment the answer's
+    terminal event (or whole body) is read."""
+    headers = {"authorization": f"Bearer {ALICE}"}
+    if not stream:
+        r = c.post("/v1/responses", json=body, headers=headers)
+        return r.status_code, r.json()
+    with c.stream("POST", "/v1/responses", json={**body, "stream": True}, headers=headers) as r:
+        if r.status_code != 200:
+            return r.status_code, orjson.loads(r.read())
+        event = ""
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: ") and event in TERMINALS:
+                return 200, orjson.loads(line[6:])["response"]
+    raise AssertionError("the stream ended without a terminal event")
+
+
+def test_every_turn_finds_its_previous_response_on_the_other_instance(tmp_path: Path) -> None:
+    redis = RedisServer(tmp_path)
+    redis.start()
+    relay = SlowRelay(redis.port)
+    store = {"backend": "redis", "key_prefix": f"sbhand:{uuid.uuid4().hex[:8]}:", "timeout_seconds": 5}
+    proxies = []
+    try:
+        for i, port in enumerate((relay.port, redis.port)):
+            config = {
+                "server": {"secret_key": "h" * 48},
+                "auth": {"keys": [ALICE]},
+                "store": {**store, "url": f"redis://127.0.0.1:{port}/0"},
+                "providers": [{"name": "demo", "profile": "demo"}],
+                "models": [{"name": "demo", "provider": "demo"}],
+            }
+            proxies.append(Proxy(config, tmp_path / f"hand{i}").start())
+        clients = [httpx.Client(base_url=p.url, timeout=20) for p in proxies]
+        prev: str | None = None
+        lost: list[str] = []
+        for i in range(20):
+            stream = i // 2 % 2 == 0  # A and B streamed, then A and B not, ...
+            body: dict[str, Any] = {"model": "demo", "input": f"turn {i}"}
+            if prev is not None:
+                body["previous_response_id"] = prev
+            status, got = turn(clients[i % 2], body, stream)
+            if status != 200:  # noted; the same turn once the put surely landed, to go on
+                lost.append(f"turn {i} on {'AB'[i % 2]} (stream={stream}): {status} {got['error']['code']}")
+                time.sleep(1)
+                status, got = turn(clients[i % 2], body, stream)
+                assert status == 200, got
+            assert got["store"] is True and got.get("previous_response_id") == prev
+            assert f"You said: turn {i}" in got["output"][-1]["content"][0]["text"]
+            prev = got["id"]
+        assert not lost, lost
+        items = clients[0].get(f"/v1/responses/{prev}/input_items", headers={"authorization": f"Bearer {ALICE}"})
+        assert items.status_code == 200
+        for c in clients:
+            c.close()
+    finally:
+        for p in proxies:
+            p.stop()
+        relay.stop()
+        redis.stop()

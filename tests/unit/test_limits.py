@@ -347,3 +347,21 @@ async def test_a_settlement_outlives_a_redis_restart(tmp_path: Any) -> None:
     finally:
         await r.aclose()
         stop(proc)
+
+
+async def test_a_concurrency_refusal_carries_the_keys_windows(counters: Any) -> None:
+    """A 429 for the concurrency slot carries the key's windows as they stand, as every other
+    answer to the key does (the refusal took nothing from them)."""
+    lim = Limiter(config({"requests_per_minute": 5, "tokens_per_day": 1000, "concurrent": 1}), counters)
+    a = await lim.admit("alice", "m", 100, "a", now=NOW)
+    with pytest.raises(LimitExceeded) as e:
+        await lim.admit("alice", "m", 100, "b", now=NOW)
+    h = e.value.headers
+    assert (h["x-switchboard-limit"], h["retry-after"]) == ("concurrent", "1")
+    assert (h["x-ratelimit-limit-requests"], h["x-ratelimit-remaining-requests"]) == ("5", "4")
+    assert h["x-ratelimit-reset-requests"] == "30s" and h["x-codex-primary-used-percent"] == "20.0"
+    assert h["x-codex-secondary-used-percent"] == "10.0"
+    # the refusal took nothing: once the slot is free, the next request is the second of the minute
+    await lim.settle(a, "m", None)
+    c = await lim.admit("alice", "m", 100, "c", now=NOW)
+    assert c.headers()["x-ratelimit-remaining-requests"] == "3"
