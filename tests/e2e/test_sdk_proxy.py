@@ -125,9 +125,19 @@ CACHE_USAGE = {
 }
 
 
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "nonstream"])
-@pytest.mark.parametrize("client_api", ["chat", "responses"])
-@pytest.mark.parametrize("usage_kind", sorted(CACHE_USAGE))
+# Which usage object an upstream sent is the proxy's business, the same whatever SDK reads
+# the answer: every kind through the in-process SDK; each SDK release in its own venv reads
+# the kind with the most to map (Anthropic-style cache fields) in both APIs, streamed or not
+USAGE_CASES = [
+    pytest.param(sdk, kind, api, stream, id=f"{sdk}-{kind}-{api}-{'stream' if stream else 'nonstream'}")
+    for sdk in sorted(SDKS)
+    for kind in (sorted(CACHE_USAGE) if SDKS[sdk] is None else ["chat-anthropic-style"])
+    for api in ("chat", "responses")
+    for stream in (True, False)
+]
+
+
+@pytest.mark.parametrize("sdk_python,usage_kind,client_api,stream", USAGE_CASES, indirect=["sdk_python"])
 def test_sdk_usage_cache_figures(upstream, proxy_for, sdk_python, sdk_version, usage_kind, client_api, stream):
     upstream_protocol = usage_kind.split("-")[0]
     turns = sc.sdk_parallel(upstream_protocol, model=MODEL, usage=CACHE_USAGE[usage_kind])
