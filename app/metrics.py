@@ -293,11 +293,13 @@ def _families(data: dict[str, dict[Key, Values]]) -> Iterator[Metric]:
         yield family
 
 
-def read_dir(path: str) -> dict[str, dict[Key, list[float]]]:
-    """Every process's series in a multiprocess directory, summed: the live ones' and the
-    exited ones' (their counts stay, as prometheus_client keeps a dead process's counters)."""
+def read_dir(path: str, pid: int | None = None) -> dict[str, dict[Key, list[float]]]:
+    """Every process's series in a multiprocess directory (or process ``pid``'s), summed:
+    the live ones' and the exited ones' (their counts stay, as prometheus_client keeps a
+    dead process's counters)."""
     out: dict[str, dict[Key, list[float]]] = {}
-    for index in sorted(glob.glob(os.path.join(glob.escape(path), FILE_PREFIX + "*.index"))):
+    pattern = f"{FILE_PREFIX}{'*' if pid is None else pid}_*.index"
+    for index in sorted(glob.glob(os.path.join(glob.escape(path), pattern))):
         try:
             # the index first: every slot it names is in the values file read after it
             with open(index, "rb") as f:
