@@ -2,26 +2,46 @@
 
 Theory of operation
 -------------------
-**The library.**  prometheus_client (the Prometheus project's own Python client) holds the
-values and writes the exposition.  It was chosen over the OpenTelemetry SDK with its
+**The library.**  prometheus_client (the Prometheus project's own Python client) writes the
+exposition and holds the gauges.  It was chosen over the OpenTelemetry SDK with its
 Prometheus exporter because of ``--workers N``: its *multiprocess mode* keeps every
-worker's values in a small memory-mapped file of a directory the workers share
+worker's values in small memory-mapped files of a directory the workers share
 (``PROMETHEUS_MULTIPROC_DIR``), and any worker's scrape merges the files, so one scrape of
 ``/metrics`` answers for every worker of the instance.  The OpenTelemetry exporter serves
 the one process it runs in (a scrape would see whichever worker the kernel handed the
 connection).  It is also the lighter of the two: no SDK pipeline, views or attribute sets
 per measurement, and no further dependency.
 
+**The values.**  Counters, summaries and histograms (every update of a request) are kept
+here, not in prometheus_client's metric objects, whose update takes a lock and walks the
+buckets in Python per observation, plus a write through its memory-mapped dict per value in
+multiprocess mode.  A series is a short array of floats: a counter ``[value]``, a summary
+``[count, sum]``, a histogram one count per bucket (``bisect_left``: the first bound not
+below the value, prometheus_client's ``le``; ``+Inf`` last) then the sum.  In one process
+it is a list; at scrape time a ``Collector`` hands them to prometheus_client as
+``CounterMetricFamily``, ``SummaryMetricFamily`` and ``HistogramMetricFamily`` (cumulative
+buckets), which write the same lines its own metric classes would.
+
 **Multiprocess mode** is on when ``PROMETHEUS_MULTIPROC_DIR`` is set when the process
 starts; ``app/workers.py`` (the ``--workers N`` supervisor) creates a private directory per
 instance, passes it to its workers, marks a worker that exits dead
 (``multiprocess.mark_process_dead``: its gauges leave the scrape, its counts stay in the
-sums) and removes the directory when it exits.  Without it (one process) the values live in
-memory.  Either way one ``Metrics`` is made per app (``create_app``); two apps in one
+sums) and removes the directory when it exits.  Each ``Metrics`` then writes its series
+into two files of its own in the directory, beside prometheus_client's ``*.db`` (the
+gauges): ``switchboard_<pid>_<random>.values``, float64 slots memory-mapped in chunks of
+``_CHUNK``, and ``switchboard_<pid>_<random>.index``, one JSON line per series (first slot,
+name, labels) appended before the series' first update.  An update is a store into the
+map, so nothing waits for a flush and a worker killed outright loses nothing.  A scrape
+(``read_dir``) reads every index, then its values file (so every slot it names is there),
+and sums the series over the files.  No file is ever removed or rewritten: the series of a
+process that exited stay in the sums, as prometheus_client keeps a dead process's
+counters, and counters never go back.  Without the variable (one process) the values live
+in memory.  Either way one ``Metrics`` is made per app (``create_app``); two apps in one
 process, as in the tests, never see each other's counts (in multiprocess mode a worker
 holds one app, and its scrape is the directory's).  Counters and histograms are summed over
 the workers; the breaker gauge shows the worst state any live worker has
-(``livemax``).
+(``livemax``).  A ``Metrics`` is not shared across a fork: the workers are started afresh
+(``subprocess``), each makes its own.
 
 **Closed label sets.**  Label values come from closed sets, never from what a client or an
 upstream sent: a label whose value is not in its set (``LABELS``, completed for each
@@ -32,9 +52,10 @@ bounded by the product of the sets.  As a second bound, a metric that somehow re
 ``MAX_SERIES`` label sets adds no new ones: further label sets are counted under
 all-``other`` labels.
 
-**Hot path.**  A label set's series (prometheus_client's child) is found once and
-remembered: ``answered`` and ``turn`` do one dict lookup for all the series of a request,
-then one ``inc``/``observe`` each (their cost: docs/operations.md, "Metrics").
+**Hot path.**  A label set's series is found once and remembered: ``answered`` and
+``turn`` do one dict lookup for all the series of a request, then, under one lock (an
+add to a float is a read and a write), one or two additions per update (their cost:
+docs/operations.md, "Metrics").
 
 Metric list, units, labels and buckets: docs/operations.md.  The GenAI metrics follow the
 OpenTelemetry GenAI semantic conventions as the OpenTelemetry Prometheus exporter names
