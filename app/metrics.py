@@ -331,7 +331,10 @@ def read_dir(path: str, pid: int | None = None) -> dict[str, dict[Key, list[floa
             continue
         values = memoryview(data[: len(data) - len(data) % 8]).cast("d")
         for line in lines:
-            slot, name, labels = orjson.loads(line)
+            try:
+                slot, name, labels = orjson.loads(line)
+            except ValueError:  # (a line a full disk cut short, with the next one after it)
+                continue
             kind, _, buckets = _shape(name)
             width = _width(kind, buckets)
             if slot + width > len(values):

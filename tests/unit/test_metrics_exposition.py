@@ -242,9 +242,11 @@ def test_a_scrape_skips_what_a_process_is_still_writing(tmp_path: Path) -> None:
         m = Metrics(["p"])
         m.inc("switchboard_upstream_attempts_total", 3, provider="p", outcome="ok")
         (index,) = tmp_path.glob("*.index")
-        # a line cut short (the write is under way), and one naming slots the values file lacks
+        # a line cut short (the write is under way), one naming slots the values file lacks,
+        # and a line no write could finish (a full disk)
         with index.open("ab") as f:
             f.write(orjson.dumps([10**6, "switchboard_fallbacks_total", [["provider", "p"]]]) + b"\n")
+            f.write(b'[8, "switchboard_fa\n')
             f.write(b'[7, "switchboard_fallb')
         got = metrics.read_dir(str(tmp_path))
         assert got == {"switchboard_upstream_attempts_total": {(("outcome", "ok"), ("provider", "p")): [3.0]}}
