@@ -370,7 +370,11 @@ class _Files:
             self._index = os.open(base + ".index", flags | os.O_WRONLY | os.O_APPEND, 0o600)
         if self._used + width > _CHUNK:
             n = len(self._chunks)
-            os.ftruncate(self._values, (n + 1) * _CHUNK * 8)
+            # the blocks allocated now: a full disk fails here, not as SIGBUS at a store
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(self._values, n * _CHUNK * 8, _CHUNK * 8)
+            else:
+                os.ftruncate(self._values, (n + 1) * _CHUNK * 8)
             self._chunks.append(memoryview(mmap.mmap(self._values, _CHUNK * 8, offset=n * _CHUNK * 8)).cast("d"))
             self._used = 0
         at = self._used
