@@ -2,26 +2,46 @@
 
 Theory of operation
 -------------------
-**The library.**  prometheus_client (the Prometheus project's own Python client) holds the
-values and writes the exposition.  It was chosen over the OpenTelemetry SDK with its
+**The library.**  prometheus_client (the Prometheus project's own Python client) writes the
+exposition and holds the gauges.  It was chosen over the OpenTelemetry SDK with its
 Prometheus exporter because of ``--workers N``: its *multiprocess mode* keeps every
-worker's values in a small memory-mapped file of a directory the workers share
+worker's values in small memory-mapped files of a directory the workers share
 (``PROMETHEUS_MULTIPROC_DIR``), and any worker's scrape merges the files, so one scrape of
 ``/metrics`` answers for every worker of the instance.  The OpenTelemetry exporter serves
 the one process it runs in (a scrape would see whichever worker the kernel handed the
 connection).  It is also the lighter of the two: no SDK pipeline, views or attribute sets
 per measurement, and no further dependency.
 
+**The values.**  Counters, summaries and histograms (every update of a request) are kept
+here, not in prometheus_client's metric objects, whose update takes a lock and walks the
+buckets in Python per observation, plus a write through its memory-mapped dict per value in
+multiprocess mode.  A series is a short array of floats: a counter ``[value]``, a summary
+``[count, sum]``, a histogram one count per bucket (``bisect_left``: the first bound not
+below the value, prometheus_client's ``le``; ``+Inf`` last) then the sum.  In one process
+it is a list; at scrape time a ``Collector`` hands them to prometheus_client as
+``CounterMetricFamily``, ``SummaryMetricFamily`` and ``HistogramMetricFamily`` (cumulative
+buckets), which write the same lines its own metric classes would.
+
 **Multiprocess mode** is on when ``PROMETHEUS_MULTIPROC_DIR`` is set when the process
 starts; ``app/workers.py`` (the ``--workers N`` supervisor) creates a private directory per
 instance, passes it to its workers, marks a worker that exits dead
 (``multiprocess.mark_process_dead``: its gauges leave the scrape, its counts stay in the
-sums) and removes the directory when it exits.  Without it (one process) the values live in
-memory.  Either way one ``Metrics`` is made per app (``create_app``); two apps in one
+sums) and removes the directory when it exits.  Each ``Metrics`` then writes its series
+into two files of its own in the directory, beside prometheus_client's ``*.db`` (the
+gauges): ``switchboard_<pid>_<random>.values``, float64 slots memory-mapped in chunks of
+``_CHUNK``, and ``switchboard_<pid>_<random>.index``, one JSON line per series (first slot,
+name, labels) appended before the series' first update.  An update is a store into the
+map, so nothing waits for a flush and a worker killed outright loses nothing.  A scrape
+(``read_dir``) reads every index, then its values file (so every slot it names is there),
+and sums the series over the files.  No file is ever removed or rewritten: the series of a
+process that exited stay in the sums, as prometheus_client keeps a dead process's
+counters, and counters never go back.  Without the variable (one process) the values live
+in memory.  Either way one ``Metrics`` is made per app (``create_app``); two apps in one
 process, as in the tests, never see each other's counts (in multiprocess mode a worker
 holds one app, and its scrape is the directory's).  Counters and histograms are summed over
 the workers; the breaker gauge shows the worst state any live worker has
-(``livemax``).
+(``livemax``).  A ``Metrics`` is not shared across a fork: the workers are started afresh
+(``subprocess``), each makes its own.
 
 **Closed label sets.**  Label values come from closed sets, never from what a client or an
 upstream sent: a label whose value is not in its set (``LABELS``, completed for each
@@ -32,9 +52,10 @@ bounded by the product of the sets.  As a second bound, a metric that somehow re
 ``MAX_SERIES`` label sets adds no new ones: further label sets are counted under
 all-``other`` labels.
 
-**Hot path.**  A label set's series (prometheus_client's child) is found once and
-remembered: ``answered`` and ``turn`` do one dict lookup for all the series of a request,
-then one ``inc``/``observe`` each (their cost: docs/operations.md, "Metrics").
+**Hot path.**  A label set's series is found once and remembered: ``answered`` and
+``turn`` do one dict lookup for all the series of a request, then, under one lock (an
+add to a float is a read and a write), one or two additions per update (their cost:
+docs/operations.md, "Metrics").
 
 Metric list, units, labels and buckets: docs/operations.md.  The GenAI metrics follow the
 OpenTelemetry GenAI semantic conventions as the OpenTelemetry Prometheus exporter names
@@ -43,21 +64,21 @@ them (``gen_ai.server.request.duration`` → ``gen_ai_server_request_duration_se
 
 from __future__ import annotations
 
+import glob
+import mmap
 import os
-from collections.abc import Iterable
+import secrets
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    Summary,
-    disable_created_metrics,
-    generate_latest,
-)
+import orjson
+from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from app.logs import log
 from providers.retry import ATTEMPT_OUTCOMES
@@ -223,16 +244,181 @@ LABELS: dict[str, frozenset[str]] = {
 _KEY_MEMO = 4096  # label sets whose series key is remembered (Metrics._keys)
 
 Key = tuple[tuple[str, str], ...]  # a series' labels, cleaned, sorted by name
+# a series' values: a list in memory, a slice of the process's values file in multiprocess
+# mode.  A counter is [value]; a summary [count, sum]; a histogram one count per bucket (not
+# cumulative, +Inf last), then the sum.
+Values = Any
 
 # Metrics.turn's series of one (operation, provider, model, key, error, estimated), by slot:
 # the duration, the time to first token, the time per output token, then one per token type
 _DURATION, _TTFT, _TPOT, _TOKENS = 0, 1, 2, 3
 
+# multiprocess mode: each Metrics writes two files into the directory, beside
+# prometheus_client's own ``*.db`` ones (its gauges): ``switchboard_<pid>_<id>.values``, the
+# values as float64s, and ``switchboard_<pid>_<id>.index``, one JSON line per series
+# ([first slot, name, labels]) written before the series' first update
+FILE_PREFIX = "switchboard_"
+_CHUNK = 4096  # slots (8 bytes each) the values file grows by: one memory map each
+
+
+def _shape(name: str) -> tuple[str, str, tuple[float, ...]]:
+    """(type, help, buckets) of a metric: a name not in METRICS is a counter."""
+    return METRICS.get(name, ("counter", name, ()))
+
+
+def _width(kind: str, buckets: tuple[float, ...]) -> int:
+    return 1 if kind == "counter" else 2 if kind == "summary" else len(buckets) + 2
+
+
+def _go_float(x: float) -> str:
+    """A bucket bound as prometheus_client writes ``le`` (Go's float format)."""
+    s = repr(float(x))
+    dot = s.find(".")
+    if x > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        return f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.") + f"e+0{dot - 1}"
+    return s
+
+
+_LE: dict[tuple[float, ...], tuple[str, ...]] = {}
+
+
+def _families(data: dict[str, dict[Key, Values]]) -> Iterator[Metric]:
+    """The metric families of ``data`` (name → labels → values), as prometheus_client's
+    Counter, Summary and Histogram collect them."""
+    for name, series in data.items():
+        if not series:
+            continue
+        kind, doc, buckets = _shape(name)
+        names = [k for k, _ in next(iter(series))]
+        family: Any
+        if kind == "counter":
+            family = CounterMetricFamily(name, doc, labels=names)
+            for key, v in series.items():
+                family.add_metric([x for _, x in key], v[0])
+        elif kind == "summary":
+            family = SummaryMetricFamily(name, doc, labels=names)
+            for key, v in series.items():
+                family.add_metric([x for _, x in key], v[0], v[1])
+        else:
+            le = _LE.get(buckets)
+            if le is None:
+                le = _LE[buckets] = (*(_go_float(b) for b in buckets), "+Inf")
+            family = HistogramMetricFamily(name, doc, labels=names)
+            for key, v in series.items():
+                total = 0.0
+                counts = []
+                for i, bound in enumerate(le):
+                    total += v[i]
+                    counts.append((bound, total))
+                family.add_metric([x for _, x in key], counts, v[-1])
+        yield family
+
+
+def read_dir(path: str, pid: int | None = None) -> dict[str, dict[Key, list[float]]]:
+    """Every process's series in a multiprocess directory (or process ``pid``'s), summed:
+    the live ones' and the exited ones' (their counts stay, as prometheus_client keeps a
+    dead process's counters)."""
+    out: dict[str, dict[Key, list[float]]] = {}
+    pattern = f"{FILE_PREFIX}{'*' if pid is None else pid}_*.index"
+    for index in sorted(glob.glob(os.path.join(glob.escape(path), pattern))):
+        try:
+            # the index first: every slot it names is in the values file read after it
+            with open(index, "rb") as f:
+                lines = f.read().split(b"\n")[:-1]  # (a line still being written: no newline)
+            with open(index.removesuffix(".index") + ".values", "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            continue
+        values = memoryview(data[: len(data) - len(data) % 8]).cast("d")
+        for line in lines:
+            try:
+                slot, name, labels = orjson.loads(line)
+            except ValueError:  # (a line a full disk cut short, with the next one after it)
+                continue
+            kind, _, buckets = _shape(name)
+            width = _width(kind, buckets)
+            if slot + width > len(values):
+                continue
+            key = tuple((k, v) for k, v in labels)
+            series = out.setdefault(name, {})
+            got = series.get(key)
+            if got is None:
+                series[key] = list(values[slot : slot + width])
+            else:
+                for i in range(width):
+                    got[i] += values[slot + i]
+    return out
+
+
+class _Files:
+    """This Metrics' values file and its index, made at the first series."""
+
+    __slots__ = ("path", "_values", "_index", "_chunks", "_used")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._values = self._index = -1
+        self._chunks: list[memoryview[float]] = []
+        self._used = _CHUNK
+
+    def new(self, name: str, key: Key, width: int) -> Values:
+        """``width`` zeroed slots for a series, named in the index before any update."""
+        if self._values < 0:
+            base = os.path.join(self.path, f"{FILE_PREFIX}{os.getpid()}_{secrets.token_hex(4)}")
+            flags = os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            self._values = os.open(base + ".values", flags | os.O_RDWR, 0o600)
+            self._index = os.open(base + ".index", flags | os.O_WRONLY | os.O_APPEND, 0o600)
+        if self._used + width > _CHUNK:
+            n = len(self._chunks)
+            # the blocks allocated now: a full disk fails here, not as SIGBUS at a store
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(self._values, n * _CHUNK * 8, _CHUNK * 8)
+            else:
+                os.ftruncate(self._values, (n + 1) * _CHUNK * 8)
+            self._chunks.append(memoryview(mmap.mmap(self._values, _CHUNK * 8, offset=n * _CHUNK * 8)).cast("d"))
+            self._used = 0
+        at = self._used
+        self._used += width
+        slot = (len(self._chunks) - 1) * _CHUNK + at
+        os.write(self._index, orjson.dumps([slot, name, key]) + b"\n")
+        return self._chunks[-1][at : at + width]
+
+
+class _Own(Collector):
+    """The counters, summaries and histograms of one Metrics, at scrape time."""
+
+    def __init__(self, m: Metrics) -> None:
+        self.m = m
+
+    def collect(self) -> Iterator[Metric]:
+        return self.m._families(None)
+
+
+class _Dir(Collector):
+    """The counters, summaries and histograms of every process of a multiprocess directory."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def collect(self) -> Iterator[Metric]:
+        return _families(read_dir(self.path))
+
 
 class Metrics:
     """The metrics of one app instance (see the module docstring)."""
 
-    __slots__ = ("labels", "registry", "_export", "_metrics", "_series", "_keys", "_answers", "_turns")
+    __slots__ = (
+        "labels",
+        "registry",
+        "_export",
+        "_gauges",
+        "_series",
+        "_keys",
+        "_answers",
+        "_turns",
+        "_files",
+        "_lock",
+    )
 
     def __init__(
         self,
@@ -262,18 +448,23 @@ class Metrics:
             "error_type": LABELS["error_type"] | codes,
         }
         self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Own(self))
         self._export: CollectorRegistry | None = None  # what a scrape reads (render)
-        self._metrics: dict[str, Any] = {}  # name → prometheus_client metric, made at first use
-        self._series: dict[str, dict[Key, Any]] = {}  # name → label set → its child
+        self._gauges: dict[str, Gauge] = {}  # name → prometheus_client gauge, made at first use
+        # name → label set → its values (a gauge's: its prometheus_client child)
+        self._series: dict[str, dict[Key, Values]] = {}
         # the series key of each label set already seen, as the call site passed it (a call
         # site passes its labels in one order): one lookup instead of a sort and a set test
         # per label on every request; bounded, as the series are
         self._keys: dict[Key, Key] = {}
         # answered(): the series each (route, client, provider, status, outcome) adds to
-        self._answers: dict[tuple[str, str, str, int, str | None], tuple[Any, Any, Any, Any]] = {}
+        self._answers: dict[tuple[str, str, str, int, str | None], tuple[Values, Values, Values, Values]] = {}
         # turn(): the series of each (operation, provider, model, key, error, estimated),
         # filled as they are first used (a label set never used is never exported)
-        self._turns: dict[tuple[str, str, str, str, str, bool], list[Any]] = {}
+        self._turns: dict[tuple[str, str, str, str, str, bool], list[Values]] = {}
+        self._files = _Files(MULTIPROC_DIR) if MULTIPROC_DIR is not None else None
+        # updates are made under it (a read-add-write of a value is not atomic between threads)
+        self._lock = threading.RLock()
 
     # -- label sets and series ------------------------------------------------------------
 
@@ -295,24 +486,19 @@ class Metrics:
                 self._keys[given] = key
         return key
 
-    def _metric(self, name: str, key: Key) -> Any:
-        m = self._metrics.get(name)
-        if m is None:
-            kind, doc, buckets = METRICS.get(name, ("counter", name, ()))
-            names = [k for k, _ in key]
-            reg = self.registry
-            if kind == "counter":
-                m = Counter(name, doc, names, registry=reg)
-            elif kind == "gauge":
-                m = Gauge(name, doc, names, registry=reg, multiprocess_mode="livemax")
-            elif kind == "summary":
-                m = Summary(name, doc, names, registry=reg)
-            else:
-                m = Histogram(name, doc, names, registry=reg, buckets=buckets)
-            self._metrics[name] = m
-        return m
+    def _new(self, name: str, key: Key) -> Values:
+        kind, doc, buckets = _shape(name)
+        if kind == "gauge":
+            g = self._gauges.get(name)
+            if g is None:
+                names = [k for k, _ in key]
+                g = self._gauges[name] = Gauge(name, doc, names, registry=self.registry, multiprocess_mode="livemax")
+            # (a metric without labels is its own series: prometheus_client refuses .labels())
+            return g.labels(*[v for _, v in key]) if key else g
+        width = _width(kind, buckets)
+        return [0.0] * width if self._files is None else self._files.new(name, key, width)
 
-    def _child(self, name: str, key: Key) -> Any:
+    def _child(self, name: str, key: Key) -> Values:
         """Metric ``name``'s series for ``key``: the all-"other" one once the metric holds
         MAX_SERIES label sets and ``key`` is not among them."""
         series = self._series.get(name)
@@ -324,15 +510,18 @@ class Metrics:
                 key = tuple((k, OTHER) for k, _ in key)
                 child = series.get(key)
             if child is None:
-                m = self._metric(name, key)
-                # (a metric without labels is its own series: prometheus_client refuses .labels())
-                child = series[key] = m.labels(*[v for _, v in key]) if key else m
+                with self._lock:
+                    child = series.get(key)
+                    if child is None:
+                        child = series[key] = self._new(name, key)
         return child
 
     # -- updates --------------------------------------------------------------------------
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
-        self._child(name, self._key(labels)).inc(value)
+        v = self._child(name, self._key(labels))
+        with self._lock:
+            v[0] += value
 
     def set_gauge(self, name: str, value: float, **labels: str) -> None:
         key = self._key(labels)
@@ -358,14 +547,17 @@ class Metrics:
         if series is None:
             series = self._answer_series(at)
         requests, dur, first, out = series
-        requests.inc(1.0)
-        dur.observe(duration)
-        if ttfb is not None:
-            first.observe(ttfb)
-        if out is not None:
-            out.inc(1.0)
+        with self._lock:
+            requests[0] += 1.0
+            dur[0] += 1.0
+            dur[1] += duration
+            if ttfb is not None:
+                first[0] += 1.0
+                first[1] += ttfb
+            if out is not None:
+                out[0] += 1.0
 
-    def _answer_series(self, at: tuple[str, str, str, int, str | None]) -> tuple[Any, Any, Any, Any]:
+    def _answer_series(self, at: tuple[str, str, str, int, str | None]) -> tuple[Values, Values, Values, Values]:
         route, client, provider, status, outcome = at
         req = {"route": route, "client": client, "provider": provider, "status": str(status)}
         out = (
@@ -400,43 +592,52 @@ class Metrics:
         the counts are the proxy's estimate, not the upstream's.  The duration is always
         recorded; the time to first token and per output token for answers that did not
         fail (the latter from the upstream's own output count); input and output tokens
-        when known, the other types when not zero."""
+        when known, the other types when not zero.
+
+        A histogram observation is a bucket count (``bisect_left``: the first bound the
+        value is not above, as prometheus_client's ``le``) and the sum."""
         at = (operation, provider, model, key, error, estimated)
         slots = self._turns.get(at)
         if slots is None:
             slots = self._turn_slots(at)
-        s = slots[_DURATION]
-        if s is None:
-            s = self._turn_child(at, slots, _DURATION)
-        s.observe(duration)
-        if ttft is not None and not error:
-            s = slots[_TTFT]
+        with self._lock:
+            s = slots[_DURATION]
             if s is None:
-                s = self._turn_child(at, slots, _TTFT)
-            s.observe(ttft)
-            out = tokens[1] if tokens is not None and not estimated else None
-            if out is not None and out > 1 and duration > ttft:
-                s = slots[_TPOT]
+                s = self._turn_child(at, slots, _DURATION)
+            s[bisect_left(DURATION_BUCKETS, duration)] += 1.0
+            s[-1] += duration
+            if ttft is not None and not error:
+                s = slots[_TTFT]
                 if s is None:
-                    s = self._turn_child(at, slots, _TPOT)
-                s.observe((duration - ttft) / (out - 1))
-        if tokens is not None:
-            i = _TOKENS
-            for n in tokens:
-                if n is not None and (n or i < _TOKENS + 2):
-                    s = slots[i]
+                    s = self._turn_child(at, slots, _TTFT)
+                s[bisect_left(DURATION_BUCKETS, ttft)] += 1.0
+                s[-1] += ttft
+                out = tokens[1] if tokens is not None and not estimated else None
+                if out is not None and out > 1 and duration > ttft:
+                    s = slots[_TPOT]
                     if s is None:
-                        s = self._turn_child(at, slots, i)
-                    s.observe(n)
-                i += 1
+                        s = self._turn_child(at, slots, _TPOT)
+                    per = (duration - ttft) / (out - 1)
+                    s[bisect_left(TPOT_BUCKETS, per)] += 1.0
+                    s[-1] += per
+            if tokens is not None:
+                i = _TOKENS
+                for n in tokens:
+                    if n is not None and (n or i < _TOKENS + 2):
+                        s = slots[i]
+                        if s is None:
+                            s = self._turn_child(at, slots, i)
+                        s[bisect_left(TOKEN_BUCKETS, n)] += 1.0
+                        s[-1] += n
+                    i += 1
 
-    def _turn_slots(self, at: tuple[str, str, str, str, str, bool]) -> list[Any]:
-        slots: list[Any] = [None] * (_TOKENS + len(TOKEN_TYPES))
+    def _turn_slots(self, at: tuple[str, str, str, str, str, bool]) -> list[Values]:
+        slots: list[Values] = [None] * (_TOKENS + len(TOKEN_TYPES))
         if len(self._turns) < _KEY_MEMO:
             self._turns[at] = slots
         return slots
 
-    def _turn_child(self, at: tuple[str, str, str, str, str, bool], slots: list[Any], i: int) -> Any:
+    def _turn_child(self, at: tuple[str, str, str, str, str, bool], slots: list[Values], i: int) -> Values:
         operation, provider, model, key, error, estimated = at
         labels = {
             "gen_ai_operation_name": operation,
@@ -460,6 +661,18 @@ class Metrics:
 
     # -- reading --------------------------------------------------------------------------
 
+    def _families(self, names: Iterable[str] | None) -> Iterator[Metric]:
+        """This process's metric families named ``names`` (None: every one but the gauges)."""
+        with self._lock:  # a copy: the values go on changing, the series may grow
+            chosen = self._series if names is None else {n: self._series[n] for n in names if n in self._series}
+            data = {n: {k: list(v) for k, v in s.items()} for n, s in chosen.items() if n not in self._gauges}
+        yield from _families(data)
+        if names is not None:
+            for name in names:
+                gauge = self._gauges.get(name)
+                if gauge is not None:
+                    yield from gauge.collect()
+
     def get(self, name: str, **labels: str) -> float:
         """The value of a sample of this process's series (0 when there is none): a counter
         or gauge by its name, a histogram's or summary's by ``<name>_sum``, ``_count`` or
@@ -469,12 +682,11 @@ class Metrics:
         if le is not None:
             want["le"] = le
         for base in (name, *(name.removesuffix(s) for s in ("_sum", "_count", "_bucket"))):
-            metric = self._metrics.get(base)
-            if metric is not None:
+            if base in self._series:
                 break
         else:
             return 0.0
-        for family in metric.collect():
+        for family in self._families([base]):
             for sample in family.samples:
                 if sample.name == name and sample.labels == want:
                     return float(sample.value)
@@ -482,11 +694,8 @@ class Metrics:
 
     def samples(self, names: Iterable[str]) -> Iterable[Any]:
         """The samples of this process's metrics named ``names`` (those made so far)."""
-        for name in names:
-            metric = self._metrics.get(name)
-            if metric is not None:
-                for family in metric.collect():
-                    yield from family.samples
+        for family in self._families(names):
+            yield from family.samples
 
     def add_keys(self, names: Iterable[str]) -> None:
         """Client key names made at run time (app/keys.py) join the ``key_name`` set (at most
@@ -503,12 +712,14 @@ class Metrics:
         return sum(len(s) for s in self._series.values())
 
     def render(self) -> bytes:
-        """The exposition: this app's metrics, or in multiprocess mode every process's files."""
+        """The exposition: this app's metrics, or in multiprocess mode every process's
+        (prometheus_client's files for the gauges, ours for the rest)."""
         if self._export is None:
             self._export = self.registry
             if MULTIPROC_DIR is not None:
                 self._export = CollectorRegistry(auto_describe=False)
                 MultiProcessCollector(self._export, MULTIPROC_DIR)
+                self._export.register(_Dir(MULTIPROC_DIR))
         return generate_latest(self._export)
 
 

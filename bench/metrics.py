@@ -4,9 +4,9 @@
 Three requests: a stream with the upstream's usage (duration, time to first token, time per
 output token, input, output, cache read and reasoning tokens: the most a request records),
 a whole answer (no first-token times), and a stream the client left (an estimated output).
-Each is measured in memory (one process) and in prometheus_client's multiprocess mode (what
-``--workers N`` runs: every update also written to a memory-mapped file), the latter in a
-child process started with ``PROMETHEUS_MULTIPROC_DIR`` set to a fresh directory.
+Each is measured in memory (one process) and in multiprocess mode (what ``--workers N``
+runs: every update a store into the worker's memory-mapped values file), each in a child
+process, the latter started with ``PROMETHEUS_MULTIPROC_DIR`` set to a fresh directory.
 
 Run: ``.venv/bin/python -m bench.metrics [--requests N]``.
 """
