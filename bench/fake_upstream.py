@@ -69,10 +69,11 @@ and ``input: {}``, 3 ``input_json_delta`` pieces, ``content_block_stop``), ``mes
 ``thinking`` block comes first (R ``thinking_delta`` steps, its ``signature_delta`` and stop
 written with the last, with the text block's start).
 
-Gemini has no opening event and sends a call whole: step *i* (0 … N − 1) is one chunk with
-a text part, step N the chunk with the ``functionCall`` part (its ``thoughtSignature``),
-``finishReason`` ``STOP`` and the usage; ``think<R>`` puts R chunks of thought parts first,
-``args<A>`` makes the call's arguments longer, ``pt`` is ignored (the tail is one chunk).
+Gemini has no opening event and sends a call whole: step 0 is the answer's head alone, step
+*i* one chunk with a text part, step N + 1 the chunk with the ``functionCall`` part (its
+``thoughtSignature``), ``finishReason`` ``STOP`` and the usage: the same timeline as the
+other protocols'.  ``think<R>`` puts R chunks of thought parts first, ``args<A>`` makes the
+call's arguments longer, ``pt`` is ignored (the tail is one chunk).
 
 Step *i* is written at ``t0 + i × delay`` (an absolute schedule, so per-chunk overheads do
 not add up), ``t0`` being when the request was read, on a ``timerfd`` deadline to the
@@ -694,15 +695,17 @@ def gemini_json(model: str, n: int) -> dict:
 
 
 def gemini_steps(model: str, n: int) -> list[bytes]:
-    """The streamed (``:streamGenerateContent?alt=sse``) answer as R + N + 1 steps: one chunk
-    per thought part (``think<R>``), one per text part, then the ``functionCall`` part (its
+    """The streamed (``:streamGenerateContent?alt=sse``) answer as R + N + 2 steps: the answer's
+    head alone (an empty step: Gemini has no opening event), one chunk per thought part
+    (``think<R>``), one per text part, then the ``functionCall`` part (its
     ``thoughtSignature``, the whole arguments: Gemini sends a call whole) with
     ``finishReason`` ``STOP`` and the whole usage.  Each earlier chunk carries the running
     ``usageMetadata`` (the prompt's tokens), as Gemini's do."""
     r, a = parse_reasoning(model), parse_args(model)
     inp, _, _ = usage_for(n, a)
     running = {"promptTokenCount": inp, "totalTokenCount": inp}
-    steps = [_sse(_gem_chunk(model, [{"text": chunk_text(i), "thought": True}], running)) for i in range(r)]
+    steps = [b""]
+    steps += [_sse(_gem_chunk(model, [{"text": chunk_text(i), "thought": True}], running)) for i in range(r)]
     steps += [_sse(_gem_chunk(model, [{"text": chunk_text(i)}], running)) for i in range(n)]
     steps.append(_sse(_gem_chunk(model, [_gem_call_part(a)], _gem_usage(n, a), "STOP")))
     return steps
@@ -793,7 +796,7 @@ def _build(kind: str, model: str, stream: bool) -> _Answer:
         paced_tail, relative = parse_pacing(model)
         if paced_tail and not parse_args(model) and kind in _TAIL_GROUPS:
             raw = raw[:-1] + _tail_steps(raw[-1], kind)
-        steps = [_chunked(s) for s in raw]
+        steps = [_chunked(s) if s else b"" for s in raw]  # (an empty step: the head alone)
         steps[0] = _STREAM_HEAD[:-2] + extra + b"\r\n" + steps[0]
         steps[-1] = steps[-1] + _CHUNK_END
         return _Answer(b"".join(steps), steps, delay, relative)

@@ -47,7 +47,8 @@ def parts(obj: dict) -> list[dict]:
 @pytest.mark.parametrize("n", [0, 1, 5, 200])
 def test_gemini_stream_shape(n):
     steps = gemini_steps("m", n)
-    assert len(steps) == n + 1  # a chunk per text part, then the call's with the finish
+    # the head alone, a chunk per text part, the call's with the finish: the others' timeline
+    assert len(steps) == n + 2 and steps[0] == b""
     events = parse_all(b"".join(steps))
     assert len(events) == n + 1 and all(e.event is None for e in events)  # bare data: lines
     o = objs(events)
@@ -98,10 +99,15 @@ def test_gemini_think_and_args():
     assert parts(whole)[0] == {"text": expected_text(4), "thought": True}
 
 
-def test_gemini_paced_tail_is_one_step():
+def test_gemini_paced_answer_steps():
+    # step 0 is the head alone (no empty chunk: it would end the body), the text from step 1
+    a = answer_for("gemini", "m-n3-d5", True)
+    assert a.steps is not None and len(a.steps) == 5 and a.delay == 0.005
+    assert a.steps[0].startswith(b"HTTP/1.1 200 OK\r\n") and a.steps[0].endswith(b"\r\n\r\n")
+    assert b"data: " not in a.steps[0] and a.steps[1].startswith(b"%x\r\ndata: " % (len(gemini_steps("m-n3-d5", 3)[1])))
+    assert a.whole == b"".join(a.steps) and a.whole.endswith(b"\r\n0\r\n\r\n")
     # ``pt`` paces the other protocols' tail; Gemini's is one chunk, left as it is
-    assert answer_for("gemini", "m-n3-d5-pt", True).steps is not None
-    assert len(answer_for("gemini", "m-n3-d5-pt", True).steps) == len(answer_for("gemini", "m-n3-d5", True).steps)
+    assert len(answer_for("gemini", "m-n3-d5-pt", True).steps) == len(a.steps)
 
 
 def test_is_text_event_for_gemini():
