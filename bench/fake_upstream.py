@@ -9,6 +9,9 @@ HTTP/1.1 keep-alive.  It answers
 * ``POST …/responses``        — Responses, streaming or not;
 * ``POST …/messages``         — Anthropic Messages, streaming or not (``x-api-key`` and
   ``anthropic-version`` not checked);
+* ``POST …/models/{model}:generateContent`` and ``…:streamGenerateContent`` — Gemini's own
+  API, whole or streamed (SSE, with or without ``alt=sse``; ``x-goog-api-key`` not
+  checked): the model and the stream are the path's, the body is only parsed;
 * ``GET  …/healthz``          — ``ok``;
 * ``GET  /stats``             — ``{"connections": …, "requests": …}`` since start.
 
@@ -66,6 +69,12 @@ and ``input: {}``, 3 ``input_json_delta`` pieces, ``content_block_stop``), ``mes
 ``thinking`` block comes first (R ``thinking_delta`` steps, its ``signature_delta`` and stop
 written with the last, with the text block's start).
 
+Gemini has no opening event and sends a call whole: step 0 is the answer's head alone, step
+*i* one chunk with a text part, step N + 1 the chunk with the ``functionCall`` part (its
+``thoughtSignature``), ``finishReason`` ``STOP`` and the usage: the same timeline as the
+other protocols'.  ``think<R>`` puts R chunks of thought parts first, ``args<A>`` makes the
+call's arguments longer, ``pt`` is ignored (the tail is one chunk).
+
 Step *i* is written at ``t0 + i × delay`` (an absolute schedule, so per-chunk overheads do
 not add up), ``t0`` being when the request was read, on a ``timerfd`` deadline to the
 microsecond (``bench/clock.py``: uvloop's own timers count milliseconds, and wrote a step
@@ -117,6 +126,9 @@ __all__ = [
     "responses_json",
     "messages_steps",
     "messages_json",
+    "gemini_steps",
+    "gemini_json",
+    "GEMINI_SIGNATURE",
     "PROVIDER_OF",
     "usage_for",
     "FakeUpstream",
@@ -151,19 +163,22 @@ KEY = "sk-bench-" + "0123456789abcdef" * 3
 
 
 def proxy_providers(base: str) -> list[dict[str, str]]:
-    """The proxy's three providers in front of this upstream (``base``: its ``/v1`` URL), as every
+    """The proxy's four providers in front of this upstream (``base``: its ``/v1`` URL), as every
     bench config names them: ``fake-chat`` on its Chat side, ``fake-resp`` on its Responses side,
-    ``fake-msg`` on its Messages side (the proxy POSTs ``{base}/messages`` with ``x-api-key``)."""
+    ``fake-msg`` on its Messages side (the proxy POSTs ``{base}/messages`` with ``x-api-key``),
+    ``fake-gem`` on its Gemini side (profile ``gemini``: the proxy POSTs
+    ``{base}/models/{model}:streamGenerateContent?alt=sse`` with ``x-goog-api-key``)."""
     common = {"profile": "openai-compatible", "base_url": base, "api_key": KEY}
     return [
         {"name": "fake-chat", "protocol": "chat", **common},
         {"name": "fake-resp", "protocol": "responses", **common},
         {"name": "fake-msg", "protocol": "messages", **common},
+        {"name": "fake-gem", "protocol": "gemini", **common, "profile": "gemini"},
     ]
 
 
 # the provider that serves each upstream protocol (``proxy_providers``)
-PROVIDER_OF = {"chat": "fake-chat", "responses": "fake-resp", "messages": "fake-msg"}
+PROVIDER_OF = {"chat": "fake-chat", "responses": "fake-resp", "messages": "fake-msg", "gemini": "fake-gem"}
 
 
 TOOL_NAME = "shell"
@@ -646,6 +661,56 @@ def messages_steps(model: str, n: int) -> list[bytes]:
     return steps
 
 
+# --------------------------------------------------------------------------- Gemini
+_GEM_ID = "bench-gem-0"
+# the signature Gemini puts on a call's part (base64 of opaque bytes, as Gemini's are)
+GEMINI_SIGNATURE = "Q2lRQmVuY2hTaWduYXR1cmVPZlRoZUNhbGxfMDEyMzQ1Njc4OWFiY2RlZg=="
+
+
+def _gem_chunk(model: str, parts: list[dict], usage: dict, finish: str | None = None) -> dict:
+    cand: dict = {"content": {"parts": parts, "role": "model"}}
+    if finish is not None:
+        cand["finishReason"] = finish
+    cand["index"] = 0
+    return {"candidates": [cand], "usageMetadata": usage, "modelVersion": model, "responseId": _GEM_ID}
+
+
+def _gem_call_part(a: int = 0) -> dict:
+    call = {"name": TOOL_NAME, "args": orjson.loads(tool_args(a))}
+    return {"functionCall": call, "thoughtSignature": GEMINI_SIGNATURE}
+
+
+def _gem_usage(n: int, a: int = 0) -> dict:
+    inp, out, total = usage_for(n, a)
+    return {"promptTokenCount": inp, "candidatesTokenCount": out, "totalTokenCount": total}
+
+
+def gemini_json(model: str, n: int) -> dict:
+    """The whole (``:generateContent``) answer: the text part, then the ``functionCall`` part
+    with its ``thoughtSignature``; ``finishReason`` ``STOP`` and the usage."""
+    r, a = parse_reasoning(model), parse_args(model)
+    parts: list[dict] = [{"text": expected_text(r), "thought": True}] if r else []
+    parts += [{"text": expected_text(n)}, _gem_call_part(a)]
+    return _gem_chunk(model, parts, _gem_usage(n, a), "STOP")
+
+
+def gemini_steps(model: str, n: int) -> list[bytes]:
+    """The streamed (``:streamGenerateContent?alt=sse``) answer as R + N + 2 steps: the answer's
+    head alone (an empty step: Gemini has no opening event), one chunk per thought part
+    (``think<R>``), one per text part, then the ``functionCall`` part (its
+    ``thoughtSignature``, the whole arguments: Gemini sends a call whole) with
+    ``finishReason`` ``STOP`` and the whole usage.  Each earlier chunk carries the running
+    ``usageMetadata`` (the prompt's tokens), as Gemini's do."""
+    r, a = parse_reasoning(model), parse_args(model)
+    inp, _, _ = usage_for(n, a)
+    running = {"promptTokenCount": inp, "totalTokenCount": inp}
+    steps = [b""]
+    steps += [_sse(_gem_chunk(model, [{"text": chunk_text(i), "thought": True}], running)) for i in range(r)]
+    steps += [_sse(_gem_chunk(model, [{"text": chunk_text(i)}], running)) for i in range(n)]
+    steps.append(_sse(_gem_chunk(model, [_gem_call_part(a)], _gem_usage(n, a), "STOP")))
+    return steps
+
+
 # ---------------------------------------------------------------------------- HTTP
 def _chunked(step: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(step), step)
@@ -719,8 +784,8 @@ STAMPS_ENV = "BENCH_UPSTREAM_STAMPS"
 _STAMPS: list[dict[str, float]] | None = [] if os.environ.get(STAMPS_ENV) else None
 
 
-_STEPS = {"chat": chat_steps, "responses": responses_steps, "messages": messages_steps}
-_WHOLE = {"chat": chat_json, "responses": responses_json, "messages": messages_json}
+_STEPS = {"chat": chat_steps, "responses": responses_steps, "messages": messages_steps, "gemini": gemini_steps}
+_WHOLE = {"chat": chat_json, "responses": responses_json, "messages": messages_json, "gemini": gemini_json}
 
 
 def _build(kind: str, model: str, stream: bool) -> _Answer:
@@ -729,9 +794,9 @@ def _build(kind: str, model: str, stream: bool) -> _Answer:
     if stream:
         raw = _STEPS[kind](model, n)
         paced_tail, relative = parse_pacing(model)
-        if paced_tail and not parse_args(model):
+        if paced_tail and not parse_args(model) and kind in _TAIL_GROUPS:
             raw = raw[:-1] + _tail_steps(raw[-1], kind)
-        steps = [_chunked(s) for s in raw]
+        steps = [_chunked(s) if s else b"" for s in raw]  # (an empty step: the head alone)
         steps[0] = _STREAM_HEAD[:-2] + extra + b"\r\n" + steps[0]
         steps[-1] = steps[-1] + _CHUNK_END
         return _Answer(b"".join(steps), steps, delay, relative)
@@ -827,7 +892,10 @@ class FakeUpstream(asyncio.Protocol):
         if t is None:
             return
         path = url.split(b"?", 1)[0]
-        if path.endswith(b"/chat/completions"):
+        gemini = b"/models/" in path and path.endswith((b":generateContent", b":streamGenerateContent"))
+        if gemini:
+            kind = "gemini"
+        elif path.endswith(b"/chat/completions"):
             kind = "chat"
         elif path.endswith(b"/responses"):
             kind = "responses"
@@ -847,9 +915,16 @@ class FakeUpstream(asyncio.Protocol):
             return
         try:
             req = orjson.loads(body)
-            model = str(req.get("model") or "bench")
-            stream = bool(req.get("stream"))
-        except (orjson.JSONDecodeError, AttributeError):
+            if gemini:  # the model and the stream are the path's
+                head, _, method = path.rpartition(b":")
+                model = head.rpartition(b"/models/")[2].decode() or "bench"
+                stream = method == b"streamGenerateContent"
+                if not isinstance(req, dict):
+                    raise AttributeError
+            else:
+                model = str(req.get("model") or "bench")
+                stream = bool(req.get("stream"))
+        except (orjson.JSONDecodeError, AttributeError, UnicodeDecodeError):
             t.write(_BAD)
             return
         FakeUpstream.stats["requests"] += 1

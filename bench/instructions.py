@@ -47,6 +47,8 @@ from bench.fake_upstream import proxy_providers
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 
+_GEMINI_BODY = b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}'
+
 # name → (path, body)
 CASES: dict[str, tuple[str, bytes]] = {
     "ns-chat": (
@@ -123,6 +125,15 @@ CASES: dict[str, tuple[str, bytes]] = {
     "st-resp-args180": (
         "/v1/responses",
         b'{"model":"bench-resp-n20-d0-args180","stream":true,"store":false,"input":"hi"}',
+    ),
+    # Gemini's own API (Gemini CLI's requests: the model and the stream in the path), on a
+    # Gemini upstream and on a Chat one, and a Chat client on a Gemini upstream
+    "ns-gem": ("/v1beta/models/bench-gem-n20-d0:generateContent", _GEMINI_BODY),
+    "st-gem-n200": ("/v1beta/models/bench-gem-n200-d0:streamGenerateContent?alt=sse", _GEMINI_BODY),
+    "st-gem2chat-n200": ("/v1beta/models/bench-chat-n200-d0:streamGenerateContent?alt=sse", _GEMINI_BODY),
+    "st-chat2gem-n200": (
+        "/v1/chat/completions",
+        b'{"model":"bench-gem-n200-d0","stream":true,"messages":[{"role":"user","content":"hi"}]}',
     ),
     # the request Codex sends late in a session (bench/codex_body.py: 30 turns, ~370 KB)
     "big-resp-n20": ("/v1/responses", codex_request("bench-resp-n20-d0")),
@@ -207,7 +218,8 @@ def start_fake(pin: list[str] | None = None) -> tuple[subprocess.Popen[bytes], s
 
 def proxy_config(base: str, port: int) -> dict[str, Any]:
     """The proxy's config in front of the fake upstream: ``bench-chat-*`` on its Chat side,
-    ``bench-resp-*`` on its Responses side, no store, no drain announcement."""
+    ``bench-resp-*`` on its Responses side, ``bench-gem-*`` on its Gemini side, no store, no
+    drain announcement."""
     return {
         "server": {"host": HOST, "port": port, "drain": {"announce_seconds": 0}},
         "store": {"enabled": False},
@@ -215,6 +227,7 @@ def proxy_config(base: str, port: int) -> dict[str, Any]:
         "models": [
             {"name": "bench-chat-*", "provider": "fake-chat"},
             {"name": "bench-resp-*", "provider": "fake-resp"},
+            {"name": "bench-gem-*", "provider": "fake-gem"},
         ],
     }
 

@@ -16,15 +16,18 @@ Per request it records ``(t_send, ttfb, ttft, total, events, ok)``:
 * ``ttfb``  — first response byte (status line) after the request was written;
 * ``ttft``  — first SSE event that carries answer text (Chat ``delta.content`` non-empty,
   Responses ``response.output_text.delta``, Messages a ``content_block_delta`` whose
-  ``text_delta`` is non-empty); streams only;
+  ``text_delta`` is non-empty, Gemini a chunk with a non-empty text part not a thought);
+  streams only;
 * ``total`` — the last byte of the body;
 * ``events`` — SSE events received (``SSEParser`` from ``transformers.sse``, so comments
   and keep-alives are not counted);
 * ``ok`` — status 200 and the stream ended with its protocol's success terminator
-  (``[DONE]`` for Chat, ``response.completed`` for Responses, ``message_stop`` for Messages)
-  with no error event; for a JSON answer, status 200 and a body that parses.
+  (``[DONE]`` for Chat, ``response.completed`` for Responses, ``message_stop`` for Messages,
+  a chunk with a ``finishReason`` for Gemini) with no error event; for a JSON answer, status
+  200 and a body that parses.
 
-A Messages client's request carries ``anthropic-version`` (as Claude Code's does).
+A Messages client's request carries ``anthropic-version`` (as Claude Code's does), a Gemini
+client's its key in ``x-goog-api-key`` (as Gemini CLI's does; no one checks it here).
 
 ``validate_stream`` / ``validate_json`` check one answer in full against what the fake
 upstream sent (text, tool call name and arguments, usage, terminator): run on the first
@@ -42,6 +45,8 @@ import httptools
 import orjson
 
 from bench.fake_upstream import (
+    GEMINI_SIGNATURE,
+    KEY,
     THINK_SIGNATURE,
     TOOL_ARGS,
     TOOL_CALL_ID,
@@ -50,6 +55,7 @@ from bench.fake_upstream import (
     tool_args,
     usage_for,
 )
+from transformers.envelope import PREFIX as SEALED  # the proxy's envelope (a Gemini call's signature)
 from transformers.sse import SSEEvent, SSEParser
 
 __all__ = [
@@ -94,6 +100,8 @@ def is_text_event(proto: str, ev: SSEEvent) -> bool:
             return False
         t = d.get("text") if isinstance(d, dict) and d.get("type") == "text_delta" else None
         return isinstance(t, str) and bool(t)
+    if proto == "gemini":
+        return '"text"' in ev.data and any(t and not thought for thought, t in _gemini_texts(ev.data))
     d = ev.data
     if '"content"' not in d:
         return False
@@ -106,6 +114,30 @@ def is_text_event(proto: str, ev: SSEEvent) -> bool:
         if isinstance(c, str) and c:
             return True
     return False
+
+
+def _gemini_parts(obj: object) -> list[dict]:
+    """The parts of a Gemini chunk's first candidate ([] when it has none)."""
+    try:
+        parts = obj["candidates"][0]["content"]["parts"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError):
+        return []
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def _gemini_texts(data: str) -> list[tuple[bool | None, str]]:
+    """(thought, text) of each text part of a Gemini chunk; ``[(None, "")]`` when it is not
+    JSON."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return [(None, "")]
+    out = []
+    for p in _gemini_parts(obj):
+        t = p.get("text")
+        if isinstance(t, str):
+            out.append((p.get("thought") is True, t))
+    return out
 
 
 _RESP_BAD = frozenset({"response.failed", "response.incomplete", "error"})
@@ -160,6 +192,8 @@ class StreamScan:
             return self.last.data == "[DONE]"
         if self.proto == "messages":
             return event_type(self.last) == "message_stop"
+        if self.proto == "gemini":
+            return '"finishReason"' in self.last.data
         return event_type(self.last) == "response.completed"
 
 
@@ -249,6 +283,15 @@ def validate_stream(
     if proto == "messages":
         want_thinking = want_reasoning if reasoning else None
         return _validate_messages_stream(events, want_text, want_thinking, want_args, want_out, same_ids)
+    if proto == "gemini":
+        chunks = []
+        for ev in events:
+            try:
+                chunks.append(orjson.loads(ev.data))
+            except orjson.JSONDecodeError:
+                problems.append(f"not JSON: {ev.data[:80]!r}")
+        want_thought = want_reasoning if reasoning else None
+        return problems + _validate_gemini(chunks, want_text, want_thought, want_args, want_out, same_ids)
     # Responses
     text = []
     thought: list[str] = []
@@ -393,6 +436,56 @@ def _validate_messages_stream(
     return problems
 
 
+def _validate_gemini(
+    chunks: list, want_text: str, want_reasoning: str | None, want_args: str, want_out: int, same_ids: bool
+) -> list[str]:
+    """``validate_stream`` / ``validate_json`` for Gemini (the chunks of a stream, or the one
+    whole answer): the text parts' text, the thought parts' (``want_reasoning``), one
+    ``functionCall`` part (its name and ``args``; ``same_ids``: the upstream's
+    ``thoughtSignature``, or the proxy's envelope, which carries it), ``finishReason`` ``STOP`` on the last chunk and on no other, the
+    output tokens in the last chunk's ``usageMetadata``, no error object."""
+    problems: list[str] = []
+    text: list[str] = []
+    thought: list[str] = []
+    calls: list[dict] = []
+    finishes = 0
+    for obj in chunks:
+        if not isinstance(obj, dict) or "error" in obj:
+            problems.append(f"error chunk: {orjson.dumps(obj)[:200]!r}")
+            continue
+        for p in _gemini_parts(obj):
+            if "functionCall" in p:
+                calls.append(p)
+            elif isinstance(p.get("text"), str):
+                (thought if p.get("thought") is True else text).append(p["text"])
+        cands = obj.get("candidates") or [{}]
+        if isinstance(cands[0], dict) and cands[0].get("finishReason") is not None:
+            finishes += 1
+    if "".join(text) != want_text:
+        problems.append(f"text differs: {len(''.join(text))} chars, want {len(want_text)}")
+    if want_reasoning is not None and "".join(thought) != want_reasoning:
+        problems.append(f"reasoning differs: {len(''.join(thought))} chars, want {len(want_reasoning)}")
+    if len(calls) != 1:
+        problems.append(f"{len(calls)} functionCall parts, want 1")
+    else:
+        fc = calls[0].get("functionCall") or {}
+        if fc.get("name") != TOOL_NAME or fc.get("args") != orjson.loads(want_args):
+            problems.append(f"functionCall {fc!r}")
+        sig = calls[0].get("thoughtSignature")
+        # the upstream's, or (through the proxy) its envelope around it
+        if same_ids and not (sig == GEMINI_SIGNATURE or (isinstance(sig, str) and sig.startswith(SEALED))):
+            problems.append(f"thoughtSignature {sig!r}")
+    last = chunks[-1] if chunks and isinstance(chunks[-1], dict) else {}
+    cands = last.get("candidates") or [{}]
+    finish = cands[0].get("finishReason") if isinstance(cands[0], dict) else None
+    if finish != "STOP" or finishes != 1:
+        problems.append(f"finishReason {finish!r} on the last chunk, {finishes} chunks with one, want 1")
+    u = last.get("usageMetadata") or {}
+    if u.get("candidatesTokenCount") != want_out:
+        problems.append(f"usageMetadata {u!r}")
+    return problems
+
+
 def validate_json(proto: str, body: bytes, n: int, same_ids: bool = True) -> list[str]:
     """Problems with one non-streamed answer."""
     try:
@@ -402,6 +495,8 @@ def validate_json(proto: str, body: bytes, n: int, same_ids: bool = True) -> lis
     want_text = expected_text(n)
     _, want_out, _ = usage_for(n)
     problems: list[str] = []
+    if proto == "gemini":
+        return _validate_gemini([obj], want_text, None, TOOL_ARGS, want_out, same_ids)
     if proto == "chat":
         try:
             msg = obj["choices"][0]["message"]
@@ -469,8 +564,11 @@ def percentile(values: list[float], p: float) -> float | None:
 
 
 # ------------------------------------------------------------------------- client
-# what a Messages client (Claude Code) sends besides its body's headers
+# what a Messages client (Claude Code) and a Gemini one (Gemini CLI) send besides their
+# body's headers
 ANTHROPIC_HEAD = b"anthropic-version: 2023-06-01\r\n"
+GEMINI_HEAD = b"x-goog-api-key: %b\r\n" % KEY.encode()
+EXTRA_HEAD = {"messages": ANTHROPIC_HEAD, "gemini": GEMINI_HEAD}
 
 
 def build_request(host: str, port: int, path: str, body: bytes, stream: bool, extra: bytes = b"") -> bytes:
@@ -487,8 +585,8 @@ def build_request(host: str, port: int, path: str, body: bytes, stream: bool, ex
 class LoadSpec:
     host: str
     port: int
-    path: str  # /v1/chat/completions, /v1/responses or /v1/messages
-    proto: str  # the client's protocol: chat | responses | messages
+    path: str  # /v1/chat/completions, /v1/responses, /v1/messages or /v1beta/models/{model}:{method}
+    proto: str  # the client's protocol: chat | responses | messages | gemini
     body: bytes
     stream: bool
     concurrency: int
@@ -659,7 +757,7 @@ async def run_load(spec: LoadSpec) -> LoadResult:
     """Run one measurement; the wall clock starts once every connection is open."""
     loop = asyncio.get_running_loop()
     res = LoadResult()
-    extra = ANTHROPIC_HEAD if spec.proto == "messages" else b""
+    extra = EXTRA_HEAD.get(spec.proto, b"")
     req = build_request(spec.host, spec.port, spec.path, spec.body, spec.stream, extra)
     conns: list[_Client] = []
     sem = asyncio.Semaphore(128)

@@ -59,7 +59,22 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = 1024
 
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
-SHORT = {"chat": "chat", "responses": "resp", "messages": "msg"}
+SHORT = {"chat": "chat", "responses": "resp", "messages": "msg", "gemini": "gem"}
+# Gemini's own API: the model and the method in the path, a stream asked as SSE
+GEMINI_PATH = "/v1beta/models/{model}:{method}"
+
+
+# the Gemini directions' tags: same-protocol, Gemini CLI on a Chat upstream, a Chat client on Gemini
+GEM_TAGS = ("gem", "gem2chat", "chat2gem")
+
+
+def client_path(s: Scenario) -> str:
+    """The path a client of ``s`` POSTs to, the proxy's and the fake upstream's alike."""
+    if s.client != "gemini":
+        return PATHS[s.client]
+    if s.stream:
+        return GEMINI_PATH.format(model=s.model, method="streamGenerateContent") + "?alt=sse"
+    return GEMINI_PATH.format(model=s.model, method="generateContent")
 
 
 # ------------------------------------------------------------------------ scenarios
@@ -68,7 +83,7 @@ class Scenario:
     name: str
     title: str
     kind: str  # ns (non-stream) | lat (stream, c=1) | tput (stream, CPU-bound) | rt | mem
-    client: str  # protocol the client speaks: chat | responses | messages
+    client: str  # protocol the client speaks: chat | responses | messages | gemini
     upstream: str  # protocol the (fake) upstream speaks behind the proxy
     stream: bool
     n: int
@@ -118,11 +133,22 @@ def scenarios(quick: bool, duration: float | None = None) -> list[Scenario]:
         ("responses", "messages", "bridged Responses→Messages"),
         ("chat", "messages", "bridged Chat→Messages"),
     )
-    for cl, up, title in flows + msg_flows:
+    # Gemini's own API: Gemini CLI on a Gemini upstream and on a Chat one, a Chat client on a
+    # Gemini upstream; whole answers too, one at a time
+    gem_flows = (
+        ("gemini", "gemini", "streaming Gemini"),
+        ("gemini", "chat", "bridged Gemini→Chat"),
+        ("chat", "gemini", "bridged Chat→Gemini"),
+    )
+    for cl, up, title in gem_flows:
+        tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
+        title = title.replace("streaming", "non-streaming") if cl == up else f"{title}, non-streaming"
+        out.append(Scenario(f"ns-{tag}-c1", f"{title}, c=1", "ns", cl, up, False, 20, 0, 1, d))
+    for cl, up, title in flows + msg_flows + gem_flows:
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
         out.append(Scenario(f"st-{tag}-c1", f"{title}, 200 chunks, c=1", "lat", cl, up, True, 200, 0, 1, d))
         out.append(Scenario(f"st-{tag}-c8", f"{title}, 200 chunks, c=8", "tput", cl, up, True, 200, 0, 8, d))
-    for cl, up, title in flows + msg_flows[1:3]:
+    for cl, up, title in flows + msg_flows[1:3] + gem_flows[1:]:
         tag = f"{SHORT[cl]}" if cl == up else f"{SHORT[cl]}2{SHORT[up]}"
         out.append(
             Scenario(f"rt-{tag}", f"{title}, 200 chunks × 5 ms, 4 streams", "rt", cl, up, True, 200, 5, 4, None, rt_per)
@@ -324,7 +350,20 @@ def request_body(s: Scenario) -> bytes:
         "properties": {"command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"}},
         "required": ["command"],
     }
-    if s.client == "messages":  # as Claude Code sends it: system and content as blocks
+    if s.client == "gemini":  # as Gemini CLI sends it: no model or stream (the path's), thoughts asked for
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": "List the files in /tmp."}]}],
+            "systemInstruction": {"role": "user", "parts": [{"text": "You are a coding agent."}]},
+            "tools": [
+                {
+                    "functionDeclarations": [
+                        {"name": TOOL_NAME, "description": "Run a command", "parametersJsonSchema": params}
+                    ]
+                }
+            ],
+            "generationConfig": {"temperature": 0, "topP": 1, "thinkingConfig": {"includeThoughts": True}},
+        }
+    elif s.client == "messages":  # as Claude Code sends it: system and content as blocks
         body = {
             "model": s.model,
             "max_tokens": 32000,
@@ -667,7 +706,7 @@ async def measure(
     spec = LoadSpec(
         host=HOST,
         port=port,
-        path=PATHS[s.client],
+        path=client_path(s),
         proto=s.client,
         body=request_body(s),
         stream=s.stream,
@@ -779,7 +818,7 @@ async def warm_up(w: Scenario, port: int) -> LoadResult:
     spec = LoadSpec(
         host=HOST,
         port=port,
-        path=PATHS[w.client],
+        path=client_path(w),
         proto=w.client,
         body=request_body(w),
         stream=w.stream,
@@ -888,7 +927,14 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
     add("non-streaming, c=1: added latency p99", "ns-chat-c1", added("ns-chat-c1", "lat_p99_ms"), 1.5, "<=", "ms")
     _, p = pair("ns-chat-c64")
     add("non-streaming, c=64: proxy CPU per request", "ns-chat-c64", _get(p, "proxy_cpu_ms_per_req"), 1.0, "<=", "ms")
-    for tag in ("chat", "resp", "resp2chat", "chat2resp", "msg", "msg2chat", "resp2msg", "chat2msg"):
+    # Gemini's whole answers: ns-chat-c1's targets
+    for tag in GEM_TAGS:
+        sc = f"ns-{tag}-c1"
+        _, p = pair(sc)
+        add(f"non-streaming, c=1: proxy CPU per request ({tag})", sc, _get(p, "proxy_cpu_ms_per_req"), 0.5, "<=", "ms")
+        add(f"non-streaming, c=1: added latency p50 ({tag})", sc, added(sc, "lat_p50_ms"), 0.5, "<=", "ms")
+        add(f"non-streaming, c=1: added latency p99 ({tag})", sc, added(sc, "lat_p99_ms"), 1.5, "<=", "ms")
+    for tag in ("chat", "resp", "resp2chat", "chat2resp", "msg", "msg2chat", "resp2msg", "chat2msg", *GEM_TAGS):
         sc = f"st-{tag}-c1"
         add(f"stream, c=1: added TTFB p50 ({tag})", sc, added(sc, "ttfb_p50_ms"), 0.5, "<=", "ms")
         add(f"stream, c=1: added TTFB p99 ({tag})", sc, added(sc, "ttfb_p99_ms"), 1.5, "<=", "ms")
@@ -940,6 +986,9 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         ("msg2chat", 25000, "bridged"),
         ("resp2msg", 25000, "bridged"),
         ("chat2msg", 25000, "bridged"),
+        ("gem", 50000, "same-protocol"),
+        ("gem2chat", 25000, "bridged"),
+        ("chat2gem", 25000, "bridged"),
     ):
         _, p = pair(f"st-{tag}-c8")
         add(
@@ -989,7 +1038,7 @@ def targets(summ: dict[tuple[str, str], dict], meta: dict) -> list[dict]:
         "ms",
         "the floor under the 4 streams' figure",
     )
-    for tag in ("chat", "resp", "resp2chat", "chat2resp", "msg2chat", "resp2msg"):
+    for tag in ("chat", "resp", "resp2chat", "chat2resp", "msg2chat", "resp2msg", "gem2chat", "chat2gem"):
         add(
             f"realistic (5 ms/chunk): stream time vs direct ({tag})",
             f"rt-{tag}",

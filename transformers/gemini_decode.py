@@ -79,13 +79,41 @@ class GeminiStreamDecoder:
         self.usage: dict[str, Any] | None = None
         self.response_id = ""
 
-    # the Bridge's shortcuts: none for this protocol (every chunk goes through feed)
+    # the Bridge's shortcuts: ``text`` alone (no lane reads this protocol's bytes)
     plain_text = False
     plain_reasoning = False
     text_open = False
 
-    def text(self, obj: dict[str, Any]) -> None:
-        return None
+    def text(self, obj: dict[str, Any]) -> str | None:
+        """``feed(obj)`` for a chunk that gives one ``Text`` and nothing else, without its
+        walk: the text (its ``usageMetadata`` kept, as feed keeps it).  That is once started
+        and not finished, for a chunk with no ``error``, whose first candidate has no
+        ``finishReason`` and one part, ``{"text": ...}`` with a non-empty text and no other
+        key.  ``None`` for any other chunk or state: the caller takes ``feed``."""
+        if not self.started or self.finished:
+            return None
+        cands = obj.get("candidates")
+        if cands.__class__ is not list or not cands:
+            return None
+        cand = cands[0]
+        if cand.__class__ is not dict or "finishReason" in cand:
+            return None
+        content = cand.get("content")
+        if content.__class__ is not dict:
+            return None
+        parts = content.get("parts")
+        if parts.__class__ is not list or len(parts) != 1:
+            return None
+        p = parts[0]
+        if p.__class__ is not dict or len(p) != 1:
+            return None
+        t = p.get("text")
+        if t.__class__ is not str or not t or "error" in obj:
+            return None
+        u = obj.get("usageMetadata")
+        if u.__class__ is dict:
+            self.usage = u
+        return t
 
     def reasoning(self, obj: dict[str, Any]) -> None:
         return None

@@ -130,8 +130,41 @@ class GeminiEncoder(WholeEvents):
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.parts: list[dict[str, Any]] = []  # every part sent (the whole answer)
+        self._before = b""  # what SSE writes before a chunk's JSON (``frame_deltas``); b"": no shortcut
+        self._delta: bytes | None = None  # a text chunk's format, framed (``text_delta``)
+        self._delta_of: tuple[str | None, bytes] | None = None  # (model, framing) it was made for
 
-    # -- what the Bridge asks of an encoder (its shortcuts: none, WholeEvents) ------------------
+    # -- what the Bridge asks of an encoder (its shortcut: ``text_delta``; else WholeEvents) -----
+
+    def frame_deltas(self, framer: Any) -> None:
+        """Have ``text_delta`` write its chunk framed as ``framer`` frames it: SSE's bare
+        ``data:`` line only.  A JSON array frames its first element apart (``[`` rather than
+        ``\n,``), so under any other framing every chunk goes through ``feed``."""
+        before, after = framer("gemini")
+        self._before = before if before == b"data: " and after == b"\n\n" else b""
+        self._delta = None
+
+    def text_delta(self, text: str) -> bytes | None:
+        """``feed(Text(text))`` already serialized and framed: the very bytes the Bridge's
+        framing writes for the one chunk that feed would give (a text chunk of this model and
+        response id).  ``None`` under a framing other than SSE's, for an empty text (no chunk)
+        or once finished: the caller takes ``feed``."""
+        if not self._before or self.finished or not text:
+            return None
+        d = self._delta
+        if d is None or self._delta_of != (self.model, self._before):
+            d = self._new_delta()
+        self.parts.append({"text": text})
+        return d % orjson.dumps(text)
+
+    def _new_delta(self) -> bytes:
+        """The text chunk's format: ``_chunk``'s JSON for one text part, cut where the text
+        goes (``%b``), its own '%' doubled, framed."""
+        cut = "\x00text\x00"  # no JSON string writes a raw NUL
+        head, tail = orjson.dumps(self._chunk([{"text": cut}])).split(orjson.dumps(cut))
+        d = self._delta = self._before + head.replace(b"%", b"%%") + b"%b" + tail.replace(b"%", b"%%") + b"\n\n"
+        self._delta_of = (self.model, self._before)
+        return d
 
     @property
     def response(self) -> dict[str, Any]:

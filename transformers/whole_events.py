@@ -2,8 +2,9 @@
 
 The Chat and Responses encoders write their commonest events themselves (``text_delta``,
 ``reasoning_delta``, ``args_delta``, ``frame_deltas``: ``transformers/bridge.py``).  The
-Messages and Gemini encoders take every event through ``feed`` and the Bridge's framing;
-``WholeEvents`` is their one answer to each shortcut: none taken.
+Messages encoder takes every event through ``feed`` and the Bridge's framing, the Gemini
+encoder every event but a text chunk under SSE (its own ``text_delta``); ``WholeEvents`` is
+their answer to each shortcut they do not take: none taken.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class WholeEvents:
     def frame_deltas(self, framing: Any) -> None:
         pass  # every event goes through feed() and the Bridge's framing
 
-    def text_delta(self, text: str) -> None:
+    def text_delta(self, text: str) -> bytes | None:
         return None  # no shortcut: the Bridge feeds a Text event
 
     def reasoning_delta(self, ev: Reasoning) -> None:

@@ -354,9 +354,11 @@ def test_proxy_config_routes_models_to_protocols():
     scs = benchrun.scenarios(quick=True)
     cfg = benchrun.proxy_config(4321, scs)
     provs = {p["name"]: p for p in cfg["providers"]}
-    assert {p["protocol"] for p in provs.values()} == {"chat", "responses", "messages"}
+    assert {p["protocol"] for p in provs.values()} == {"chat", "responses", "messages", "gemini"}
     assert all(
-        p["profile"] == "openai-compatible" and p["base_url"] == "http://127.0.0.1:4321/v1" for p in provs.values()
+        p["profile"] == ("gemini" if p["protocol"] == "gemini" else "openai-compatible")
+        and p["base_url"] == "http://127.0.0.1:4321/v1"
+        for p in provs.values()
     )
     by_name = {m["name"]: m["provider"] for m in cfg["models"]}
     for s in scs:
