@@ -564,14 +564,12 @@ class SQLiteStore(Store):
 
 _REDIS_CONNECTIONS = 256  # per process
 
-# The size bookkeeping of a put (RedisStore._put, in its pipeline).  KEYS: the sorted set
-# (id → time of its last write or renewal), the hash (id → size), the total.  ARGV: the key
-# prefix, now, the TTL, the cap, the id put, its size, then the ids it renewed.  Forgets what
-# its TTL removed (a minute of slack for clocks), then deletes the oldest records (and their
-# item index entries) until the total is under the cap, never the one put; {total, evicted}.
-_TRIM_LUA = """
+# The size bookkeeping both put scripts begin with (KEYS: the sorted set by time, the hash of
+# sizes, the total; ARGV[2..6]: now, ttl, cap, the id put, its size; ARGV[7..]: the ancestors
+# renewed): the record put counted, the ancestors' times renewed, records past their TTL
+# forgotten.  ``forget`` is left defined for the eviction loop that follows.
+_TRIM_BOOK = """
 local zs, hs, tot = KEYS[1], KEYS[2], KEYS[3]
-local prefix = ARGV[1]
 local now, ttl, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local rid, size = ARGV[5], tonumber(ARGV[6])
 local function forget(id)
@@ -592,6 +590,16 @@ end
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', zs, '-inf', now - ttl - 60, 'LIMIT', 0, 256)) do
   forget(id)
 end
+"""
+
+# The size bookkeeping of a put (RedisStore._put, in its pipeline).  KEYS: the sorted set
+# (id → time of its last write or renewal), the hash (id → size), the total.  ARGV: the key
+# prefix, now, the TTL, the cap, the id put, its size, then the ids it renewed.  Forgets what
+# its TTL removed (a minute of slack for clocks), then deletes the oldest records (and their
+# item index entries) until the total is under the cap, never the one put; {total, evicted}.
+_TRIM_LUA = (
+    _TRIM_BOOK
+    + """local prefix = ARGV[1]
 local total = tonumber(redis.call('GET', tot) or '0')
 local evicted = 0
 while total > cap do
@@ -613,6 +621,7 @@ while total > cap do
 end
 return {total, evicted}
 """
+)
 
 # a deleted record leaves the bookkeeping (KEYS as above; ARGV: the id); the total
 _FORGET_LUA = """
@@ -630,29 +639,9 @@ return tonumber(redis.call('GET', KEYS[3]) or '0')
 # _TRIM_LUA) in the slot of its three keys only.  The records to evict are returned after
 # {total, evicted}; RedisStore._evict deletes them and their item index entries, in their
 # own slots.
-_TRIM_CLUSTER_LUA = """
-local zs, hs, tot = KEYS[1], KEYS[2], KEYS[3]
-local now, ttl, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local rid, size = ARGV[5], tonumber(ARGV[6])
-local function forget(id)
-  local s = redis.call('HGET', hs, id)
-  redis.call('ZREM', zs, id)
-  if s then
-    redis.call('HDEL', hs, id)
-    redis.call('DECRBY', tot, tonumber(s))
-  end
-end
-forget(rid)
-redis.call('HSET', hs, rid, size)
-redis.call('INCRBY', tot, size)
-redis.call('ZADD', zs, now, rid)
-for i = 7, #ARGV do
-  redis.call('ZADD', zs, 'XX', now, ARGV[i])
-end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', zs, '-inf', now - ttl - 60, 'LIMIT', 0, 256)) do
-  forget(id)
-end
-local out = {0, 0}
+_TRIM_CLUSTER_LUA = (
+    _TRIM_BOOK
+    + """local out = {0, 0}
 local total = tonumber(redis.call('GET', tot) or '0')
 while total > cap do
   local oldest = redis.call('ZRANGE', zs, 0, 1)
@@ -667,6 +656,7 @@ out[1] = total
 out[2] = #out - 2
 return out
 """
+)
 
 # an item index entry is deleted only while it still names the evicted record
 _DEL_IF_LUA = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
