@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,17 +35,11 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.run import Child, cpu_seconds, proc_children, start_fake, start_proxy
+from bench.run import Child, cpu_seconds, free_port, proc_children, start_fake, start_proxy
 
 LIMITS = {"requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000, "concurrent": 1000}
 SECRET = "bench-limits-secret-0123456789abcdef0123456789abcdef"
 BODY = {"model": "bench-chat-n20", "messages": [{"role": "user", "content": "Say something, twenty words."}]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def config(fake_port: int, store: dict) -> dict:
@@ -86,18 +79,19 @@ async def load(port: int, key: str, n: int, concurrency: int) -> int:
     return ok
 
 
-async def main_async(args: argparse.Namespace) -> None:
+def start_redis(work: Path) -> tuple[Child, int]:
+    """Our own redis-server on a free loopback port (no persistence), stopped by its PID."""
     redis_bin = shutil.which("redis-server") or "/usr/bin/redis-server"
+    port = free_port()
+    argv = [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    return Child("redis", argv, work / "redis.log", stdout=subprocess.DEVNULL), port
+
+
+async def main_async(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-limits-"))
     children: list[Child] = []
     try:
-        rport = free_port()
-        redis = Child(
-            "redis",
-            [redis_bin, "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            work / "redis.log",
-            stdout=subprocess.DEVNULL,
-        )
+        redis, rport = start_redis(work)
         children.append(redis)
         fake, fport = await start_fake(work, args.load_core)
         children.append(fake)

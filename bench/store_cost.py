@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.limits import free_port
+from bench.limits import start_redis
 from bench.run import Child, cpu_seconds, proc_children, start_fake, start_proxy
 
 SECRET = "bench-store-secret-0123456789abcdef0123456789abcdef01"
@@ -84,17 +83,10 @@ async def load(port: int, path: str, body: dict[str, Any], n: int, concurrency: 
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    redis_bin = shutil.which("redis-server") or "/usr/bin/redis-server"
     work = Path(tempfile.mkdtemp(prefix="bench-store-"))
     children: list[Child] = []
     try:
-        rport = free_port()
-        redis = Child(
-            "redis",
-            [redis_bin, "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            work / "redis.log",
-            stdout=subprocess.DEVNULL,
-        )
+        redis, rport = start_redis(work)
         children.append(redis)
         fake, fport = await start_fake(work, args.load_core)
         children.append(fake)
