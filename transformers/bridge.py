@@ -135,6 +135,23 @@ _RUN_OPENING = 6
 _RUN_READ = 640
 
 
+class _TooDeep(Exception):
+    """A whole answer nested deeper than JSON is written: upstream data, rejected as such."""
+
+
+def _dump_whole(result: dict[str, Any]) -> bytes:
+    """The client's whole answer as JSON.  A tool input or argument object the upstream
+    nested just under the writer's depth limit may pass its decoder and still be too deep
+    once the client's shape wraps it (a Messages ``content[i].input``): that is ``_TooDeep``,
+    a 502 ``upstream_bad_response`` that says so, not the guard's catch-all."""
+    try:
+        return orjson.dumps(result)
+    except orjson.JSONEncodeError as e:
+        if "Recursion limit" in str(e):
+            raise _TooDeep from None
+        raise
+
+
 class AnswerError(Exception):
     """A non-streamed answer that failed: ``error`` is the OpenAI error dict; ``bad`` when the
     proxy could not process the upstream's body (rather than the upstream saying it failed)."""
@@ -599,7 +616,12 @@ class Bridge:
                 events = [e for ev in events for e in self.compaction.feed(ev)]
             whole = self._client.whole(events, ctx, self._options, self.mask)
             result, err, self.terminal = whole.result, whole.error, whole.terminal
-            body = None if err else orjson.dumps(result)
+            body = None if err else _dump_whole(result)
+        except _TooDeep:
+            self.terminal = "failed"
+            raise AnswerError(
+                stream_error("upstream_bad_response", "the upstream sent content nested too deep to pass on"), bad=True
+            ) from None
         except Exception as e:
             self.terminal = "failed"
             raise AnswerError(

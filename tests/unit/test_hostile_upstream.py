@@ -1754,6 +1754,20 @@ def test_messages_non_stream_tool_input_too_deep_is_a_502(client: str) -> None:
     )
 
 
+def test_messages_non_stream_tool_input_too_deep_for_the_clients_shape_is_a_502() -> None:
+    """A tool_use ``input`` just under the writer's depth limit passes the decoder, and is
+    too deep once a Messages answer wraps it again (``content[i].input``): a 502
+    ``upstream_bad_response`` that says so, not the guard's catch-all (found by
+    test_property_non_stream_messages_bodies)."""
+    obj = msg_obj(content=[{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": DEEP_MARK % 253}])
+    p = prepared("messages", "messages")
+    with pytest.raises(ProxyError) as ei:
+        full_response(p, body_of(obj))
+    e = ei.value
+    assert (e.status, e.code, e.type) == (502, "upstream_bad_response", "upstream_error")
+    assert "nested too deep" in e.message and "could not process" not in e.message, e.message
+
+
 # -- the guard, on the Messages decoder and encoder -----------------------------------------------
 
 M_GUARD_CASES = [
