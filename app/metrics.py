@@ -33,9 +33,10 @@ gauges): ``switchboard_<pid>_<random>.values``, float64 slots memory-mapped in c
 name, labels) appended before the series' first update.  An update is a store into the
 map, so nothing waits for a flush and a worker killed outright loses nothing.  A scrape
 (``read_dir``) reads every index, then its values file (so every slot it names is there),
-and sums the series over the files.  No file is ever removed or rewritten: the series of a
-process that exited stay in the sums, as prometheus_client keeps a dead process's
-counters, and counters never go back.  Without the variable (one process) the values live
+and sums the series over the files.  The series of a process that exited stay in the sums,
+as prometheus_client keeps a dead process's counters, and counters never go back: the
+supervisor adds them into one file, ``switchboard_exited.json`` (``fold_exited``: renamed
+into place, then the process's own files are removed), so restarts do not pile files up.  Without the variable (one process) the values live
 in memory.  Either way one ``Metrics`` is made per app (``create_app``); two apps in one
 process, as in the tests, never see each other's counts (in multiprocess mode a worker
 holds one app, and its scrape is the directory's).  Counters and histograms are summed over
@@ -64,6 +65,7 @@ them (``gen_ai.server.request.duration`` → ``gen_ai_server_request_duration_se
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import mmap
 import os
@@ -258,6 +260,9 @@ _DURATION, _TTFT, _TPOT, _TOKENS = 0, 1, 2, 3
 # values as float64s, and ``switchboard_<pid>_<id>.index``, one JSON line per series
 # ([first slot, name, labels]) written before the series' first update
 FILE_PREFIX = "switchboard_"
+# the series of every process that exited, summed (fold_exited): JSON, renamed into place
+EXITED = FILE_PREFIX + "exited.json"
+_READ_TRIES = 3  # a scrape whose listing went stale (a fold) reads the directory again
 _CHUNK = 4096  # slots (8 bytes each) the values file grows by: one memory map each
 
 
@@ -314,20 +319,64 @@ def _families(data: dict[str, dict[Key, Values]]) -> Iterator[Metric]:
         yield family
 
 
+def _add(out: dict[str, dict[Key, list[float]]], name: str, key: Key, values: Iterable[float]) -> None:
+    series = out.setdefault(name, {})
+    got = series.get(key)
+    if got is None:
+        series[key] = list(values)
+    else:
+        for i, v in enumerate(values):
+            got[i] += v
+
+
+def _load_exited(path: str) -> tuple[dict[str, dict[Key, list[float]]], set[str]]:
+    """The exited processes' series summed in ``EXITED`` (``fold_exited``), and the names of
+    the files folded into it last (a scrape skips them while they are being removed)."""
+    try:
+        with open(os.path.join(path, EXITED), "rb") as f:
+            doc = orjson.loads(f.read())
+    except FileNotFoundError:
+        return {}, set()
+    out: dict[str, dict[Key, list[float]]] = {}
+    for name, labels, values in doc["series"]:
+        _add(out, name, tuple((k, v) for k, v in labels), values)
+    return out, set(doc["files"])
+
+
 def read_dir(path: str, pid: int | None = None) -> dict[str, dict[Key, list[float]]]:
     """Every process's series in a multiprocess directory (or process ``pid``'s), summed:
     the live ones' and the exited ones' (their counts stay, as prometheus_client keeps a
-    dead process's counters)."""
-    out: dict[str, dict[Key, list[float]]] = {}
+    dead process's counters; ``fold_exited`` moves them into one file).
+
+    A process's files vanish only when they are folded, after the folded file holding
+    them was written: a file gone between the listing and its read means the listing
+    is stale, and the read starts again (the folded file, read after the listing, then
+    holds it)."""
+    for _ in range(_READ_TRIES - 1):
+        out = _read_dir(path, pid, strict=True)
+        if out is not None:
+            return out
+    return _read_dir(path, pid, strict=False) or {}
+
+
+def _read_dir(path: str, pid: int | None, strict: bool) -> dict[str, dict[Key, list[float]]] | None:
     pattern = f"{FILE_PREFIX}{'*' if pid is None else pid}_*.index"
-    for index in sorted(glob.glob(os.path.join(glob.escape(path), pattern))):
+    indexes = sorted(glob.glob(os.path.join(glob.escape(path), pattern)))
+    # (after the listing: a process folded since is in it, and its files are skipped)
+    out, folded = _load_exited(path) if pid is None else ({}, set())
+    for index in indexes:
+        base = index.removesuffix(".index")
+        if os.path.basename(base) in folded:
+            continue
         try:
             # the index first: every slot it names is in the values file read after it
             with open(index, "rb") as f:
                 lines = f.read().split(b"\n")[:-1]  # (a line still being written: no newline)
-            with open(index.removesuffix(".index") + ".values", "rb") as f:
+            with open(base + ".values", "rb") as f:
                 data = f.read()
         except FileNotFoundError:
+            if strict:
+                return None
             continue
         values = memoryview(data[: len(data) - len(data) % 8]).cast("d")
         for line in lines:
@@ -339,15 +388,37 @@ def read_dir(path: str, pid: int | None = None) -> dict[str, dict[Key, list[floa
             width = _width(kind, buckets)
             if slot + width > len(values):
                 continue
-            key = tuple((k, v) for k, v in labels)
-            series = out.setdefault(name, {})
-            got = series.get(key)
-            if got is None:
-                series[key] = list(values[slot : slot + width])
-            else:
-                for i in range(width):
-                    got[i] += values[slot + i]
+            _add(out, name, tuple((k, v) for k, v in labels), values[slot : slot + width])
     return out
+
+
+def fold_exited(path: str, pid: int) -> None:
+    """Process ``pid`` exited: its series are added into the directory's ``EXITED`` file
+    (written to a temporary name, then renamed over it), then its own files are removed.
+    A directory holds the live processes' files and one file for every process that
+    exited, however many restarts it has seen; the sums a scrape reads do not change."""
+    pattern = os.path.join(glob.escape(path), f"{FILE_PREFIX}{pid}_*.index")
+    bases = [i.removesuffix(".index") for i in glob.glob(pattern)]
+    if not bases:
+        return
+    out, before = _load_exited(path)
+    for name, series in read_dir(path, pid).items():
+        for key, values in series.items():
+            _add(out, name, key, values)
+    # (files folded before that a removal left behind stay named: counted once, from here)
+    kept = [b for b in before if os.path.exists(os.path.join(path, b + ".index"))]
+    doc = {
+        "files": [*kept, *(os.path.basename(b) for b in bases)],
+        "series": [[name, key, values] for name, series in out.items() for key, values in series.items()],
+    }
+    tmp = os.path.join(path, f".{EXITED}.{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(doc))
+    os.replace(tmp, os.path.join(path, EXITED))
+    for base in bases:  # (the index first: a scrape that still lists it reads again)
+        for suffix in (".index", ".values"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(base + suffix)
 
 
 class _Files:

@@ -33,8 +33,9 @@ the instance and passes it to every worker as ``PROMETHEUS_MULTIPROC_DIR``: each
 metrics live in memory-mapped files there, and any worker's ``GET /metrics`` merges them
 (``app/metrics.py``), so one scrape answers for the whole instance.  A worker that exits
 is marked dead (``prometheus_client.multiprocess.mark_process_dead``: its gauges leave
-the scrape; its counts stay in the sums, which never go back); the directory is removed
-when the supervisor exits.
+the scrape; its counts stay in the sums, which never go back) and its files are folded into
+one file of exited workers (``app.metrics.fold_exited``), so restarts do not pile files up;
+the directory is removed when the supervisor exits.
 
 A worker whose supervisor dies is sent SIGTERM by the kernel (``PR_SET_PDEATHSIG``, Linux)
 and drains like any other: orphans do not keep serving a port nobody manages.
@@ -60,6 +61,7 @@ from typing import Any
 from prometheus_client.multiprocess import mark_process_dead
 
 from app.logs import log
+from app.metrics import fold_exited
 
 _RESTART_DELAY = 1.0  # seconds before a worker that exited by itself is started again
 _CRASH_WINDOW = 10.0  # a worker that exits this soon after its start counts as a crash
@@ -207,9 +209,14 @@ class Supervisor:
             reserve.close()
 
     def _dead(self, pid: int) -> None:
-        """Worker ``pid`` exited: its live gauges leave the instance's scrape."""
+        """Worker ``pid`` exited: its live gauges leave the instance's scrape, and its
+        counts move into the directory's file of exited workers (``fold_exited``)."""
         if self.metrics_dir:
             mark_process_dead(pid, self.metrics_dir)
+            try:
+                fold_exited(self.metrics_dir, pid)
+            except (OSError, ValueError) as e:  # (its files stay, and are counted as before)
+                log.warning("metrics_fold_failed", pid=pid, error=str(e)[:200])
 
     def _pids(self) -> list[int]:
         return [p.pid for p in self.procs if p is not None]

@@ -237,5 +237,18 @@ def test_one_scrape_counts_every_worker(proxy: Proxy) -> None:
     outputs = total(scrape, "gen_ai_client_token_usage_count", **labels, gen_ai_token_type="output")
     assert outputs == n  # the demo provider reports its usage, streamed or not
     assert total(scrape, "gen_ai_client_token_usage_count", gen_ai_token_estimated="true") == 0
+    # a worker killed: its counts move into the file of exited workers, its own files go,
+    # and the next scrape (by either worker) counts the same
+    os.kill(pids[0], signal.SIGKILL)
+    wait_dead(pids[0])
+    deadline = time.monotonic() + 10
+    while any(p.name.startswith(f"{metrics.FILE_PREFIX}{pids[0]}_") for p in Path(d).iterdir()):
+        assert time.monotonic() < deadline, sorted(p.name for p in Path(d).iterdir())
+        time.sleep(0.05)
+    assert (Path(d) / metrics.EXITED).exists()
+    with httpx.Client(timeout=10) as c:
+        again = c.get(f"{proxy.url}/metrics", headers={"connection": "close"}).text
+    assert total(again, "switchboard_requests_total", route="/v1/chat/completions", status="200") == n
+    assert total(again, "gen_ai_server_request_duration_seconds_bucket", **labels, le="+Inf") == n
     proxy.stop()
     assert not os.path.exists(d)  # the supervisor removed its directory on the way out

@@ -253,3 +253,63 @@ def test_a_scrape_skips_what_a_process_is_still_writing(tmp_path: Path) -> None:
         assert "switchboard_upstream_attempts_total" in m.render().decode()
         assert metrics.read_dir(str(tmp_path), os.getpid()) == got
         assert metrics.read_dir(str(tmp_path), os.getpid() + 1) == {}
+
+
+def test_exited_processes_fold_into_one_file_and_the_sums_stay(tmp_path: Path) -> None:
+    """Three processes exit one after the other and are folded as app/workers.py does: the
+    scrape is the same as before each fold, and the directory holds the live process's
+    files and one file of exited ones."""
+    exited = [child("ours", tmp_path, seed) for seed in (1, 2, 3)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(metrics, "MULTIPROC_DIR", str(tmp_path))
+        live = ours()
+        replay(live, 4)
+        want = live.render().decode()
+        for pid in exited:
+            metrics.fold_exited(str(tmp_path), pid)
+            assert_same(live.render().decode(), want)
+            assert not list(tmp_path.glob(f"{metrics.FILE_PREFIX}{pid}_*"))
+        metrics.fold_exited(str(tmp_path), exited[0])  # (again: nothing left of it to add)
+        assert_same(live.render().decode(), want)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 3 and metrics.EXITED in names, names
+    assert all(n.startswith(f"{metrics.FILE_PREFIX}{os.getpid()}_") for n in names if n != metrics.EXITED)
+
+
+@pytest.mark.parametrize("when", ["before the folded file is read", "after it is read"])
+def test_a_scrape_during_a_fold_counts_the_exited_process_once(tmp_path: Path, when: str) -> None:
+    """A fold lands between a scrape's listing of the files and its read of the folded file,
+    or between that read and the exited process's files: either way the scrape counts the
+    exited process once (never twice, never not at all)."""
+    pid = child("ours", tmp_path, 1)
+    want = metrics.read_dir(str(tmp_path))
+    load = metrics._load_exited
+    folds: list[int] = []
+
+    def racing(path: str) -> Any:
+        if not folds and when == "before the folded file is read":
+            folds.append(pid)
+            metrics.fold_exited(path, pid)
+        got = load(path)
+        if not folds:
+            folds.append(pid)
+            metrics.fold_exited(path, pid)
+        return got
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(metrics, "_load_exited", racing)
+        assert metrics.read_dir(str(tmp_path)) == want
+    assert folds == [pid] and (tmp_path / metrics.EXITED).exists()
+    assert metrics.read_dir(str(tmp_path)) == want
+
+
+def test_files_a_fold_could_not_remove_are_counted_once(tmp_path: Path) -> None:
+    a, b = child("ours", tmp_path, 1), child("ours", tmp_path, 2)
+    want = metrics.read_dir(str(tmp_path))
+    stay = {p.name: p.read_bytes() for p in tmp_path.glob(f"{metrics.FILE_PREFIX}{a}_*")}
+    metrics.fold_exited(str(tmp_path), a)
+    for name, data in stay.items():  # (as if the removal had failed)
+        (tmp_path / name).write_bytes(data)
+    assert metrics.read_dir(str(tmp_path)) == want
+    metrics.fold_exited(str(tmp_path), b)
+    assert metrics.read_dir(str(tmp_path)) == want
