@@ -44,9 +44,9 @@ from .context import Ctx
 from .errors import stream_error
 from .events import Event, Finish, Reasoning, Start, Text, ToolCall, ToolCallEnd, Usage
 
-__all__ = ["GeminiStreamDecoder", "decode_gemini", "usage_of"]
+__all__ = ["FILTERED", "GeminiStreamDecoder", "decode_gemini", "usage_of"]
 
-_FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
+FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
 _ERROR_CODES = {"RESOURCE_EXHAUSTED": "rate_limit_exceeded", "UNAVAILABLE": "server_is_overloaded"}
 
 
@@ -200,7 +200,7 @@ class GeminiStreamDecoder:
             out.append(Usage(usage_of(self.usage)))
         if reason == "MAX_TOKENS":
             out.append(Finish("incomplete", reason="max_output_tokens"))
-        elif reason in _FILTERED or reason == "CONTENT_FILTERED_PROMPT":
+        elif reason in FILTERED or reason == "CONTENT_FILTERED_PROMPT":
             out.append(Finish("incomplete", reason="content_filter"))
         else:
             out.append(Finish("completed"))
