@@ -24,6 +24,10 @@ field               what it is
 ``encoder``         a ``StreamEncoder`` writing the client's events
 ``whole``           a whole decoded answer as the client's answer object, with the error
                     it carries and the terminal it amounts to (``Whole``)
+``straight``        (upstream protocol, writer): a plain whole answer of that upstream
+                    written straight as the client's, without the machines
+                    (``chat_whole.py``); the writer returns a
+                    ``Straight``, or None and the Bridge takes ``whole``
 ``bare_sse``        SSE as bare ``data:`` lines (Chat, Gemini); otherwise each event has
                     its ``event:`` line (Responses, Messages)
 ``sse_done``        the stream ends with ``data: [DONE]`` (Chat)
@@ -110,6 +114,7 @@ import orjson
 from . import request_check
 from .chat_decode import ChatStreamDecoder, decode_chat_completion
 from .chat_encode import ChatStreamEncoder, encode_chat_completion
+from .chat_whole import Straight, chat_chat
 from .context import Ctx
 from .errors import RequestError
 from .events import Event, Finish
@@ -350,6 +355,7 @@ class ProtocolSpec:
     path: str
     # the client side, optional
     same: Callable[[Body, Ctx], Body] | None = None
+    straight: tuple[tuple[str, Callable[[Body, Ctx], Straight | None]], ...] = ()
     sse_done: bool = False
     items: bool = False
     usage_opt_in: bool = False
@@ -391,6 +397,7 @@ SPECS: dict[str, ProtocolSpec] = {
             same=_chat_same,
             encoder=lambda ctx, o: ChatStreamEncoder(ctx, include_usage=o.include_usage),
             whole=_whole_chat,
+            straight=(("chat", chat_chat),),
             route="/v1/chat/completions",
             error=openai_error,
             bare_sse=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import itertools
 import types
 from collections.abc import Iterator
@@ -51,9 +52,14 @@ def _body(tools: bool) -> dict[str, Any]:
 def _answer(obj: Any, quirks: frozenset[str], public: str, tools: bool, shortcut: bool) -> tuple[Any, ...]:
     """What the client gets for the upstream's answer ``obj``, and what the Bridge keeps."""
     ctx = Ctx(quirks=quirks, upstream_model="up", public_model=public)
-    _, bridge = open_bridge(_body(tools), "chat", "chat", ctx)
-    off = contextlib.nullcontext() if shortcut else mock.patch.object(bridge_mod, "plain_completion", lambda o, c: None)
+    # without the shortcut: the Chat row without its straight writers
+    off = (
+        contextlib.nullcontext()
+        if shortcut
+        else mock.patch.dict(bridge_mod.SPECS, {"chat": dataclasses.replace(bridge_mod.SPECS["chat"], straight=())})
+    )
     with _fixed(), off:
+        _, bridge = open_bridge(_body(tools), "chat", "chat", ctx)
         try:
             status, out = bridge.complete(copy.deepcopy(obj))
             got: tuple[Any, ...] = ("ok", status, out)
