@@ -61,7 +61,8 @@ as the one-event stream it stands for (``decode_chat_completion`` / ``decode_res
 and the client's object is what the encoder's stream adds up to.  A plain answer is written
 straight from the upstream's object, as the machines would write it, where the client's row
 has a writer for the upstream's protocol (``straight``: Chat → Chat in
-``transformers/chat_whole.py``) and no tool stage runs.
+``transformers/chat_whole.py``, the directions touching Gemini in
+``transformers/gemini_whole.py``) and no tool stage runs.
 
 Guard (an upstream is untrusted): an exception raised while an upstream event goes through
 the pieces never escapes.  It becomes the protocol's failure terminal with code

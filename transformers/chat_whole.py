@@ -13,8 +13,8 @@ ctx)`` writes the object that round trip gives, straight from ``obj``, when ``ob
 ``chat_chat`` is its ``Straight``: the answer with what the Bridge keeps of it (terminal,
 usage, output characters), the Chat row's writer for a Chat upstream.  The Bridge asks a
 row's writer only with no tool stage (it can change the answer); ``read_plain`` declines
-under the ``inline_think`` quirk (it can too).  ``read_plain`` is the reading alone, for
-a writer of another client's shape.  An answer is plain when every row holds:
+under the ``inline_think`` quirk (it can too).  ``read_plain`` is the reading alone, which
+``gemini_whole.py`` writes for a Gemini client.  An answer is plain when every row holds:
 
 ========================================  ================================================
 in ``obj``                                why (what the machines would do otherwise)

@@ -26,7 +26,7 @@ field               what it is
                     it carries and the terminal it amounts to (``Whole``)
 ``straight``        (upstream protocol, writer): a plain whole answer of that upstream
                     written straight as the client's, without the machines
-                    (``chat_whole.py``); the writer returns a
+                    (``chat_whole.py``, ``gemini_whole.py``); the writer returns a
                     ``Straight``, or None and the Bridge takes ``whole``
 ``bare_sse``        SSE as bare ``data:`` lines (Chat, Gemini); otherwise each event has
                     its ``event:`` line (Responses, Messages)
@@ -120,6 +120,7 @@ from .errors import RequestError
 from .events import Event, Finish
 from .gemini_decode import GeminiStreamDecoder, decode_gemini
 from .gemini_encode import GeminiEncoder, error_object
+from .gemini_whole import chat_gemini, gemini_chat, gemini_gemini
 from .masking import SecretMask
 from .messages_decode import MessagesStreamDecoder, decode_message
 from .messages_encode import MessagesEncoder
@@ -397,7 +398,7 @@ SPECS: dict[str, ProtocolSpec] = {
             same=_chat_same,
             encoder=lambda ctx, o: ChatStreamEncoder(ctx, include_usage=o.include_usage),
             whole=_whole_chat,
-            straight=(("chat", chat_chat),),
+            straight=(("chat", chat_chat), ("gemini", gemini_chat)),
             route="/v1/chat/completions",
             error=openai_error,
             bare_sse=True,
@@ -467,6 +468,7 @@ SPECS: dict[str, ProtocolSpec] = {
             to_hub=_gemini_to_hub,
             encoder=lambda ctx, o: GeminiEncoder(ctx),
             whole=_whole_gemini,
+            straight=(("gemini", gemini_gemini), ("chat", chat_gemini)),
             route="/v1beta/models/{model}:generateContent",
             stream_route="/v1beta/models/{model}:streamGenerateContent",
             key_query=("key", "x-goog-api-key"),
