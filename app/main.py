@@ -3,14 +3,16 @@
 The middleware chain is empty on purpose (docs/rules.md, "No middleware"): auth and the body limit are two
 function calls inside the two proxy routes, and errors are rendered by exception handlers.
 
-Fast path: ``POST /v1/chat/completions`` and ``POST /v1/responses`` are dispatched by
+Fast path: the proxy routes (``POST /v1/chat/completions``, ``/v1/responses``,
+``/v1/messages``, and a ``{model}`` route's proxy methods: Gemini's ``:generateContent`` and
+``:streamGenerateContent``) are dispatched by
 ``Switchboard.__call__`` (the app's outermost ASGI layer) straight to a raw ASGI handler,
 without Starlette routing, FastAPI's middleware stack or its exception-handler wrappers
 (each of those wraps ``send``, and a stream sends once per upstream chunk).  That handler
 does auth, the body limit and ``prepare()`` itself and renders its errors exactly as the
-exception handlers below do (same status, OpenAI body, ``x-request-id``/``retry-after``
+exception handlers below do (same status, the protocol's error body, ``x-request-id``/``retry-after``
 headers, log line; an unexpected exception is logged, answered 500 if nothing was sent yet,
-and re-raised to the server).  Everything else goes through FastAPI.  The two routes are
+and re-raised to the server).  Everything else goes through FastAPI.  The routes are
 registered in FastAPI too, with the same handler minus its own catch-all (which FastAPI's
 ``on_unexpected`` then does), so routing answers stay FastAPI's (405 on another method, the
 trailing-slash redirect) and a path under a ``root_path`` still reaches them.
@@ -155,6 +157,8 @@ class Switchboard(FastAPI):
     behind the browser guard (``app.guard``)."""
 
     fast_routes: dict[str, ASGIHandler] = {}
+    # the proxy methods of a ``{model}`` route (Gemini's ``:generateContent``): (row, handler)
+    model_routes: tuple[tuple[ProtocolSpec, ASGIHandler], ...] = ()
     socket_routes: dict[str, ASGIHandler] = {}
     guard: Guard = Guard()
     metrics: metrics.Metrics = metrics.Metrics()
@@ -174,7 +178,13 @@ class Switchboard(FastAPI):
                     return
                 send = _with_headers(send, cors)
             if kind == "http" and scope["method"] == "POST":
-                handler = self.fast_routes.get(scope["path"])
+                path = scope["path"]
+                handler = self.fast_routes.get(path)
+                if handler is None:
+                    for spec, h in self.model_routes:
+                        if model_in(spec.route, path) is not None or model_in(spec.stream_route, path) is not None:
+                            handler = h
+                            break
                 if handler is not None:
                     await handler(scope, receive, send)
                     return
@@ -655,6 +665,9 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
         fast[path] = svc.proxy_handler(client, outer=True)
         app.router.add_route(path, _RawEndpoint(svc.proxy_handler(client, outer=False)), methods=["POST"])  # type: ignore[arg-type]
     app.fast_routes = fast
+    app.model_routes = tuple(
+        (spec, svc.proxy_handler(spec.name, outer=True)) for spec in SPECS.values() if "{model}" in spec.route
+    )
     app.router.add_route(compact.PATH, _RawEndpoint(compact.compact_handler(svc)), methods=["POST"])  # type: ignore[arg-type]
     app.socket_routes = {"/v1/responses": partial(serve_socket, svc)}
     _protocol_routes(app, svc)
