@@ -1,8 +1,8 @@
 """A Chat upstream's plain whole answer to a Chat client (``transformers/chat_whole.py``)
 gives the client the very answer the machines give: the same bytes, status or error,
-terminal, stored object and repairs, for generated answers of every shape (plain or not,
-well-formed or not), with and without the quirks and the tool stage that keep the Bridge
-from asking; and the answers real upstreams send take it."""
+terminal, stored object, usage, output characters and repairs, for generated answers of
+every shape (plain or not, well-formed or not), with and without the quirks and the tool
+stage that keep the Bridge from asking; and the answers real upstreams send take it."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _answer(obj: Any, quirks: frozenset[str], public: str, tools: bool, shortcut
             got: tuple[Any, ...] = ("ok", status, out)
         except AnswerError as e:
             got = ("error", e.error, e.bad)
-    return got, bridge.terminal, list(ctx.repairs), bridge._result
+    return got, bridge.terminal, list(ctx.repairs), bridge._result, bridge.usage, bridge.chars
 
 
 def _same(obj: Any, quirks: frozenset[str] = frozenset(), public: str = "pub", tools: bool = False) -> None:
