@@ -19,7 +19,7 @@ LISTED = [name for name, spec in SPECS.items() if spec.models is not None]
 
 
 def test_the_rows_that_count_and_list() -> None:
-    assert COUNTED == ["messages", "gemini"] and LISTED == ["gemini"]
+    assert {"messages", "gemini"} <= set(COUNTED) and "gemini" in LISTED
 
 
 @pytest.mark.parametrize("name", COUNTED)
