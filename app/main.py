@@ -3,14 +3,16 @@
 The middleware chain is empty on purpose (docs/rules.md, "No middleware"): auth and the body limit are two
 function calls inside the two proxy routes, and errors are rendered by exception handlers.
 
-Fast path: ``POST /v1/chat/completions`` and ``POST /v1/responses`` are dispatched by
+Fast path: the proxy routes (``POST /v1/chat/completions``, ``/v1/responses``,
+``/v1/messages``, and a ``{model}`` route's proxy methods: Gemini's ``:generateContent`` and
+``:streamGenerateContent``) are dispatched by
 ``Switchboard.__call__`` (the app's outermost ASGI layer) straight to a raw ASGI handler,
 without Starlette routing, FastAPI's middleware stack or its exception-handler wrappers
 (each of those wraps ``send``, and a stream sends once per upstream chunk).  That handler
 does auth, the body limit and ``prepare()`` itself and renders its errors exactly as the
-exception handlers below do (same status, OpenAI body, ``x-request-id``/``retry-after``
+exception handlers below do (same status, the protocol's error body, ``x-request-id``/``retry-after``
 headers, log line; an unexpected exception is logged, answered 500 if nothing was sent yet,
-and re-raised to the server).  Everything else goes through FastAPI.  The two routes are
+and re-raised to the server).  Everything else goes through FastAPI.  The routes are
 registered in FastAPI too, with the same handler minus its own catch-all (which FastAPI's
 ``on_unexpected`` then does), so routing answers stay FastAPI's (405 on another method, the
 trailing-slash redirect) and a path under a ``root_path`` still reaches them.
@@ -85,8 +87,8 @@ def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Respo
     return Response(orjson.dumps(obj), status_code=status, media_type="application/json", headers=headers)
 
 
-# the proxy routes of the protocols whose route is one path (a ``{model}`` route: its
-# module's routes, as ``_gemini_routes``)
+# the proxy routes of the protocols whose route is one path (a ``{model}`` route is
+# dispatched by ``_model_path``)
 _PROXY_ROUTES = {s.route: s.name for s in SPECS.values() if "{model}" not in s.route}
 # GET /: what this server is and where to go next
 _INDEX: dict[str, Any] = {
@@ -104,19 +106,6 @@ _INDEX: dict[str, Any] = {
     "docs": "README.md and docs/ in the Switchboard repository (docs/clients.md: setting up a client)",
 }
 
-# Gemini's own API (Gemini CLI): the model and the method in the path,
-# ``/v1beta/models/{model}:{method}``; the stream is the method's
-GEMINI_PREFIX = "/v1beta/models/"
-_GEMINI_STREAM = {"generateContent": False, "streamGenerateContent": True}
-
-
-def gemini_call(path: str) -> tuple[str, str]:
-    """(model, method) of a path under ``/v1beta/models/``; a 404 when it names none."""
-    model, sep, method = path[len(GEMINI_PREFIX) :].rpartition(":")
-    if not sep or not model or method not in (*_GEMINI_STREAM, "countTokens"):
-        raise ProxyError(404, f"Unknown route POST {path[:200]}", code="not_found")
-    return model, method
-
 
 def client_headers(scope: Any, spec: ProtocolSpec) -> dict[str, str]:
     """The request's headers; for a protocol whose clients may send their key in the query
@@ -133,11 +122,6 @@ def client_headers(scope: Any, spec: ProtocolSpec) -> dict[str, str]:
     return h
 
 
-def gemini_headers(scope: Any) -> dict[str, str]:
-    """The request's headers on Gemini's own routes (``client_headers``)."""
-    return client_headers(scope, SPECS["gemini"])
-
-
 def _asks_sse(scope: Any, spec: ProtocolSpec) -> bool:
     """The query holds every parameter of the row's ``stream_query`` (Gemini's ``alt=sse``),
     or the row has none (its streams are SSE)."""
@@ -147,13 +131,21 @@ def _asks_sse(scope: Any, spec: ProtocolSpec) -> bool:
     return all(kv in query for kv in spec.stream_query)
 
 
+def model_in(template: str, path: str) -> str | None:
+    """The model of ``path`` on a ``{model}`` route ``template``; None when it is not one."""
+    head, _, tail = template.partition("{model}")
+    if tail and path.startswith(head) and path.endswith(tail) and len(path) > len(head) + len(tail):
+        return path[len(head) : -len(tail)]
+    return None
+
+
 def path_call(spec: ProtocolSpec, path: str) -> tuple[str, bool]:
     """(model, stream) of a request on a ``{model}`` route: its row's ``route`` or
     ``stream_route``; a 404 when the path is neither."""
     for route, stream in ((spec.route, False), (spec.stream_route, True)):
-        head, _, tail = route.partition("{model}")
-        if tail and path.startswith(head) and path.endswith(tail) and len(path) > len(head) + len(tail):
-            return path[len(head) : -len(tail)], stream
+        model = model_in(route, path)
+        if model is not None:
+            return model, stream
     raise ProxyError(404, f"Unknown route POST {path[:200]}", code="not_found")
 
 
@@ -165,6 +157,8 @@ class Switchboard(FastAPI):
     behind the browser guard (``app.guard``)."""
 
     fast_routes: dict[str, ASGIHandler] = {}
+    # the proxy methods of a ``{model}`` route (Gemini's ``:generateContent``): (row, handler)
+    model_routes: tuple[tuple[ProtocolSpec, ASGIHandler], ...] = ()
     socket_routes: dict[str, ASGIHandler] = {}
     guard: Guard = Guard()
     metrics: metrics.Metrics = metrics.Metrics()
@@ -184,7 +178,13 @@ class Switchboard(FastAPI):
                     return
                 send = _with_headers(send, cors)
             if kind == "http" and scope["method"] == "POST":
-                handler = self.fast_routes.get(scope["path"])
+                path = scope["path"]
+                handler = self.fast_routes.get(path)
+                if handler is None:
+                    for spec, h in self.model_routes:
+                        if model_in(spec.route, path) is not None or model_in(spec.stream_route, path) is not None:
+                            handler = h
+                            break
                 if handler is not None:
                     await handler(scope, receive, send)
                     return
@@ -665,9 +665,12 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
         fast[path] = svc.proxy_handler(client, outer=True)
         app.router.add_route(path, _RawEndpoint(svc.proxy_handler(client, outer=False)), methods=["POST"])  # type: ignore[arg-type]
     app.fast_routes = fast
+    app.model_routes = tuple(
+        (spec, svc.proxy_handler(spec.name, outer=True)) for spec in SPECS.values() if "{model}" in spec.route
+    )
     app.router.add_route(compact.PATH, _RawEndpoint(compact.compact_handler(svc)), methods=["POST"])  # type: ignore[arg-type]
     app.socket_routes = {"/v1/responses": partial(serve_socket, svc)}
-    _gemini_routes(app, svc)
+    _protocol_routes(app, svc)
     _info_routes(app, svc)
     stored.routes(app, svc)
     usage_routes(app, svc)
@@ -726,33 +729,6 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
             raise ProxyError(404, f"The model '{model_id[:200]}' does not exist", code="model_not_found", param="model")
         return _json(200, r.info.openai(), headers={"x-request-id": rid})
 
-    @app.post("/v1/messages/count_tokens")
-    async def count_tokens(request: Request) -> Response:
-        # Anthropic's token count of a Messages request: the upstream's when it is a
-        # Messages endpoint that serves it, else estimated (app/tokens.py)
-        rid = request.state.request_id = new_request_id(request.scope)
-        try:
-            svc.authorize(request.headers)
-            raw = await svc.read_body(request.receive, request.headers.get("content-length"))
-            body = orjson.loads(raw)
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise RequestError("'messages' must be an array", param="messages")
-            if not body["messages"]:  # as /v1/messages, and as Anthropic answers it
-                raise RequestError("messages: at least one message is required", param="messages", code="invalid_value")
-        except orjson.JSONDecodeError:
-            return _error_answer(
-                RequestError("the request body is not valid JSON", code="invalid_json"), rid, "messages"
-            )
-        except (ProxyError, RequestError) as e:
-            return _error_answer(e, rid, "messages")
-        model = body.get("model")
-        route = router.resolve(model) if isinstance(model, str) else None
-        try:
-            n, source = await tokens.count_tokens(route, body, rid)
-        except RequestError as e:  # (the request rows refused it: as /v1/messages would)
-            return _error_answer(e, rid, "messages")
-        return _json(200, {"input_tokens": n}, headers={"x-request-id": rid, "x-switchboard-token-count": source})
-
     @app.get("/")
     async def index() -> Response:
         """Where to go next, for a person who opened the address in a browser or with curl."""
@@ -788,84 +764,118 @@ def _info_routes(app: FastAPI, svc: Service) -> None:
         return Response(await asyncio.to_thread(svc.counters.render), media_type=metrics.CONTENT_TYPE)
 
 
-def _gemini_routes(app: FastAPI, svc: Service) -> None:
-    """Gemini's own API: ``:generateContent`` and ``:streamGenerateContent`` (the proxy
-    route of the ``gemini`` client), ``:countTokens`` (the upstream's own on Gemini's API,
-    else estimated: app/tokens.py), and the model list Gemini CLI checks; every error in
-    Google's shape."""
-    proxy = svc.proxy_handler("gemini", outer=False)
-    router = svc.router
+def _protocol_routes(app: FastAPI, svc: Service) -> None:
+    """Each protocol row's routes besides a one-path proxy route: the methods of a
+    ``{model}`` route (its ``route`` and ``stream_route`` proxied, a ``{model}`` count route
+    counted: one path, dispatched here), its token count route (``count``: app/tokens.py)
+    and its own model list (``models``); every error in the row's shape."""
+    for spec in SPECS.values():
+        count = _count_handler(svc, spec) if spec.count is not None else None
+        if "{model}" in spec.route:
+            _model_path(app, svc, spec, count)
+        if count is not None and spec.count is not None and "{model}" not in spec.count.route:
+            path = spec.count.route
+            app.router.add_route(path, _RawEndpoint(partial(count, model=None)), methods=["POST"])  # type: ignore[arg-type]
+        if spec.models is not None:
+            _model_list(app, svc, spec)
+
+
+CountHandler = Callable[..., Awaitable[None]]
+
+
+def _model_path(app: FastAPI, svc: Service, spec: ProtocolSpec, count: CountHandler | None) -> None:
+    """``POST <head>{model}<tail>``: the row's proxy route and stream route, and its count
+    route when it has ``{model}`` in it (Gemini's ``:generateContent``,
+    ``:streamGenerateContent``, ``:countTokens``); a 404 for any other path under the head."""
+    proxy = svc.proxy_handler(spec.name, outer=False)
+    counted = spec.count.route if count is not None and spec.count is not None else ""
 
     async def post(scope: Any, receive: Any, send: Any) -> None:
         path = scope["path"]
-        rid = new_request_id(scope)
         try:
-            _, method = gemini_call(path)
+            path_call(spec, path)
         except ProxyError as e:
-            metrics.log_rejected(svc.counters, path, e.status, e.code, rid)
-            await _error_answer(e, rid, "gemini")(scope, receive, send)
+            model = model_in(counted, path) if counted else None
+            if model is None or count is None:
+                rid = new_request_id(scope)
+                metrics.log_rejected(svc.counters, path, e.status, e.code, rid)
+                await _error_answer(e, rid, spec.name)(scope, receive, send)
+                return
+            await count(scope, receive, send, model=model)
             return
-        if method != "countTokens":
-            await proxy(scope, receive, send)
-            return
+        await proxy(scope, receive, send)
+
+    head = spec.route.partition("{model}")[0]
+    app.router.add_route(head + "{name:path}", _RawEndpoint(post), methods=["POST"])  # type: ignore[arg-type]
+
+
+def _count_handler(svc: Service, spec: ProtocolSpec) -> CountHandler:
+    """The token count of a request of ``spec``'s clients: the upstream's own or estimated
+    (app/tokens.py); ``model``: the path's, else None and the body's."""
+    c = spec.count
+    assert c is not None
+
+    async def count(scope: Any, receive: Any, send: Any, *, model: str | None) -> None:
+        path = scope["path"]
+        rid = new_request_id(scope)
+        scope.setdefault("state", {})["request_id"] = rid  # for on_unexpected
         try:
-            svc.authorize(gemini_headers(scope))
+            svc.authorize(client_headers(scope, spec))
             raw = await svc.read_body(receive, scope_headers(scope).get("content-length"))
             body = orjson.loads(raw)
-            if not isinstance(body, dict):
-                raise RequestError("the request body must be a JSON object", code="invalid_json")
+            counted = c.read(body)
         except (ProxyError, RequestError) as e:
             metrics.log_rejected(svc.counters, path, e.status, e.code, rid)
-            await _error_answer(e, rid, "gemini")(scope, receive, send)
+            await _error_answer(e, rid, spec.name)(scope, receive, send)
             return
         except orjson.JSONDecodeError:
             err = RequestError("the request body is not valid JSON", code="invalid_json")
-            await _error_answer(err, rid, "gemini")(scope, receive, send)
+            await _error_answer(err, rid, spec.name)(scope, receive, send)
             return
-        inner = body.get("generateContentRequest")  # (the other form of the request)
-        counted = inner if isinstance(inner, dict) else body
-        model, _ = gemini_call(path)
-        n, source = await tokens.count_gemini_tokens(router.resolve(model), counted, rid)
+        if model is None:
+            named = body.get("model")
+            model = named if isinstance(named, str) else None
+        route = svc.router.resolve(model) if model is not None else None
+        try:
+            n, source = await tokens.count(spec, route, counted, rid)
+        except RequestError as e:  # (the request rows refused it: as the proxy route would)
+            await _error_answer(e, rid, spec.name)(scope, receive, send)
+            return
         headers = {"x-request-id": rid, "x-switchboard-token-count": source}
-        await _json(200, {"totalTokens": n}, headers=headers)(scope, receive, send)
+        await _json(200, {c.field: n}, headers=headers)(scope, receive, send)
 
-    app.router.add_route(GEMINI_PREFIX + "{name:path}", _RawEndpoint(post), methods=["POST"])  # type: ignore[arg-type]
+    return count
 
-    def info(model_id: str) -> dict[str, Any]:
-        r = router.routes[model_id]
-        i = r.info
-        out: dict[str, Any] = {
-            "name": "models/" + model_id,
-            "version": "001",
-            "displayName": model_id,
-            "inputTokenLimit": i.context_window or 0,
-            "outputTokenLimit": i.max_output_tokens or 0,
-            "supportedGenerationMethods": ["generateContent", "countTokens"],
-        }
-        if i.reasoning:
-            out["thinking"] = True
-        return out
 
-    @app.get("/v1beta/models")
-    async def gemini_models(request: Request) -> Response:
+def _model_list(app: FastAPI, svc: Service, spec: ProtocolSpec) -> None:
+    """A protocol's own model list (its row's ``models``): every configured model, and one."""
+    ml = spec.models
+    assert ml is not None
+    router = svc.router
+
+    def entry(model_id: str) -> dict[str, Any]:
+        return ml.entry(model_id, router.routes[model_id].info)
+
+    @app.get(ml.route)
+    async def listing(request: Request) -> Response:
         rid = request.state.request_id = new_request_id(request.scope)
         try:
-            svc.authorize(gemini_headers(request.scope))
+            svc.authorize(client_headers(request.scope, spec))
         except ProxyError as e:
-            return _error_answer(e, rid, "gemini")
-        return _json(200, {"models": [info(m) for m in router.routes]}, headers={"x-request-id": rid})
+            return _error_answer(e, rid, spec.name)
+        return _json(200, {ml.field: [entry(m) for m in router.routes]}, headers={"x-request-id": rid})
 
-    @app.get(GEMINI_PREFIX + "{model_id:path}")
-    async def gemini_model(request: Request) -> Response:
+    @app.get(ml.route + "/{model_id:path}")
+    async def one(request: Request) -> Response:
         rid = request.state.request_id = new_request_id(request.scope)
         model_id: str = request.path_params["model_id"]
         try:
-            svc.authorize(gemini_headers(request.scope))
+            svc.authorize(client_headers(request.scope, spec))
             if model_id not in router.routes:
-                raise ProxyError(404, f"models/{model_id[:200]} is not found", code="model_not_found")
+                raise ProxyError(404, ml.missing.format(model=model_id[:200]), code="model_not_found")
         except ProxyError as e:
-            return _error_answer(e, rid, "gemini")
-        return _json(200, info(model_id), headers={"x-request-id": rid})
+            return _error_answer(e, rid, spec.name)
+        return _json(200, entry(model_id), headers={"x-request-id": rid})
 
 
 def _error_handlers(app: FastAPI, svc: Service) -> None:

@@ -1,4 +1,5 @@
-"""``POST /v1/messages/count_tokens``: Anthropic's token count of a Messages request.
+"""Token counts: ``POST /v1/messages/count_tokens`` (Anthropic's count of a Messages
+request) and Gemini's ``:countTokens``, each its row's ``count`` (``transformers/token_count.py``).
 
 Claude Code asks it before large reads and compacts by it, so an undercount makes it
 compact too late (the next request overflows the context window), an overcount a little
@@ -15,9 +16,10 @@ the text fields (system and message text, tool descriptions, tool results) are 4
 prose and code run at about 3.5 to 4 bytes a token, which puts those texts at 10,600 to
 12,100 tokens: the estimate is some 1.35 to 1.5 times the count (no tokenizer of
 Anthropic's is available offline to measure it exactly).  Claude Code compacts a little
-early on it, never too late.  The
-answer's ``x-switchboard-token-count`` header says which it is (``upstream`` or
-``estimate``).
+early on it, never too late.  Gemini's
+``:countTokens`` is answered alike: Gemini's own count on a Gemini upstream, else the same
+estimate of its ``contents``, ``systemInstruction`` and ``tools``.  The answer's
+``x-switchboard-token-count`` header says which it is (``upstream`` or ``estimate``).
 """
 
 from __future__ import annotations
@@ -30,58 +32,28 @@ import orjson
 from app.logs import log
 from providers.upstream import Route
 from transformers.context import Ctx
-from transformers.request_messages import prepare_messages, without_billing_header
+from transformers.protocols import ProtocolSpec
+from transformers.token_count import messages_estimate as estimate
 
-__all__ = ["count_gemini_tokens", "count_tokens", "estimate", "estimate_gemini"]
+__all__ = ["count", "estimate"]
 
 _TIMEOUT = 5.0  # seconds: Claude Code waits for the answer before it goes on
-_COUNTED = ("system", "messages", "tools")
 
 
-def estimate(body: dict[str, Any]) -> int:
-    """The JSON bytes of what the model reads, over 3 (an overcount: module docstring).
-    Claude Code's billing line is not counted: only Anthropic reads it."""
-    body = without_billing_header(body) or body
-    counted = {k: body[k] for k in _COUNTED if k in body}
-    return -(-len(orjson.dumps(counted)) // 3)
-
-
-_GEMINI_COUNTED = ("systemInstruction", "contents", "tools")
-
-
-def estimate_gemini(body: dict[str, Any]) -> int:
-    """``estimate`` for a Gemini ``countTokens`` body (``contents``, ``systemInstruction``,
-    ``tools``): its JSON bytes over 3, the same overcount."""
-    counted = {k: body[k] for k in _GEMINI_COUNTED if k in body}
-    return -(-len(orjson.dumps(counted)) // 3)
-
-
-async def count_gemini_tokens(route: Route | None, body: dict[str, Any], request_id: str) -> tuple[int, str]:
-    """(total tokens, ``upstream`` | ``estimate``) for a Gemini ``countTokens`` body: the
-    upstream's own count when it speaks Gemini's API (``protocol: gemini``: its
-    ``:countTokens``, the request as ``generateContentRequest``), else the estimate."""
+async def count(spec: ProtocolSpec, route: Route | None, body: dict[str, Any], request_id: str) -> tuple[int, str]:
+    """(tokens, ``upstream`` | ``estimate``) for a counted body of ``spec``'s clients (its
+    row's ``count``): the upstream's own count when the model's upstream speaks the protocol,
+    else the estimate.  Raises ``RequestError`` when the body cannot be sent on."""
+    c = spec.count
+    assert c is not None
     prov = route.provider if route is not None else None
-    if route is None or prov is None or "gemini" not in prov.cfg.protocols:
-        return estimate_gemini(body), "estimate"
-    model = route.upstream_model
-    inner = {k: body[k] for k in _GEMINI_COUNTED if k in body}
-    sent = {"generateContentRequest": {"model": f"models/{model}", **inner}}
-    url = prov.url("gemini", model).rsplit(":", 1)[0] + ":countTokens"
-    got = await _upstream_count(prov, "gemini", url, sent, "totalTokens", request_id)
-    return (got, "upstream") if got is not None else (estimate_gemini(body), "estimate")
-
-
-async def count_tokens(route: Route | None, body: dict[str, Any], request_id: str) -> tuple[int, str]:
-    """(input tokens, ``upstream`` | ``estimate``) for a Messages request body."""
-    prov = route.provider if route is not None else None
-    if route is None or prov is None or "messages" not in prov.cfg.protocols or prov.profile == "demo":
-        return estimate(body), "estimate"
+    if route is None or prov is None or spec.name not in prov.cfg.protocols or prov.profile == "demo":
+        return c.estimate(body), "estimate"
     ctx = Ctx(quirks=route.quirks, upstream_model=route.upstream_model, public_model=route.public_model)
-    sent = prepare_messages(body, ctx)
-    sent = {k: v for k, v in sent.items() if k not in ("max_tokens", "stream")}
-    url = prov.url("messages") + "/count_tokens"
-    got = await _upstream_count(prov, "messages", url, sent, "input_tokens", request_id)
-    return (got, "upstream") if got is not None else (estimate(body), "estimate")
+    sent = c.request(body, ctx)
+    url = c.url(prov.url(spec.name, route.upstream_model))
+    got = await _upstream_count(prov, spec.name, url, sent, c.field, request_id)
+    return (got, "upstream") if got is not None else (c.estimate(body), "estimate")
 
 
 async def _upstream_count(

@@ -129,6 +129,11 @@ CASES: dict[str, tuple[str, bytes]] = {
     # Gemini's own API (Gemini CLI's requests: the model and the stream in the path), on a
     # Gemini upstream and on a Chat one, and a Chat client on a Gemini upstream
     "ns-gem": ("/v1beta/models/bench-gem-n20-d0:generateContent", _GEMINI_BODY),
+    "ns-gem2chat": ("/v1beta/models/bench-chat-n20-d0:generateContent", _GEMINI_BODY),
+    "ns-chat2gem": (
+        "/v1/chat/completions",
+        b'{"model":"bench-gem-n20-d0","stream":false,"messages":[{"role":"user","content":"hi"}]}',
+    ),
     "st-gem-n200": ("/v1beta/models/bench-gem-n200-d0:streamGenerateContent?alt=sse", _GEMINI_BODY),
     "st-gem2chat-n200": ("/v1beta/models/bench-chat-n200-d0:streamGenerateContent?alt=sse", _GEMINI_BODY),
     "st-chat2gem-n200": (

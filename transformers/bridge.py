@@ -58,9 +58,11 @@ call                   returns
 
 Non-streaming answers go through the very same machines: the upstream's object is replayed
 as the one-event stream it stands for (``decode_chat_completion`` / ``decode_response``),
-and the client's object is what the encoder's stream adds up to.  A Chat upstream's plain
-answer to a Chat client is written straight from the upstream's object, as the machines
-would write it (``transformers/chat_whole.py``).
+and the client's object is what the encoder's stream adds up to.  A plain answer is written
+straight from the upstream's object, as the machines would write it, where the client's row
+has a writer for the upstream's protocol (``straight``: Chat → Chat in
+``transformers/chat_whole.py``, the directions touching Gemini in
+``transformers/gemini_whole.py``) and no tool stage runs.
 
 Guard (an upstream is untrusted): an exception raised while an upstream event goes through
 the pieces never escapes.  It becomes the protocol's failure terminal with code
@@ -83,17 +85,15 @@ import orjson
 
 from transformers import compaction, fields, items, sse
 from transformers.chat_text_lane import ChatTextLane
-from transformers.chat_whole import plain_completion
 from transformers.context import Ctx
 from transformers.errors import stream_error
 from transformers.events import Event, Finish, Reasoning, Refusal, Text, ToolCall, Usage
 from transformers.masking import NO_SECRETS, SecretMask
 from transformers.passthrough import ChatPassthrough
-from transformers.protocols import BAD, SPECS, EncoderOptions, ProtocolSpec, chat_status
+from transformers.protocols import BAD, SPECS, EncoderOptions, ProtocolSpec
 from transformers.responses_encode import ResponsesStreamEncoder
 from transformers.text_runs import TextRuns
 from transformers.tool_stage import ToolStage, needed
-from transformers.usage import from_chat
 from transformers.vocab import ProtocolName
 
 __all__ = ["DIRECTIONS", "AnswerError", "Bridge", "Direction", "open_bridge", "SSEFraming", "WSFraming"]
@@ -580,8 +580,8 @@ class Bridge:
 
     def complete(self, obj: dict[str, Any]) -> tuple[int, bytes]:
         """The client's answer object for the upstream's answer object, through the same
-        machines (a Chat upstream's plain answer to a Chat client as they would write it:
-        ``transformers/chat_whole.py``); raises ``AnswerError`` when the answer failed."""
+        machines (a plain answer as they would write it, by the client row's ``straight``
+        writer for the upstream); raises ``AnswerError`` when the answer failed."""
         if self.tap is None:
             return self._complete(obj)
         try:
@@ -595,15 +595,20 @@ class Bridge:
     def _complete(self, obj: dict[str, Any]) -> tuple[int, bytes]:
         ctx = self.ctx
         try:
-            plain = self._upstream.lanes and self._client is self._upstream  # (Chat → Chat)
-            if plain and self.stage is None and not ctx.on("inline_think"):
-                result = plain_completion(obj, ctx)  # (transformers/chat_whole.py), else the machines
-                if result is not None:
-                    out = orjson.dumps(result)  # (it may refuse an integer: the guard below)
-                    self.terminal = chat_status(result)
-                    self._result = result
-                    self._account_plain(obj, result)
-                    return 200, out
+            if self.stage is None and self.compaction is None:
+                up = self._upstream.name
+                for name, write in self._client.straight:
+                    if name == up:
+                        s = write(obj, ctx)  # the plain answer written straight, else the machines
+                        if s is not None:
+                            if s.usage is not None:  # (kept, as the machines keep it, if the write fails)
+                                self.usage = s.usage
+                            self.chars += s.chars
+                            out = _dump_whole(s.result)  # (it may refuse: the guard below)
+                            self.terminal = s.terminal
+                            self._result = s.result
+                            return 200, out
+                        break
             events = self._decode_object(obj)
             self._account(events)
             if self.stage is not None:
@@ -660,22 +665,6 @@ class Bridge:
                 chars += len(ev.arguments)
             elif type(ev) is Usage:
                 self.usage = ev.usage
-        self.chars += chars
-
-    def _account_plain(self, obj: dict[str, Any], result: dict[str, Any]) -> None:
-        """``_account`` for a Chat answer written by ``plain_completion``: the upstream's
-        usage when it sent one, the output characters of the client's message."""
-        u = obj.get("usage")
-        if u.__class__ is dict and u:
-            self.usage = from_chat(u)
-        msg = result["choices"][0]["message"]
-        chars = 0
-        for k in ("content", "reasoning_content", "refusal"):
-            v = msg.get(k)
-            if v.__class__ is str:
-                chars += len(v)
-        for call in msg.get("tool_calls") or ():
-            chars += len(call["function"]["arguments"])
         self.chars += chars
 
     # -- the pieces -----------------------------------------------------------------------

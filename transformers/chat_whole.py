@@ -9,9 +9,12 @@ folded back into one object (``completion_from_chunks``).  For the commonest ans
 and tool calls with their ids and names, a finish reason and the usage, that round trip
 changes nothing but the shape, at ~200 Python calls an answer.  ``plain_completion(obj,
 ctx)`` writes the object that round trip gives, straight from ``obj``, when ``obj`` is
-*plain*; for anything else it returns ``None`` and the caller takes the machines.  The
-Bridge asks it only on Chat → Chat, with no tool stage and no ``inline_think`` quirk (each
-can change the answer).  An answer is plain when every row holds:
+*plain*; for anything else it returns ``None`` and the caller takes the machines.
+``chat_chat`` is its ``Straight``: the answer with what the Bridge keeps of it (terminal,
+usage, output characters), the Chat row's writer for a Chat upstream.  The Bridge asks a
+row's writer only with no tool stage (it can change the answer); ``read_plain`` declines
+under the ``inline_think`` quirk (it can too).  ``read_plain`` is the reading alone, which
+``gemini_whole.py`` writes for a Gemini client.  An answer is plain when every row holds:
 
 ========================================  ================================================
 in ``obj``                                why (what the machines would do otherwise)
@@ -52,6 +55,7 @@ generated answers of every shape.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .chat_decode import FINISH_REASONS
@@ -61,17 +65,43 @@ from .reasoning_keys import reasoning_text, upstream_key
 from .usage import from_chat, to_chat
 from .vocab import FinishStatus
 
-__all__ = ["plain_completion"]
+__all__ = ["Plain", "Straight", "chat_chat", "plain_completion", "read_plain"]
 
 _COMPLETED: tuple[FinishStatus, str | None] = ("completed", None)
 # message fields with rules of their own: a plain answer has each null or absent
 _OTHER = ("refusal", "function_call")
+# the message keys reasoning comes under (``reasoning_keys.reasoning_text``)
+_REASONING = ("reasoning_content", "reasoning", "reasoning_details")
 
 
-def plain_completion(obj: dict[str, Any], ctx: Ctx) -> dict[str, Any] | None:
-    """The Chat client's ``chat.completion`` for the upstream's ``obj`` when it is plain (the
-    table above); ``None`` otherwise."""
-    if obj.get("error"):
+@dataclass(slots=True)
+class Straight:
+    """A plain whole answer written straight for the client, and what the Bridge keeps of it."""
+
+    result: dict[str, Any]  # the client's answer object
+    terminal: str  # completed | incomplete
+    usage: dict[str, Any] | None  # the upstream's usage (Responses shape), when it sent one
+    chars: int  # characters of output: text, reasoning, tool call arguments
+
+
+@dataclass(slots=True)
+class Plain:
+    """A plain ``chat.completion`` as the decoder reads it."""
+
+    rid: str
+    created: int
+    model: str | None
+    content: str | None
+    reasoning: str | None  # ``reasoning_text`` of the message
+    calls: list[tuple[str, str, str]]  # (id, name, arguments) in order
+    status: FinishStatus
+    reason: str | None
+    usage: Any  # the object's ``usage``: null or an object
+
+
+def read_plain(obj: dict[str, Any], ctx: Ctx) -> Plain | None:
+    """The upstream's ``obj`` read, when it is plain (the table above); ``None`` otherwise."""
+    if obj.get("error") or ctx.on("inline_think"):
         return None
     rid = obj.get("id")
     created = obj.get("created")
@@ -98,7 +128,7 @@ def plain_completion(obj: dict[str, Any], ctx: Ctx) -> dict[str, Any] | None:
     for k in _OTHER:
         if msg.get(k) is not None:
             return None
-    calls: list[dict[str, Any]] = []
+    calls: list[tuple[str, str, str]] = []
     tcs = msg.get("tool_calls")
     if tcs is not None:
         if tcs.__class__ is not list:
@@ -120,37 +150,73 @@ def plain_completion(obj: dict[str, Any], ctx: Ctx) -> dict[str, Any] | None:
             elif args.__class__ is not str:
                 return None
             seen.add(cid)
-            calls.append({"id": cid, "type": "function", "function": {"name": name, "arguments": args}})
+            calls.append((cid, name, args))
     u = obj.get("usage")
     if u is not None and u.__class__ is not dict:
         return None
     status, reason = FINISH_REASONS.get(fr, _COMPLETED) if fr else _COMPLETED
+    reasoning = None
+    for k in _REASONING:
+        if k in msg:
+            reasoning = reasoning_text(msg)
+            break
+    return Plain(rid, created, model, content, reasoning, calls, status, reason, u)
+
+
+def plain_completion(obj: dict[str, Any], ctx: Ctx) -> dict[str, Any] | None:
+    """The Chat client's ``chat.completion`` for the upstream's ``obj`` when it is plain (the
+    table above); ``None`` otherwise."""
+    p = read_plain(obj, ctx)
+    return None if p is None else _completion(p, from_chat(p.usage, ctx), ctx)
+
+
+def _completion(p: Plain, usage: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    """The ``chat.completion`` of ``p``, ``usage`` its usage as ``from_chat`` reads it."""
+    calls = p.calls
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": content or None,
+        "content": p.content or None,
         "refusal": None,
         "annotations": [],
     }
-    if "reasoning_content" in msg or "reasoning" in msg or "reasoning_details" in msg:
-        r = reasoning_text(msg)
-        if r:
-            message["reasoning_content"] = r
-            if upstream_key(ctx) == "reasoning":
-                message["reasoning"] = r
+    r = p.reasoning
+    if r:
+        message["reasoning_content"] = r
+        if upstream_key(ctx) == "reasoning":
+            message["reasoning"] = r
     if calls:
-        message["tool_calls"] = calls
+        message["tool_calls"] = [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}} for cid, name, args in calls
+        ]
     return {
-        "id": rid,
+        "id": p.rid,
         "object": "chat.completion",
-        "created": created,
-        "model": ctx.public_model or model or "",
+        "created": p.created,
+        "model": ctx.public_model or p.model or "",
         "choices": [
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": finish_reason(status, reason, bool(calls)),
+                "finish_reason": finish_reason(p.status, p.reason, bool(calls)),
                 "logprobs": None,
             }
         ],
-        "usage": to_chat(from_chat(u, ctx)),  # (null and {} read as no usage: zeros)
+        "usage": to_chat(usage),  # (null and {} read as no usage: zeros)
     }
+
+
+def chat_chat(obj: dict[str, Any], ctx: Ctx) -> Straight | None:
+    """``plain_completion`` as a ``Straight``: the upstream's usage when it sent one, the
+    output characters of the client's message."""
+    p = read_plain(obj, ctx)
+    if p is None:
+        return None
+    u = p.usage
+    usage = from_chat(u, ctx)
+    result = _completion(p, usage, ctx)
+    chars = len(p.content or "") + len(p.reasoning or "")
+    for call in p.calls:
+        chars += len(call[2])
+    fr = result["choices"][0]["finish_reason"]
+    terminal = "incomplete" if fr == "length" or fr == "content_filter" else "completed"
+    return Straight(result, terminal, usage if u.__class__ is dict and u else None, chars)

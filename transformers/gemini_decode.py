@@ -44,14 +44,19 @@ from .context import Ctx
 from .errors import stream_error
 from .events import Event, Finish, Reasoning, Start, Text, ToolCall, ToolCallEnd, Usage
 
-__all__ = ["GeminiStreamDecoder", "decode_gemini", "usage_of"]
+__all__ = ["FILTERED", "GeminiStreamDecoder", "decode_gemini", "minted_id", "usage_of"]
 
-_FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
+FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
 _ERROR_CODES = {"RESOURCE_EXHAUSTED": "rate_limit_exceeded", "UNAVAILABLE": "server_is_overloaded"}
 
 
 def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+
+def minted_id(response_id: str, i: int, name: str) -> str:
+    """The id of call ``i`` named ``name`` that came without one: ``gm_`` and a hash."""
+    return "gm_" + hashlib.sha256(f"{response_id}:{i}:{name}".encode()).hexdigest()[:24]
 
 
 def usage_of(u: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +186,7 @@ class GeminiStreamDecoder:
             given = fc.get("id")
             call_id = given if isinstance(given, str) and given else ""
             if not call_id:
-                call_id = "gm_" + hashlib.sha256(f"{self.response_id}:{i}:{name}".encode()).hexdigest()[:24]
+                call_id = minted_id(self.response_id, i, name)
             args = fc.get("args")
             text = orjson.dumps(args if isinstance(args, dict) else {}).decode()
             sig = p.get("thoughtSignature")
@@ -200,7 +205,7 @@ class GeminiStreamDecoder:
             out.append(Usage(usage_of(self.usage)))
         if reason == "MAX_TOKENS":
             out.append(Finish("incomplete", reason="max_output_tokens"))
-        elif reason in _FILTERED or reason == "CONTENT_FILTERED_PROMPT":
+        elif reason in FILTERED or reason == "CONTENT_FILTERED_PROMPT":
             out.append(Finish("incomplete", reason="content_filter"))
         else:
             out.append(Finish("completed"))

@@ -69,7 +69,7 @@ from .events import (
 from .ids import random_hex
 from .whole_events import WholeEvents
 
-__all__ = ["ANTHROPIC", "FINISH_REASONS", "GeminiEncoder", "STATUS_OF", "error_object", "status_of"]
+__all__ = ["ANTHROPIC", "FINISH_REASONS", "GeminiEncoder", "STATUS_OF", "error_object", "status_of", "usage_metadata"]
 
 # the key of an Anthropic upstream's signed thinking blocks in the sealed signatures (no
 # call id is this)
@@ -207,7 +207,7 @@ class GeminiEncoder(WholeEvents):
         if isinstance(ev, ToolCallEnd):
             return self._call_end(ev)
         if isinstance(ev, Usage):
-            self.usage = _usage(ev.usage)
+            self.usage = usage_metadata(ev.usage)
             return []
         if isinstance(ev, Finish):
             return self._finish(ev)
@@ -342,7 +342,8 @@ class GeminiEncoder(WholeEvents):
         return [self._chunk(parts, reason)]
 
 
-def _usage(u: dict[str, Any]) -> dict[str, Any]:
+def usage_metadata(u: dict[str, Any]) -> dict[str, Any]:
+    """The unified (Responses) usage as Gemini's ``usageMetadata``."""
     inp = u.get("input_tokens") or 0
     out = u.get("output_tokens") or 0
     cached = (u.get("input_tokens_details") or {}).get("cached_tokens") or 0

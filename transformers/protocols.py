@@ -24,6 +24,10 @@ field               what it is
 ``encoder``         a ``StreamEncoder`` writing the client's events
 ``whole``           a whole decoded answer as the client's answer object, with the error
                     it carries and the terminal it amounts to (``Whole``)
+``straight``        (upstream protocol, writer): a plain whole answer of that upstream
+                    written straight as the client's, without the machines
+                    (``chat_whole.py``, ``gemini_whole.py``); the writer returns a
+                    ``Straight``, or None and the Bridge takes ``whole``
 ``bare_sse``        SSE as bare ``data:`` lines (Chat, Gemini); otherwise each event has
                     its ``event:`` line (Responses, Messages)
 ``sse_done``        the stream ends with ``data: [DONE]`` (Chat)
@@ -54,6 +58,11 @@ field               what it is
 ``vendor_headers``  (header, quirk): a client header that goes to an upstream of the same
                     protocol when the quirk is on there, else is named dropped (Messages:
                     ``anthropic-beta`` to Anthropic itself)
+``count``           its token count route (``TokenCount``: ``token_count.py``); the
+                    upstream's own count when the model's upstream speaks it (Messages,
+                    Gemini)
+``models``          its own model list (``ModelList``: ``model_list.py``); a client
+                    without one reads OpenAI's ``/v1/models`` (Gemini)
 ==================  ========================================================================
 
 The upstream side (an upstream the proxy speaks the protocol to):
@@ -110,14 +119,17 @@ import orjson
 from . import request_check
 from .chat_decode import ChatStreamDecoder, decode_chat_completion
 from .chat_encode import ChatStreamEncoder, encode_chat_completion
+from .chat_whole import Straight, chat_chat
 from .context import Ctx
 from .errors import RequestError
 from .events import Event, Finish
 from .gemini_decode import GeminiStreamDecoder, decode_gemini
 from .gemini_encode import GeminiEncoder, error_object
+from .gemini_whole import chat_gemini, gemini_chat, gemini_gemini
 from .masking import SecretMask
 from .messages_decode import MessagesStreamDecoder, decode_message
 from .messages_encode import MessagesEncoder
+from .model_list import ModelFacts, gemini_entry
 from .request_c2g import chat_to_gemini
 from .request_c2m import chat_to_messages
 from .request_c2r import chat_to_responses, toolinfo_from_chat
@@ -130,15 +142,27 @@ from .request_r2c import responses_to_chat
 from .responses_decode import ResponsesStreamDecoder, decode_response
 from .responses_encode import ResponsesStreamEncoder, encode_response
 from .thought_signatures import restore
+from .token_count import (
+    gemini_body,
+    gemini_estimate,
+    gemini_request,
+    gemini_url,
+    messages_body,
+    messages_estimate,
+    messages_request,
+    messages_url,
+)
 
 __all__ = [
     "BAD",
     "HUB",
     "SPECS",
     "EncoderOptions",
+    "ModelList",
     "ProtocolSpec",
     "StreamDecoder",
     "StreamEncoder",
+    "TokenCount",
     "Whole",
     "chat_status",
     "check_body",
@@ -330,6 +354,28 @@ def _google_error(status: int, err: dict[str, Any], request_id: str) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenCount:
+    """A protocol's token count route and its upstream's own count (``token_count.py``)."""
+
+    route: str  # POST; ``{model}`` in it: the model is the path's, else the body's ``model``
+    read: Callable[[Any], Body]  # the counted body of the request's JSON (raises RequestError)
+    field: str  # the count's field: the answer's ``{field: n}``, and the upstream's answer's
+    estimate: Callable[[Body], int]  # the local estimate (an overcount)
+    url: Callable[[str], str]  # the upstream's count URL, from its URL for a whole answer
+    request: Callable[[Body, Ctx], Body]  # the counted body as the upstream's count request
+
+
+@dataclass(frozen=True, slots=True)
+class ModelList:
+    """A protocol's own model list (``model_list.py``)."""
+
+    route: str  # GET: the list; this and ``/{model}``: one model
+    field: str  # the list's field: ``{field: [entry, ...]}``
+    entry: Callable[[str, ModelFacts], dict[str, Any]]  # one model's, from its public name and facts
+    missing: str  # a 404's message for a model it does not know, ``{model}`` its name
+
+
+@dataclass(frozen=True, slots=True)
 class ProtocolSpec:
     """One protocol's row (the tables in the module docstring)."""
 
@@ -350,6 +396,7 @@ class ProtocolSpec:
     path: str
     # the client side, optional
     same: Callable[[Body, Ctx], Body] | None = None
+    straight: tuple[tuple[str, Callable[[Body, Ctx], Straight | None]], ...] = ()
     sse_done: bool = False
     items: bool = False
     usage_opt_in: bool = False
@@ -362,6 +409,8 @@ class ProtocolSpec:
     key_query: tuple[str, str] | None = None
     error_prefix: str = ""
     vendor_headers: tuple[tuple[str, str], ...] = ()
+    count: TokenCount | None = None
+    models: ModelList | None = None
     # the upstream side, optional
     signed: bool = False
     tool_stage: bool = True
@@ -391,6 +440,7 @@ SPECS: dict[str, ProtocolSpec] = {
             same=_chat_same,
             encoder=lambda ctx, o: ChatStreamEncoder(ctx, include_usage=o.include_usage),
             whole=_whole_chat,
+            straight=(("chat", chat_chat), ("gemini", gemini_chat)),
             route="/v1/chat/completions",
             error=openai_error,
             bare_sse=True,
@@ -444,6 +494,14 @@ SPECS: dict[str, ProtocolSpec] = {
             bare_sse=False,
             via_hub=True,
             vendor_headers=(("anthropic-beta", "anthropic_beta"),),
+            count=TokenCount(
+                "/v1/messages/count_tokens",
+                read=messages_body,
+                field="input_tokens",
+                estimate=messages_estimate,
+                url=messages_url,
+                request=messages_request,
+            ),
             decoder=MessagesStreamDecoder,
             decode_object=decode_message,
             from_hub=_hub_to_messages,
@@ -460,11 +518,21 @@ SPECS: dict[str, ProtocolSpec] = {
             to_hub=_gemini_to_hub,
             encoder=lambda ctx, o: GeminiEncoder(ctx),
             whole=_whole_gemini,
+            straight=(("gemini", gemini_gemini), ("chat", chat_gemini)),
             route="/v1beta/models/{model}:generateContent",
             stream_route="/v1beta/models/{model}:streamGenerateContent",
             key_query=("key", "x-goog-api-key"),
             error=_google_error,
             error_prefix="/v1beta",
+            count=TokenCount(
+                "/v1beta/models/{model}:countTokens",
+                read=gemini_body,
+                field="totalTokens",
+                estimate=gemini_estimate,
+                url=gemini_url,
+                request=gemini_request,
+            ),
+            models=ModelList("/v1beta/models", "models", gemini_entry, "models/{model} is not found"),
             bare_sse=True,
             via_hub=True,
             decoder=GeminiStreamDecoder,

@@ -1,13 +1,14 @@
 """A Chat upstream's plain whole answer to a Chat client (``transformers/chat_whole.py``)
 gives the client the very answer the machines give: the same bytes, status or error,
-terminal, stored object and repairs, for generated answers of every shape (plain or not,
-well-formed or not), with and without the quirks and the tool stage that keep the Bridge
-from asking; and the answers real upstreams send take it."""
+terminal, stored object, usage, output characters and repairs, for generated answers of
+every shape (plain or not, well-formed or not), with and without the quirks and the tool
+stage that keep the Bridge from asking; and the answers real upstreams send take it."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import itertools
 import types
 from collections.abc import Iterator
@@ -51,15 +52,20 @@ def _body(tools: bool) -> dict[str, Any]:
 def _answer(obj: Any, quirks: frozenset[str], public: str, tools: bool, shortcut: bool) -> tuple[Any, ...]:
     """What the client gets for the upstream's answer ``obj``, and what the Bridge keeps."""
     ctx = Ctx(quirks=quirks, upstream_model="up", public_model=public)
-    _, bridge = open_bridge(_body(tools), "chat", "chat", ctx)
-    off = contextlib.nullcontext() if shortcut else mock.patch.object(bridge_mod, "plain_completion", lambda o, c: None)
+    # without the shortcut: the Chat row without its straight writers
+    off = (
+        contextlib.nullcontext()
+        if shortcut
+        else mock.patch.dict(bridge_mod.SPECS, {"chat": dataclasses.replace(bridge_mod.SPECS["chat"], straight=())})
+    )
     with _fixed(), off:
+        _, bridge = open_bridge(_body(tools), "chat", "chat", ctx)
         try:
             status, out = bridge.complete(copy.deepcopy(obj))
             got: tuple[Any, ...] = ("ok", status, out)
         except AnswerError as e:
             got = ("error", e.error, e.bad)
-    return got, bridge.terminal, list(ctx.repairs), bridge._result
+    return got, bridge.terminal, list(ctx.repairs), bridge._result, bridge.usage, bridge.chars
 
 
 def _same(obj: Any, quirks: frozenset[str] = frozenset(), public: str = "pub", tools: bool = False) -> None:

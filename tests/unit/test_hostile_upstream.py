@@ -1056,7 +1056,11 @@ def test_non_stream_guard_any_exception_is_a_502(monkeypatch: pytest.MonkeyPatch
 
     # the upstream protocol's row, its object decoder failing
     monkeypatch.setitem(bridge.SPECS, upstream, dataclasses.replace(bridge.SPECS[upstream], decode_object=boom))
-    monkeypatch.setattr(bridge, "plain_completion", boom)  # a Chat upstream's plain answer to a Chat client
+    # and the client row's writers of a plain answer (transformers/chat_whole.py, gemini_whole.py)
+    row = bridge.SPECS[client]
+    monkeypatch.setitem(
+        bridge.SPECS, client, dataclasses.replace(row, straight=tuple((u, boom) for u, _ in row.straight))
+    )
     p = prepared(client, upstream)
     with pytest.raises(ProxyError) as ei:
         full_response(p, body_of(chat_obj() if upstream == "chat" else resp_obj()))
