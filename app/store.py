@@ -94,9 +94,13 @@ index.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import os
+import queue
+import sqlite3
+import threading
 import time
 import zlib
 from collections.abc import Iterable
@@ -427,7 +431,8 @@ class SQLiteStore(Store):
         self.path = cfg.path or default_sqlite_path()
         self._db: Any = None
         self._opening = asyncio.Lock()
-        self._puts = 0
+        self._puts = 0  # (the in-memory database's; the writer counts its own)
+        self._writer: _Writer | None = None
 
     async def _conn(self) -> Any:
         if self._db is not None:
@@ -466,63 +471,51 @@ class SQLiteStore(Store):
         return await self._conn()
 
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
-        db = await self._conn()
+        return (await self._put_many([(rid, blob, touch, item_ids)]))[0]
+
+    async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
+        db = await self._conn()  # (the file and its schema exist once this answers)
+        if self.path == ":memory:":  # (a database of this connection only: no other can write it)
+            return [await self._put_shared(db, *put) for put in puts]
+        if self._writer is None:
+            self._writer = _Writer(self.path, self.ttl, self.max_total_bytes)
+        self._writer.cap = self.max_total_bytes
+        return await self._writer.submit(puts)
+
+    async def _put_shared(
+        self, db: Any, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
+    ) -> tuple[int, int]:
+        """A put on the shared aiosqlite connection, a trip of its thread per statement (an
+        in-memory database: the writer's own connection would open another database)."""
         now = time.time()
         expires = now + self.ttl
-        await db.execute(
-            "INSERT INTO responses (id, expires_at, data, size) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-            "expires_at = excluded.expires_at, data = excluded.data, size = excluded.size",
-            (rid, expires, blob, len(blob)),
-        )
+        await db.execute(_UPSERT, (rid, expires, blob, len(blob)))
         if item_ids:
-            await db.executemany(
-                "INSERT OR REPLACE INTO items (id, rid, expires_at) VALUES (?, ?, ?)",
-                [(i, rid, expires) for i in item_ids],
-            )
+            await db.executemany(_ITEM_UPSERT, [(i, rid, expires) for i in item_ids])
         for part in _chunks(touch, 500):
-            marks = ",".join("?" * len(part))
-            await db.execute(
-                f"UPDATE responses SET expires_at = ? WHERE id IN ({marks}) AND expires_at > ?", (expires, *part, now)
-            )
-            await db.execute(
-                f"UPDATE items SET expires_at = ? WHERE rid IN ({marks}) AND expires_at > ?", (expires, *part, now)
-            )
+            for sql in _renewals(len(part)):
+                await db.execute(sql, (expires, *part, now))
         self._puts += 1
         if self._puts % _PURGE_EVERY == 0:
-            await db.execute("DELETE FROM responses WHERE expires_at <= ?", (now,))
-            await db.execute("DELETE FROM items WHERE expires_at <= ?", (now,))
-        total, evicted = await self._trim(db, rid)
+            for sql in _PURGES:
+                await db.execute(sql, (now,))
+        total = await self._total(db)
+        evicted = 0
+        while total > self.max_total_bytes:
+            rows = await db.execute_fetchall(_OLDEST, (rid,))
+            victims = _victims(rows, total, self.max_total_bytes)
+            if not victims:
+                break
+            for sql in _evictions(len(victims)):
+                await db.execute(sql, victims)
+            evicted += len(victims)
+            total = await self._total(db)
         await db.commit()
         return total, evicted
 
     async def _total(self, db: Any) -> int:
-        rows = await db.execute_fetchall("SELECT v FROM store_meta WHERE k = 'bytes'")  # (one step of its thread)
+        rows = await db.execute_fetchall(_TOTAL)  # (one step of its thread)
         return int(rows[0][0]) if rows else 0
-
-    async def _trim(self, db: Any, keep: str) -> tuple[int, int]:
-        """Delete the records that would expire first (not ``keep``) until the total is
-        under the cap; (the total, how many were deleted)."""
-        total = await self._total(db)
-        evicted = 0
-        while total > self.max_total_bytes:
-            victims: list[str] = []
-            freed = 0
-            async with db.execute(
-                "SELECT id, size FROM responses WHERE id != ? ORDER BY expires_at LIMIT 256", (keep,)
-            ) as cur:
-                async for victim, size in cur:
-                    victims.append(victim)
-                    freed += size
-                    if total - freed <= self.max_total_bytes:
-                        break
-            if not victims:
-                break
-            marks = ",".join("?" * len(victims))
-            await db.execute(f"DELETE FROM responses WHERE id IN ({marks})", victims)
-            await db.execute(f"DELETE FROM items WHERE rid IN ({marks})", victims)
-            evicted += len(victims)
-            total = await self._total(db)
-        return total, evicted
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         return await self._select("SELECT id, rid FROM items", item_ids)
@@ -557,9 +550,187 @@ class SQLiteStore(Store):
             await cur.fetchone()
 
     async def aclose(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.close()  # (after the puts already handed to it)
         db, self._db = self._db, None
         if db is not None:
             await db.close()
+
+
+# a put's statements (SQLiteStore: the writer's, and the in-memory database's)
+_UPSERT = (
+    "INSERT INTO responses (id, expires_at, data, size) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+    "expires_at = excluded.expires_at, data = excluded.data, size = excluded.size"
+)
+_ITEM_UPSERT = "INSERT OR REPLACE INTO items (id, rid, expires_at) VALUES (?, ?, ?)"
+_TOTAL = "SELECT v FROM store_meta WHERE k = 'bytes'"
+_OLDEST = "SELECT id, size FROM responses WHERE id != ? ORDER BY expires_at LIMIT 256"
+_PURGES = ("DELETE FROM responses WHERE expires_at <= ?", "DELETE FROM items WHERE expires_at <= ?")
+
+
+def _renewals(n: int) -> tuple[str, str]:
+    """The renewal of ``n`` ancestors and their items (arguments: the new expiry, the ids, now)."""
+    marks = ",".join("?" * n)
+    return (
+        f"UPDATE responses SET expires_at = ? WHERE id IN ({marks}) AND expires_at > ?",
+        f"UPDATE items SET expires_at = ? WHERE rid IN ({marks}) AND expires_at > ?",
+    )
+
+
+def _evictions(n: int) -> tuple[str, str]:
+    """The deletion of ``n`` records and their items (arguments: the ids)."""
+    marks = ",".join("?" * n)
+    return f"DELETE FROM responses WHERE id IN ({marks})", f"DELETE FROM items WHERE rid IN ({marks})"
+
+
+def _victims(rows: Iterable[tuple[str, int]], total: int, cap: int) -> list[str]:
+    """The oldest records (``_OLDEST``'s rows) whose deletion takes ``total`` under ``cap``."""
+    victims: list[str] = []
+    freed = 0
+    for victim, size in rows:
+        victims.append(victim)
+        freed += size
+        if total - freed <= cap:
+            break
+    return victims
+
+
+_Puts = list[tuple[str, bytes, list[str], list[str]]]
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Puts | None]
+
+
+class _Writer:
+    """The SQLite store's puts, on a thread of its own with its own connection to the file
+    (the stdlib's ``sqlite3``; reads and the other tables stay on the shared aiosqlite
+    connection).  A batch of puts is one job; the thread takes every job queued when it
+    wakes, writes them in one transaction (each put's statements in order, its total and
+    evictions after it), commits, and completes their futures with one call into each
+    waiting event loop: a batch costs the loop one hand-off and one wake-up, whatever its
+    statements.  A failed transaction is rolled back and fails every job in it (their
+    puts answer ``store: false``); the connection is opened again for the next job."""
+
+    def __init__(self, path: str, ttl: int, cap: int) -> None:
+        self.path = path
+        self.ttl = ttl
+        self.cap = cap  # (store.max_bytes, read by the thread at each put)
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._con: sqlite3.Connection | None = None
+        self._puts = 0
+        self._thread = threading.Thread(target=self._run, name="switchboard-store-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, puts: _Puts) -> asyncio.Future[list[tuple[int, int]]]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[tuple[int, int]]] = loop.create_future()
+        self._jobs.put((loop, fut, puts))
+        return fut
+
+    async def close(self) -> None:
+        """Stop the thread once the jobs queued before are written; close its connection."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((loop, fut, None))
+        await fut
+
+    def _run(self) -> None:
+        running = True
+        while running:
+            jobs = [self._jobs.get()]
+            while not self._jobs.empty():  # every job queued meanwhile: one transaction
+                jobs.append(self._jobs.get_nowait())
+            puts = [job for job in jobs if job[2] is not None]
+            outcome: list[Any] = []
+            if puts:
+                try:
+                    outcome = self._write([p for _, _, p in puts])  # type: ignore[misc]
+                except Exception as e:
+                    outcome = [e] * len(puts)
+            if len(puts) < len(jobs):  # close: after the puts queued before it
+                running = False
+                if self._con is not None:
+                    self._con.close()
+                    self._con = None
+            done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+            at = 0
+            for loop, fut, job_puts in jobs:
+                if job_puts is None:
+                    done.setdefault(loop, []).append((fut, None))
+                else:
+                    done.setdefault(loop, []).append((fut, outcome[at]))
+                    at += 1
+            for loop, settled in done.items():
+                with contextlib.suppress(RuntimeError):  # (that loop is closed: nobody waits)
+                    loop.call_soon_threadsafe(_settle, settled)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._con is None:
+            con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                con.execute("PRAGMA busy_timeout=5000")
+                con.execute("PRAGMA synchronous=NORMAL")  # (per connection; WAL is the file's)
+            except BaseException:
+                con.close()
+                raise
+            self._con = con
+        return self._con
+
+    def _write(self, batches: list[_Puts]) -> list[list[tuple[int, int]]]:
+        con = self._connect()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            out = [[self._put(con, *put) for put in puts] for puts in batches]
+            con.execute("COMMIT")
+        except BaseException:
+            self._con = None
+            try:
+                con.rollback()
+            finally:
+                con.close()
+            raise
+        return out
+
+    def _put(
+        self, con: sqlite3.Connection, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
+    ) -> tuple[int, int]:
+        now = time.time()
+        expires = now + self.ttl
+        con.execute(_UPSERT, (rid, expires, blob, len(blob)))
+        if item_ids:
+            con.executemany(_ITEM_UPSERT, [(i, rid, expires) for i in item_ids])
+        for part in _chunks(touch, 500):
+            for sql in _renewals(len(part)):
+                con.execute(sql, (expires, *part, now))
+        self._puts += 1
+        if self._puts % _PURGE_EVERY == 0:
+            for sql in _PURGES:
+                con.execute(sql, (now,))
+        total = _total(con)
+        evicted = 0
+        while total > self.cap:
+            victims = _victims(con.execute(_OLDEST, (rid,)), total, self.cap)
+            if not victims:
+                break
+            for sql in _evictions(len(victims)):
+                con.execute(sql, victims)
+            evicted += len(victims)
+            total = _total(con)
+        return total, evicted
+
+
+def _total(con: sqlite3.Connection) -> int:
+    row = con.execute(_TOTAL).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _settle(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for fut, result in settled:
+        if fut.done():
+            continue  # (its put timed out: the caller answered already)
+        if isinstance(result, BaseException):
+            fut.set_exception(result)
+        else:
+            fut.set_result(result)
 
 
 _REDIS_CONNECTIONS = 256  # per process
