@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-One small async interface, ``Store``, with two backends: ``SQLiteStore`` (aiosqlite, one
-file in WAL mode: one instance, or several workers on one host, no extra service) and
-``RedisStore`` (redis-py asyncio: several instances behind a load balancer; any instance
-continues any conversation).  A stored response is a ``Record``:
+One small async interface, ``Store``, with two backends: ``SQLiteStore`` (one file in WAL
+mode: one instance, or several workers on one host, no extra service; reads on aiosqlite,
+puts on a writer thread of its own) and ``RedisStore`` (redis-py asyncio: several instances
+behind a load balancer; any instance continues any conversation).  A stored response is a
+``Record``:
 
 ==============  ============================================================================
 field           what
@@ -49,8 +50,8 @@ an expired one.  SQLite keeps each row's ``size`` and the total in ``store_meta`
 triggers, so every deletion path — purge, delete, eviction, another worker's — keeps it
 right); Redis keeps a sorted set of record ids by the time of their last write or renewal
 (``key_prefix + "meta:bytime"``), a hash of their sizes (``"meta:sizes"``) and the total
-(``"meta:bytes"``), updated and trimmed by one Lua script run in the put's pipeline
-(records a TTL removed leave the set at the next put).  Records written by a version
+(``"meta:bytes"``), updated and trimmed by the put's script (records a TTL removed leave
+the set at the next put).  Records written by a version
 without the cap are counted in SQLite (the column is filled when the file is opened) and
 not in Redis (they expire by their TTL).
 
@@ -60,10 +61,26 @@ its ancestors): an ``item_reference`` names an item, not a response, and one rea
 index plus one read of the records answers any number of them.  The index holds ids
 only; the item itself is read from its record, under the record's owner check.
 
-The puts of one event-loop turn are written together (``_put_many``): on Redis one read of
-the renewed ancestors' item lists, then one write of every record's commands and size
-scripts, in order.  Each put still answers for itself (its total, its evictions, or
-``StoreUnavailable``) once the write is done.
+Puts are written in batches (``_put_many``), one batch at a time: the puts of one
+event-loop turn, and those that came while the batch before was being written.  A put
+returns once its batch is written (readable then by any instance or worker), or raises
+``StoreUnavailable`` with every put of its batch; the gauge and the evictions are counted
+once per batch.  A batch's CPU is mostly a fixed cost, so under load a put pays a share:
+
+* SQLite: the stdlib's ``sqlite3`` on a thread of the store's own, with its own connection
+  (``_Writer``).  The loop hands it a batch (one queue put); the thread writes every batch
+  queued by then in one transaction and completes their futures with one call into the
+  loop.  Through aiosqlite a put was four trips to its thread (insert, items, total,
+  commit), each waking the loop.  Reads, deletes and the other tables (usage, keys, thought
+  signatures) stay on the shared aiosqlite connection, which sees each commit at once (WAL).
+  An in-memory database (``path: ":memory:"``) is one connection's: its puts go through it.
+* Redis (not a Cluster: there each put goes alone, below): the whole batch is one
+  script, ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their
+  items, the size bookkeeping), packed here into one command and sent on a connection
+  the puts keep.  One write, one reply: redis-py's packing of the same six commands per
+  put, their six replies and a pool checkout cost more than the round trip itself.  No
+  other client sees a batch half written (a script runs alone); one that fails midway
+  keeps what it wrote, and each of its puts answers ``store: false``.
 
 Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
 raised as ``StoreUnavailable`` and counted in ``switchboard_store_errors_total{op}``; the
@@ -503,7 +520,7 @@ class SQLiteStore(Store):
         db = await self._conn()  # (the file and its schema exist once this answers)
         if self.path == ":memory:":  # (a database of this connection only: no other can write it)
             return [await self._put_shared(db, *put) for put in puts]
-        if self._writer is None:
+        if self._writer is None or not self._writer.alive():
             self._writer = _Writer(self.path, self.ttl, self.max_total_bytes)
         self._writer.cap = self.max_total_bytes
         return await self._writer.submit(puts)
@@ -646,6 +663,9 @@ class _Writer:
         self._thread = threading.Thread(target=self._run, name="switchboard-store-writer", daemon=True)
         self._thread.start()
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def submit(self, puts: _Puts) -> asyncio.Future[list[tuple[int, int]]]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[tuple[int, int]]] = loop.create_future()
@@ -654,6 +674,8 @@ class _Writer:
 
     async def close(self) -> None:
         """Stop the thread once the jobs queued before are written; close its connection."""
+        if not self._thread.is_alive():
+            return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self._jobs.put((loop, fut, None))
