@@ -1043,20 +1043,31 @@ class RedisStore(Store):
     async def _command(self, packed: bytes) -> Any:
         """One packed command; its reply (an error reply raised).  On the connection the
         puts keep (taken from the pool once: a batch at a time, Store._write_queued), or
-        one of the pool's when that one is busy."""
+        one of the pool's when that one is busy.  A kept connection the server closed
+        meanwhile (a restart) fails its first command: sent again once, on a new connection
+        (the batch's script may be run twice: each of its writes can be repeated)."""
+        from redis.exceptions import ConnectionError as Disconnected
         from redis.exceptions import ResponseError
 
         conn, self._own = self._own, None
+        again = conn is not None
         if conn is None:
             conn = await self.redis.connection_pool.get_connection()
         try:
-            await conn.send_packed_command(packed)
-            return await conn.read_response()
-        except ResponseError:
-            raise  # (an error reply, read whole: the connection is as it was)
-        except BaseException:
-            await conn.disconnect()  # (half read: the next command connects again)
-            raise
+            while True:
+                try:
+                    await conn.send_packed_command(packed)
+                    return await conn.read_response()
+                except ResponseError:
+                    raise  # (an error reply, read whole: the connection is as it was)
+                except Disconnected:
+                    await conn.disconnect()  # (the next command connects again)
+                    if not again:
+                        raise
+                    again = False
+                except BaseException:
+                    await conn.disconnect()  # (half read: the next command connects again)
+                    raise
         finally:
             if self._own is None:
                 self._own = conn

@@ -422,3 +422,25 @@ async def test_sqlite_in_memory_store_keeps_its_records(tmp_path):
         assert await s.chain("resp_m2", "alice") is None  # its start is gone
     finally:
         await s.aclose()
+
+
+async def test_redis_put_after_its_connection_was_closed_is_stored():
+    """Puts keep one connection; one the server closed meanwhile (a restart, a timeout of
+    idle clients) costs no put: the batch goes again once on a new connection."""
+    prefix = f"switchboard-test:{uuid.uuid4().hex}:"
+    s = RedisStore(StoreCfg(backend="redis", url=REDIS_URL, key_prefix=prefix, ttl_seconds=60), Metrics())
+    try:
+        await s.put(rec("resp_k1"))
+        kept = s._own
+        assert kept is not None
+        await kept.send_command("CLIENT", "ID")
+        cid = await kept.read_response()
+        assert await s.redis.client_kill_filter(_id=cid) == 1
+        await s.put(rec("resp_k2", ancestors=["resp_k1"]))
+        assert [r.id for r in await s.chain("resp_k2", "alice") or []] == ["resp_k1", "resp_k2"]
+        assert s.counters.get("switchboard_store_errors_total", op="put") == 0
+    finally:
+        keys = [k async for k in s.redis.scan_iter(match=prefix + "*")]
+        if keys:
+            await s.redis.delete(*keys)
+        await s.aclose()
