@@ -522,7 +522,7 @@ class SQLiteStore(Store):
             return [await self._put_shared(db, *put) for put in puts]
         if self._writer is None or not self._writer.alive():
             self._writer = _Writer(self.path, self.ttl, self.max_total_bytes)
-        self._writer.cap = self.max_total_bytes
+        self._writer.ttl, self._writer.cap = self.ttl, self.max_total_bytes  # (read at each put)
         return await self._writer.submit(puts)
 
     async def _put_shared(
@@ -656,7 +656,7 @@ class _Writer:
     def __init__(self, path: str, ttl: int, cap: int) -> None:
         self.path = path
         self.ttl = ttl
-        self.cap = cap  # (store.max_bytes, read by the thread at each put)
+        self.cap = cap  # (store.max_bytes)
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._con: sqlite3.Connection | None = None
         self._puts = 0
