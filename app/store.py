@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-One small async interface, ``Store``, with two backends: ``SQLiteStore`` (aiosqlite, one
-file in WAL mode: one instance, or several workers on one host, no extra service) and
-``RedisStore`` (redis-py asyncio: several instances behind a load balancer; any instance
-continues any conversation).  A stored response is a ``Record``:
+One small async interface, ``Store``, with two backends: ``SQLiteStore`` (one file in WAL
+mode: one instance, or several workers on one host, no extra service; reads on aiosqlite,
+puts on a writer thread of its own) and ``RedisStore`` (redis-py asyncio: several instances
+behind a load balancer; any instance continues any conversation).  A stored response is a
+``Record``:
 
 ==============  ============================================================================
 field           what
@@ -49,8 +50,8 @@ an expired one.  SQLite keeps each row's ``size`` and the total in ``store_meta`
 triggers, so every deletion path — purge, delete, eviction, another worker's — keeps it
 right); Redis keeps a sorted set of record ids by the time of their last write or renewal
 (``key_prefix + "meta:bytime"``), a hash of their sizes (``"meta:sizes"``) and the total
-(``"meta:bytes"``), updated and trimmed by one Lua script run in the put's pipeline
-(records a TTL removed leave the set at the next put).  Records written by a version
+(``"meta:bytes"``), updated and trimmed by the put's script (records a TTL removed leave
+the set at the next put).  Records written by a version
 without the cap are counted in SQLite (the column is filled when the file is opened) and
 not in Redis (they expire by their TTL).
 
@@ -60,10 +61,26 @@ its ancestors): an ``item_reference`` names an item, not a response, and one rea
 index plus one read of the records answers any number of them.  The index holds ids
 only; the item itself is read from its record, under the record's owner check.
 
-The puts of one event-loop turn are written together (``_put_many``): on Redis one read of
-the renewed ancestors' item lists, then one write of every record's commands and size
-scripts, in order.  Each put still answers for itself (its total, its evictions, or
-``StoreUnavailable``) once the write is done.
+Puts are written in batches (``_put_many``), one batch at a time: the puts of one
+event-loop turn, and those that came while the batch before was being written.  A put
+returns once its batch is written (readable then by any instance or worker), or raises
+``StoreUnavailable`` with every put of its batch; the gauge and the evictions are counted
+once per batch.  A batch's CPU is mostly a fixed cost, so under load a put pays a share:
+
+* SQLite: the stdlib's ``sqlite3`` on a thread of the store's own, with its own connection
+  (``_Writer``).  The loop hands it a batch (one queue put); the thread writes every batch
+  queued by then in one transaction and completes their futures with one call into the
+  loop.  Through aiosqlite a put was four trips to its thread (insert, items, total,
+  commit), each waking the loop.  Reads, deletes and the other tables (usage, keys, thought
+  signatures) stay on the shared aiosqlite connection, which sees each commit at once (WAL).
+  An in-memory database (``path: ":memory:"``) is one connection's: its puts go through it.
+* Redis (not a Cluster: there each put goes alone, below): the whole batch is one
+  script, ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their
+  items, the size bookkeeping), packed here into one command and sent on a connection
+  the puts keep.  One write, one reply: redis-py's packing of the same six commands per
+  put, their six replies and a pool checkout cost more than the round trip itself.  No
+  other client sees a batch half written (a script runs alone); one that fails midway
+  keeps what it wrote, and each of its puts answers ``store: false``.
 
 Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
 raised as ``StoreUnavailable`` and counted in ``switchboard_store_errors_total{op}``; the
@@ -94,9 +111,13 @@ index.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import os
+import queue
+import sqlite3
+import threading
 import time
 import zlib
 from collections.abc import Iterable
@@ -181,6 +202,10 @@ def default_sqlite_path() -> str:
 _PURGE_EVERY = 256
 
 
+# a put waiting for its batch: ``_put``'s arguments, the future its batch completes
+_Queued = tuple[tuple[str, bytes, list[str], list[str]], "asyncio.Future[None]"]
+
+
 class Store:
     """The interface and what both backends share (see the module docstring); a backend
     implements ``_put``, ``_get_many``, ``_delete``, ``_ping`` and ``aclose``."""
@@ -196,11 +221,12 @@ class Store:
         self.put_timeout = cfg.timeout_seconds  # (a Redis Cluster's put outlives a failover)
         self.counters = counters if counters is not None else Metrics()
         self.healthy = True  # the last operation reached the backend
-        # puts of this event-loop turn, written together (``_put_many``): under load a put
-        # costs a share of one round trip
-        self._queued: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]] = []
+        # puts written together (``_put_many``): those of one event-loop turn, and those that
+        # came while the batch before was being written (one batch at a time): under load a
+        # put costs a share of one write
+        self._queued: list[_Queued] = []
         self._put_kicked = False
-        self._put_tasks: set[asyncio.Task[None]] = set()
+        self._writing: asyncio.Task[None] | None = None
         self.batch_puts = True
 
     async def _call(self, op: str, coro: Any, seconds: float | None = None) -> Any:
@@ -227,41 +253,62 @@ class Store:
         put = (scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()])
         if self.batch_puts:
             loop = asyncio.get_running_loop()
-            fut: asyncio.Future[tuple[int, int]] = loop.create_future()
+            fut: asyncio.Future[None] = loop.create_future()
             self._queued.append((put, fut))
-            if not self._put_kicked:
+            if self._writing is None and not self._put_kicked:
                 self._put_kicked = True
                 loop.call_soon(self._send_puts)
-            total, evicted = await fut
-        else:  # each put alone (a Redis Cluster's: each rides out a failover by itself)
-            total, evicted = await self._call("put", self._put(*put), self.put_timeout)
+            await fut  # (the batch's writer counted it: _write_puts)
+            return
+        # each put alone (a Redis Cluster's: each rides out a failover by itself)
+        total, evicted = await self._call("put", self._put(*put), self.put_timeout)
         self.counters.set_gauge("switchboard_store_bytes", total)
         if evicted:
             self.counters.inc("switchboard_store_evicted_total", evicted)
 
     def _send_puts(self) -> None:
         self._put_kicked = False
-        batch, self._queued = self._queued, []
-        if batch:
-            task = asyncio.get_running_loop().create_task(self._write_puts(batch))
-            self._put_tasks.add(task)
-            task.add_done_callback(self._put_tasks.discard)
+        if self._queued and self._writing is None:
+            self._writing = asyncio.get_running_loop().create_task(self._write_queued())
 
-    async def _write_puts(
-        self, batch: list[tuple[tuple[str, bytes, list[str], list[str]], asyncio.Future[tuple[int, int]]]]
-    ) -> None:
+    async def _write_queued(self) -> None:
+        """The queued puts, a batch at a time, until none is left (those queued while a batch
+        is written are the next batch)."""
+        try:
+            while self._queued:
+                batch, self._queued = self._queued, []
+                await self._write_puts(batch)
+        except BaseException:  # (cancelled: no put waits for ever)
+            for _, fut in self._queued:
+                if not fut.done():
+                    fut.set_exception(StoreUnavailable("response store: put cancelled"))
+            self._queued = []
+            raise
+        finally:
+            self._writing = None
+
+    async def _write_puts(self, batch: list[_Queued]) -> None:
         try:
             got = await self._call("put", self._put_many([args for args, _ in batch]), self.put_timeout)
-        except StoreUnavailable as e:
-            for _ in batch[1:]:  # (each put counted, as if written alone)
-                self.counters.inc("switchboard_store_errors_total", op="put")
+        except BaseException as e:
+            unavailable = isinstance(e, StoreUnavailable)
+            if unavailable:
+                for _ in batch[1:]:  # (each put counted, as if written alone)
+                    self.counters.inc("switchboard_store_errors_total", op="put")
             for _, fut in batch:
                 if not fut.done():
-                    fut.set_exception(StoreUnavailable(str(e)))
+                    fut.set_exception(StoreUnavailable(str(e) if unavailable else "response store: put cancelled"))
+            if not unavailable:
+                raise
             return
-        for (_, fut), result in zip(batch, got, strict=True):
+        # the total after the batch's last put; its evictions together
+        self.counters.set_gauge("switchboard_store_bytes", got[-1][0])
+        evicted = sum(n for _, n in got)
+        if evicted:
+            self.counters.inc("switchboard_store_evicted_total", evicted)
+        for _, fut in batch:
             if not fut.done():
-                fut.set_result(result)
+                fut.set_result(None)
 
     async def _find(self, op: str, ids: list[str], owner: str) -> list[tuple[str, Record] | None]:
         """Each id's record of this owner, with the key it is stored under: the owner's own
@@ -427,7 +474,8 @@ class SQLiteStore(Store):
         self.path = cfg.path or default_sqlite_path()
         self._db: Any = None
         self._opening = asyncio.Lock()
-        self._puts = 0
+        self._puts = 0  # (the in-memory database's; the writer counts its own)
+        self._writer: _Writer | None = None
 
     async def _conn(self) -> Any:
         if self._db is not None:
@@ -466,63 +514,51 @@ class SQLiteStore(Store):
         return await self._conn()
 
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
-        db = await self._conn()
+        return (await self._put_many([(rid, blob, touch, item_ids)]))[0]
+
+    async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
+        db = await self._conn()  # (the file and its schema exist once this answers)
+        if self.path == ":memory:":  # (a database of this connection only: no other can write it)
+            return [await self._put_shared(db, *put) for put in puts]
+        if self._writer is None or not self._writer.alive():
+            self._writer = _Writer(self.path, self.ttl, self.max_total_bytes)
+        self._writer.ttl, self._writer.cap = self.ttl, self.max_total_bytes  # (read at each put)
+        return await self._writer.submit(puts)
+
+    async def _put_shared(
+        self, db: Any, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
+    ) -> tuple[int, int]:
+        """A put on the shared aiosqlite connection, a trip of its thread per statement (an
+        in-memory database: the writer's own connection would open another database)."""
         now = time.time()
         expires = now + self.ttl
-        await db.execute(
-            "INSERT INTO responses (id, expires_at, data, size) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-            "expires_at = excluded.expires_at, data = excluded.data, size = excluded.size",
-            (rid, expires, blob, len(blob)),
-        )
+        await db.execute(_UPSERT, (rid, expires, blob, len(blob)))
         if item_ids:
-            await db.executemany(
-                "INSERT OR REPLACE INTO items (id, rid, expires_at) VALUES (?, ?, ?)",
-                [(i, rid, expires) for i in item_ids],
-            )
+            await db.executemany(_ITEM_UPSERT, [(i, rid, expires) for i in item_ids])
         for part in _chunks(touch, 500):
-            marks = ",".join("?" * len(part))
-            await db.execute(
-                f"UPDATE responses SET expires_at = ? WHERE id IN ({marks}) AND expires_at > ?", (expires, *part, now)
-            )
-            await db.execute(
-                f"UPDATE items SET expires_at = ? WHERE rid IN ({marks}) AND expires_at > ?", (expires, *part, now)
-            )
+            for sql in _renewals(len(part)):
+                await db.execute(sql, (expires, *part, now))
         self._puts += 1
         if self._puts % _PURGE_EVERY == 0:
-            await db.execute("DELETE FROM responses WHERE expires_at <= ?", (now,))
-            await db.execute("DELETE FROM items WHERE expires_at <= ?", (now,))
-        total, evicted = await self._trim(db, rid)
+            for sql in _PURGES:
+                await db.execute(sql, (now,))
+        total = await self._total(db)
+        evicted = 0
+        while total > self.max_total_bytes:
+            rows = await db.execute_fetchall(_OLDEST, (rid,))
+            victims = _victims(rows, total, self.max_total_bytes)
+            if not victims:
+                break
+            for sql in _evictions(len(victims)):
+                await db.execute(sql, victims)
+            evicted += len(victims)
+            total = await self._total(db)
         await db.commit()
         return total, evicted
 
     async def _total(self, db: Any) -> int:
-        rows = await db.execute_fetchall("SELECT v FROM store_meta WHERE k = 'bytes'")  # (one step of its thread)
+        rows = await db.execute_fetchall(_TOTAL)  # (one step of its thread)
         return int(rows[0][0]) if rows else 0
-
-    async def _trim(self, db: Any, keep: str) -> tuple[int, int]:
-        """Delete the records that would expire first (not ``keep``) until the total is
-        under the cap; (the total, how many were deleted)."""
-        total = await self._total(db)
-        evicted = 0
-        while total > self.max_total_bytes:
-            victims: list[str] = []
-            freed = 0
-            async with db.execute(
-                "SELECT id, size FROM responses WHERE id != ? ORDER BY expires_at LIMIT 256", (keep,)
-            ) as cur:
-                async for victim, size in cur:
-                    victims.append(victim)
-                    freed += size
-                    if total - freed <= self.max_total_bytes:
-                        break
-            if not victims:
-                break
-            marks = ",".join("?" * len(victims))
-            await db.execute(f"DELETE FROM responses WHERE id IN ({marks})", victims)
-            await db.execute(f"DELETE FROM items WHERE rid IN ({marks})", victims)
-            evicted += len(victims)
-            total = await self._total(db)
-        return total, evicted
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         return await self._select("SELECT id, rid FROM items", item_ids)
@@ -557,21 +593,203 @@ class SQLiteStore(Store):
             await cur.fetchone()
 
     async def aclose(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.close()  # (after the puts already handed to it)
         db, self._db = self._db, None
         if db is not None:
             await db.close()
 
 
+# a put's statements (SQLiteStore: the writer's, and the in-memory database's)
+_UPSERT = (
+    "INSERT INTO responses (id, expires_at, data, size) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+    "expires_at = excluded.expires_at, data = excluded.data, size = excluded.size"
+)
+_ITEM_UPSERT = "INSERT OR REPLACE INTO items (id, rid, expires_at) VALUES (?, ?, ?)"
+_TOTAL = "SELECT v FROM store_meta WHERE k = 'bytes'"
+_OLDEST = "SELECT id, size FROM responses WHERE id != ? ORDER BY expires_at LIMIT 256"
+_PURGES = ("DELETE FROM responses WHERE expires_at <= ?", "DELETE FROM items WHERE expires_at <= ?")
+
+
+def _renewals(n: int) -> tuple[str, str]:
+    """The renewal of ``n`` ancestors and their items (arguments: the new expiry, the ids, now)."""
+    marks = ",".join("?" * n)
+    return (
+        f"UPDATE responses SET expires_at = ? WHERE id IN ({marks}) AND expires_at > ?",
+        f"UPDATE items SET expires_at = ? WHERE rid IN ({marks}) AND expires_at > ?",
+    )
+
+
+def _evictions(n: int) -> tuple[str, str]:
+    """The deletion of ``n`` records and their items (arguments: the ids)."""
+    marks = ",".join("?" * n)
+    return f"DELETE FROM responses WHERE id IN ({marks})", f"DELETE FROM items WHERE rid IN ({marks})"
+
+
+def _victims(rows: Iterable[tuple[str, int]], total: int, cap: int) -> list[str]:
+    """The oldest records (``_OLDEST``'s rows) whose deletion takes ``total`` under ``cap``."""
+    victims: list[str] = []
+    freed = 0
+    for victim, size in rows:
+        victims.append(victim)
+        freed += size
+        if total - freed <= cap:
+            break
+    return victims
+
+
+_Puts = list[tuple[str, bytes, list[str], list[str]]]
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Puts | None]
+
+
+class _Writer:
+    """The SQLite store's puts, on a thread of its own with its own connection to the file
+    (the stdlib's ``sqlite3``; reads and the other tables stay on the shared aiosqlite
+    connection).  A batch of puts is one job; the thread takes every job queued when it
+    wakes, writes them in one transaction (each put's statements in order, its total and
+    evictions after it), commits, and completes their futures with one call into each
+    waiting event loop: a batch costs the loop one hand-off and one wake-up, whatever its
+    statements.  A failed transaction is rolled back and fails every job in it (their
+    puts answer ``store: false``); the connection is opened again for the next job."""
+
+    def __init__(self, path: str, ttl: int, cap: int) -> None:
+        self.path = path
+        self.ttl = ttl
+        self.cap = cap  # (store.max_bytes)
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._con: sqlite3.Connection | None = None
+        self._puts = 0
+        self._thread = threading.Thread(target=self._run, name="switchboard-store-writer", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, puts: _Puts) -> asyncio.Future[list[tuple[int, int]]]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[tuple[int, int]]] = loop.create_future()
+        self._jobs.put((loop, fut, puts))
+        return fut
+
+    async def close(self) -> None:
+        """Stop the thread once the jobs queued before are written; close its connection."""
+        if not self._thread.is_alive():
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((loop, fut, None))
+        await fut
+
+    def _run(self) -> None:
+        running = True
+        while running:
+            jobs = [self._jobs.get()]
+            while not self._jobs.empty():  # every job queued meanwhile: one transaction
+                jobs.append(self._jobs.get_nowait())
+            puts = [job for job in jobs if job[2] is not None]
+            outcome: list[Any] = []
+            if puts:
+                try:
+                    outcome = self._write([p for _, _, p in puts])  # type: ignore[misc]
+                except Exception as e:
+                    outcome = [e] * len(puts)
+            if len(puts) < len(jobs):  # close: after the puts queued before it
+                running = False
+                if self._con is not None:
+                    self._con.close()
+                    self._con = None
+            done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+            at = 0
+            for loop, fut, job_puts in jobs:
+                if job_puts is None:
+                    done.setdefault(loop, []).append((fut, None))
+                else:
+                    done.setdefault(loop, []).append((fut, outcome[at]))
+                    at += 1
+            for loop, settled in done.items():
+                with contextlib.suppress(RuntimeError):  # (that loop is closed: nobody waits)
+                    loop.call_soon_threadsafe(_settle, settled)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._con is None:
+            con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                con.execute("PRAGMA busy_timeout=5000")
+                con.execute("PRAGMA synchronous=NORMAL")  # (per connection; WAL is the file's)
+            except BaseException:
+                con.close()
+                raise
+            self._con = con
+        return self._con
+
+    def _write(self, batches: list[_Puts]) -> list[list[tuple[int, int]]]:
+        con = self._connect()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            out = [[self._put(con, *put) for put in puts] for puts in batches]
+            con.execute("COMMIT")
+        except BaseException:
+            self._con = None
+            try:
+                con.rollback()
+            finally:
+                con.close()
+            raise
+        return out
+
+    def _put(
+        self, con: sqlite3.Connection, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
+    ) -> tuple[int, int]:
+        now = time.time()
+        expires = now + self.ttl
+        con.execute(_UPSERT, (rid, expires, blob, len(blob)))
+        if item_ids:
+            con.executemany(_ITEM_UPSERT, [(i, rid, expires) for i in item_ids])
+        for part in _chunks(touch, 500):
+            for sql in _renewals(len(part)):
+                con.execute(sql, (expires, *part, now))
+        self._puts += 1
+        if self._puts % _PURGE_EVERY == 0:
+            for sql in _PURGES:
+                con.execute(sql, (now,))
+        total = _total(con)
+        evicted = 0
+        while total > self.cap:
+            victims = _victims(con.execute(_OLDEST, (rid,)), total, self.cap)
+            if not victims:
+                break
+            for sql in _evictions(len(victims)):
+                con.execute(sql, victims)
+            evicted += len(victims)
+            total = _total(con)
+        return total, evicted
+
+
+def _total(con: sqlite3.Connection) -> int:
+    row = con.execute(_TOTAL).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _settle(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for fut, result in settled:
+        if fut.done():
+            continue  # (its put timed out: the caller answered already)
+        if isinstance(result, BaseException):
+            fut.set_exception(result)
+        else:
+            fut.set_result(result)
+
+
 _REDIS_CONNECTIONS = 256  # per process
 
-# The size bookkeeping both put scripts begin with (KEYS: the sorted set by time, the hash of
-# sizes, the total; ARGV[2..6]: now, ttl, cap, the id put, its size; ARGV[7..]: the ancestors
-# renewed): the record put counted, the ancestors' times renewed, records past their TTL
-# forgotten.  ``forget`` is left defined for the eviction loop that follows.
+# What both put scripts begin with (KEYS: the sorted set by time, the hash of sizes, the
+# total; ARGV[2..4]: now, ttl, cap): ``book(rid, size, renewed)``, the size bookkeeping of one
+# put (the record counted, the ancestors' times renewed, records past their TTL forgotten),
+# and ``forget(id)``, which the eviction loops that follow use too.
 _TRIM_BOOK = """
 local zs, hs, tot = KEYS[1], KEYS[2], KEYS[3]
 local now, ttl, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local rid, size = ARGV[5], tonumber(ARGV[6])
 local function forget(id)
   local s = redis.call('HGET', hs, id)
   redis.call('ZREM', zs, id)
@@ -580,46 +798,89 @@ local function forget(id)
     redis.call('DECRBY', tot, tonumber(s))
   end
 end
-forget(rid)
-redis.call('HSET', hs, rid, size)
-redis.call('INCRBY', tot, size)
-redis.call('ZADD', zs, now, rid)
-for i = 7, #ARGV do
-  redis.call('ZADD', zs, 'XX', now, ARGV[i])
-end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', zs, '-inf', now - ttl - 60, 'LIMIT', 0, 256)) do
-  forget(id)
+local function book(rid, size, renewed)
+  forget(rid)
+  redis.call('HSET', hs, rid, size)
+  redis.call('INCRBY', tot, size)
+  redis.call('ZADD', zs, now, rid)
+  for _, id in ipairs(renewed) do
+    redis.call('ZADD', zs, 'XX', now, id)
+  end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', zs, '-inf', now - ttl - 60, 'LIMIT', 0, 256)) do
+    forget(id)
+  end
 end
 """
 
-# The size bookkeeping of a put (RedisStore._put, in its pipeline).  KEYS: the sorted set
-# (id → time of its last write or renewal), the hash (id → size), the total.  ARGV: the key
-# prefix, now, the TTL, the cap, the id put, its size, then the ids it renewed.  Forgets what
-# its TTL removed (a minute of slack for clocks), then deletes the oldest records (and their
-# item index entries) until the total is under the cap, never the one put; {total, evicted}.
-_TRIM_LUA = (
+# The puts of a batch, whole, in one script (RedisStore._put_many: one command, one reply).
+# KEYS: the size bookkeeping's sorted set (id → time of its last write or renewal), hash
+# (id → size) and total.  ARGV: the key prefix, now, the TTL, the cap, then for each put its
+# id, its record, how many item ids follow and those, how many ancestors follow and those.
+# Each put in order: the record, the item index (the record's list of its item ids and one
+# key per item id, so that renewing an ancestor renews its items without decoding it), the
+# ancestors renewed with their item index, the bookkeeping; then records past their TTL are
+# forgotten (a minute of slack for clocks) and the oldest records (with their item index
+# entries) deleted until the total is under the cap, never the one put.  {total, evicted} of
+# each put, flat.
+_PUTS_LUA = (
     _TRIM_BOOK
     + """local prefix = ARGV[1]
-local total = tonumber(redis.call('GET', tot) or '0')
-local evicted = 0
-while total > cap do
-  local oldest = redis.call('ZRANGE', zs, 0, 1)
-  local id = oldest[1]
-  if id == rid then id = oldest[2] end
-  if not id then break end
-  local listed = redis.call('GET', prefix .. 'items:' .. id)
-  if listed then
-    for item in string.gmatch(listed, '[^\\n]+') do
-      local key = prefix .. 'item:' .. item
-      if redis.call('GET', key) == id then redis.call('DEL', key) end
+local function evict(rid)
+  local total = tonumber(redis.call('GET', tot) or '0')
+  local evicted = 0
+  while total > cap do
+    local oldest = redis.call('ZRANGE', zs, 0, 1)
+    local id = oldest[1]
+    if id == rid then id = oldest[2] end
+    if not id then break end
+    local listed = redis.call('GET', prefix .. 'items:' .. id)
+    if listed then
+      for item in string.gmatch(listed, '[^\\n]+') do
+        local key = prefix .. 'item:' .. item
+        if redis.call('GET', key) == id then redis.call('DEL', key) end
+      end
+    end
+    redis.call('DEL', prefix .. id, prefix .. 'items:' .. id)
+    forget(id)
+    evicted = evicted + 1
+    total = tonumber(redis.call('GET', tot) or '0')
+  end
+  return total, evicted
+end
+local out = {}
+local at = 5
+while at <= #ARGV do
+  local rid, blob = ARGV[at], ARGV[at + 1]
+  local items = {}
+  for j = 1, tonumber(ARGV[at + 2]) do items[j] = ARGV[at + 2 + j] end
+  at = at + 3 + #items
+  local renewed = {}
+  for j = 1, tonumber(ARGV[at]) do renewed[j] = ARGV[at + j] end
+  at = at + 1 + #renewed
+  redis.call('SET', prefix .. rid, blob, 'EX', ttl)
+  if #items > 0 then
+    redis.call('SET', prefix .. 'items:' .. rid, table.concat(items, '\\n'), 'EX', ttl)
+    for _, i in ipairs(items) do
+      redis.call('SET', prefix .. 'item:' .. i, rid, 'EX', ttl)
     end
   end
-  redis.call('DEL', prefix .. id, prefix .. 'items:' .. id)
-  forget(id)
-  evicted = evicted + 1
-  total = tonumber(redis.call('GET', tot) or '0')
+  for _, a in ipairs(renewed) do
+    redis.call('EXPIRE', prefix .. a, ttl)
+    -- (MGET: nil, not an error, for a key of another type)
+    local listed = redis.call('MGET', prefix .. 'items:' .. a)[1]
+    if listed and listed ~= '' then
+      redis.call('EXPIRE', prefix .. 'items:' .. a, ttl)
+      for i in string.gmatch(listed, '[^\\n]+') do
+        redis.call('EXPIRE', prefix .. 'item:' .. i, ttl)
+      end
+    end
+  end
+  book(rid, #blob, renewed)
+  local total, evicted = evict(rid)
+  out[#out + 1] = total
+  out[#out + 1] = evicted
 end
-return {total, evicted}
+return out
 """
 )
 
@@ -635,13 +896,17 @@ return tonumber(redis.call('GET', KEYS[3]) or '0')
 """
 
 
-# On a Redis Cluster (store.cluster): a put's size bookkeeping (the KEYS and ARGV of
-# _TRIM_LUA) in the slot of its three keys only.  The records to evict are returned after
-# {total, evicted}; RedisStore._evict deletes them and their item index entries, in their
-# own slots.
+# On a Redis Cluster (store.cluster): a put's size bookkeeping in the slot of its three keys
+# only (KEYS as _PUTS_LUA's; ARGV: the key prefix, now, the TTL, the cap, the id put, its
+# size, then the ids it renewed).  The records to evict are returned after {total, evicted};
+# RedisStore._evict deletes them and their item index entries, in their own slots.
 _TRIM_CLUSTER_LUA = (
     _TRIM_BOOK
-    + """local out = {0, 0}
+    + """local rid = ARGV[5]
+local renewed = {}
+for i = 7, #ARGV do renewed[#renewed + 1] = ARGV[i] end
+book(rid, tonumber(ARGV[6]), renewed)
+local out = {0, 0}
 local total = tonumber(redis.call('GET', tot) or '0')
 while total > cap do
   local oldest = redis.call('ZRANGE', zs, 0, 1)
@@ -714,6 +979,12 @@ class RedisStore(Store):
         self.redis = Redis(connection_pool=pool)
         # the size bookkeeping (see the module docstring)
         self._sizes = [self.prefix + "meta:bytime", self.prefix + "meta:sizes", self.prefix + "meta:bytes"]
+        # the first arguments of every batch's command: EVAL (not a registered script: nothing
+        # to load again after a restart; the server caches the compiled body), the script, its
+        # keys; then the key prefix
+        self._puts_head = b"".join(map(_bulk, [b"EVAL", _PUTS_LUA.encode(), b"3", *(k.encode() for k in self._sizes)]))
+        self._prefix_arg = self.prefix.encode()
+        self._own: Any = None  # the connection the puts keep (_command)
 
     def shared(self, group: str) -> str:
         """The prefix of a group of keys that one script or transaction touches together
@@ -753,74 +1024,55 @@ class RedisStore(Store):
     async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
         if self.cluster:  # (not batched: Store.put sends each alone)
             return [await self._put(*put) for put in puts]
-        # one write for every record of the batch: each one's commands, then its size
-        # bookkeeping (one script each, in order: the cap is kept after every one)
-        touched = [t for _, _, touch, _ in puts for t in touch]
-        lists = await self.redis.mget([self.prefix + "items:" + t for t in touched]) if touched else []
-        cmds: list[tuple[Any, ...]] = []
-        trims: list[int] = []
-        at = 0
+        # the whole batch is one script (_PUTS_LUA), sent as one command packed here: one
+        # write and one reply, whatever the batch holds (redis-py's packing of the same
+        # commands, one by one, cost more than the round trip)
+        args: list[bytes] = [
+            self._prefix_arg,
+            repr(time.time()).encode(),
+            b"%d" % self.ttl,
+            b"%d" % self.max_total_bytes,
+        ]
         for rid, blob, touch, item_ids in puts:
-            cmds += self._put_commands(rid, blob, touch, item_ids, lists[at : at + len(touch)])
-            at += len(touch)
-            trims.append(len(cmds) - 1)
-        got = await self._pipeline(cmds)
-        return [(int(got[i][0]), int(got[i][1])) for i in trims]
+            args += (rid.encode(), blob, b"%d" % len(item_ids), *map(str.encode, item_ids))
+            args += (b"%d" % len(touch), *map(str.encode, touch))
+        packed = b"".join([b"*%d\r\n" % (6 + len(args)), self._puts_head, *map(_bulk, args)])
+        got = await self._command(packed)
+        return [(int(got[i]), int(got[i + 1])) for i in range(0, len(got), 2)]
 
-    def _put_commands(
-        self, rid: str, blob: bytes, touch: list[str], item_ids: list[str], lists: list[Any]
-    ) -> list[tuple[Any, ...]]:
-        # the item index: one key per item id (→ the record's id), and the record's list of
-        # its item ids, so that renewing an ancestor renews its items without decoding it
-        ttl = self.ttl
-        cmds: list[tuple[Any, ...]] = [("SET", self.prefix + rid, blob, "EX", ttl)]
-        if item_ids:
-            cmds.append(("SET", self.prefix + "items:" + rid, "\n".join(item_ids), "EX", ttl))
-        for i in item_ids:
-            cmds.append(("SET", self.prefix + "item:" + i, rid, "EX", ttl))
-        for t, listed in zip(touch, lists):
-            cmds.append(("EXPIRE", self.prefix + t, ttl))
-            if isinstance(listed, bytes) and listed:
-                cmds.append(("EXPIRE", self.prefix + "items:" + t, ttl))
-                for i in listed.decode().split("\n"):
-                    cmds.append(("EXPIRE", self.prefix + "item:" + i, ttl))
-        args: list[str | int] = [self.prefix, repr(time.time()), ttl, self.max_total_bytes, rid, len(blob)]
-        # EVAL, not a registered script: nothing to load again after a restart; the server
-        # caches the compiled body
-        cmds.append(("EVAL", _TRIM_LUA, len(self._sizes), *self._sizes, *args, *touch))
-        return cmds
-
-    async def _pipeline(self, cmds: list[tuple[Any, ...]]) -> list[Any]:
-        """``cmds`` in one write on one of the pool's connections, their replies in order
-        (redis-py's own pipeline costs twice the CPU of the round trip); the first error
-        reply raised once every reply is read."""
-        pool = getattr(self.redis, "connection_pool", None)
-        if pool is None:  # a client without one pool: its own pipeline
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for cmd in cmds:
-                    pipe.execute_command(*cmd)
-                return list(await pipe.execute())
+    async def _command(self, packed: bytes) -> Any:
+        """One packed command; its reply (an error reply raised).  On the connection the
+        puts keep (taken from the pool once: a batch at a time, Store._write_queued), or
+        one of the pool's when that one is busy.  A kept connection the server closed
+        meanwhile (a restart) fails its first command: sent again once, on a new connection
+        (the batch's script may be run twice: each of its writes can be repeated)."""
+        from redis.exceptions import ConnectionError as Disconnected
         from redis.exceptions import ResponseError
 
-        conn = await pool.get_connection()
+        conn, self._own = self._own, None
+        again = conn is not None
+        if conn is None:
+            conn = await self.redis.connection_pool.get_connection()
         try:
-            await conn.send_packed_command(conn.pack_commands(cmds))
-            out: list[Any] = []
-            error: ResponseError | None = None
-            for _ in cmds:
+            while True:
                 try:
-                    out.append(await conn.read_response())
-                except ResponseError as e:
-                    error = error or e
-                    out.append(e)
-        except BaseException:
-            await conn.disconnect()  # (a half-read connection never goes back to the pool)
-            raise
+                    await conn.send_packed_command(packed)
+                    return await conn.read_response()
+                except ResponseError:
+                    raise  # (an error reply, read whole: the connection is as it was)
+                except Disconnected:
+                    await conn.disconnect()  # (the next command connects again)
+                    if not again:
+                        raise
+                    again = False
+                except BaseException:
+                    await conn.disconnect()  # (half read: the next command connects again)
+                    raise
         finally:
-            await pool.release(conn)
-        if error is not None:
-            raise error
-        return out
+            if self._own is None:
+                self._own = conn
+            else:
+                await self.redis.connection_pool.release(conn)
 
     async def _put_cluster(
         self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
@@ -907,6 +1159,11 @@ class RedisStore(Store):
 
     async def aclose(self) -> None:
         await self.redis.aclose()
+
+
+def _bulk(arg: bytes) -> bytes:
+    """One argument of a command as Redis reads it (RESP's bulk string)."""
+    return b"$%d\r\n%s\r\n" % (len(arg), arg)
 
 
 def _chunks(items: list[str], n: int) -> Iterable[list[str]]:

@@ -375,3 +375,72 @@ async def test_puts_of_one_loop_turn_are_written_together(store: Store):
         assert got is not None and got.response == r.response
     chain = await store.chain("resp_b5", "alice")
     assert chain is not None and [c.id for c in chain] == ["resp_b0", "resp_b5"]
+
+
+async def test_sqlite_puts_are_one_transaction_each_batch_and_a_failed_one_keeps_nothing(tmp_path):
+    """The writer's thread writes a batch in one transaction: a statement that fails rolls
+    the whole batch back and every put of it answers StoreUnavailable (stored: nothing the
+    client is told was not); the next put opens the file again and is stored."""
+    import sqlite3
+
+    path = tmp_path / "r.db"
+    m = Metrics()
+    s = SQLiteStore(StoreCfg(path=str(path)), m)
+    try:
+        await s.put(rec("resp_first"))
+        con = sqlite3.connect(path)
+        con.execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON responses WHEN NEW.id LIKE '%boom%' BEGIN SELECT RAISE(ABORT, 'no'); END"
+        )
+        con.commit()
+        batch = [rec("resp_ok1"), rec("resp_boom"), rec("resp_ok2")]
+        got = await asyncio.gather(*(s.put(r) for r in batch), return_exceptions=True)
+        assert all(isinstance(g, StoreUnavailable) for g in got)
+        assert m.get("switchboard_store_errors_total", op="put") == 3
+        for r in batch:
+            assert await s.get(r.id, "alice") is None  # rolled back together
+        con.execute("DROP TRIGGER boom")
+        con.commit()
+        con.close()
+        await s.put(rec("resp_after"))
+        assert await s.get("resp_after", "alice") is not None
+        assert m.get("switchboard_store_bytes") == await _sizes(s, ["resp_first", "resp_after"])
+    finally:
+        await s.aclose()
+
+
+async def test_sqlite_in_memory_store_keeps_its_records(tmp_path):
+    """``path: ":memory:"``: one connection's database, so its puts go through that connection."""
+    s = SQLiteStore(StoreCfg(path=":memory:"))
+    try:
+        s.max_total_bytes = int(len(_noisy("resp_probe", None).encode()) * 1.5)
+        await s.put(_noisy("resp_m1", None))
+        await s.put(_noisy("resp_m2", ["resp_m1"]))
+        await asyncio.gather(*(s.put(rec(f"resp_m{i}")) for i in range(3, 6)))
+        assert await s.get("resp_m1", "alice") is None  # evicted under the cap
+        assert await s.get("resp_m5", "alice") is not None
+        assert await s.chain("resp_m2", "alice") is None  # its start is gone
+    finally:
+        await s.aclose()
+
+
+async def test_redis_put_after_its_connection_was_closed_is_stored():
+    """Puts keep one connection; one the server closed meanwhile (a restart, a timeout of
+    idle clients) costs no put: the batch goes again once on a new connection."""
+    prefix = f"switchboard-test:{uuid.uuid4().hex}:"
+    s = RedisStore(StoreCfg(backend="redis", url=REDIS_URL, key_prefix=prefix, ttl_seconds=60), Metrics())
+    try:
+        await s.put(rec("resp_k1"))
+        kept = s._own
+        assert kept is not None
+        await kept.send_command("CLIENT", "ID")
+        cid = await kept.read_response()
+        assert await s.redis.client_kill_filter(_id=cid) == 1
+        await s.put(rec("resp_k2", ancestors=["resp_k1"]))
+        assert [r.id for r in await s.chain("resp_k2", "alice") or []] == ["resp_k1", "resp_k2"]
+        assert s.counters.get("switchboard_store_errors_total", op="put") == 0
+    finally:
+        keys = [k async for k in s.redis.scan_iter(match=prefix + "*")]
+        if keys:
+            await s.redis.delete(*keys)
+        await s.aclose()
