@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import collections
 import contextlib
 import fnmatch
 import hashlib
@@ -89,6 +90,7 @@ __all__ = [
 ]
 
 _LEASE = 15.0  # seconds a concurrency slot is held unless renewed
+_LEASE_MS = int(_LEASE * 1000)
 _RENEW = 5.0  # seconds between two renewals of the open answers' slots
 _HELD_MAX = 86400.0  # an answer open longer stops renewing its slot (a ticket never settled)
 _DEGRADED_FOR = 30.0  # seconds /readyz says degraded after the last Redis failure
@@ -142,6 +144,10 @@ class Counters(Protocol):
         """Whatever is owed, sent now."""
         ...
 
+    async def aclose(self) -> None:
+        """Connections closed (after ``flush``)."""
+        ...
+
     async def renew(self, slots: list[Slot], now: float) -> None:
         """Extend each slot still held to ``now + _LEASE`` (a released one stays released)."""
         ...
@@ -190,6 +196,9 @@ class MemoryCounters:
             self.slots.get(slot.key, {}).pop(slot.member, None)
 
     async def flush(self) -> None:
+        return
+
+    async def aclose(self) -> None:
         return
 
     async def renew(self, slots: list[Slot], now: float) -> None:
@@ -255,16 +264,143 @@ return 1
 """
 
 
-class RedisCounters:
-    """Counters shared by every instance on one Redis (the store's connection pool).
+class _Batch:
+    """Commands written together, and where each reply goes: a take's future, or None for a
+    settlement (its reply only logged when it is an error).  ``skip``: the replies of the
+    ``SCRIPT LOAD`` commands a batch sent again after a NOSCRIPT starts with."""
 
-    Every call of one event-loop turn goes out in one batch (``_Batch``): the takes of the
-    requests admitted together, and the settlements owed, on one connection in one write,
-    their replies read in order.  A settlement is not waited for: it is owed for at most
-    ``_SETTLE_DELAY`` seconds and rides on the next batch of takes (under load, a request
-    costs one share of one round trip); its marker makes it count once when a batch whose
-    replies were lost is sent again.  Each script stays atomic on the server: batching
-    changes no count.
+    __slots__ = ("cmds", "sinks", "skip", "replies", "sent")
+
+    def __init__(self, cmds: list[tuple[Any, ...]], sinks: list[asyncio.Future[Any] | None], skip: int = 0) -> None:
+        self.cmds = cmds
+        self.sinks = sinks
+        self.skip = skip
+        self.replies: list[Any] = []
+        self.sent = 0.0
+
+
+def _pack(cmd: tuple[Any, ...]) -> bytes:
+    """One command in the Redis protocol (RESP): its arguments as bulk strings."""
+    out = [b"*%d\r\n" % len(cmd)]
+    for a in cmd:
+        b = a if type(a) is bytes else str(a).encode()
+        out.append(b"$%d\r\n%b\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def _wire_params(redis: Any) -> dict[str, Any] | None:
+    """Where the counters' own connection goes, from the client's pool: a plain TCP or Unix
+    socket connection, a user, a password, a database; None for any other client (a
+    cluster, TLS, a credential provider, a client without one pool), which keeps redis-py's
+    own connections."""
+    pool = getattr(redis, "connection_pool", None)
+    if pool is None:
+        return None
+    from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+
+    kw = getattr(pool, "connection_kwargs", {})
+    if kw.get("credential_provider") is not None:
+        return None
+    if pool.connection_class is Connection:
+        where: dict[str, Any] = {"host": kw.get("host") or "localhost", "port": int(kw.get("port") or 6379)}
+    elif pool.connection_class is UnixDomainSocketConnection:
+        where = {"path": kw["path"]}
+    else:
+        return None
+    timeout = float(kw.get("socket_timeout") or 5.0)
+    return {
+        **where,
+        "username": kw.get("username"),
+        "password": kw.get("password"),
+        "db": int(kw.get("db") or 0),
+        "timeout": timeout,
+        "connect_timeout": float(kw.get("socket_connect_timeout") or timeout),
+    }
+
+
+class _Wire(asyncio.Protocol):
+    """The counters' own connection to Redis: batches written as they come (pipelined), their
+    replies read by hiredis in order and handed to ``done``; a lost connection, or replies
+    late by more than ``timeout`` seconds, fails every batch still waiting (``failed``)."""
+
+    def __init__(self, owner: RedisCounters, timeout: float) -> None:
+        import hiredis
+
+        self.owner = owner
+        self.timeout = timeout
+        self.reader = hiredis.Reader(replyError=owner._response_error)
+        self.pending: collections.deque[_Batch] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+        self.watch: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, batch: _Batch) -> None:
+        assert self.transport is not None
+        batch.sent = time.monotonic()
+        self.pending.append(batch)
+        self.transport.write(b"".join([_pack(c) for c in batch.cmds]))
+        if self.watch is None:
+            self.watch = asyncio.get_running_loop().call_later(self.timeout, self._late)
+
+    def _late(self) -> None:
+        self.watch = None
+        if not self.pending or self.transport is None:
+            return
+        left = self.pending[0].sent + self.timeout - time.monotonic()
+        if left > 0:
+            self.watch = asyncio.get_running_loop().call_later(left, self._late)
+        else:  # Redis does not answer: as a lost connection
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        reader = self.reader
+        reader.feed(data)
+        pending = self.pending
+        try:
+            while (reply := reader.gets()) is not False:
+                batch = pending[0]
+                batch.replies.append(reply)
+                if len(batch.replies) == len(batch.cmds):
+                    pending.popleft()
+                    self.owner._done(batch)
+        except Exception as e:  # (a reply past the batches, a protocol error): the connection goes
+            log.error("limits_wire_error", error=type(e).__name__)
+            if self.transport is not None:
+                self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.watch is not None:
+            self.watch.cancel()
+            self.watch = None
+        if self.owner._wire is self:
+            self.owner._wire = None
+        pending, self.pending = self.pending, collections.deque()
+        err = self.owner._connection_error(f"Redis connection lost ({type(exc).__name__ if exc else 'closed'})")
+        for batch in pending:
+            self.owner._failed(batch, err)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class RedisCounters:
+    """Counters shared by every instance on one Redis.
+
+    Every call of one event-loop turn goes out in one batch: the takes of the requests
+    admitted together, and the settlements owed, in one write, their replies read in order.
+    A settlement is not waited for: it is owed for at most ``_SETTLE_DELAY`` seconds and
+    rides on the next batch of takes (under load, a request costs one share of one round
+    trip); its marker makes it count once when a batch whose replies were lost is sent
+    again.  Each script stays atomic on the server: batching changes no count.
+
+    The batches go on the counters' own connection (``_Wire``: an asyncio protocol whose
+    replies hiredis reads, batches pipelined, no pool to take a connection from and give it
+    back to), opened with the store's address, user, password and database.  A cluster, TLS
+    or a credential provider keeps redis-py's connections (``_Wire`` is not used).
 
     On a Redis Cluster (``cluster``) a key's counters, and its settlements' markers, carry a
     hash tag of its name (``lim:{<16 hex of its SHA-256>}:<name>:…``): the scripts touch one
@@ -278,48 +414,75 @@ class RedisCounters:
         from redis.exceptions import NoScriptError, ResponseError
 
         self.reconnect_errors: tuple[type[BaseException], ...] = (RedisConnectionError,)
+        self._connection_error = RedisConnectionError
         self._no_script = NoScriptError
         self._response_error = ResponseError
         self.script = redis.register_script(TAKE)
         self.settle_script = redis.register_script(SETTLE)
+        self._take_sha = self.script.sha
+        self._settle_sha = self.settle_script.sha
         self._scripts = {self.script.sha: TAKE, self.settle_script.sha: SETTLE}
         self._takes: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []  # for the next batch
         self._owed: list[tuple[Any, ...]] = []  # settlements not yet sent, oldest first
         self._kicked = False  # a batch is scheduled for the next loop turn
         self._timer: asyncio.TimerHandle | None = None  # the owed settlements' own batch
         self._failures = 0  # batches of settlements failed in a row (the retry's backoff)
-        self._batches: set[asyncio.Task[None]] = set()
+        self._batches: set[asyncio.Task[None]] = set()  # batches through redis-py (no _Wire)
+        self._params = _wire_params(redis)  # None: redis-py's connections
+        self._wire: _Wire | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._queued: list[_Batch] = []  # batches waiting for the connection
+        self._inflight = 0  # batches written, their replies not all read
+        self._idle: list[asyncio.Future[None]] = []  # flush() calls waiting for no batch in flight
+        self._tags: dict[str, str] = {}  # key name → its counters' prefix (a cluster's hash tag)
 
     def key(self, name: str, rest: str) -> str:
         if self.cluster:
-            return f"lim:{{{hashlib.sha256(name.encode()).hexdigest()[:16]}}}:{name}:{rest}"
+            tag = self._tags.get(name)
+            if tag is None:
+                if len(self._tags) > 4096:
+                    self._tags.clear()
+                tag = self._tags[name] = f"lim:{{{hashlib.sha256(name.encode()).hexdigest()[:16]}}}:{name}:"
+            return tag + rest
         return f"lim:{name}:{rest}"
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
-        keys = [self.prefix + e.key for e in entries]
-        args: list[Any] = ["1" if slot else "0", int(now * 1000)]
-        for e in entries:
-            args += [e.limit, e.need, e.take, e.ttl]
+        prefix = self.prefix
+        n = len(entries)
         if slot is not None:
-            keys.append(self.prefix + slot.key)
-            args += [slot.limit, slot.member, int(_LEASE * 1000)]
+            cmd: list[Any] = ["EVALSHA", self._take_sha, n + 1]
+            cmd += [prefix + e.key for e in entries]
+            cmd += [prefix + slot.key, "1", int(now * 1000)]
+        else:
+            cmd = ["EVALSHA", self._take_sha, n]
+            cmd += [prefix + e.key for e in entries]
+            cmd += ["0", int(now * 1000)]
+        for e in entries:
+            cmd += (e.limit, e.need, e.take, e.ttl)
+        if slot is not None:
+            cmd += (slot.limit, slot.member, _LEASE_MS)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._takes.append((("EVALSHA", self.script.sha, len(keys), *keys, *args), fut))
-        self._kick()
-        got = [int(x) for x in await fut]
-        return got[0], got[1:]
+        self._takes.append((tuple(cmd), fut))
+        if not self._kicked:
+            self._kick()
+        got = await fut
+        return int(got[0]), [int(x) for x in got[1:]]
 
     async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str = "") -> None:
         """Owed, sent with the next batch (at most ``_SETTLE_DELAY`` seconds from now)."""
-        keys = [self.prefix + (once or "lim:settled:" + _nonce())]
-        keys += [self.prefix + k for k, _, _ in adds]
-        args: list[Any] = ["1" if slot is not None else "0", _MARKED]
-        for _, amount, ttl in adds:
-            args += [amount, ttl]
+        prefix = self.prefix
+        cmd: list[Any] = ["EVALSHA", self._settle_sha, len(adds) + 1 + (slot is not None)]
+        cmd.append(prefix + (once or "lim:settled:" + _nonce()))
+        cmd += [prefix + k for k, _, _ in adds]
         if slot is not None:
-            keys.append(self.prefix + slot.key)
-            args.append(slot.member)
-        self._owed.append(("EVALSHA", self.settle_script.sha, len(keys), *keys, *args))
+            cmd += [prefix + slot.key, "1", _MARKED]
+        else:
+            cmd += ["0", _MARKED]
+        for _, amount, ttl in adds:
+            cmd += (amount, ttl)
+        if slot is not None:
+            cmd.append(slot.member)
+        self._owed.append(tuple(cmd))
         if len(self._owed) > _OWED_MAX:  # Redis away for long: the oldest go
             del self._owed[0]
             log.warning("limits_settlement_dropped", owed=_OWED_MAX)
@@ -338,45 +501,139 @@ class RedisCounters:
             self._timer = None
         takes, self._takes = self._takes, []
         owed, self._owed = self._owed, []
-        if takes or owed:
-            task = asyncio.get_running_loop().create_task(self._batch(takes, owed))
+        if not takes and not owed:
+            return
+        sinks: list[asyncio.Future[Any] | None] = [None] * len(owed)
+        for cmd, fut in takes:
+            owed.append(cmd)
+            sinks.append(fut)
+        self._post(_Batch(owed, sinks))
+
+    def _post(self, batch: _Batch) -> None:
+        self._inflight += 1
+        if self._params is None:  # redis-py's own connections, in a task
+            task = asyncio.get_running_loop().create_task(self._through_pool(batch))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
+        elif self._wire is not None and self._wire.transport is not None:
+            self._wire.send(batch)
+        else:
+            self._queued.append(batch)
+            if self._connecting is None:
+                self._connecting = asyncio.get_running_loop().create_task(self._connect())
 
-    async def _batch(
-        self, takes: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], owed: list[tuple[Any, ...]]
-    ) -> None:
+    async def _connect(self) -> None:
+        """Open the counters' connection, then write the batches that waited for it (a
+        connection refused fails them: takes fail open, settlements stay owed)."""
+        p = self._params
+        assert p is not None
+        loop = asyncio.get_running_loop()
+        wire = _Wire(self, p["timeout"])
         try:
-            replies = await self._execute([*owed, *(cmd for cmd, _ in takes)])
-        except Exception as e:  # every take fails (the Limiter tries again, or fails open)
-            for _, fut in takes:
-                if not fut.done():
-                    fut.set_exception(e)
-            self._owed[:0] = owed  # (owed again, first: sent with the next batch)
-            if owed:
-                self._failures = min(self._failures + 1, _BACKOFF_MAX)
-                if not self._takes and self._timer is None and not self._kicked:
-                    delay = _SETTLE_DELAY * 2**self._failures
-                    self._timer = asyncio.get_running_loop().call_later(delay, self._kick)
-                log.warning("limits_settle_failed", owed=len(self._owed), error=type(e).__name__)
+            try:
+                if "path" in p:
+                    opening = loop.create_unix_connection(lambda: wire, p["path"])
+                else:
+                    opening = loop.create_connection(lambda: wire, p["host"], p["port"])
+                await asyncio.wait_for(opening, p["connect_timeout"])
+                hello: list[tuple[Any, ...]] = []
+                if p["password"] is not None:
+                    auth = ("AUTH", p["username"], p["password"]) if p["username"] else ("AUTH", p["password"])
+                    hello.append(auth)
+                if p["db"]:
+                    hello.append(("SELECT", p["db"]))
+                if hello:
+                    futs = [loop.create_future() for _ in hello]
+                    self._inflight += 1
+                    wire.send(_Batch(hello, list(futs)))
+                    for fut in futs:
+                        await asyncio.wait_for(fut, p["timeout"])
+            except self._connection_error:
+                raise
+            except OSError as e:  # (TimeoutError too)
+                raise self._connection_error(f"Redis unreachable ({type(e).__name__}: {e})") from e
+        except Exception as e:
+            wire.close()
+            queued, self._queued = self._queued, []
+            for batch in queued:
+                self._failed(batch, e)
             return
+        finally:
+            self._connecting = None
+        self._wire = wire
+        queued, self._queued = self._queued, []
+        for batch in queued:
+            wire.send(batch)
+
+    def _done(self, batch: _Batch) -> None:
+        """A batch's replies, each to its take, or logged (a settlement's error)."""
+        replies = batch.replies[batch.skip :] if batch.skip else batch.replies
+        cmds = batch.cmds[batch.skip :] if batch.skip else batch.cmds
+        again: list[int] = []
+        owed = False
+        for i, (reply, sink) in enumerate(zip(replies, batch.sinks, strict=True)):
+            if sink is None:
+                owed = True
+                if isinstance(reply, Exception):
+                    if not batch.skip and str(reply).startswith("NOSCRIPT"):
+                        again.append(i)
+                    else:  # (a script's own error: never sent again)
+                        log.error("limits_settle_error", error=str(reply)[:200])
+            elif isinstance(reply, Exception):
+                if not batch.skip and str(reply).startswith("NOSCRIPT"):
+                    again.append(i)
+                elif not sink.done():
+                    sink.set_exception(reply)
+            elif not sink.done():
+                sink.set_result(reply)
         if owed:
             self._failures = 0
-        for reply in replies[: len(owed)]:
-            if isinstance(reply, Exception):  # (a script's own error: never sent again)
-                log.error("limits_settle_error", error=str(reply)[:200])
-        for (_, fut), reply in zip(takes, replies[len(owed) :], strict=True):
-            if fut.done():
-                continue
-            if isinstance(reply, Exception):
-                fut.set_exception(reply)
-            else:
-                fut.set_result(reply)
+        if again:
+            # Redis restarted without the scripts: NOSCRIPT means they did not run; loaded,
+            # and sent again, in one write
+            loads: list[tuple[Any, ...]] = [("SCRIPT", "LOAD", body) for body in self._scripts.values()]
+            redo = _Batch(loads + [cmds[i] for i in again], [batch.sinks[i] for i in again], skip=len(loads))
+            self._post(redo)
+        self._landed()
+
+    def _failed(self, batch: _Batch, e: BaseException) -> None:
+        """A batch that got no replies: its takes fail (the Limiter tries again, or fails
+        open), its settlements are owed again, first, and sent after a backoff."""
+        owed = []
+        for cmd, sink in zip(batch.cmds[batch.skip :], batch.sinks, strict=True):
+            if sink is None:
+                owed.append(cmd)
+            elif not sink.done():
+                sink.set_exception(e)
+        if owed:
+            self._owed[:0] = owed
+            self._failures = min(self._failures + 1, _BACKOFF_MAX)
+            if not self._takes and self._timer is None and not self._kicked:
+                delay = _SETTLE_DELAY * 2**self._failures
+                self._timer = asyncio.get_running_loop().call_later(delay, self._kick)
+            log.warning("limits_settle_failed", owed=len(self._owed), error=type(e).__name__)
+        self._landed()
+
+    def _landed(self) -> None:
+        self._inflight -= 1
+        if self._inflight <= 0 and self._idle:
+            idle, self._idle = self._idle, []
+            for fut in idle:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _through_pool(self, batch: _Batch) -> None:
+        try:
+            batch.replies = await self._execute(batch.cmds)
+        except Exception as e:
+            self._failed(batch, e)
+            return
+        self._done(batch)
 
     async def _execute(self, cmds: list[tuple[Any, ...]]) -> list[Any]:
-        """``cmds`` on one connection in one write; their replies (an error reply as its
-        exception).  A script the server does not know (it restarted) is loaded and its
-        commands sent again: NOSCRIPT means they did not run."""
+        """``cmds`` on one of redis-py's connections in one write; their replies (an error
+        reply as its exception).  A script the server does not know (it restarted) is loaded
+        and its commands sent again: NOSCRIPT means they did not run."""
         replies = await self._round_trip(cmds)
         again = [i for i, r in enumerate(replies) if isinstance(r, self._no_script)]
         if again:
@@ -414,8 +671,16 @@ class RedisCounters:
     async def flush(self) -> None:
         """Send what is owed now and wait for the batches under way (shutdown, tests)."""
         self._send()
-        if self._batches:
-            await asyncio.wait(list(self._batches))
+        while self._inflight > 0:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle.append(fut)
+            await fut
+
+    async def aclose(self) -> None:
+        """The counters' own connection closed (after ``flush``)."""
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.close()
 
     async def renew(self, slots: list[Slot], now: float) -> None:
         if not slots:
@@ -741,6 +1006,7 @@ class Limiter:
             await self.counters.flush()  # the settlements still owed
         except Exception as e:
             log.warning("limits_flush_failed", error=type(e).__name__)
+        await self.counters.aclose()
 
     def _failed(self, e: BaseException, name: str) -> None:
         self.failed_at = time.monotonic()
