@@ -102,7 +102,7 @@ _OWED_MAX = 100_000  # settlements kept while Redis does not answer; past that t
 _MARKED = 60  # seconds a settlement's marker lives (a batch sent again within them counts once)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """One window's counter: refuse when ``count + need > limit``; else add ``take``."""
 
@@ -281,9 +281,12 @@ class _Batch:
 
 def _pack(cmd: tuple[Any, ...]) -> bytes:
     """One command in the Redis protocol (RESP): its arguments as bulk strings."""
+    text = "".join([f"${len(s)}\r\n{s}\r\n" for s in map(str, cmd)])
+    if text.isascii():  # (every length above counted bytes)
+        return b"*%d\r\n%b" % (len(cmd), text.encode())
     out = [b"*%d\r\n" % len(cmd)]
-    for a in cmd:
-        b = a if type(a) is bytes else str(a).encode()
+    for s in map(str, cmd):
+        b = s.encode()
         out.append(b"$%d\r\n%b\r\n" % (len(b), b))
     return b"".join(out)
 
@@ -710,17 +713,31 @@ _KINDS = {
 }
 
 
+_MINUTE_WORDS = {"requests": "requests", "tokens_minute": "tokens"}  # OpenAI's word for a minute window
+_BUDGET_RANK = {"tokens_day": 0, "cost_day": 1, "tokens_month": 2, "cost_month": 3}  # Codex's secondary: ties
+
+
+_DAYS: dict[int, tuple[str, float, str, float, int]] = {}  # day → its windows (see _windows)
+
+
 def _windows(now: float) -> dict[str, tuple[str, float, int]]:
     """window → (its id, seconds until it ends, its length in minutes)."""
-    t = time.gmtime(now)
-    minute = int(now // 60)
-    day_end = calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0)) + 86400
-    days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
-    month_end = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)) + days * 86400
+    day = int(now // 86400)
+    got = _DAYS.get(day)
+    if got is None:  # (the calendar's part, once a day)
+        t = time.gmtime(day * 86400)
+        days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
+        last = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)) + days * 86400
+        day_id = f"d{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}"
+        got = (day_id, day * 86400 + 86400.0, f"M{t.tm_year:04d}{t.tm_mon:02d}", float(last), days * 1440)
+        if len(_DAYS) > 64:
+            _DAYS.clear()
+        _DAYS[day] = got
+    day_id, day_end, month_id, month_end, month_minutes = got
     return {
-        "minute": (f"m{minute}", 60 - now % 60, 1),
-        "day": (f"d{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}", day_end - now, 1440),
-        "month": (f"M{t.tm_year:04d}{t.tm_mon:02d}", month_end - now, days * 1440),
+        "minute": (f"m{int(now // 60)}", 60 - now % 60, 1),
+        "day": (day_id, day_end - now, 1440),
+        "month": (month_id, month_end - now, month_minutes),
     }
 
 
@@ -763,43 +780,33 @@ class Ticket:
     settled: bool = False
     now: float = 0.0
 
-    def _entry(self, kind: str) -> tuple[Entry, int] | None:
-        for e, c in zip(self.entries, self.counts, strict=False):
-            if e.kind == kind:
-                return e, c
-        return None
-
     def headers(self) -> dict[str, str]:
         """OpenAI's and Codex's rate-limit headers for this key's windows (none without a policy)."""
         out: dict[str, str] = {}
         minute_pct = 0.0
         minute_reset = 0.0
         minute = False
-        for kind, word in (("requests", "requests"), ("tokens_minute", "tokens")):
-            got = self._entry(kind)
-            if got is None:
-                continue
-            e, before = got
+        best: tuple[float, int, Entry] | None = None  # (percent, rank, entry): the budget most used
+        for e, before in zip(self.entries, self.counts, strict=False):  # (the order of _ROWS)
             used = before + e.take
-            out[f"x-ratelimit-limit-{word}"] = str(e.limit)
-            out[f"x-ratelimit-remaining-{word}"] = str(max(e.limit - used, 0))
-            out[f"x-ratelimit-reset-{word}"] = f"{max(int(e.reset), 1)}s"
-            minute_pct = max(minute_pct, 100.0 * used / e.limit)
-            minute_reset, minute = e.reset, True
+            pct = 100.0 * used / e.limit
+            word = _MINUTE_WORDS.get(e.kind)
+            if word is not None:
+                out[f"x-ratelimit-limit-{word}"] = str(e.limit)
+                out[f"x-ratelimit-remaining-{word}"] = str(max(e.limit - used, 0))
+                out[f"x-ratelimit-reset-{word}"] = f"{max(int(e.reset), 1)}s"
+                minute_pct = max(minute_pct, pct)
+                minute_reset, minute = e.reset, True
+            else:  # the first of the most used: a day's before a month's, tokens before cost
+                rank = _BUDGET_RANK[e.kind]
+                if best is None or pct > best[0] or (pct == best[0] and rank < best[1]):
+                    best = (pct, rank, e)
         if minute:
             out.update(_codex("primary", minute_pct, 1, self.now, minute_reset))
-        best: tuple[float, int, float] | None = None
-        for kind in ("tokens_day", "cost_day", "tokens_month", "cost_month"):
-            got = self._entry(kind)
-            if got is None:
-                continue
-            e, before = got
-            pct = 100.0 * (before + e.take) / e.limit
-            minutes = _windows(self.now)["day" if kind.endswith("day") else "month"][2]
-            if best is None or pct > best[0]:
-                best = (pct, minutes, e.reset)
         if best is not None:
-            out.update(_codex("secondary", best[0], best[1], self.now, best[2]))
+            pct, _, e = best
+            minutes = 1440 if e.kind.endswith("day") else _windows(self.now)["month"][2]
+            out.update(_codex("secondary", pct, minutes, self.now, e.reset))
         return out
 
     def event(self) -> dict[str, Any] | None:
