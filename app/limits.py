@@ -57,8 +57,19 @@ takes of the requests admitted together and the settlements owed go out in one w
 settlement is not waited for; it waits at most ``_SETTLE_DELAY`` for takes to ride on.  A
 batch that fails keeps its settlements owed and sends them again on a fresh connection
 (a Redis restart loses none), and each settlement's marker key (``SET NX``, ``_MARKED``
-seconds) makes one sent twice count once.  A take, as before, is tried again on another
-connection when a pooled one from before a Redis restart fails.
+seconds) makes one sent twice count once.  A take whose batch failed is tried again on a
+fresh connection (``_RECONNECTS``) before it fails open.
+
+The batches go on the counters' own connection (``_Wire``), not through redis-py's pool:
+one asyncio protocol per process, the commands packed by ``_pack``, the replies read by
+hiredis in the order sent, batches pipelined (a batch does not wait for the one before).
+It logs in and selects the database as the store's URL says, over TCP or a Unix socket.
+A lost connection fails every batch still waiting, and so do replies later than the
+store's ``timeout_seconds`` (the connection is dropped): the next batch opens a new one.
+A script the server lost (NOSCRIPT: it did not run) is loaded and sent again, once.  A
+Redis Cluster, TLS or a credential provider keeps redis-py's connections instead.  Where
+the CPU of a request went, before and after: ``docs/performance.md``, "Limits, metrics
+and the store: CPU per request".
 """
 
 from __future__ import annotations
@@ -335,6 +346,7 @@ class _Wire(asyncio.Protocol):
         self.pending: collections.deque[_Batch] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.watch: asyncio.TimerHandle | None = None
+        self.loop = asyncio.get_running_loop()  # (a connection serves the loop that opened it)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -518,12 +530,15 @@ class RedisCounters:
             task = asyncio.get_running_loop().create_task(self._through_pool(batch))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
-        elif self._wire is not None and self._wire.transport is not None:
-            self._wire.send(batch)
+        elif (
+            (wire := self._wire) is not None and wire.transport is not None and wire.loop is asyncio.get_running_loop()
+        ):
+            wire.send(batch)
         else:
             self._queued.append(batch)
-            if self._connecting is None:
-                self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            loop = asyncio.get_running_loop()
+            if self._connecting is None or self._connecting.get_loop() is not loop:
+                self._connecting = loop.create_task(self._connect())
 
     async def _connect(self) -> None:
         """Open the counters' connection, then write the batches that waited for it (a
