@@ -865,6 +865,7 @@ class Limiter:
         self.runtime: dict[str, LimitsCfg | None] = {}
         self.held: dict[int, Ticket] = {}  # the open answers' tickets that hold a slot
         self._task: asyncio.Task[None] | None = None
+        self._plans: dict[int, tuple[LimitsCfg, list[tuple[str, int, str, int]]]] = {}  # see _plan
         self.reload(config)
 
     def reload(self, config: Config) -> None:
@@ -875,6 +876,29 @@ class Limiter:
             if not isinstance(k, str) and k.limits is not None:
                 self.policies[k.name] = k.limits
         self.prices: dict[str, PriceCfg | None] = {m.name: m.price for m in config.models}
+
+    def _plan(self, pol: LimitsCfg) -> list[tuple[str, int, str, int]]:
+        """The windows ``pol`` limits: (kind, limit, window, what admission takes: -1 for
+        the estimate), worked out once per policy."""
+        got = self._plans.get(id(pol))
+        if got is not None and got[0] is pol:
+            return got[1]
+        rows = [
+            (kind, limit, window, take)
+            for kind, limit, window, take in (
+                ("requests", pol.requests_per_minute, "minute", 1),
+                ("tokens_minute", pol.tokens_per_minute, "minute", -1),
+                ("tokens_day", pol.tokens_per_day, "day", -1),
+                ("tokens_month", pol.tokens_per_month, "month", -1),
+                ("cost_day", _micros(pol.cost_per_day), "day", 0),
+                ("cost_month", _micros(pol.cost_per_month), "month", 0),
+            )
+            if limit is not None
+        ]
+        if len(self._plans) > 4096:
+            self._plans.clear()
+        self._plans[id(pol)] = (pol, rows)  # (pol kept: its id is not reused while cached)
+        return rows
 
     @property
     def degraded(self) -> bool:
@@ -910,21 +934,15 @@ class Limiter:
                 code="model_not_allowed",
                 param="model",
             )
-        win = _windows(now)
-        rows = (
-            ("requests", pol.requests_per_minute, "minute", 1, 1),
-            ("tokens_minute", pol.tokens_per_minute, "minute", 1, estimate),
-            ("tokens_day", pol.tokens_per_day, "day", 1, estimate),
-            ("tokens_month", pol.tokens_per_month, "month", 1, estimate),
-            ("cost_day", _micros(pol.cost_per_day), "day", 1, 0),
-            ("cost_month", _micros(pol.cost_per_month), "month", 1, 0),
-        )
-        for kind, limit, window, need, take in rows:
-            if limit is not None:
+        rows = self._plan(pol)
+        if rows:
+            win = _windows(now)
+            key = self.counters.key
+            for kind, limit, window, take in rows:
                 wid, reset, _ = win[window]
-                ttl = int(reset) + _SLACK
+                amount = estimate if take < 0 else take
                 ticket.entries.append(
-                    Entry(kind, self.counters.key(name, f"{kind}:{wid}"), limit, need, take, ttl, reset)
+                    Entry(kind, key(name, f"{kind}:{wid}"), limit, 1, amount, int(reset) + _SLACK, reset)
                 )
         if pol.concurrent is not None:
             ticket.slot = Slot(self.counters.key(name, "concurrent"), pol.concurrent, request_id)
