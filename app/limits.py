@@ -346,6 +346,7 @@ class _Wire(asyncio.Protocol):
         self.pending: collections.deque[_Batch] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.watch: asyncio.TimerHandle | None = None
+        self.late = False  # dropped for replies too late: its takes fail open, not tried again
         self.loop = asyncio.get_running_loop()  # (a connection serves the loop that opened it)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -366,7 +367,8 @@ class _Wire(asyncio.Protocol):
         left = self.pending[0].sent + self.timeout - time.monotonic()
         if left > 0:
             self.watch = asyncio.get_running_loop().call_later(left, self._late)
-        else:  # Redis does not answer: as a lost connection
+        else:  # Redis does not answer: the connection goes, its batches fail as timed out
+            self.late = True
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
@@ -393,7 +395,11 @@ class _Wire(asyncio.Protocol):
         if self.owner._wire is self:
             self.owner._wire = None
         pending, self.pending = self.pending, collections.deque()
-        err = self.owner._connection_error(f"Redis connection lost ({type(exc).__name__ if exc else 'closed'})")
+        err: Exception = (
+            self.owner._timeout_error(f"Redis did not answer within {self.timeout} s")
+            if self.late
+            else self.owner._connection_error(f"Redis connection lost ({type(exc).__name__ if exc else 'closed'})")
+        )
         for batch in pending:
             self.owner._failed(batch, err)
 
@@ -427,9 +433,11 @@ class RedisCounters:
         self.cluster = cluster
         from redis.exceptions import ConnectionError as RedisConnectionError  # (redis only with this store)
         from redis.exceptions import NoScriptError, ResponseError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
 
         self.reconnect_errors: tuple[type[BaseException], ...] = (RedisConnectionError,)
         self._connection_error = RedisConnectionError
+        self._timeout_error = RedisTimeoutError  # (not a reconnect error: a hung Redis fails open at once)
         self._no_script = NoScriptError
         self._response_error = ResponseError
         self.script = redis.register_script(TAKE)
@@ -568,7 +576,9 @@ class RedisCounters:
                         await asyncio.wait_for(fut, p["timeout"])
             except self._connection_error:
                 raise
-            except OSError as e:  # (TimeoutError too)
+            except TimeoutError as e:  # (as redis-py's: fails open at once, not tried again)
+                raise self._timeout_error("Redis did not answer in time (connecting)") from e
+            except OSError as e:  # (refused, unreachable: tried again, then fails open)
                 raise self._connection_error(f"Redis unreachable ({type(e).__name__}: {e})") from e
         except Exception as e:
             wire.close()

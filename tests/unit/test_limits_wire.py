@@ -165,7 +165,7 @@ async def test_a_redis_that_does_not_answer_fails_open_in_time() -> None:
     try:
         t0 = time.monotonic()
         t = await lim.admit("alice", "m", 0, "r1", now=NOW)
-        assert t.degraded and time.monotonic() - t0 < 3  # 4 tries of 0.2 s
+        assert t.degraded and time.monotonic() - t0 < 1  # one try of 0.2 s: a hung Redis is not tried again
         await counters.settle([("lim:alice:tokens_day:d1", 5, 60)], None)
         await counters.flush()
         assert len(counters._owed) == 1  # not answered: owed again, never lost
