@@ -64,8 +64,9 @@ The batches go on the counters' own connection (``_Wire``), not through redis-py
 one asyncio protocol per process, the commands packed by ``_pack``, the replies read by
 hiredis in the order sent, batches pipelined (a batch does not wait for the one before).
 It logs in and selects the database as the store's URL says, over TCP or a Unix socket.
-A lost connection fails every batch still waiting, and so do replies later than the
-store's ``timeout_seconds`` (the connection is dropped): the next batch opens a new one.
+A lost connection fails every batch still waiting (a take is tried again on a new one),
+and so do replies later than the store's ``timeout_seconds`` (the connection is dropped;
+a take that timed out fails open at once, as redis-py's timeout did).
 A script the server lost (NOSCRIPT: it did not run) is loaded and sent again, once.  A
 Redis Cluster, TLS or a credential provider keeps redis-py's connections instead.  Where
 the CPU of a request went, before and after: ``docs/performance.md``, "Limits, metrics
