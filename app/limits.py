@@ -57,14 +57,27 @@ takes of the requests admitted together and the settlements owed go out in one w
 settlement is not waited for; it waits at most ``_SETTLE_DELAY`` for takes to ride on.  A
 batch that fails keeps its settlements owed and sends them again on a fresh connection
 (a Redis restart loses none), and each settlement's marker key (``SET NX``, ``_MARKED``
-seconds) makes one sent twice count once.  A take, as before, is tried again on another
-connection when a pooled one from before a Redis restart fails.
+seconds) makes one sent twice count once.  A take whose batch failed is tried again on a
+fresh connection (``_RECONNECTS``) before it fails open.
+
+The batches go on the counters' own connection (``_Wire``), not through redis-py's pool:
+one asyncio protocol per process, the commands packed by ``_pack``, the replies read by
+hiredis in the order sent, batches pipelined (a batch does not wait for the one before).
+It logs in and selects the database as the store's URL says, over TCP or a Unix socket.
+A lost connection fails every batch still waiting (a take is tried again on a new one),
+and so do replies later than the store's ``timeout_seconds`` (the connection is dropped;
+a take that timed out fails open at once, as redis-py's timeout did).
+A script the server lost (NOSCRIPT: it did not run) is loaded and sent again, once.  A
+Redis Cluster, TLS or a credential provider keeps redis-py's connections instead.  Where
+the CPU of a request went, before and after: ``docs/performance.md``, "Limits, metrics
+and the store: CPU per request".
 """
 
 from __future__ import annotations
 
 import asyncio
 import calendar
+import collections
 import contextlib
 import fnmatch
 import hashlib
@@ -89,6 +102,7 @@ __all__ = [
 ]
 
 _LEASE = 15.0  # seconds a concurrency slot is held unless renewed
+_LEASE_MS = int(_LEASE * 1000)
 _RENEW = 5.0  # seconds between two renewals of the open answers' slots
 _HELD_MAX = 86400.0  # an answer open longer stops renewing its slot (a ticket never settled)
 _DEGRADED_FOR = 30.0  # seconds /readyz says degraded after the last Redis failure
@@ -100,7 +114,7 @@ _OWED_MAX = 100_000  # settlements kept while Redis does not answer; past that t
 _MARKED = 60  # seconds a settlement's marker lives (a batch sent again within them counts once)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """One window's counter: refuse when ``count + need > limit``; else add ``take``."""
 
@@ -140,6 +154,10 @@ class Counters(Protocol):
 
     async def flush(self) -> None:
         """Whatever is owed, sent now."""
+        ...
+
+    async def aclose(self) -> None:
+        """Connections closed (after ``flush``)."""
         ...
 
     async def renew(self, slots: list[Slot], now: float) -> None:
@@ -190,6 +208,9 @@ class MemoryCounters:
             self.slots.get(slot.key, {}).pop(slot.member, None)
 
     async def flush(self) -> None:
+        return
+
+    async def aclose(self) -> None:
         return
 
     async def renew(self, slots: list[Slot], now: float) -> None:
@@ -255,16 +276,153 @@ return 1
 """
 
 
-class RedisCounters:
-    """Counters shared by every instance on one Redis (the store's connection pool).
+class _Batch:
+    """Commands written together, and where each reply goes: a take's future, or None for a
+    settlement (its reply only logged when it is an error).  ``skip``: the replies of the
+    ``SCRIPT LOAD`` commands a batch sent again after a NOSCRIPT starts with."""
 
-    Every call of one event-loop turn goes out in one batch (``_Batch``): the takes of the
-    requests admitted together, and the settlements owed, on one connection in one write,
-    their replies read in order.  A settlement is not waited for: it is owed for at most
-    ``_SETTLE_DELAY`` seconds and rides on the next batch of takes (under load, a request
-    costs one share of one round trip); its marker makes it count once when a batch whose
-    replies were lost is sent again.  Each script stays atomic on the server: batching
-    changes no count.
+    __slots__ = ("cmds", "sinks", "skip", "replies", "sent")
+
+    def __init__(self, cmds: list[tuple[Any, ...]], sinks: list[asyncio.Future[Any] | None], skip: int = 0) -> None:
+        self.cmds = cmds
+        self.sinks = sinks
+        self.skip = skip
+        self.replies: list[Any] = []
+        self.sent = 0.0
+
+
+def _pack(cmd: tuple[Any, ...]) -> bytes:
+    """One command in the Redis protocol (RESP): its arguments as bulk strings."""
+    text = "".join([f"${len(s)}\r\n{s}\r\n" for s in map(str, cmd)])
+    if text.isascii():  # (every length above counted bytes)
+        return b"*%d\r\n%b" % (len(cmd), text.encode())
+    out = [b"*%d\r\n" % len(cmd)]
+    for s in map(str, cmd):
+        b = s.encode()
+        out.append(b"$%d\r\n%b\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def _wire_params(redis: Any) -> dict[str, Any] | None:
+    """Where the counters' own connection goes, from the client's pool: a plain TCP or Unix
+    socket connection, a user, a password, a database; None for any other client (a
+    cluster, TLS, a credential provider, a client without one pool), which keeps redis-py's
+    own connections."""
+    pool = getattr(redis, "connection_pool", None)
+    if pool is None:
+        return None
+    from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+
+    kw = getattr(pool, "connection_kwargs", {})
+    if kw.get("credential_provider") is not None:
+        return None
+    if pool.connection_class is Connection:
+        where: dict[str, Any] = {"host": kw.get("host") or "localhost", "port": int(kw.get("port") or 6379)}
+    elif pool.connection_class is UnixDomainSocketConnection:
+        where = {"path": kw["path"]}
+    else:
+        return None
+    timeout = float(kw.get("socket_timeout") or 5.0)
+    return {
+        **where,
+        "username": kw.get("username"),
+        "password": kw.get("password"),
+        "db": int(kw.get("db") or 0),
+        "timeout": timeout,
+        "connect_timeout": float(kw.get("socket_connect_timeout") or timeout),
+    }
+
+
+class _Wire(asyncio.Protocol):
+    """The counters' own connection to Redis: batches written as they come (pipelined), their
+    replies read by hiredis in order and handed to ``done``; a lost connection, or replies
+    late by more than ``timeout`` seconds, fails every batch still waiting (``failed``)."""
+
+    def __init__(self, owner: RedisCounters, timeout: float) -> None:
+        import hiredis
+
+        self.owner = owner
+        self.timeout = timeout
+        self.reader = hiredis.Reader(replyError=owner._response_error)
+        self.pending: collections.deque[_Batch] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+        self.watch: asyncio.TimerHandle | None = None
+        self.late = False  # dropped for replies too late: its takes fail open, not tried again
+        self.loop = asyncio.get_running_loop()  # (a connection serves the loop that opened it)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, batch: _Batch) -> None:
+        assert self.transport is not None
+        batch.sent = time.monotonic()
+        self.pending.append(batch)
+        self.transport.write(b"".join([_pack(c) for c in batch.cmds]))
+        if self.watch is None:
+            self.watch = asyncio.get_running_loop().call_later(self.timeout, self._late)
+
+    def _late(self) -> None:
+        self.watch = None
+        if not self.pending or self.transport is None:
+            return
+        left = self.pending[0].sent + self.timeout - time.monotonic()
+        if left > 0:
+            self.watch = asyncio.get_running_loop().call_later(left, self._late)
+        else:  # Redis does not answer: the connection goes, its batches fail as timed out
+            self.late = True
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        reader = self.reader
+        reader.feed(data)
+        pending = self.pending
+        try:
+            while (reply := reader.gets()) is not False:
+                batch = pending[0]
+                batch.replies.append(reply)
+                if len(batch.replies) == len(batch.cmds):
+                    pending.popleft()
+                    self.owner._done(batch)
+        except Exception as e:  # (a reply past the batches, a protocol error): the connection goes
+            log.error("limits_wire_error", error=type(e).__name__)
+            if self.transport is not None:
+                self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.watch is not None:
+            self.watch.cancel()
+            self.watch = None
+        if self.owner._wire is self:
+            self.owner._wire = None
+        pending, self.pending = self.pending, collections.deque()
+        err: Exception = (
+            self.owner._timeout_error(f"Redis did not answer within {self.timeout} s")
+            if self.late
+            else self.owner._connection_error(f"Redis connection lost ({type(exc).__name__ if exc else 'closed'})")
+        )
+        for batch in pending:
+            self.owner._failed(batch, err)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class RedisCounters:
+    """Counters shared by every instance on one Redis.
+
+    Every call of one event-loop turn goes out in one batch: the takes of the requests
+    admitted together, and the settlements owed, in one write, their replies read in order.
+    A settlement is not waited for: it is owed for at most ``_SETTLE_DELAY`` seconds and
+    rides on the next batch of takes (under load, a request costs one share of one round
+    trip); its marker makes it count once when a batch whose replies were lost is sent
+    again.  Each script stays atomic on the server: batching changes no count.
+
+    The batches go on the counters' own connection (``_Wire``: an asyncio protocol whose
+    replies hiredis reads, batches pipelined, no pool to take a connection from and give it
+    back to), opened with the store's address, user, password and database.  A cluster, TLS
+    or a credential provider keeps redis-py's connections (``_Wire`` is not used).
 
     On a Redis Cluster (``cluster``) a key's counters, and its settlements' markers, carry a
     hash tag of its name (``lim:{<16 hex of its SHA-256>}:<name>:…``): the scripts touch one
@@ -276,50 +434,79 @@ class RedisCounters:
         self.cluster = cluster
         from redis.exceptions import ConnectionError as RedisConnectionError  # (redis only with this store)
         from redis.exceptions import NoScriptError, ResponseError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
 
         self.reconnect_errors: tuple[type[BaseException], ...] = (RedisConnectionError,)
+        self._connection_error = RedisConnectionError
+        self._timeout_error = RedisTimeoutError  # (not a reconnect error: a hung Redis fails open at once)
         self._no_script = NoScriptError
         self._response_error = ResponseError
         self.script = redis.register_script(TAKE)
         self.settle_script = redis.register_script(SETTLE)
+        self._take_sha = self.script.sha
+        self._settle_sha = self.settle_script.sha
         self._scripts = {self.script.sha: TAKE, self.settle_script.sha: SETTLE}
         self._takes: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []  # for the next batch
         self._owed: list[tuple[Any, ...]] = []  # settlements not yet sent, oldest first
         self._kicked = False  # a batch is scheduled for the next loop turn
         self._timer: asyncio.TimerHandle | None = None  # the owed settlements' own batch
         self._failures = 0  # batches of settlements failed in a row (the retry's backoff)
-        self._batches: set[asyncio.Task[None]] = set()
+        self._batches: set[asyncio.Task[None]] = set()  # batches through redis-py (no _Wire)
+        self._params = _wire_params(redis)  # None: redis-py's connections
+        self._wire: _Wire | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._queued: list[_Batch] = []  # batches waiting for the connection
+        self._inflight = 0  # batches written, their replies not all read
+        self._idle: list[asyncio.Future[None]] = []  # flush() calls waiting for no batch in flight
+        self._tags: dict[str, str] = {}  # key name → its counters' prefix (a cluster's hash tag)
 
     def key(self, name: str, rest: str) -> str:
         if self.cluster:
-            return f"lim:{{{hashlib.sha256(name.encode()).hexdigest()[:16]}}}:{name}:{rest}"
+            tag = self._tags.get(name)
+            if tag is None:
+                if len(self._tags) > 4096:
+                    self._tags.clear()
+                tag = self._tags[name] = f"lim:{{{hashlib.sha256(name.encode()).hexdigest()[:16]}}}:{name}:"
+            return tag + rest
         return f"lim:{name}:{rest}"
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
-        keys = [self.prefix + e.key for e in entries]
-        args: list[Any] = ["1" if slot else "0", int(now * 1000)]
-        for e in entries:
-            args += [e.limit, e.need, e.take, e.ttl]
+        prefix = self.prefix
+        n = len(entries)
         if slot is not None:
-            keys.append(self.prefix + slot.key)
-            args += [slot.limit, slot.member, int(_LEASE * 1000)]
+            cmd: list[Any] = ["EVALSHA", self._take_sha, n + 1]
+            cmd += [prefix + e.key for e in entries]
+            cmd += [prefix + slot.key, "1", int(now * 1000)]
+        else:
+            cmd = ["EVALSHA", self._take_sha, n]
+            cmd += [prefix + e.key for e in entries]
+            cmd += ["0", int(now * 1000)]
+        for e in entries:
+            cmd += (e.limit, e.need, e.take, e.ttl)
+        if slot is not None:
+            cmd += (slot.limit, slot.member, _LEASE_MS)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._takes.append((("EVALSHA", self.script.sha, len(keys), *keys, *args), fut))
-        self._kick()
-        got = [int(x) for x in await fut]
-        return got[0], got[1:]
+        self._takes.append((tuple(cmd), fut))
+        if not self._kicked:
+            self._kick()
+        got = await fut
+        return int(got[0]), [int(x) for x in got[1:]]
 
     async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str = "") -> None:
         """Owed, sent with the next batch (at most ``_SETTLE_DELAY`` seconds from now)."""
-        keys = [self.prefix + (once or "lim:settled:" + _nonce())]
-        keys += [self.prefix + k for k, _, _ in adds]
-        args: list[Any] = ["1" if slot is not None else "0", _MARKED]
-        for _, amount, ttl in adds:
-            args += [amount, ttl]
+        prefix = self.prefix
+        cmd: list[Any] = ["EVALSHA", self._settle_sha, len(adds) + 1 + (slot is not None)]
+        cmd.append(prefix + (once or "lim:settled:" + _nonce()))
+        cmd += [prefix + k for k, _, _ in adds]
         if slot is not None:
-            keys.append(self.prefix + slot.key)
-            args.append(slot.member)
-        self._owed.append(("EVALSHA", self.settle_script.sha, len(keys), *keys, *args))
+            cmd += [prefix + slot.key, "1", _MARKED]
+        else:
+            cmd += ["0", _MARKED]
+        for _, amount, ttl in adds:
+            cmd += (amount, ttl)
+        if slot is not None:
+            cmd.append(slot.member)
+        self._owed.append(tuple(cmd))
         if len(self._owed) > _OWED_MAX:  # Redis away for long: the oldest go
             del self._owed[0]
             log.warning("limits_settlement_dropped", owed=_OWED_MAX)
@@ -338,45 +525,144 @@ class RedisCounters:
             self._timer = None
         takes, self._takes = self._takes, []
         owed, self._owed = self._owed, []
-        if takes or owed:
-            task = asyncio.get_running_loop().create_task(self._batch(takes, owed))
+        if not takes and not owed:
+            return
+        sinks: list[asyncio.Future[Any] | None] = [None] * len(owed)
+        for cmd, fut in takes:
+            owed.append(cmd)
+            sinks.append(fut)
+        self._post(_Batch(owed, sinks))
+
+    def _post(self, batch: _Batch) -> None:
+        self._inflight += 1
+        if self._params is None:  # redis-py's own connections, in a task
+            task = asyncio.get_running_loop().create_task(self._through_pool(batch))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
+        elif (
+            (wire := self._wire) is not None and wire.transport is not None and wire.loop is asyncio.get_running_loop()
+        ):
+            wire.send(batch)
+        else:
+            self._queued.append(batch)
+            loop = asyncio.get_running_loop()
+            if self._connecting is None or self._connecting.get_loop() is not loop:
+                self._connecting = loop.create_task(self._connect())
 
-    async def _batch(
-        self, takes: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], owed: list[tuple[Any, ...]]
-    ) -> None:
+    async def _connect(self) -> None:
+        """Open the counters' connection, then write the batches that waited for it (a
+        connection refused fails them: takes fail open, settlements stay owed)."""
+        p = self._params
+        assert p is not None
+        loop = asyncio.get_running_loop()
+        wire = _Wire(self, p["timeout"])
         try:
-            replies = await self._execute([*owed, *(cmd for cmd, _ in takes)])
-        except Exception as e:  # every take fails (the Limiter tries again, or fails open)
-            for _, fut in takes:
-                if not fut.done():
-                    fut.set_exception(e)
-            self._owed[:0] = owed  # (owed again, first: sent with the next batch)
-            if owed:
-                self._failures = min(self._failures + 1, _BACKOFF_MAX)
-                if not self._takes and self._timer is None and not self._kicked:
-                    delay = _SETTLE_DELAY * 2**self._failures
-                    self._timer = asyncio.get_running_loop().call_later(delay, self._kick)
-                log.warning("limits_settle_failed", owed=len(self._owed), error=type(e).__name__)
+            try:
+                if "path" in p:
+                    opening = loop.create_unix_connection(lambda: wire, p["path"])
+                else:
+                    opening = loop.create_connection(lambda: wire, p["host"], p["port"])
+                await asyncio.wait_for(opening, p["connect_timeout"])
+                hello: list[tuple[Any, ...]] = []
+                if p["password"] is not None:
+                    auth = ("AUTH", p["username"], p["password"]) if p["username"] else ("AUTH", p["password"])
+                    hello.append(auth)
+                if p["db"]:
+                    hello.append(("SELECT", p["db"]))
+                if hello:
+                    futs = [loop.create_future() for _ in hello]
+                    self._inflight += 1
+                    wire.send(_Batch(hello, list(futs)))
+                    for fut in futs:
+                        await asyncio.wait_for(fut, p["timeout"])
+            except self._connection_error:
+                raise
+            except TimeoutError as e:  # (as redis-py's: fails open at once, not tried again)
+                raise self._timeout_error("Redis did not answer in time (connecting)") from e
+            except OSError as e:  # (refused, unreachable: tried again, then fails open)
+                raise self._connection_error(f"Redis unreachable ({type(e).__name__}: {e})") from e
+        except Exception as e:
+            wire.close()
+            queued, self._queued = self._queued, []
+            for batch in queued:
+                self._failed(batch, e)
             return
+        finally:
+            self._connecting = None
+        self._wire = wire
+        queued, self._queued = self._queued, []
+        for batch in queued:
+            wire.send(batch)
+
+    def _done(self, batch: _Batch) -> None:
+        """A batch's replies, each to its take, or logged (a settlement's error)."""
+        replies = batch.replies[batch.skip :] if batch.skip else batch.replies
+        cmds = batch.cmds[batch.skip :] if batch.skip else batch.cmds
+        again: list[int] = []
+        owed = False
+        for i, (reply, sink) in enumerate(zip(replies, batch.sinks, strict=True)):
+            if sink is None:
+                owed = True
+                if isinstance(reply, Exception):
+                    if not batch.skip and str(reply).startswith("NOSCRIPT"):
+                        again.append(i)
+                    else:  # (a script's own error: never sent again)
+                        log.error("limits_settle_error", error=str(reply)[:200])
+            elif isinstance(reply, Exception):
+                if not batch.skip and str(reply).startswith("NOSCRIPT"):
+                    again.append(i)
+                elif not sink.done():
+                    sink.set_exception(reply)
+            elif not sink.done():
+                sink.set_result(reply)
         if owed:
             self._failures = 0
-        for reply in replies[: len(owed)]:
-            if isinstance(reply, Exception):  # (a script's own error: never sent again)
-                log.error("limits_settle_error", error=str(reply)[:200])
-        for (_, fut), reply in zip(takes, replies[len(owed) :], strict=True):
-            if fut.done():
-                continue
-            if isinstance(reply, Exception):
-                fut.set_exception(reply)
-            else:
-                fut.set_result(reply)
+        if again:
+            # Redis restarted without the scripts: NOSCRIPT means they did not run; loaded,
+            # and sent again, in one write
+            loads: list[tuple[Any, ...]] = [("SCRIPT", "LOAD", body) for body in self._scripts.values()]
+            redo = _Batch(loads + [cmds[i] for i in again], [batch.sinks[i] for i in again], skip=len(loads))
+            self._post(redo)
+        self._landed()
+
+    def _failed(self, batch: _Batch, e: BaseException) -> None:
+        """A batch that got no replies: its takes fail (the Limiter tries again, or fails
+        open), its settlements are owed again, first, and sent after a backoff."""
+        owed = []
+        for cmd, sink in zip(batch.cmds[batch.skip :], batch.sinks, strict=True):
+            if sink is None:
+                owed.append(cmd)
+            elif not sink.done():
+                sink.set_exception(e)
+        if owed:
+            self._owed[:0] = owed
+            self._failures = min(self._failures + 1, _BACKOFF_MAX)
+            if not self._takes and self._timer is None and not self._kicked:
+                delay = _SETTLE_DELAY * 2**self._failures
+                self._timer = asyncio.get_running_loop().call_later(delay, self._kick)
+            log.warning("limits_settle_failed", owed=len(self._owed), error=type(e).__name__)
+        self._landed()
+
+    def _landed(self) -> None:
+        self._inflight -= 1
+        if self._inflight <= 0 and self._idle:
+            idle, self._idle = self._idle, []
+            for fut in idle:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _through_pool(self, batch: _Batch) -> None:
+        try:
+            batch.replies = await self._execute(batch.cmds)
+        except Exception as e:
+            self._failed(batch, e)
+            return
+        self._done(batch)
 
     async def _execute(self, cmds: list[tuple[Any, ...]]) -> list[Any]:
-        """``cmds`` on one connection in one write; their replies (an error reply as its
-        exception).  A script the server does not know (it restarted) is loaded and its
-        commands sent again: NOSCRIPT means they did not run."""
+        """``cmds`` on one of redis-py's connections in one write; their replies (an error
+        reply as its exception).  A script the server does not know (it restarted) is loaded
+        and its commands sent again: NOSCRIPT means they did not run."""
         replies = await self._round_trip(cmds)
         again = [i for i, r in enumerate(replies) if isinstance(r, self._no_script)]
         if again:
@@ -414,8 +700,16 @@ class RedisCounters:
     async def flush(self) -> None:
         """Send what is owed now and wait for the batches under way (shutdown, tests)."""
         self._send()
-        if self._batches:
-            await asyncio.wait(list(self._batches))
+        while self._inflight > 0:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle.append(fut)
+            await fut
+
+    async def aclose(self) -> None:
+        """The counters' own connection closed (after ``flush``)."""
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.close()
 
     async def renew(self, slots: list[Slot], now: float) -> None:
         if not slots:
@@ -445,17 +739,31 @@ _KINDS = {
 }
 
 
+_MINUTE_WORDS = {"requests": "requests", "tokens_minute": "tokens"}  # OpenAI's word for a minute window
+_BUDGET_RANK = {"tokens_day": 0, "cost_day": 1, "tokens_month": 2, "cost_month": 3}  # Codex's secondary: ties
+
+
+_DAYS: dict[int, tuple[str, float, str, float, int]] = {}  # day → its windows (see _windows)
+
+
 def _windows(now: float) -> dict[str, tuple[str, float, int]]:
     """window → (its id, seconds until it ends, its length in minutes)."""
-    t = time.gmtime(now)
-    minute = int(now // 60)
-    day_end = calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0)) + 86400
-    days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
-    month_end = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)) + days * 86400
+    day = int(now // 86400)
+    got = _DAYS.get(day)
+    if got is None:  # (the calendar's part, once a day)
+        t = time.gmtime(day * 86400)
+        days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
+        last = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)) + days * 86400
+        day_id = f"d{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}"
+        got = (day_id, day * 86400 + 86400.0, f"M{t.tm_year:04d}{t.tm_mon:02d}", float(last), days * 1440)
+        if len(_DAYS) > 64:
+            _DAYS.clear()
+        _DAYS[day] = got
+    day_id, day_end, month_id, month_end, month_minutes = got
     return {
-        "minute": (f"m{minute}", 60 - now % 60, 1),
-        "day": (f"d{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}", day_end - now, 1440),
-        "month": (f"M{t.tm_year:04d}{t.tm_mon:02d}", month_end - now, days * 1440),
+        "minute": (f"m{int(now // 60)}", 60 - now % 60, 1),
+        "day": (day_id, day_end - now, 1440),
+        "month": (month_id, month_end - now, month_minutes),
     }
 
 
@@ -498,43 +806,33 @@ class Ticket:
     settled: bool = False
     now: float = 0.0
 
-    def _entry(self, kind: str) -> tuple[Entry, int] | None:
-        for e, c in zip(self.entries, self.counts, strict=False):
-            if e.kind == kind:
-                return e, c
-        return None
-
     def headers(self) -> dict[str, str]:
         """OpenAI's and Codex's rate-limit headers for this key's windows (none without a policy)."""
         out: dict[str, str] = {}
         minute_pct = 0.0
         minute_reset = 0.0
         minute = False
-        for kind, word in (("requests", "requests"), ("tokens_minute", "tokens")):
-            got = self._entry(kind)
-            if got is None:
-                continue
-            e, before = got
+        best: tuple[float, int, Entry] | None = None  # (percent, rank, entry): the budget most used
+        for e, before in zip(self.entries, self.counts, strict=False):  # (the order of _ROWS)
             used = before + e.take
-            out[f"x-ratelimit-limit-{word}"] = str(e.limit)
-            out[f"x-ratelimit-remaining-{word}"] = str(max(e.limit - used, 0))
-            out[f"x-ratelimit-reset-{word}"] = f"{max(int(e.reset), 1)}s"
-            minute_pct = max(minute_pct, 100.0 * used / e.limit)
-            minute_reset, minute = e.reset, True
+            pct = 100.0 * used / e.limit
+            word = _MINUTE_WORDS.get(e.kind)
+            if word is not None:
+                out[f"x-ratelimit-limit-{word}"] = str(e.limit)
+                out[f"x-ratelimit-remaining-{word}"] = str(max(e.limit - used, 0))
+                out[f"x-ratelimit-reset-{word}"] = f"{max(int(e.reset), 1)}s"
+                minute_pct = max(minute_pct, pct)
+                minute_reset, minute = e.reset, True
+            else:  # the first of the most used: a day's before a month's, tokens before cost
+                rank = _BUDGET_RANK[e.kind]
+                if best is None or pct > best[0] or (pct == best[0] and rank < best[1]):
+                    best = (pct, rank, e)
         if minute:
             out.update(_codex("primary", minute_pct, 1, self.now, minute_reset))
-        best: tuple[float, int, float] | None = None
-        for kind in ("tokens_day", "cost_day", "tokens_month", "cost_month"):
-            got = self._entry(kind)
-            if got is None:
-                continue
-            e, before = got
-            pct = 100.0 * (before + e.take) / e.limit
-            minutes = _windows(self.now)["day" if kind.endswith("day") else "month"][2]
-            if best is None or pct > best[0]:
-                best = (pct, minutes, e.reset)
         if best is not None:
-            out.update(_codex("secondary", best[0], best[1], self.now, best[2]))
+            pct, _, e = best
+            minutes = 1440 if e.kind.endswith("day") else _windows(self.now)["month"][2]
+            out.update(_codex("secondary", pct, minutes, self.now, e.reset))
         return out
 
     def event(self) -> dict[str, Any] | None:
@@ -578,6 +876,7 @@ class Limiter:
         self.runtime: dict[str, LimitsCfg | None] = {}
         self.held: dict[int, Ticket] = {}  # the open answers' tickets that hold a slot
         self._task: asyncio.Task[None] | None = None
+        self._plans: dict[int, tuple[LimitsCfg, list[tuple[str, int, str, int]]]] = {}  # see _plan
         self.reload(config)
 
     def reload(self, config: Config) -> None:
@@ -588,6 +887,29 @@ class Limiter:
             if not isinstance(k, str) and k.limits is not None:
                 self.policies[k.name] = k.limits
         self.prices: dict[str, PriceCfg | None] = {m.name: m.price for m in config.models}
+
+    def _plan(self, pol: LimitsCfg) -> list[tuple[str, int, str, int]]:
+        """The windows ``pol`` limits: (kind, limit, window, what admission takes: -1 for
+        the estimate), worked out once per policy."""
+        got = self._plans.get(id(pol))
+        if got is not None and got[0] is pol:
+            return got[1]
+        rows = [
+            (kind, limit, window, take)
+            for kind, limit, window, take in (
+                ("requests", pol.requests_per_minute, "minute", 1),
+                ("tokens_minute", pol.tokens_per_minute, "minute", -1),
+                ("tokens_day", pol.tokens_per_day, "day", -1),
+                ("tokens_month", pol.tokens_per_month, "month", -1),
+                ("cost_day", _micros(pol.cost_per_day), "day", 0),
+                ("cost_month", _micros(pol.cost_per_month), "month", 0),
+            )
+            if limit is not None
+        ]
+        if len(self._plans) > 4096:
+            self._plans.clear()
+        self._plans[id(pol)] = (pol, rows)  # (pol kept: its id is not reused while cached)
+        return rows
 
     @property
     def degraded(self) -> bool:
@@ -623,21 +945,15 @@ class Limiter:
                 code="model_not_allowed",
                 param="model",
             )
-        win = _windows(now)
-        rows = (
-            ("requests", pol.requests_per_minute, "minute", 1, 1),
-            ("tokens_minute", pol.tokens_per_minute, "minute", 1, estimate),
-            ("tokens_day", pol.tokens_per_day, "day", 1, estimate),
-            ("tokens_month", pol.tokens_per_month, "month", 1, estimate),
-            ("cost_day", _micros(pol.cost_per_day), "day", 1, 0),
-            ("cost_month", _micros(pol.cost_per_month), "month", 1, 0),
-        )
-        for kind, limit, window, need, take in rows:
-            if limit is not None:
+        rows = self._plan(pol)
+        if rows:
+            win = _windows(now)
+            key = self.counters.key
+            for kind, limit, window, take in rows:
                 wid, reset, _ = win[window]
-                ttl = int(reset) + _SLACK
+                amount = estimate if take < 0 else take
                 ticket.entries.append(
-                    Entry(kind, self.counters.key(name, f"{kind}:{wid}"), limit, need, take, ttl, reset)
+                    Entry(kind, key(name, f"{kind}:{wid}"), limit, 1, amount, int(reset) + _SLACK, reset)
                 )
         if pol.concurrent is not None:
             ticket.slot = Slot(self.counters.key(name, "concurrent"), pol.concurrent, request_id)
@@ -741,6 +1057,7 @@ class Limiter:
             await self.counters.flush()  # the settlements still owed
         except Exception as e:
             log.warning("limits_flush_failed", error=type(e).__name__)
+        await self.counters.aclose()
 
     def _failed(self, e: BaseException, name: str) -> None:
         self.failed_at = time.monotonic()
