@@ -22,7 +22,7 @@ Theory of operation
   for the whole module (a proxy start costs about a second) in front of one scripted
   upstream per route (``kind``: ``messages`` -> ``MessagesUpstream``, ``chat`` /
   ``responses`` -> ``ScriptedUpstream``), each its own provider (``profile``,
-  ``protocol``) under its own client-facing model name.  A test calls
+  ``protocol``, ``provider_extra``) under its own client-facing model name.  A test calls
   ``stage.script(model, turns)``, which gives that upstream a fresh script and record
   (``set_script``) and returns it; ``stage.proxy`` is the ``Proxy`` (``.url``,
   ``.base_url``, ``.log()``: the log is the module's, newest last; ``mark()`` /
@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from messages_upstream import MessagesUpstream, block_text, tool_results
@@ -64,6 +65,7 @@ class Route:
     profile: str = "anthropic"
     protocol: str = "messages"
     kind: str = "messages"  # the scripted upstream: messages | chat | responses
+    provider_extra: tuple[tuple[str, Any], ...] = ()  # more provider settings, as (key, value) pairs
 
 
 class Stage:
@@ -77,7 +79,13 @@ class Stage:
                 up_cls = MessagesUpstream if r.kind == "messages" else ScriptedUpstream
                 up = up_cls([], name=f"{r.kind}-{r.model}").start()
                 self.ups[r.model] = up
-                prov = provider_entry(up, name=f"p{i}-{r.profile}-{r.protocol}", profile=r.profile, protocol=r.protocol)
+                prov = provider_entry(
+                    up,
+                    name=f"p{i}-{r.profile}-{r.protocol}",
+                    profile=r.profile,
+                    protocol=r.protocol,
+                    **dict(r.provider_extra),
+                )
                 providers.append(prov)
                 models.append({"name": r.model, "provider": prov["name"]})
             cfg = {
