@@ -18,7 +18,8 @@ Theory of operation
   the tests do not import the proxy.
 * ``cache_control_paths(body)``: where ``cache_control`` sits in a Messages body (a path
   tuple -> its value), to compare what a client sent with what the upstream got.
-* ``stage_fixture(Route(...), ...)``: a module-scoped fixture ``stage``: ONE proxy process
+* ``stage_fixture(Route(...), ..., name="stage", server=None)``: a module-scoped fixture
+  ``stage`` (or ``name``; ``server``: more ``server`` settings): ONE proxy process
   for the whole module (a proxy start costs about a second) in front of one scripted
   upstream per route (``kind``: ``messages`` -> ``MessagesUpstream``, ``chat`` /
   ``responses`` -> ``ScriptedUpstream``), each its own provider (``profile``,
@@ -66,12 +67,13 @@ class Route:
     protocol: str = "messages"
     kind: str = "messages"  # the scripted upstream: messages | chat | responses
     provider_extra: tuple[tuple[str, Any], ...] = ()  # more provider settings, as (key, value) pairs
+    upstream_model: str | None = None  # the name the upstream gets, when not ``model``
 
 
 class Stage:
     """One proxy process in front of one scripted upstream per ``Route``."""
 
-    def __init__(self, routes: tuple[Route, ...], workdir) -> None:
+    def __init__(self, routes: tuple[Route, ...], workdir, server: dict | None = None) -> None:
         self.ups: dict[str, ScriptedUpstream] = {}
         providers, models = [], []
         try:
@@ -88,8 +90,10 @@ class Stage:
                 )
                 providers.append(prov)
                 models.append({"name": r.model, "provider": prov["name"]})
+                if r.upstream_model:
+                    models[-1]["upstream_model"] = r.upstream_model
             cfg = {
-                "server": {"host": "127.0.0.1", "port": 0},
+                "server": {"host": "127.0.0.1", "port": 0, **(server or {})},
                 "auth": {"keys": [PROXY_CLIENT_KEY]},
                 "providers": providers,
                 "models": models,
@@ -129,12 +133,13 @@ class Stage:
             up.stop()
 
 
-def stage_fixture(*routes: Route):
-    """A module-scoped fixture named ``stage`` (assign it to a module-level name)."""
+def stage_fixture(*routes: Route, name: str = "stage", server: dict | None = None):
+    """A module-scoped fixture named ``name`` (assign it to a module-level name); ``server``:
+    more ``server`` settings of the proxy's config."""
 
-    @pytest.fixture(scope="module", name="stage")
+    @pytest.fixture(scope="module", name=name)
     def _stage(tmp_path_factory):
-        st = Stage(routes, tmp_path_factory.mktemp("stage"))
+        st = Stage(routes, tmp_path_factory.mktemp(name), server)
         yield st
         st.stop()
 
