@@ -23,6 +23,28 @@ from pathlib import Path
 NODE_COMPILE_CACHE = {"NODE_COMPILE_CACHE": str(Path(__file__).resolve().parents[2] / ".e2e" / "node-compile-cache")}
 
 
+def answers_version(stamp: Path, files: list[Path], version: str, ask: Callable[[], str | None]) -> bool:
+    """Whether the client made of ``files`` answers ``version`` to its ``--version``, which
+    ``ask`` runs (a second or more of CPU for a JavaScript bundle, once per test process):
+    ``stamp`` keeps the answer for those files as they are (path, size, mtime), so it is
+    asked again only after one of them changed (a reinstall)."""
+    try:
+        key = json.dumps([version, [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]])
+    except OSError:
+        return False
+    try:
+        if stamp.read_text(encoding="utf-8") == key:
+            return True
+    except OSError:
+        pass
+    if ask() != version:
+        return False
+    tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}")
+    tmp.write_text(key, encoding="utf-8")
+    os.replace(tmp, stamp)  # whole or not at all: another test process may read it
+    return True
+
+
 @contextmanager
 def installing(prefix: Path) -> Iterator[None]:
     """Held while a client is looked for and, if missing, installed under ``prefix``: the
