@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 ``python agents_checks.py < job.json`` runs one case of the real Agents SDK against
-``base_url`` (the proxy) and prints one JSON object on stdout.  The job:
+``base_url`` (the proxy) and prints one JSON object on stdout; ``python agents_checks.py
+--serve`` (what the suite runs, ``procs.JobServer``) answers one job per stdin line with one
+JSON line each, the SDK imported once for them all, each job with its own client and agent.  The job:
 ``{"case", "base_url", "api_key", "model", "prompts": [str, ...], "workdir", "timeout"}``.
 
 Every case uses ``set_tracing_disabled(True)`` (nothing leaves loopback), one
@@ -165,9 +167,7 @@ class Driver:
         return runs
 
 
-def main() -> int:
-    job = json.load(sys.stdin)
-    set_tracing_disabled(True)
+def answer(job: dict[str, Any]) -> dict[str, Any]:
     d = Driver(job)
     out: dict[str, Any] = {"sdk": AGENTS_VERSION, "openai": OPENAI_VERSION}
     try:
@@ -175,7 +175,16 @@ def main() -> int:
     except BaseException as exc:  # reported to the test, with what was sent so far
         out["exception"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}"
     out["wire"] = d.wire
-    print(json.dumps(out, ensure_ascii=False))
+    return out
+
+
+def main() -> int:
+    set_tracing_disabled(True)
+    if sys.argv[1:] == ["--serve"]:  # one job per line, one summary per line (procs.JobServer)
+        from procs import answer_jobs
+
+        return answer_jobs(answer)
+    print(json.dumps(answer(json.load(sys.stdin)), ensure_ascii=False))
     return 0
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from procs import installing, run_group
+from procs import NODE_COMPILE_CACHE, installing, run_group
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "aisdk"  # package.json, package-lock.json, driver.mjs
@@ -180,6 +180,7 @@ def run_driver(sdk: AiSdk, job: dict[str, Any], *, cwd: Path, timeout: float = R
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     env["NODE_OPTIONS"] = ""
+    env.update(NODE_COMPILE_CACHE)
     job = {"timeout_ms": int((timeout - 5) * 1000), **job}
     cwd.mkdir(parents=True, exist_ok=True)
     fin = run_group([str(sdk.node), str(sdk.driver)], cwd=cwd, env=env, timeout=timeout, stdin_text=json.dumps(job))

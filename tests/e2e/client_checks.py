@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 
 import httpx
 import sdk_checks
-from procs import installing
+from procs import JobServer, installing
 from scenarios import SDK_TOOLS_CHAT, SDK_TOOLS_RESPONSES
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -63,20 +62,20 @@ def sdk_responses(
     return _tuples(run_sdk_checks(python, "responses", **kw))
 
 
+# one ``sdk_checks.py --serve`` per interpreter, kept for the whole test process: each
+# request builds its own client, as a one-shot run does, without importing the SDK again
+_DRIVERS: dict[Path, JobServer] = {}
+
+
 def run_sdk_checks(python: Path, api: str, **kw: Any) -> dict[str, Any]:
-    """Run ``sdk_checks.py`` under another interpreter; its exception is raised here."""
-    req = json.dumps({"api": api, **kw})
-    res = subprocess.run(
-        [str(python), str(Path(sdk_checks.__file__))],
-        input=req,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-    )
+    """Run ``sdk_checks`` under another interpreter; its exception is raised here."""
+    driver = _DRIVERS.get(python)
+    if driver is None:
+        driver = _DRIVERS[python] = JobServer([str(python), str(Path(sdk_checks.__file__)), "--serve"])
     try:
-        out = json.loads(res.stdout)
-    except json.JSONDecodeError:
-        raise RuntimeError(f"sdk_checks under {python} exited {res.returncode}:\n{res.stderr[-3000:]}") from None
+        out = driver.run({"api": api, **kw}, timeout=RUN_TIMEOUT)
+    except RuntimeError as exc:
+        raise RuntimeError(f"sdk_checks under {python}: {exc}") from None
     if "exception" in out:
         raise RuntimeError(f"openai SDK under {python}: {out['exception']}")
     return out

@@ -37,6 +37,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import codex_harness  # noqa: E402
+from procs import close_job_servers  # noqa: E402
 from proxy_harness import PROXY_CLIENT_KEY, REPO, Proxy, provider_entry  # noqa: E402
 from scripted_upstream import ScriptedUpstream  # noqa: E402
 
@@ -58,6 +59,13 @@ def _time_limit(request):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _job_servers():
+    """The client drivers kept running across tests (``procs.JobServer``) stop with the session."""
+    yield
+    close_job_servers()
 
 
 @pytest.fixture(scope="session")

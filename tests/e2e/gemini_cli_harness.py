@@ -29,7 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from kimi_code_harness import run_isolated
-from procs import installing, json_lines
+from procs import answers_version, installing, json_lines
 
 HERE = Path(__file__).resolve().parent
 PACKAGE_DIR = HERE / "gemini_cli"
@@ -58,11 +58,16 @@ def _installed(prefix: Path, node: str, version: str) -> GeminiCli | None:
     cli = GeminiCli(prefix, node)
     if not cli.main.exists():
         return None
-    try:
-        out = subprocess.run([node, str(cli.main), "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return cli if out.stdout.strip() == version else None
+
+    def ask() -> str | None:
+        try:
+            out = subprocess.run([node, str(cli.main), "--version"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip()
+
+    files = [Path(node).resolve(), cli.main, prefix / "package-lock.json"]
+    return cli if answers_version(prefix / ".version-answered", files, version, ask) else None
 
 
 def ensure_gemini_cli(repo: Path, version: str = GEMINI_CLI_VERSION, timeout: float = 600) -> GeminiCli:

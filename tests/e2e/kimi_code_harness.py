@@ -63,7 +63,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from procs import describe_run, installing, json_lines, run_group, toml_str
+from procs import NODE_COMPILE_CACHE, describe_run, installing, json_lines, run_group, toml_str
 
 KIMI_CODE_VERSION = "2.1.0"
 KIMI_CODE_PACKAGE = "@moonshot-ai/kimi-code"
@@ -454,6 +454,7 @@ def run_kimi_code(
             ENV_KEY: api_key,
             "KIMI_CODE_NO_AUTO_UPDATE": "1",
             "KIMI_DISABLE_TELEMETRY": "1",
+            **NODE_COMPILE_CACHE,
             "NO_COLOR": "1",
             "NO_PROXY": "127.0.0.1,localhost",
             "no_proxy": "127.0.0.1,localhost",

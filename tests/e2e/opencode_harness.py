@@ -70,7 +70,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from kimi_code_harness import run_isolated
-from procs import describe_run, installing, json_lines
+from procs import answers_version, describe_run, installing, json_lines
 
 HERE = Path(__file__).resolve().parent
 PACKAGE_DIR = HERE / "opencode"  # the committed package.json + package-lock.json
@@ -155,7 +155,8 @@ def _installed(prefix: Path, version: str) -> Opencode | None:
     if _package_version(prefix / "node_modules" / "@opencode-ai" / "plugin") != version:
         return None
     for binary in _binary_candidates(prefix):
-        if binary.exists() and _binary_version(binary) == version:
+        stamp = prefix / f".version-answered-{binary.parent.parent.name}"
+        if binary.exists() and answers_version(stamp, [binary, lock], version, lambda b=binary: _binary_version(b)):
             return Opencode(binary, prefix, version)
     return None
 

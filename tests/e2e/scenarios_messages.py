@@ -18,11 +18,12 @@ Theory of operation
   the tests do not import the proxy.
 * ``cache_control_paths(body)``: where ``cache_control`` sits in a Messages body (a path
   tuple -> its value), to compare what a client sent with what the upstream got.
-* ``stage_fixture(Route(...), ...)``: a module-scoped fixture ``stage``: ONE proxy process
+* ``stage_fixture(Route(...), ..., name="stage", server=None)``: a module-scoped fixture
+  ``stage`` (or ``name``; ``server``: more ``server`` settings): ONE proxy process
   for the whole module (a proxy start costs about a second) in front of one scripted
   upstream per route (``kind``: ``messages`` -> ``MessagesUpstream``, ``chat`` /
   ``responses`` -> ``ScriptedUpstream``), each its own provider (``profile``,
-  ``protocol``) under its own client-facing model name.  A test calls
+  ``protocol``, ``provider_extra``) under its own client-facing model name.  A test calls
   ``stage.script(model, turns)``, which gives that upstream a fresh script and record
   (``set_script``) and returns it; ``stage.proxy`` is the ``Proxy`` (``.url``,
   ``.base_url``, ``.log()``: the log is the module's, newest last; ``mark()`` /
@@ -34,6 +35,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from messages_upstream import MessagesUpstream, block_text, tool_results
@@ -64,12 +66,14 @@ class Route:
     profile: str = "anthropic"
     protocol: str = "messages"
     kind: str = "messages"  # the scripted upstream: messages | chat | responses
+    provider_extra: tuple[tuple[str, Any], ...] = ()  # more provider settings, as (key, value) pairs
+    upstream_model: str | None = None  # the name the upstream gets, when not ``model``
 
 
 class Stage:
     """One proxy process in front of one scripted upstream per ``Route``."""
 
-    def __init__(self, routes: tuple[Route, ...], workdir) -> None:
+    def __init__(self, routes: tuple[Route, ...], workdir, server: dict | None = None) -> None:
         self.ups: dict[str, ScriptedUpstream] = {}
         providers, models = [], []
         try:
@@ -77,11 +81,19 @@ class Stage:
                 up_cls = MessagesUpstream if r.kind == "messages" else ScriptedUpstream
                 up = up_cls([], name=f"{r.kind}-{r.model}").start()
                 self.ups[r.model] = up
-                prov = provider_entry(up, name=f"p{i}-{r.profile}-{r.protocol}", profile=r.profile, protocol=r.protocol)
+                prov = provider_entry(
+                    up,
+                    name=f"p{i}-{r.profile}-{r.protocol}",
+                    profile=r.profile,
+                    protocol=r.protocol,
+                    **dict(r.provider_extra),
+                )
                 providers.append(prov)
                 models.append({"name": r.model, "provider": prov["name"]})
+                if r.upstream_model:
+                    models[-1]["upstream_model"] = r.upstream_model
             cfg = {
-                "server": {"host": "127.0.0.1", "port": 0},
+                "server": {"host": "127.0.0.1", "port": 0, **(server or {})},
                 "auth": {"keys": [PROXY_CLIENT_KEY]},
                 "providers": providers,
                 "models": models,
@@ -121,12 +133,13 @@ class Stage:
             up.stop()
 
 
-def stage_fixture(*routes: Route):
-    """A module-scoped fixture named ``stage`` (assign it to a module-level name)."""
+def stage_fixture(*routes: Route, name: str = "stage", server: dict | None = None):
+    """A module-scoped fixture named ``name`` (assign it to a module-level name); ``server``:
+    more ``server`` settings of the proxy's config."""
 
-    @pytest.fixture(scope="module", name="stage")
+    @pytest.fixture(scope="module", name=name)
     def _stage(tmp_path_factory):
-        st = Stage(routes, tmp_path_factory.mktemp("stage"))
+        st = Stage(routes, tmp_path_factory.mktemp(name), server)
         yield st
         st.stop()
 

@@ -17,7 +17,9 @@ importable here, consume the whole answer and return plain data:
 
 ``validated`` counts the strict validations done.  The module imports nothing but the
 standard library and ``openai``, so the e2e suite runs it in ``.e2e/openai3`` (the newest
-SDK major) as ``python sdk_checks.py < request.json`` and reads one JSON object from stdout;
+SDK major) as ``python sdk_checks.py < request.json`` and reads one JSON object from stdout,
+or, as the suite does, as ``python sdk_checks.py --serve``: one request per stdin line, one
+answer per stdout line, the interpreter kept for the next request (``procs.JobServer``);
 the suite's own interpreter (the pinned 2.x SDK) imports it directly.
 """
 
@@ -201,15 +203,21 @@ def responses(base_url: str, api_key: str, model: str, *, stream: bool, tools: l
 DRIVERS = {"chat": chat, "responses": responses}
 
 
-def main() -> int:
-    req = json.load(sys.stdin)
+def answer(req: dict[str, Any]) -> dict[str, Any]:
     drive = DRIVERS[req.pop("api")]
     try:
-        out = drive(**req)
+        return drive(**req)
     except Exception as exc:  # the caller shows it with the proxy's side of the story
         cause = f" (caused by {exc.__cause__!r})" if exc.__cause__ is not None else ""
-        out = {"exception": f"{type(exc).__name__}: {exc}{cause}"}
-    json.dump(out, sys.stdout)
+        return {"exception": f"{type(exc).__name__}: {exc}{cause}"}
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--serve"]:  # one request per line, one answer per line (procs.JobServer)
+        from procs import answer_jobs
+
+        return answer_jobs(answer)
+    json.dump(answer(json.load(sys.stdin)), sys.stdout)
     return 0
 
 

@@ -18,31 +18,37 @@ fixture) runs an agent with one ``exec_command`` function tool through the proxy
 Each test checks the final text, that the tool ran exactly once per run (the command's
 file is there), the upstream's requests (endpoint, key, stream flag, predicates) and what
 the SDK itself put on the wire (read off its HTTP client: no ``store``, ``include: []``,
-``previous_response_id`` only when chained).  The proxy's store is a SQLite file under
-``tmp_path``.
+``previous_response_id`` only when chained).
+
+One proxy process serves the module (``scenarios_messages.stage_fixture``, its store a
+SQLite file in the module's temporary folder), in front of one scripted upstream per kind
+in ``UPSTREAMS``, each its own provider under its own model name, re-scripted per test; one
+driver process (``agents_checks.py --serve``, ``procs.JobServer``) runs every test's case,
+each with its own client and agent, so the Agents SDK is imported once.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import scenarios_agents as sa
 from client_checks import SdkUnavailable, _ensure_sdk, types_not_in_policy_table
-from procs import installing
+from procs import JobServer, installing
 from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY, Proxy
 from scenarios import EXEC_CMD, EXEC_FILE, EXEC_MARKER
+from scenarios_messages import Route, stage_fixture
 
 pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 AGENTS_LOCK = HERE / "requirements-agents.lock"
 AGENTS_CHECKS = HERE / "agents_checks.py"
-MODEL = "e2e-agents"
-RUN_TIMEOUT = 45  # seconds for one driver process (its own deadline is 30 s)
+MODEL = "e2e-agents"  # the prefix of each upstream kind's model name
+RUN_TIMEOUT = 45  # seconds for one job of the driver (its own deadline is 30 s)
 ONE_CALL = [{"cmd": EXEC_CMD, "output": EXEC_MARKER}]
 
 UPSTREAMS = {
@@ -51,6 +57,24 @@ UPSTREAMS = {
     "responses": ("responses", {}),
     "responses-keeps": ("responses", {"upstream_store": True}),
 }
+
+
+def model_of(kind: str) -> str:
+    return f"{MODEL}-{kind}"
+
+
+_stage = stage_fixture(
+    *(
+        Route(
+            model_of(kind),
+            profile="openai-compatible",
+            protocol=protocol,
+            kind=protocol,
+            provider_extra=tuple(extra.items()),
+        )
+        for kind, (protocol, extra) in UPSTREAMS.items()
+    )
+)
 
 
 def locked_agents_version() -> str:
@@ -72,33 +96,33 @@ def agents_python() -> Path:
         pytest.fail(str(exc))
 
 
-def run_agents(python: Path, case: str, px: Proxy, workdir: Path) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def agents_driver(agents_python) -> Iterator[JobServer]:
+    """``agents_checks.py --serve`` under the Agents SDK's python: one driver for the module."""
+    driver = JobServer([str(agents_python), str(AGENTS_CHECKS), "--serve"])
+    yield driver
+    driver.close()
+
+
+def run_agents(driver: JobServer, case: str, px: Proxy, model: str, workdir: Path) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     job = {
         "case": case,
         "base_url": px.base_url,
         "api_key": PROXY_CLIENT_KEY,
-        "model": MODEL,
+        "model": model,
         "prompts": sa.AGENTS_PROMPTS,
         "workdir": str(workdir),
         "timeout": 20,
         "deadline": 30,
     }
-    res = subprocess.run(
-        [str(python), str(AGENTS_CHECKS)],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        stdin=None,
-    )
     try:
-        return json.loads(res.stdout)
-    except json.JSONDecodeError:
-        return {"exception": f"agents_checks exited {res.returncode}:\n{res.stderr[-3000:]}", "wire": []}
+        return driver.run(job, timeout=RUN_TIMEOUT)
+    except RuntimeError as exc:
+        return {"exception": f"agents_checks: {exc}", "wire": []}
 
 
-def describe(got: dict, up, px: Proxy) -> str:
+def describe(got: dict, up, stage, mark: int) -> str:
     """Everything a failure needs: the driver's summary, what the SDK sent, what the upstream
     got, the proxy log."""
     wire = "\n".join(
@@ -111,7 +135,7 @@ def describe(got: dict, up, px: Proxy) -> str:
     head = {k: v for k, v in got.items() if k != "wire"}
     return (
         f"driver: {json.dumps(head, ensure_ascii=False)[:4000]}\n--- SDK wire ---\n{wire}\n"
-        f"--- upstream ---\n{up.describe()}\n{ups}\n--- proxy log ---\n{px.log()}"
+        f"--- upstream ---\n{up.describe()}\n{ups}\n--- proxy log ---\n{stage.log_since(mark)}"
     )
 
 
@@ -132,13 +156,12 @@ def check_tool_ran(run: dict, workdir: Path, info: str) -> None:
 
 @pytest.mark.parametrize("upstream_kind", ["chat", "responses"])
 @pytest.mark.parametrize("case", ["run", "streamed", "chat_model"])
-def test_agents_run(upstream, proxy_for, agents_python, tmp_path, case, upstream_kind):
+def test_agents_run(stage, agents_driver, tmp_path, case, upstream_kind):
     protocol, _ = UPSTREAMS[upstream_kind]
-    up = upstream(sa.agents_exec(protocol, model=MODEL), f"agents-{case}-{upstream_kind}")
-    protocol, extra = UPSTREAMS[upstream_kind]
-    px = proxy_for(up, model=MODEL, protocol=protocol, provider_extra=extra)
-    got = run_agents(agents_python, case, px, tmp_path / "ws")
-    info = describe(got, up, px)
+    model = model_of(upstream_kind)
+    up, mark = stage.script(model, sa.agents_exec(protocol, model=model)), stage.mark()
+    got = run_agents(agents_driver, case, stage.proxy, model, tmp_path / "ws")
+    info = describe(got, up, stage, mark)
     assert "exception" not in got, info
     assert got["sdk"] == locked_agents_version(), info
     check_upstream(up, protocol, 2, case == "streamed", info)
@@ -171,14 +194,13 @@ def test_agents_run(upstream, proxy_for, agents_python, tmp_path, case, upstream
 
 
 @pytest.mark.parametrize("upstream_kind", ["chat", "responses", "responses-keeps"])
-def test_agents_chained(upstream, proxy_for, agents_python, tmp_path, upstream_kind):
+def test_agents_chained(stage, agents_driver, tmp_path, upstream_kind):
     protocol, extra = UPSTREAMS[upstream_kind]
     keeps = bool(extra.get("upstream_store"))
-    up = upstream(sa.agents_chained(protocol, model=MODEL, upstream_keeps=keeps), f"agents-chained-{upstream_kind}")
-    protocol, extra = UPSTREAMS[upstream_kind]
-    px = proxy_for(up, model=MODEL, protocol=protocol, provider_extra=extra)
-    got = run_agents(agents_python, "chained", px, tmp_path / "ws")
-    info = describe(got, up, px)
+    model = model_of(upstream_kind)
+    up, mark = stage.script(model, sa.agents_chained(protocol, model=model, upstream_keeps=keeps)), stage.mark()
+    got = run_agents(agents_driver, "chained", stage.proxy, model, tmp_path / "ws")
+    info = describe(got, up, stage, mark)
     assert "exception" not in got, info
     check_upstream(up, protocol, 4, False, info)
 

@@ -20,6 +20,11 @@ into the items themselves (an upstream never saw the proxy's ids).
   mantle     Responses client, bedrock-mantle Responses upstream (id-less done items)
   mimo       mimo-v2.6-flash on a ``mimo`` provider: raw apply_patch text as arguments,
              which the tool must receive byte for byte as ``{"input": raw}``
+
+One proxy process serves the module (``scenarios_messages.stage_fixture``, its store in the
+module's temporary folder): one scripted upstream per provider (openai-compatible Chat and
+Responses, bedrock-mantle, mimo) under its own model name, re-scripted per case; each case
+runs the AI SDK's own driver through it.
 """
 
 from __future__ import annotations
@@ -32,11 +37,21 @@ import scenarios_aisdk as sa
 from aisdk_harness import AiSdk, AiSdkRun, AiSdkUnavailable, ensure_aisdk, run_driver
 from client_checks import types_not_in_policy_table
 from proxy_harness import PROXY_CLIENT_KEY, REPO, UPSTREAM_KEY
+from scenarios_messages import Route, stage_fixture
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "e2e-aisdk"
 MODES = ["stream", "generate"]  # streamText / generateText
+MANTLE_MODEL = "openai.gpt-oss-120b"
+MIMO_MODEL = "mimo-v2.6-flash"
+
+_stage = stage_fixture(
+    Route(f"{MODEL}-chat", profile="openai-compatible", protocol="chat", kind="chat"),
+    Route(f"{MODEL}-responses", profile="openai-compatible", protocol="responses", kind="responses"),
+    Route(MANTLE_MODEL, profile="bedrock-mantle", protocol="responses", kind="responses"),
+    Route(MIMO_MODEL, profile="mimo", protocol="chat", kind="chat"),
+)
 
 
 @pytest.fixture(scope="session")
@@ -61,22 +76,22 @@ def _drive(aisdk: AiSdk, tmp_path, px, *, api: str, mode: str, model: str, tool:
     return run_driver(aisdk, job, cwd=tmp_path / "driver")
 
 
-def _info(run: AiSdkRun, up, px, problems: list[str] | None = None) -> str:
+def _info(run: AiSdkRun, up, log: str, problems: list[str] | None = None) -> str:
     parts = [run.describe()]
     if problems:
         parts.append("turn-2 history problems: " + "; ".join(problems))
     parts.append(up.describe())
     for r in up.model_requests:
         parts.append(f"upstream got (turn {r.turn}, {r.path}): {json.dumps(r.json, ensure_ascii=False)[:5000]}")
-    parts.append(f"--- proxy log ---\n{px.log()}")
+    parts.append(f"--- proxy log ---\n{log}")
     return "\n".join(parts)
 
 
-def _check(run: AiSdkRun, up, px, *, api, tool, call_id, args, final, problems_of, step1_text, step1_reasoning):
+def _check(run: AiSdkRun, up, px, log, *, api, tool, call_id, args, final, problems_of, step1_text, step1_reasoning):
     """What every case must show; ``problems_of(request)`` is turn 2's history check."""
     reqs = up.model_requests
     problems = problems_of(reqs[1].json) if len(reqs) > 1 else ["the upstream got no turn-2 request"]
-    info = _info(run, up, px, problems)
+    info = _info(run, up, log, problems)
     assert run.returncode == 0 and not run.timed_out and run.got, info
     got = run.got
     assert got["errors"] == [], info
@@ -122,28 +137,32 @@ def _check(run: AiSdkRun, up, px, *, api, tool, call_id, args, final, problems_o
 
 
 EXEC_CASES = {
-    # id: (client api, upstream protocol, profile, model, mantle quirks)
-    "responses-client-chat-upstream": ("responses", "chat", "openai-compatible", MODEL, False),
-    "responses-client-responses-upstream": ("responses", "responses", "openai-compatible", MODEL, False),
-    "chat-client-chat-upstream": ("chat", "chat", "openai-compatible", MODEL, False),
-    "chat-client-responses-upstream": ("chat", "responses", "openai-compatible", MODEL, False),
-    "responses-client-mantle-upstream": ("responses", "responses", "bedrock-mantle", "openai.gpt-oss-120b", True),
+    # id: (client api, upstream protocol, model (its stage route: profile and protocol), mantle quirks)
+    "responses-client-chat-upstream": ("responses", "chat", f"{MODEL}-chat", False),
+    "responses-client-responses-upstream": ("responses", "responses", f"{MODEL}-responses", False),
+    "chat-client-chat-upstream": ("chat", "chat", f"{MODEL}-chat", False),
+    "chat-client-responses-upstream": ("chat", "responses", f"{MODEL}-responses", False),
+    "responses-client-mantle-upstream": ("responses", "responses", MANTLE_MODEL, True),
 }
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", list(EXEC_CASES))
-def test_aisdk_exec_tool_loop(aisdk, upstream, proxy_for, tmp_path, case, mode):
-    api, protocol, profile, model, mantle = EXEC_CASES[case]
+def test_aisdk_exec_tool_loop(aisdk, stage, tmp_path, case, mode):
+    api, protocol, model, mantle = EXEC_CASES[case]
     # a Chat client (openai.chat) never sends reasoning back; a Responses client refers to it
     reasoning = api == "responses"
-    up = upstream(sa.exec_turns(protocol, model=model, reasoning=reasoning, mantle=mantle), f"aisdk-{case}")
-    px = proxy_for(up, model=model, profile=profile, protocol=protocol)
+    up, px, mark = (
+        stage.script(model, sa.exec_turns(protocol, model=model, reasoning=reasoning, mantle=mantle)),
+        stage.proxy,
+        stage.mark(),
+    )
     run = _drive(aisdk, tmp_path, px, api=api, mode=mode, model=model, tool=sa.EXEC_TOOL, prompt=sa.PROMPT)
     _check(
         run,
         up,
         px,
+        stage.log_since(mark),
         api=api,
         tool=sa.EXEC_TOOL,
         call_id=sa.EXEC_CALL_ID,
@@ -158,21 +177,22 @@ def test_aisdk_exec_tool_loop(aisdk, upstream, proxy_for, tmp_path, case, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("api", ["responses", "chat"], ids=["responses-client", "chat-client"])
-def test_aisdk_mimo_raw_apply_patch(aisdk, upstream, proxy_for, tmp_path, api, mode):
+def test_aisdk_mimo_raw_apply_patch(aisdk, stage, tmp_path, api, mode):
     """MiMo calls apply_patch with the raw patch as arguments; the AI SDK's one-string
     function tool must get ``{"input": raw}`` byte for byte (R3-a′), and MiMo must get the
     call back as ``{"input": raw}`` with its output (and, from a Responses client, its
     reasoning as ``reasoning_content``, which only the stored item behind the client's
     ``item_reference`` has)."""
-    model = "mimo-v2.6-flash"
+    model = MIMO_MODEL
     reasoning = api == "responses"
-    up = upstream(sa.mimo_patch_turns(model=model, reasoning=reasoning), f"aisdk-mimo-{api}")
-    px = proxy_for(up, model=model, profile="mimo", protocol="chat")
+    up, px, mark = stage.script(model, sa.mimo_patch_turns(model=model, reasoning=reasoning)), stage.proxy, stage.mark()
     run = _drive(aisdk, tmp_path, px, api=api, mode=mode, model=model, tool=sa.PATCH_TOOL, prompt=sa.MIMO_PROMPT)
+    log = stage.log_since(mark)
     _check(
         run,
         up,
         px,
+        log,
         api=api,
         tool=sa.PATCH_TOOL,
         call_id=sa.MIMO_CALL_ID,
@@ -184,4 +204,4 @@ def test_aisdk_mimo_raw_apply_patch(aisdk, upstream, proxy_for, tmp_path, api, m
     )
     # MiMo request normalisation applies to the AI SDK's function apply_patch too
     ap = next(t["function"] for t in up.model_requests[0].json["tools"] if t["function"]["name"] == "apply_patch")
-    assert ap["parameters"]["required"] == ["input"], _info(run, up, px)
+    assert ap["parameters"]["required"] == ["input"], _info(run, up, log)

@@ -12,6 +12,10 @@ built-in ``openai`` provider pointed at the proxy with ``openai_base_url``.
               on, and the upstream's next request holds the summary instead of the old
               history (no tool call, no tool output, no first user prompt beyond Codex's own
               retained messages)
+
+Two proxy processes serve the module (``scenarios_messages.stage_fixture``, one scripted
+upstream per model, re-scripted per test): ``stage`` as configured by default, and
+``stage_http`` with the WebSocket turned off; each test runs its own Codex.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import pytest
 import scenarios as sc
 from codex_harness import CODEX_VERSIONS
+from scenarios_messages import Route, stage_fixture
 from scripted_upstream import ToolCall, Turn, chat_turn, responses_turn
 
 from transformers.compaction import COMPACTION_PROMPT, SUMMARY_PREFACE
@@ -33,14 +38,20 @@ MODES = {
     "builtin-openai": {"provider": "openai"},
 }
 
+_CMP_ROUTES = tuple(
+    Route(f"e2e-cmp-{kind}", profile="openai-compatible", protocol=kind, kind=kind) for kind in ("chat", "responses")
+)
+_stage = stage_fixture(Route("e2e-chat", profile="openai-compatible", protocol="chat", kind="chat"), *_CMP_ROUTES)
+# the built-in provider speaks the WebSocket first; with it turned off (426) Codex uses HTTP
+_stage_http = stage_fixture(*_CMP_ROUTES, name="stage_http", server={"websocket": {"enabled": False}})
+
 
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("version", CODEX_VERSIONS)
-def test_modes_exec_turn(upstream, proxy_for, codex_run, version, mode):
-    up = upstream(sc.codex_chat_exec("e2e-chat"), f"modes-{mode}")
-    px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")
+def test_modes_exec_turn(stage, codex_run, version, mode):
+    up, px, mark = stage.script("e2e-chat", sc.codex_chat_exec("e2e-chat")), stage.proxy, stage.mark()
     run = codex_run("do the task", base_url=px.base_url, model="e2e-chat", version=version, **MODES[mode])
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)}"
     assert run.returncode == 0 and not run.timed_out, info
     assert run.turn_completed, info
     assert not up.errors, info
@@ -93,12 +104,10 @@ def compaction_script(kind: str, model: str) -> list[Turn]:
 @pytest.mark.parametrize("transport", ["websocket", "http"])
 @pytest.mark.parametrize("kind", ["chat", "responses"])
 @pytest.mark.parametrize("version", CODEX_VERSIONS)
-def test_compaction_builtin_provider(upstream, proxy_for, codex_run, version, kind, transport):
+def test_compaction_builtin_provider(request, codex_run, version, kind, transport):
     model = f"e2e-cmp-{kind}"
-    up = upstream(compaction_script(kind, model), f"compaction-{kind}")
-    # the built-in provider speaks the WebSocket first; with it turned off (426) Codex uses HTTP
-    server = None if transport == "websocket" else {"websocket": {"enabled": False}}
-    px = proxy_for(up, model=model, profile="openai-compatible", protocol=kind, server=server)
+    stage = request.getfixturevalue("stage" if transport == "websocket" else "stage_http")
+    up, px, mark = stage.script(model, compaction_script(kind, model)), stage.proxy, stage.mark()
     run = codex_run(
         "do the task",
         base_url=px.base_url,
@@ -107,7 +116,8 @@ def test_compaction_builtin_provider(upstream, proxy_for, codex_run, version, ki
         provider="openai",
         extra_toml="model_auto_compact_token_limit = 20000",
     )
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    log = stage.log_since(mark)  # this test's part of the module's log
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{log}"
     assert run.returncode == 0 and not run.timed_out, info
     assert run.turn_completed and not run.errors, info
     assert not up.errors, info
@@ -120,7 +130,7 @@ def test_compaction_builtin_provider(upstream, proxy_for, codex_run, version, ki
     assert reqs[2].json.get("tools"), info  # the turn after compaction has its tools again
     seen = [
         rec.get("transport")
-        for rec in (json.loads(line) for line in px.log(tail=200_000).splitlines() if line.startswith("{"))
+        for rec in (json.loads(line) for line in log.splitlines() if line.startswith("{"))
         if rec.get("event") == "request" and rec.get("stream") is not None
     ]
     assert len(seen) == 3 and set(seen) == {transport}, (seen, info)

@@ -20,6 +20,10 @@ the replayed history holds, so a lost id or a lost tool output turns into a visi
   i  openai-compatible, Chat upstream answers HTTP 400: Codex must not retry
   j  openai-compatible, Chat upstream drops the stream mid-call: Codex retries, the
      command runs exactly once
+
+One proxy process serves the module (``scenarios_messages.stage_fixture``): one scripted
+upstream per model below, each its own provider, re-scripted per test (i and j, whose
+upstream fails on purpose, on a route of their own); each test runs its own Codex.
 """
 
 from __future__ import annotations
@@ -30,17 +34,29 @@ import json
 import pytest
 import scenarios as sc
 from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY
+from scenarios_messages import Route, stage_fixture
 
 pytestmark = pytest.mark.e2e
 
 HOSTED = {"web_search", "tool_search", "image_generation", "file_search", "local_shell", "code_interpreter"}
 
+ROUTES = {  # model: (profile, upstream protocol)
+    "e2e-chat": ("openai-compatible", "chat"),
+    "e2e-fault": ("openai-compatible", "chat"),  # i, j: an upstream that fails on purpose
+    "mimo-v2.6-flash": ("mimo", "chat"),
+    "kimi-k2.6": ("kimi", "chat"),
+    "openai.gpt-oss-120b": ("bedrock-mantle", "responses"),
+    "e2e-late": ("openai-compatible", "responses"),
+    "deepseek-v4": ("deepseek", "chat"),
+}
+_stage = stage_fixture(*(Route(m, profile=pr, protocol=proto, kind=proto) for m, (pr, proto) in ROUTES.items()))
 
-def _run(upstream, proxy_for, codex_run, script, *, model, profile, protocol, prompt="do the task"):
-    up = upstream(script, f"{profile}-{protocol}")
-    px = proxy_for(up, model=model, profile=profile, protocol=protocol)
-    run = codex_run(prompt, base_url=px.base_url, model=model)
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+
+def _run(stage, codex_run, script, *, model, profile, protocol, prompt="do the task", **kw):
+    assert ROUTES[model] == (profile, protocol)
+    up, px, mark = stage.script(model, script), stage.proxy, stage.mark()
+    run = codex_run(prompt, base_url=px.base_url, model=model, **kw)
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)}"
     return up, px, run, info
 
 
@@ -72,10 +88,9 @@ def _assert_exec_ran(run, info):
 # --------------------------------------------------------------------------- a
 
 
-def test_a_codex_chat_upstream_exec(upstream, proxy_for, codex_run):
+def test_a_codex_chat_upstream_exec(stage, codex_run):
     up, px, run, info = _run(
-        upstream,
-        proxy_for,
+        stage,
         codex_run,
         sc.codex_chat_exec("e2e-chat"),
         model="e2e-chat",
@@ -108,12 +123,11 @@ def test_a_codex_chat_upstream_exec(upstream, proxy_for, codex_run):
     assert sc.EXEC_MARKER in outs["call_exec_a1"], info
 
 
-def test_a2_codex_chat_upstream_json_wrapped_apply_patch(upstream, proxy_for, codex_run):
+def test_a2_codex_chat_upstream_json_wrapped_apply_patch(stage, codex_run):
     """T3-2 on a non-MiMo Chat upstream (keepalive comments between frames): {"input": raw}
     is decoded and handed to Codex as a custom_tool_call; the file is written."""
     up, px, run, info = _run(
-        upstream,
-        proxy_for,
+        stage,
         codex_run,
         sc.codex_chat_json_patch("e2e-chat"),
         model="e2e-chat",
@@ -130,10 +144,9 @@ def test_a2_codex_chat_upstream_json_wrapped_apply_patch(upstream, proxy_for, co
 
 
 @pytest.mark.parametrize("big,rechunk", [(False, 3), (True, 7)], ids=["small-3byte-writes", "20KB-7byte-writes"])
-def test_b_codex_mimo_raw_apply_patch(upstream, proxy_for, codex_run, big, rechunk):
+def test_b_codex_mimo_raw_apply_patch(stage, codex_run, big, rechunk):
     up, px, run, info = _run(
-        upstream,
-        proxy_for,
+        stage,
         codex_run,
         sc.codex_mimo_patch("mimo-v2.6-flash", big=big, rechunk=rechunk),
         model="mimo-v2.6-flash",
@@ -168,10 +181,9 @@ def test_b_codex_mimo_raw_apply_patch(upstream, proxy_for, codex_run, big, rechu
 # --------------------------------------------------------------------------- c
 
 
-def test_c_codex_kimi_native_ids(upstream, proxy_for, codex_run):
+def test_c_codex_kimi_native_ids(stage, codex_run):
     up, px, run, info = _run(
-        upstream,
-        proxy_for,
+        stage,
         codex_run,
         sc.codex_kimi_ids("kimi-k2.6"),
         model="kimi-k2.6",
@@ -194,10 +206,9 @@ def test_c_codex_kimi_native_ids(upstream, proxy_for, codex_run):
 # --------------------------------------------------------------------------- d
 
 
-def test_d_codex_mantle_responses_upstream(upstream, proxy_for, codex_run):
+def test_d_codex_mantle_responses_upstream(stage, codex_run):
     up, px, run, info = _run(
-        upstream,
-        proxy_for,
+        stage,
         codex_run,
         sc.codex_mantle("openai.gpt-oss-120b"),
         model="openai.gpt-oss-120b",
@@ -217,10 +228,9 @@ def test_d_codex_mantle_responses_upstream(upstream, proxy_for, codex_run):
 # --------------------------------------------------------------------------- e
 
 
-def test_e_codex_late_identity_responses_upstream(upstream, proxy_for, codex_run):
+def test_e_codex_late_identity_responses_upstream(stage, codex_run):
     up, px, run, info = _run(
-        upstream,
-        proxy_for,
+        stage,
         codex_run,
         sc.codex_late_identity("e2e-late"),
         model="e2e-late",
@@ -239,15 +249,19 @@ def test_e_codex_late_identity_responses_upstream(upstream, proxy_for, codex_run
 # --------------------------------------------------------------------------- g
 
 
-def test_g_codex_namespace_tool_via_chat_upstream(upstream, proxy_for, codex_run):
+def test_g_codex_namespace_tool_via_chat_upstream(stage, codex_run):
     """docs/rules.md §7.1/§3: namespace children are flattened for Chat and split back into
     namespace + name for Codex, which routes by the pair (else "unsupported call")."""
-    up = upstream(sc.codex_namespace_call("chat", "e2e-chat"), "ns-chat")
-    px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")
-    run = codex_run(
-        "close the agent", base_url=px.base_url, model="e2e-chat", catalog_overrides={"supports_search_tool": False}
+    up, px, run, info = _run(
+        stage,
+        codex_run,
+        sc.codex_namespace_call("chat", "e2e-chat"),
+        model="e2e-chat",
+        profile="openai-compatible",
+        protocol="chat",
+        prompt="close the agent",
+        catalog_overrides={"supports_search_tool": False},
     )
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
     assert run.returncode == 0 and run.turn_completed, info
     assert not up.errors, info
     assert run.final_message == sc.NS_FINAL, info
@@ -262,15 +276,20 @@ def test_g_codex_namespace_tool_via_chat_upstream(upstream, proxy_for, codex_run
 # --------------------------------------------------------------------------- f (negative path)
 
 
-def test_f_codex_non_mimo_raw_patch_fails_without_phantom_call(upstream, proxy_for, codex_run):
+def test_f_codex_non_mimo_raw_patch_fails_without_phantom_call(stage, codex_run):
     """T3-5 end to end: the same raw patch from a non-MiMo model is NOT wrapped and the
     previous error path applies (the response fails).  Codex builds tool calls from
     output_item.done alone and ignores its status, so a failed response must not carry an
     apply_patch item for Codex to execute (stderr "apply_patch verification failed")."""
-    up = upstream(sc.codex_mimo_patch("deepseek-v4"), "deepseek-raw-patch")
-    px = proxy_for(up, model="deepseek-v4", profile="deepseek", protocol="chat")
-    run = codex_run("add the notes file", base_url=px.base_url, model="deepseek-v4")
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    up, px, run, info = _run(
+        stage,
+        codex_run,
+        sc.codex_mimo_patch("deepseek-v4"),
+        model="deepseek-v4",
+        profile="deepseek",
+        protocol="chat",
+        prompt="add the notes file",
+    )
     assert not (run.workspace / sc.PATCH_FILE).exists(), info
     assert not run.turn_completed and run.returncode != 0, info
     assert len(up.model_requests) == 1, info
@@ -280,10 +299,9 @@ def test_f_codex_non_mimo_raw_patch_fails_without_phantom_call(upstream, proxy_f
 # --------------------------------------------------------------------------- h, i, j
 
 
-def test_h_codex_mimo_invalid_json_passthrough(upstream, proxy_for, codex_run):
+def test_h_codex_mimo_invalid_json_passthrough(stage, codex_run):
     up, px, run, info = _run(
-        upstream,
-        proxy_for,
+        stage,
         codex_run,
         sc.codex_mimo_invalid_json("chat", "mimo-v2.6-flash"),
         model="mimo-v2.6-flash",
@@ -301,21 +319,33 @@ def test_h_codex_mimo_invalid_json_passthrough(upstream, proxy_for, codex_run):
     ], info
 
 
-def test_i_codex_upstream_400_is_not_retried(upstream, proxy_for, codex_run):
-    up = upstream(sc.codex_upstream_400("e2e-chat"), "http-400")
-    px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")
-    run = codex_run("hello", base_url=px.base_url, model="e2e-chat", retries=2)
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+def test_i_codex_upstream_400_is_not_retried(stage, codex_run):
+    up, px, run, info = _run(
+        stage,
+        codex_run,
+        sc.codex_upstream_400("e2e-fault"),
+        model="e2e-fault",
+        profile="openai-compatible",
+        protocol="chat",
+        prompt="hello",
+        retries=2,
+    )
     assert run.returncode != 0 and not run.turn_completed, info
     assert len(up.model_requests) == 1, "Codex retried a deterministic 400:\n" + info
     assert any("context too long for this deployment" in json.dumps(e) for e in run.errors), info
 
 
-def test_j_codex_dropped_stream_is_retried_without_phantom_call(upstream, proxy_for, codex_run):
-    up = upstream(sc.codex_truncated_then_retry("e2e-chat"), "dropped")
-    px = proxy_for(up, model="e2e-chat", profile="openai-compatible", protocol="chat")
-    run = codex_run("run it", base_url=px.base_url, model="e2e-chat", retries=2)
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+def test_j_codex_dropped_stream_is_retried_without_phantom_call(stage, codex_run):
+    up, px, run, info = _run(
+        stage,
+        codex_run,
+        sc.codex_truncated_then_retry("e2e-fault"),
+        model="e2e-fault",
+        profile="openai-compatible",
+        protocol="chat",
+        prompt="run it",
+        retries=2,
+    )
     runs = (run.workspace / sc.RUNS_FILE).read_text() if (run.workspace / sc.RUNS_FILE).exists() else ""
     assert runs == "run\n", f"command ran {runs.count('run')} times:\n" + info
     assert run.returncode == 0 and run.turn_completed, info

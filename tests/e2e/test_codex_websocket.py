@@ -9,6 +9,10 @@ ws-recovery  the proxy cannot continue a response (its transcript cap is below o
              Codex gets ``previous_response_not_found`` and recovers by itself, re-sending
              the whole conversation (over HTTP: both versions fall back for the session),
              and the turn completes
+
+Two proxy processes serve the module (``scenarios_messages.stage_fixture``, re-scripted per
+test, each test reading its own part of the log): ``stage`` as configured by default, and
+``stage_capped`` with the transcript cap; each test runs its own Codex.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import pytest
 import scenarios as sc
 from codex_harness import CODEX_VERSIONS
+from scenarios_messages import Route, stage_fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -29,6 +34,19 @@ UPSTREAMS = {
     "chat": (sc.codex_chat_exec, "chat"),
     "responses": (sc.codex_responses_exec, "responses"),
 }
+
+_stage = stage_fixture(
+    *(
+        Route(f"e2e-{kind}", profile="openai-compatible", protocol=protocol, kind=protocol)
+        for kind, (_, protocol) in UPSTREAMS.items()
+    )
+)
+# a transcript cap far below one Codex request: every continuation is unknown to the proxy
+_stage_capped = stage_fixture(
+    Route("e2e-chat", profile="openai-compatible", protocol="chat", kind="chat"),
+    name="stage_capped",
+    server={"websocket": {"max_transcript_bytes": 1024}},
+)
 
 
 def transports(log: str) -> list[str]:
@@ -47,13 +65,12 @@ def transports(log: str) -> list[str]:
 @pytest.mark.parametrize("kind", list(UPSTREAMS))
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("version", CODEX_VERSIONS)
-def test_ws_turn(upstream, proxy_for, codex_run, version, mode, kind):
+def test_ws_turn(stage, codex_run, version, mode, kind):
     script, protocol = UPSTREAMS[kind]
     model = f"e2e-{kind}"
-    up = upstream(script(model), f"ws-{kind}-{mode}")
-    px = proxy_for(up, model=model, profile="openai-compatible", protocol=protocol)
+    up, px, mark = stage.script(model, script(model)), stage.proxy, stage.mark()
     run = codex_run("do the task", base_url=px.base_url, model=model, version=version, **MODES[mode])
-    log = px.log(tail=200_000)
+    log = stage.log_since(mark)
     info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{log[-6000:]}"
     assert run.returncode == 0 and not run.timed_out, info
     assert run.turn_completed, info
@@ -76,18 +93,14 @@ def test_ws_turn(upstream, proxy_for, codex_run, version, mode, kind):
 
 
 @pytest.mark.parametrize("version", CODEX_VERSIONS)
-def test_ws_recovery_after_previous_response_not_found(upstream, proxy_for, codex_run, version):
-    up = upstream(sc.codex_chat_exec("e2e-chat"), "ws-recovery")
-    # a transcript cap far below one Codex request: every continuation is unknown to the proxy
-    px = proxy_for(
-        up, model="e2e-chat", profile="openai-compatible", protocol="chat",
-        server={"websocket": {"max_transcript_bytes": 1024}},
-    )  # fmt: skip
+def test_ws_recovery_after_previous_response_not_found(stage_capped, codex_run, version):
+    stage = stage_capped
+    up, px, mark = stage.script("e2e-chat", sc.codex_chat_exec("e2e-chat")), stage.proxy, stage.mark()
     run = codex_run(
         "do the task", base_url=px.base_url, model="e2e-chat", version=version, provider="custom",
         supports_websockets=True,
     )  # fmt: skip
-    log = px.log(tail=200_000)
+    log = stage.log_since(mark)
     info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{log[-6000:]}"
     assert run.returncode == 0 and not run.timed_out, info
     assert run.turn_completed and run.final_message == sc.FINAL_TEXT["exec"], info

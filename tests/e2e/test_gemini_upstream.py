@@ -57,8 +57,8 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import anthropic
 import codex_harness
 import openai
 import pytest
@@ -87,6 +87,9 @@ from scenarios_gemini import (
 )
 from scripted_upstream import ToolCall, chat_turn
 from test_codex_websocket import transports
+
+if TYPE_CHECKING:
+    import anthropic
 
 pytestmark = pytest.mark.e2e
 
@@ -479,6 +482,8 @@ def test_openai_sdk_switches_models(stage, stream):
 def test_anthropic_sdk(stage, stream, case):
     up, px, mark = stage.script(MODEL, script(case, _sdk_call(case), FINAL)), stage.proxy, stage.mark()
     before = stage.repairs(SKIPPED, MODEL)
+    import anthropic  # here, not at collection: the SDK's import is about 1.5 s of CPU
+
     client = anthropic.Anthropic(base_url=px.url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
     try:
         texts, ran, messages = _anthropic_loop(client, MODEL, stream=stream, prompts=_prompts(case))

@@ -19,6 +19,12 @@ reasoning only, as Kimi K2 does, and Kimi Code stops with an empty-response erro
 * ``test_kimi_code_without_repair``: the same with ``kimi_tool_ids`` switched off: the
   upstream sees ``functions_Bash_0`` and answers reasoning only; Kimi Code prints no final
   text and exits 1 ("a response containing only thinking content").  So the first test passes because of the repair, not by accident.
+
+One proxy process serves the module (``scenarios_messages.stage_fixture``): the Kimi upstream
+with the repair (``MODEL``), one with ``kimi_tool_ids`` disabled (``UNREPAIRED``) and a
+Responses upstream (``RESPONSES_MODEL``), each its own provider, re-scripted per test; the
+repair is stateless (``transformers/ids.kimi_restore_map`` reads one request), so no test
+leans on what an earlier one sent. Each test runs its own Kimi Code process.
 """
 
 from __future__ import annotations
@@ -40,12 +46,27 @@ from kimi_code_harness import (
     run_kimi_code,
 )
 from proxy_harness import PROXY_CLIENT_KEY, REPO
+from scenarios_messages import Route, stage_fixture
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "kimi-k2.6"
+UNREPAIRED = "kimi-k2.6-unrepaired"  # the same upstream kind with kimi_tool_ids disabled
+RESPONSES_MODEL = "e2e-resp"
 PROMPT = "Write the marker file with Bash, then tell me you are done."
 KIMI_TIMEOUT = 60  # seconds per Kimi Code run (a passing run takes 2-3 s)
+
+_stage = stage_fixture(
+    Route(MODEL, profile="kimi", protocol="chat", kind="chat"),
+    Route(
+        UNREPAIRED,
+        profile="kimi",
+        protocol="chat",
+        kind="chat",
+        provider_extra=(("quirks", {"disable": ["kimi_tool_ids"]}),),
+    ),
+    Route(RESPONSES_MODEL, profile="openai-compatible", protocol="responses", kind="responses"),
+)
 
 
 @pytest.fixture(scope="session")
@@ -62,22 +83,21 @@ def _history(req: dict) -> tuple[list[dict], list[dict]]:
     return [m for m in msgs if m.get("tool_calls")], [m for m in msgs if m.get("role") == "tool"]
 
 
-def _kimi(kimi_code, upstream, proxy_for, tmp_path, provider_type, turns, **proxy_kw):
+def _kimi(kimi_code, stage, tmp_path, provider_type, turns, model=MODEL):
     """Run Kimi Code once through the proxy; check what every run must show."""
-    up = upstream(turns, f"kimi-code-{provider_type}")
-    px = proxy_for(up, model=MODEL, profile="kimi", protocol="chat", **proxy_kw)
+    up, px, mark = stage.script(model, turns), stage.proxy, stage.mark()
     run = run_kimi_code(
         kimi_code,
         PROMPT,
         provider_type=provider_type,
         base_url=px.url if provider_type == "anthropic" else px.base_url,
-        model=MODEL,
+        model=model,
         workspace=tmp_path / "ws",
         home=tmp_path / "kimi_home",
         api_key=PROXY_CLIENT_KEY,
         timeout=KIMI_TIMEOUT,
     )
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)}"
     assert not run.timed_out, info
     if run.isolation == "netns":
         assert run.interfaces == ["lo"], info  # nothing but loopback inside the namespace
@@ -87,8 +107,8 @@ def _kimi(kimi_code, upstream, proxy_for, tmp_path, provider_type, turns, **prox
     return up, run, info
 
 
-def _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **proxy_kw):
-    up, run, info = _kimi(kimi_code, upstream, proxy_for, tmp_path, provider_type, sc.kimi_code_bash(MODEL), **proxy_kw)
+def _run(kimi_code, stage, tmp_path, provider_type, model=MODEL):
+    up, run, info = _kimi(kimi_code, stage, tmp_path, provider_type, sc.kimi_code_bash(model), model)
     # the Bash call ran in the workspace and its output went back
     assert [tc["function"]["name"] for tc in run.tool_calls] == ["Bash"], info
     assert (run.workspace / sc.KIMI_CODE_FILE).read_text() == sc.KIMI_CODE_MARKER, info
@@ -97,8 +117,8 @@ def _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **proxy_kw):
 
 
 @pytest.mark.parametrize("provider_type", PROVIDER_TYPES)
-def test_kimi_code_ids_restored(kimi_code, upstream, proxy_for, tmp_path, provider_type):
-    up, run, info = _run(kimi_code, upstream, proxy_for, tmp_path, provider_type)
+def test_kimi_code_ids_restored(kimi_code, stage, tmp_path, provider_type):
+    up, run, info = _run(kimi_code, stage, tmp_path, provider_type)
     second = up.model_requests[1].json
     calls, tools = _history(second)
     assert [tc["id"] for m in calls for tc in m["tool_calls"]] == [sc.KIMI_CODE_ID], info
@@ -110,9 +130,8 @@ def test_kimi_code_ids_restored(kimi_code, upstream, proxy_for, tmp_path, provid
 
 
 @pytest.mark.parametrize("provider_type", PROVIDER_TYPES)
-def test_kimi_code_without_repair(kimi_code, upstream, proxy_for, tmp_path, provider_type):
-    off = {"provider_extra": {"quirks": {"disable": ["kimi_tool_ids"]}}}
-    up, run, info = _run(kimi_code, upstream, proxy_for, tmp_path, provider_type, **off)
+def test_kimi_code_without_repair(kimi_code, stage, tmp_path, provider_type):
+    up, run, info = _run(kimi_code, stage, tmp_path, provider_type, UNREPAIRED)
     second = up.model_requests[1].json
     calls, tools = _history(second)
     if provider_type == "anthropic":
@@ -131,8 +150,8 @@ def test_kimi_code_without_repair(kimi_code, upstream, proxy_for, tmp_path, prov
 
 
 @pytest.mark.parametrize("provider_type", PROVIDER_TYPES)
-def test_kimi_code_parallel_and_multi_turn(kimi_code, upstream, proxy_for, tmp_path, provider_type):
-    up, run, info = _kimi(kimi_code, upstream, proxy_for, tmp_path, provider_type, sc.kimi_code_multi(MODEL))
+def test_kimi_code_parallel_and_multi_turn(kimi_code, stage, tmp_path, provider_type):
+    up, run, info = _kimi(kimi_code, stage, tmp_path, provider_type, sc.kimi_code_multi(MODEL))
     assert [tc["function"]["name"] for tc in run.tool_calls] == ["Bash"] * 3, info
     assert (run.workspace / sc.KIMI_CODE_MULTI_FILE).read_text() == "ab", info
     assert [r.matched for r in up.model_requests] == [None, True, True], info
@@ -146,13 +165,13 @@ def test_kimi_code_parallel_and_multi_turn(kimi_code, upstream, proxy_for, tmp_p
     assert run.returncode == 0 and run.final_text == sc.KIMI_CODE_MULTI_FINAL, info
 
 
-def test_kimi_code_anthropic_on_a_responses_upstream(kimi_code, upstream, proxy_for, tmp_path):
+def test_kimi_code_anthropic_on_a_responses_upstream(kimi_code, stage, tmp_path):
     """Kimi Code's ``anthropic`` type on a Responses upstream (Messages → Chat → Responses):
     the Bash call as a function_call, its output back as a function_call_output with the
     same call_id, the final text printed."""
     from scripted_upstream import ToolCall, responses_turn
 
-    model = "e2e-resp"
+    model = RESPONSES_MODEL
     call_id = "call_kc_bash_1"
     args = json.dumps({"command": sc.KIMI_CODE_CMD, "description": "write the marker file"})
     turns = [
@@ -165,8 +184,7 @@ def test_kimi_code_anthropic_on_a_responses_upstream(kimi_code, upstream, proxy_
             otherwise=sc.miss("responses", "Bash output missing"),
         ),
     ]
-    up = upstream(turns, "kimi-code-anthropic-responses")
-    px = proxy_for(up, model=model, profile="openai-compatible", protocol="responses")
+    up, px, mark = stage.script(model, turns), stage.proxy, stage.mark()
     run = run_kimi_code(
         kimi_code,
         PROMPT,
@@ -178,7 +196,7 @@ def test_kimi_code_anthropic_on_a_responses_upstream(kimi_code, upstream, proxy_
         api_key=PROXY_CLIENT_KEY,
         timeout=KIMI_TIMEOUT,
     )
-    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+    info = f"{run.describe()}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)}"
     assert not run.timed_out and run.returncode == 0, info
     assert (run.workspace / sc.KIMI_CODE_FILE).read_text() == sc.KIMI_CODE_MARKER, info
     assert run.final_text == sc.KIMI_CODE_FINAL, info

@@ -31,26 +31,22 @@ Responses upstreams (``openai-compatible``).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anthropic
 import openai
 import pytest
 import scenarios as sc
-from anthropic.types import (
-    Message,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStopEvent,
-)
 from client_checks import locked_sdk_version, sdk_chat
 from messages_upstream import MessageTurn, block_text, text, thinking, tool_results, tool_use
 from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message
 from scenarios_messages import (
     Route,
     anthropic_valid_id,
@@ -200,16 +196,31 @@ def _upstream_case(kind: str):
     return MODEL, turns, MSG_IDS
 
 
-# each wire event's own SDK type (the union's errors would name every member)
-RAW_EVENT = {
-    "message_start": RawMessageStartEvent,
-    "content_block_start": RawContentBlockStartEvent,
-    "content_block_delta": RawContentBlockDeltaEvent,
-    "content_block_stop": RawContentBlockStopEvent,
-    "message_delta": RawMessageDeltaEvent,
-    "message_stop": RawMessageStopEvent,
-}
-RAW_TYPES = set(RAW_EVENT)
+@functools.cache
+def raw_event() -> dict[str, type]:
+    """Each wire event's own SDK type (the union's errors would name every member); the
+    ``anthropic`` SDK is imported by the tests that use it, not when pytest collects."""
+    from anthropic.types import (
+        RawContentBlockDeltaEvent,
+        RawContentBlockStartEvent,
+        RawContentBlockStopEvent,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        RawMessageStopEvent,
+    )
+
+    return {
+        "message_start": RawMessageStartEvent,
+        "content_block_start": RawContentBlockStartEvent,
+        "content_block_delta": RawContentBlockDeltaEvent,
+        "content_block_stop": RawContentBlockStopEvent,
+        "message_delta": RawMessageDeltaEvent,
+        "message_stop": RawMessageStopEvent,
+    }
+
+
+RAW_TYPES = {"message_start", "content_block_start", "content_block_delta", "content_block_stop"}
+RAW_TYPES |= {"message_delta", "message_stop"}
 DELTA_FOR = {"text": "text_delta", "thinking": "thinking_delta", "tool_use": "input_json_delta"}
 
 
@@ -255,9 +266,11 @@ class OrderCheck:
 
 def _stream(client: anthropic.Anthropic, model: str, messages: list[dict]) -> tuple[Message, OrderCheck, list[str]]:
     """One ``messages.stream`` call: every wire event re-validated strictly with the SDK's
-    type for it (``RAW_EVENT``; a rejection is collected, so that the rest of the test
+    type for it (``raw_event()``; a rejection is collected, so that the rest of the test
     still runs and the test ends on it) and fed to the order check; the final message is
     validated as a ``Message``."""
+    from anthropic.types import Message
+
     order, invalid = OrderCheck(), []
     with client.messages.stream(
         model=model,
@@ -275,7 +288,7 @@ def _stream(client: anthropic.Anthropic, model: str, messages: list[dict]) -> tu
             elif ev.type == "message_stop":
                 raw = json.dumps({k: v for k, v in json.loads(raw).items() if k != "message"})
             try:
-                RAW_EVENT[ev.type].model_validate_json(raw, strict=True)
+                raw_event()[ev.type].model_validate_json(raw, strict=True)
             except ValidationError as exc:
                 invalid.append(f"{raw}: {[(e['loc'], e['msg']) for e in exc.errors()][:4]}")
             order.feed(ev)
@@ -296,6 +309,8 @@ def test_anthropic_sdk_stream(stage, kind):
     up, px, mark = stage.script(model, turns), stage.proxy, stage.mark()
     # the SDK's default parsing (construct): its strict mode would stop at the first event it
     # rejects; every event is validated strictly here instead (``_stream``)
+    import anthropic
+
     client = anthropic.Anthropic(base_url=px.url, api_key=PROXY_CLIENT_KEY, max_retries=0, timeout=30)
     history: list[dict] = [{"role": "user", "content": "read a.py and b.py"}]
     try:

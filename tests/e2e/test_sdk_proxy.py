@@ -5,6 +5,11 @@ event and object must pass the SDK's own validation and a strict re-validation w
 types (``sdk_checks``), the release that answered must be the one meant, and the
 accumulated text, reasoning and the 2 parallel tool calls must equal the script.  The usage
 cases send cache figures upstream and expect them, in each SDK's usage type, at the client.
+
+One proxy process serves the module (``scenarios_messages.stage_fixture``), in front of one
+scripted upstream per kind in ``UPSTREAMS``, each its own provider under its own model name;
+a case gives its upstream a fresh script and record (``stage.script``). Each case's client
+is still a real openai SDK talking to that real proxy process.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ import pytest
 import scenarios as sc
 from client_checks import locked_sdk_version, sdk_chat, sdk_responses
 from proxy_harness import PROXY_CLIENT_KEY, UPSTREAM_KEY
+from scenarios_messages import Route, stage_fixture
 
 pytestmark = pytest.mark.e2e
 
-MODEL = "e2e-sdk"
+MODEL = "e2e-sdk"  # the prefix of each upstream kind's client-facing model name
 EXPECTED_CALLS = [(t.id, t.name, t.arguments) for t in sc.SDK_CALLS]
 
 
@@ -30,6 +36,18 @@ UPSTREAMS = {
     "responses-mantle": ("responses", "bedrock-mantle", {"mantle": True}),
     "responses-late-identity": ("responses", "openai-compatible", {"late_identity": True}),
 }
+
+
+def model_of(kind: str) -> str:
+    return f"{MODEL}-{kind}"
+
+
+_stage = stage_fixture(
+    *(
+        Route(model_of(kind), profile=profile, protocol=protocol, kind=protocol)
+        for kind, (protocol, profile, _) in UPSTREAMS.items()
+    )
+)
 
 
 # the quirky upstreams are stream-only quirks: their non-stream body is the plain one
@@ -59,21 +77,25 @@ def sdk_version(request, sdk_python) -> str:
     return openai.__version__ if venv is None else locked_sdk_version(venv)
 
 
-def _drive(client_api: str, px, python: Path | None, stream: bool) -> dict:
+def _drive(client_api: str, px, model: str, python: Path | None, stream: bool) -> dict:
     drive = sdk_chat if client_api == "chat" else sdk_responses
-    return drive(px.base_url, PROXY_CLIENT_KEY, MODEL, stream=stream, python=python)
+    return drive(px.base_url, PROXY_CLIENT_KEY, model, stream=stream, python=python)
 
 
 @pytest.mark.parametrize("client_api,upstream_kind,stream", CASES)
-def test_sdk_through_proxy(upstream, proxy_for, sdk_python, sdk_version, client_api, upstream_kind, stream):
+def test_sdk_through_proxy(stage, sdk_python, sdk_version, client_api, upstream_kind, stream):
     upstream_protocol, profile, quirks = UPSTREAMS[upstream_kind]
-    up = upstream(sc.sdk_parallel(upstream_protocol, model=MODEL, **quirks), f"sdk-{upstream_kind}")
-    px = proxy_for(up, model=MODEL, profile=profile, protocol=upstream_protocol)
+    model = model_of(upstream_kind)
+    up, px, mark = (
+        stage.script(model, sc.sdk_parallel(upstream_protocol, model=model, **quirks)),
+        stage.proxy,
+        stage.mark(),
+    )
     try:
-        got = _drive(client_api, px, sdk_python, stream)
+        got = _drive(client_api, px, model, sdk_python, stream)
     except Exception as exc:  # show the proxy side of the story
-        pytest.fail(f"{client_api} client failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{px.log()}")
-    info = f"{got}\n{up.describe()}\n--- proxy log ---\n{px.log()}"
+        pytest.fail(f"{client_api} client failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)}")
+    info = f"{got}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)}"
     assert len(up.model_requests) == 1 and not up.errors, info
     req = up.model_requests[0]
     assert req.endpoint == upstream_protocol, info
@@ -138,16 +160,16 @@ USAGE_CASES = [
 
 
 @pytest.mark.parametrize("sdk_python,usage_kind,client_api,stream", USAGE_CASES, indirect=["sdk_python"])
-def test_sdk_usage_cache_figures(upstream, proxy_for, sdk_python, sdk_version, usage_kind, client_api, stream):
-    upstream_protocol = usage_kind.split("-")[0]
-    turns = sc.sdk_parallel(upstream_protocol, model=MODEL, usage=CACHE_USAGE[usage_kind])
-    up = upstream(turns, f"sdk-usage-{usage_kind}")
-    px = proxy_for(up, model=MODEL, protocol=upstream_protocol)
+def test_sdk_usage_cache_figures(stage, sdk_python, sdk_version, usage_kind, client_api, stream):
+    upstream_protocol = usage_kind.split("-")[0]  # the plain upstream of that protocol
+    model = model_of(upstream_protocol)
+    turns = sc.sdk_parallel(upstream_protocol, model=model, usage=CACHE_USAGE[usage_kind])
+    up, px, mark = stage.script(model, turns), stage.proxy, stage.mark()
     try:
-        got = _drive(client_api, px, sdk_python, stream)
+        got = _drive(client_api, px, model, sdk_python, stream)
     except Exception as exc:
-        pytest.fail(f"{client_api} client failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{px.log()}")
-    u, info = got["usage"], f"{got['usage']}\n--- proxy log ---\n{px.log()}"
+        pytest.fail(f"{client_api} client failed: {exc!r}\n{up.describe()}\n--- proxy log ---\n{stage.log_since(mark)}")
+    u, info = got["usage"], f"{got['usage']}\n--- proxy log ---\n{stage.log_since(mark)}"
     assert got["sdk"] == sdk_version, info
     if client_api == "chat":
         assert (u["prompt_tokens"], u["completion_tokens"], u["total_tokens"]) == (40, 7, 47), info

@@ -10,6 +10,7 @@ follow.  docs/quirks.md is checked against the registry in tests/unit/test_profi
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 from collections import defaultdict
@@ -45,8 +46,11 @@ def _name(node: ast.AST) -> str | None:
     return None
 
 
+@functools.cache
 def _scan() -> tuple[dict[str, set[str]], dict[tuple[str, str], int], list[str]]:
-    """(literal name → files, non-literal (file, argument) → count, loose references)."""
+    """(literal name → files, non-literal (file, argument) → count, loose references).
+    Read once, when a test first asks (not at collection: every pytest-xdist worker
+    collects this module, one of them runs it)."""
     literals: dict[str, set[str]] = defaultdict(set)
     dynamic: dict[tuple[str, str], int] = defaultdict(int)
     loose: list[str] = []
@@ -76,28 +80,29 @@ def _scan() -> tuple[dict[str, set[str]], dict[tuple[str, str], int], list[str]]
     return literals, dict(dynamic), loose
 
 
-LITERALS, FOUND_DYNAMIC, LOOSE = _scan()
-
-
 def test_every_recorded_name_is_registered() -> None:
-    unknown = {n: sorted(f) for n, f in LITERALS.items() if n not in repairs.NAMES}
+    literals, _, _ = _scan()
+    unknown = {n: sorted(f) for n, f in literals.items() if n not in repairs.NAMES}
     assert unknown == {}
 
 
 def test_non_literal_names_are_the_known_table_driven_sites() -> None:
-    assert set(FOUND_DYNAMIC) == set(DYNAMIC), "a new non-literal repair name: make it a literal, or list it here"
+    _, found_dynamic, _ = _scan()
+    assert set(found_dynamic) == set(DYNAMIC), "a new non-literal repair name: make it a literal, or list it here"
     for site, names in DYNAMIC.items():
         assert names and names <= repairs.NAMES, site
 
 
 def test_repaired_is_not_handed_around_under_other_names() -> None:
-    assert LOOSE == []
+    _, _, loose = _scan()
+    assert loose == []
     for fn, param in SINKS.values():
         assert param in inspect.signature(fn).parameters and param in ALIASES
 
 
 def test_every_registered_name_is_recorded_somewhere() -> None:
-    recorded = set(LITERALS).union(*DYNAMIC.values())
+    literals, _, _ = _scan()
+    recorded = set(literals).union(*DYNAMIC.values())
     assert sorted(repairs.NAMES - recorded) == []
     assert len(recorded) > 40  # the scan really found the stages
 
@@ -105,7 +110,8 @@ def test_every_registered_name_is_recorded_somewhere() -> None:
 def test_one_name_per_repair() -> None:
     # tool_call_dropped_no_name was the Responses encoder's name for tool_call_unnamed_dropped
     assert "tool_call_unnamed_dropped" in repairs.NAMES and "tool_call_dropped_no_name" not in repairs.NAMES
-    assert LITERALS["tool_call_unnamed_dropped"] >= {"transformers/chat_encode.py", "transformers/responses_encode.py"}
+    literals, _, _ = _scan()
+    assert literals["tool_call_unnamed_dropped"] >= {"transformers/chat_encode.py", "transformers/responses_encode.py"}
 
 
 def test_registry_rows() -> None:
