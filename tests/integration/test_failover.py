@@ -11,7 +11,9 @@ import pytest
 from .fault_upstream import CALLS, TEXT, FaultUpstream
 from .test_fault_matrix import metric
 
-TIMEOUTS = {"connect": 0.5, "first_byte": 0.6, "idle": 0.6, "write": 2}
+TIMEOUTS = {"connect": 0.5, "first_byte": 0.6, "idle": 0.6, "write": 2}  # (a stall, timed out)
+# where no test waits for a timeout: a loaded machine's pause is not mistaken for a stall
+LOOSE = {"connect": 5, "first_byte": 10, "idle": 10, "write": 10}
 CHAT = {"messages": [{"role": "user", "content": "read a.py and ls"}]}
 
 
@@ -22,12 +24,14 @@ async def fault() -> AsyncIterator[FaultUpstream]:
     await f.stop()
 
 
-def cfg(f: FaultUpstream, models: list[dict[str, Any]], **server: Any) -> dict[str, Any]:
+def cfg(
+    f: FaultUpstream, models: list[dict[str, Any]], timeouts: dict[str, float] = LOOSE, **server: Any
+) -> dict[str, Any]:
     prov = [("bad", "chat", f.url("bad")), ("good", "chat", f.url("good")), ("goodr", "responses", f.url("good"))]
     return {
         "server": {"keepalive_seconds": 0, **server},
         "providers": [
-            {"name": n, "protocol": p, "base_url": u, "api_key": "sk-up", "timeouts": TIMEOUTS} for n, p, u in prov
+            {"name": n, "protocol": p, "base_url": u, "api_key": "sk-up", "timeouts": timeouts} for n, p, u in prov
         ],
         "models": models,
     }
@@ -48,6 +52,7 @@ async def test_dead_provider_falls_back_then_its_breaker_skips_it(fault: FaultUp
         **cfg(
             fault,
             [{"name": "m-fault-stallhead", "targets": [{"provider": "bad"}, {"provider": "good"}]}],
+            TIMEOUTS,
             breaker={"failures": 2, "open_seconds": 30},
         )
     )
