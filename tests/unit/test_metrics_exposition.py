@@ -256,10 +256,10 @@ def test_a_scrape_skips_what_a_process_is_still_writing(tmp_path: Path) -> None:
 
 
 def test_exited_processes_fold_into_one_file_and_the_sums_stay(tmp_path: Path) -> None:
-    """Three processes exit one after the other and are folded as app/workers.py does: the
+    """Two processes exit one after the other and are folded as app/workers.py does: the
     scrape is the same as before each fold, and the directory holds the live process's
     files and one file of exited ones."""
-    exited = [child("ours", tmp_path, seed) for seed in (1, 2, 3)]
+    exited = [child("ours", tmp_path, seed) for seed in (1, 2)]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(metrics, "MULTIPROC_DIR", str(tmp_path))
         live = ours()
