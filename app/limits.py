@@ -60,17 +60,18 @@ batch that fails keeps its settlements owed and sends them again on a fresh conn
 seconds) makes one sent twice count once.  A take whose batch failed is tried again on a
 fresh connection (``_RECONNECTS``) before it fails open.
 
-The batches go on the counters' own connection (``Wire`` in ``app/redis_wire.py``; the store's
-puts have one of their own), not through redis-py's pool: one connection per process, the
-commands packed by ``redis_wire.pack``, the replies read by hiredis in the order sent,
-batches pipelined (a batch does not wait for the one before).  It logs in and selects the
-database as the store's URL says, over TCP or a Unix socket.  A lost connection fails
-every batch still waiting (a take is tried again on a new one), and so do replies later
-than the store's ``timeout_seconds`` (the connection is dropped; a take that timed out
-fails open at once, as redis-py's timeout did).  A script the server lost (NOSCRIPT: it
-did not run) is loaded and sent again, once, here.  A Redis Cluster, TLS or a credential
-provider keeps redis-py's connections instead.  Where the CPU of a request went, before
-and after: ``docs/performance.md``, "Limits, metrics and the store: CPU per request".
+The batches go on the counters' own connection (``Wire`` in ``app/redis_wire.py``; the
+store's puts have one of their own), not through redis-py's pool: one connection per
+process, the commands packed by ``redis_wire.pack``, the replies read by hiredis in the
+order sent, batches pipelined (a batch does not wait for the one before).  It logs in and
+selects the database as the store's URL says, over TCP or a Unix socket.  A lost
+connection fails every batch still waiting (a take is tried again on a new one), and so
+do replies later than the store's ``timeout_seconds`` (the connection is dropped; a take
+that timed out fails open at once, as redis-py's timeout did).  A script the server lost
+(NOSCRIPT: it did not run) is loaded and sent again, once, here.  A Redis Cluster, TLS or
+a credential provider keeps redis-py's connections instead.  Where the CPU of a request
+went, before and after: ``docs/performance.md``, "Limits, metrics and the store: CPU per
+request".
 """
 
 from __future__ import annotations

@@ -76,16 +76,22 @@ once per batch.  A batch's CPU is mostly a fixed cost, so under load a put pays 
   An in-memory database (``path: ":memory:"``) is one connection's: its puts go through it.
 * Redis (not a Cluster: there each put goes alone, below): the whole batch is one
   script, ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their
-  items, the size bookkeeping), packed here into one command and sent on a connection
-  the puts keep.  One write, one reply: redis-py's packing of the same six commands per
-  put, their six replies and a pool checkout cost more than the round trip itself.  No
-  other client sees a batch half written (a script runs alone); one that fails midway
-  keeps what it wrote, and each of its puts answers ``store: false``.
+  items, the size bookkeeping), one ``EVALSHA`` on the puts' own connection (a
+  ``redis_wire.Wire``, as the limits' counters have theirs: packed there, pipelined, its
+  reply read by hiredis).  One write, one reply: redis-py's packing of the same six
+  commands per put, their six replies and a pool checkout cost more than the round trip
+  itself.  A script the server lost (NOSCRIPT: the batch did not run) is loaded and the
+  batch sent again, in one write.  A connection the server closed meanwhile (a restart)
+  costs no put: the batch goes once more on a new one (each write of the script can be
+  repeated).  No other client sees a batch half written (a script runs alone); one that
+  fails midway keeps what it wrote, and each of its puts answers ``store: false``.  TLS
+  or a credential provider keeps redis-py's pool for the puts.
 
 Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
 raised as ``StoreUnavailable`` and counted in ``switchboard_store_errors_total{op}``; the
 caller answers 503 ``store_unavailable``.  Nothing here keeps a connection state the next
-call depends on: redis-py reconnects on the next command, so the store recovers by itself.
+call depends on: redis-py, and the puts' own connection, reconnect on the next command, so
+the store recovers by itself.
 Records are never logged (they hold the conversation).
 
 A record is stored under its owner's key, ``scope + id``, where ``scope`` is 16 hex digits
@@ -986,7 +992,6 @@ class RedisStore(Store):
 
         where = redis_wire.params(self.redis)
         self._wire = redis_wire.Wire(where) if where is not None else None
-        self._pack = redis_wire.pack
         self._puts_sha = hashlib.sha1(_PUTS_LUA.encode()).hexdigest().encode()
         self._puts_head: list[bytes] = [b"EVALSHA", self._puts_sha, b"3", *(k.encode() for k in self._sizes)]
         self._prefix_arg = self.prefix.encode()
