@@ -60,24 +60,24 @@ batch that fails keeps its settlements owed and sends them again on a fresh conn
 seconds) makes one sent twice count once.  A take whose batch failed is tried again on a
 fresh connection (``_RECONNECTS``) before it fails open.
 
-The batches go on the counters' own connection (``_Wire``), not through redis-py's pool:
-one asyncio protocol per process, the commands packed by ``_pack``, the replies read by
-hiredis in the order sent, batches pipelined (a batch does not wait for the one before).
-It logs in and selects the database as the store's URL says, over TCP or a Unix socket.
-A lost connection fails every batch still waiting (a take is tried again on a new one),
-and so do replies later than the store's ``timeout_seconds`` (the connection is dropped;
-a take that timed out fails open at once, as redis-py's timeout did).
-A script the server lost (NOSCRIPT: it did not run) is loaded and sent again, once.  A
-Redis Cluster, TLS or a credential provider keeps redis-py's connections instead.  Where
-the CPU of a request went, before and after: ``docs/performance.md``, "Limits, metrics
-and the store: CPU per request".
+The batches go on the counters' own connection (``Wire`` in ``app/redis_wire.py``; the
+store's puts have one of their own), not through redis-py's pool: one connection per
+process, the commands packed by ``redis_wire.pack``, the replies read by hiredis in the
+order sent, batches pipelined (a batch does not wait for the one before).  It logs in and
+selects the database as the store's URL says, over TCP or a Unix socket.  A lost
+connection fails every batch still waiting (a take is tried again on a new one), and so
+do replies later than the store's ``timeout_seconds`` (the connection is dropped; a take
+that timed out fails open at once, as redis-py's timeout did).  A script the server lost
+(NOSCRIPT: it did not run) is loaded and sent again, once, here.  A Redis Cluster, TLS or
+a credential provider keeps redis-py's connections instead.  Where the CPU of a request
+went, before and after: ``docs/performance.md``, "Limits, metrics and the store: CPU per
+request".
 """
 
 from __future__ import annotations
 
 import asyncio
 import calendar
-import collections
 import contextlib
 import fnmatch
 import hashlib
@@ -279,134 +279,29 @@ return 1
 class _Batch:
     """Commands written together, and where each reply goes: a take's future, or None for a
     settlement (its reply only logged when it is an error).  ``skip``: the replies of the
-    ``SCRIPT LOAD`` commands a batch sent again after a NOSCRIPT starts with."""
+    ``SCRIPT LOAD`` commands a batch sent again after a NOSCRIPT starts with.  On the
+    counters' own connection it is a ``redis_wire.Batch`` (``data``: the commands packed)."""
 
-    __slots__ = ("cmds", "sinks", "skip", "replies", "sent")
+    __slots__ = ("owner", "cmds", "sinks", "skip", "replies", "data", "n", "sent", "fresh")
 
-    def __init__(self, cmds: list[tuple[Any, ...]], sinks: list[asyncio.Future[Any] | None], skip: int = 0) -> None:
+    def __init__(
+        self, owner: RedisCounters, cmds: list[tuple[Any, ...]], sinks: list[asyncio.Future[Any] | None], skip: int = 0
+    ) -> None:
+        self.owner = owner
         self.cmds = cmds
         self.sinks = sinks
         self.skip = skip
         self.replies: list[Any] = []
+        self.data = b""
+        self.n = len(cmds)
         self.sent = 0.0
+        self.fresh = True
 
+    def landed(self) -> None:
+        self.owner._done(self)
 
-def _pack(cmd: tuple[Any, ...]) -> bytes:
-    """One command in the Redis protocol (RESP): its arguments as bulk strings."""
-    text = "".join([f"${len(s)}\r\n{s}\r\n" for s in map(str, cmd)])
-    if text.isascii():  # (every length above counted bytes)
-        return b"*%d\r\n%b" % (len(cmd), text.encode())
-    out = [b"*%d\r\n" % len(cmd)]
-    for s in map(str, cmd):
-        b = s.encode()
-        out.append(b"$%d\r\n%b\r\n" % (len(b), b))
-    return b"".join(out)
-
-
-def _wire_params(redis: Any) -> dict[str, Any] | None:
-    """Where the counters' own connection goes, from the client's pool: a plain TCP or Unix
-    socket connection, a user, a password, a database; None for any other client (a
-    cluster, TLS, a credential provider, a client without one pool), which keeps redis-py's
-    own connections."""
-    pool = getattr(redis, "connection_pool", None)
-    if pool is None:
-        return None
-    from redis.asyncio.connection import Connection, UnixDomainSocketConnection
-
-    kw = getattr(pool, "connection_kwargs", {})
-    if kw.get("credential_provider") is not None:
-        return None
-    if pool.connection_class is Connection:
-        where: dict[str, Any] = {"host": kw.get("host") or "localhost", "port": int(kw.get("port") or 6379)}
-    elif pool.connection_class is UnixDomainSocketConnection:
-        where = {"path": kw["path"]}
-    else:
-        return None
-    timeout = float(kw.get("socket_timeout") or 5.0)
-    return {
-        **where,
-        "username": kw.get("username"),
-        "password": kw.get("password"),
-        "db": int(kw.get("db") or 0),
-        "timeout": timeout,
-        "connect_timeout": float(kw.get("socket_connect_timeout") or timeout),
-    }
-
-
-class _Wire(asyncio.Protocol):
-    """The counters' own connection to Redis: batches written as they come (pipelined), their
-    replies read by hiredis in order and handed to ``done``; a lost connection, or replies
-    late by more than ``timeout`` seconds, fails every batch still waiting (``failed``)."""
-
-    def __init__(self, owner: RedisCounters, timeout: float) -> None:
-        import hiredis
-
-        self.owner = owner
-        self.timeout = timeout
-        self.reader = hiredis.Reader(replyError=owner._response_error)
-        self.pending: collections.deque[_Batch] = collections.deque()
-        self.transport: asyncio.Transport | None = None
-        self.watch: asyncio.TimerHandle | None = None
-        self.late = False  # dropped for replies too late: its takes fail open, not tried again
-        self.loop = asyncio.get_running_loop()  # (a connection serves the loop that opened it)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def send(self, batch: _Batch) -> None:
-        assert self.transport is not None
-        batch.sent = time.monotonic()
-        self.pending.append(batch)
-        self.transport.write(b"".join([_pack(c) for c in batch.cmds]))
-        if self.watch is None:
-            self.watch = asyncio.get_running_loop().call_later(self.timeout, self._late)
-
-    def _late(self) -> None:
-        self.watch = None
-        if not self.pending or self.transport is None:
-            return
-        left = self.pending[0].sent + self.timeout - time.monotonic()
-        if left > 0:
-            self.watch = asyncio.get_running_loop().call_later(left, self._late)
-        else:  # Redis does not answer: the connection goes, its batches fail as timed out
-            self.late = True
-            self.transport.abort()
-
-    def data_received(self, data: bytes) -> None:
-        reader = self.reader
-        reader.feed(data)
-        pending = self.pending
-        try:
-            while (reply := reader.gets()) is not False:
-                batch = pending[0]
-                batch.replies.append(reply)
-                if len(batch.replies) == len(batch.cmds):
-                    pending.popleft()
-                    self.owner._done(batch)
-        except Exception as e:  # (a reply past the batches, a protocol error): the connection goes
-            log.error("limits_wire_error", error=type(e).__name__)
-            if self.transport is not None:
-                self.transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        if self.watch is not None:
-            self.watch.cancel()
-            self.watch = None
-        if self.owner._wire is self:
-            self.owner._wire = None
-        pending, self.pending = self.pending, collections.deque()
-        err: Exception = (
-            self.owner._timeout_error(f"Redis did not answer within {self.timeout} s")
-            if self.late
-            else self.owner._connection_error(f"Redis connection lost ({type(exc).__name__ if exc else 'closed'})")
-        )
-        for batch in pending:
-            self.owner._failed(batch, err)
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+    def failed(self, e: Exception) -> None:
+        self.owner._failed(self, e)
 
 
 class RedisCounters:
@@ -419,10 +314,10 @@ class RedisCounters:
     trip); its marker makes it count once when a batch whose replies were lost is sent
     again.  Each script stays atomic on the server: batching changes no count.
 
-    The batches go on the counters' own connection (``_Wire``: an asyncio protocol whose
-    replies hiredis reads, batches pipelined, no pool to take a connection from and give it
-    back to), opened with the store's address, user, password and database.  A cluster, TLS
-    or a credential provider keeps redis-py's connections (``_Wire`` is not used).
+    The batches go on the counters' own connection (``app/redis_wire.py``: an asyncio
+    protocol whose replies hiredis reads, batches pipelined, no pool to take a connection
+    from and give it back to), opened with the store's address, user, password and
+    database.  A cluster, TLS or a credential provider keeps redis-py's connections.
 
     On a Redis Cluster (``cluster``) a key's counters, and its settlements' markers, carry a
     hash tag of its name (``lim:{<16 hex of its SHA-256>}:<name>:…``): the scripts touch one
@@ -434,11 +329,8 @@ class RedisCounters:
         self.cluster = cluster
         from redis.exceptions import ConnectionError as RedisConnectionError  # (redis only with this store)
         from redis.exceptions import NoScriptError, ResponseError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
 
         self.reconnect_errors: tuple[type[BaseException], ...] = (RedisConnectionError,)
-        self._connection_error = RedisConnectionError
-        self._timeout_error = RedisTimeoutError  # (not a reconnect error: a hung Redis fails open at once)
         self._no_script = NoScriptError
         self._response_error = ResponseError
         self.script = redis.register_script(TAKE)
@@ -451,11 +343,12 @@ class RedisCounters:
         self._kicked = False  # a batch is scheduled for the next loop turn
         self._timer: asyncio.TimerHandle | None = None  # the owed settlements' own batch
         self._failures = 0  # batches of settlements failed in a row (the retry's backoff)
-        self._batches: set[asyncio.Task[None]] = set()  # batches through redis-py (no _Wire)
-        self._params = _wire_params(redis)  # None: redis-py's connections
-        self._wire: _Wire | None = None
-        self._connecting: asyncio.Task[None] | None = None
-        self._queued: list[_Batch] = []  # batches waiting for the connection
+        self._batches: set[asyncio.Task[None]] = set()  # batches through redis-py (no wire)
+        from app import redis_wire
+
+        self._pack = redis_wire.pack
+        where = redis_wire.params(redis)  # None: redis-py's connections
+        self._wire = redis_wire.Wire(where) if where is not None else None
         self._inflight = 0  # batches written, their replies not all read
         self._idle: list[asyncio.Future[None]] = []  # flush() calls waiting for no batch in flight
         self._tags: dict[str, str] = {}  # key name → its counters' prefix (a cluster's hash tag)
@@ -531,68 +424,19 @@ class RedisCounters:
         for cmd, fut in takes:
             owed.append(cmd)
             sinks.append(fut)
-        self._post(_Batch(owed, sinks))
+        self._post(_Batch(self, owed, sinks))
 
     def _post(self, batch: _Batch) -> None:
         self._inflight += 1
-        if self._params is None:  # redis-py's own connections, in a task
+        wire = self._wire
+        if wire is None:  # redis-py's own connections, in a task
             task = asyncio.get_running_loop().create_task(self._through_pool(batch))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
-        elif (
-            (wire := self._wire) is not None and wire.transport is not None and wire.loop is asyncio.get_running_loop()
-        ):
-            wire.send(batch)
-        else:
-            self._queued.append(batch)
-            loop = asyncio.get_running_loop()
-            if self._connecting is None or self._connecting.get_loop() is not loop:
-                self._connecting = loop.create_task(self._connect())
-
-    async def _connect(self) -> None:
-        """Open the counters' connection, then write the batches that waited for it (a
-        connection refused fails them: takes fail open, settlements stay owed)."""
-        p = self._params
-        assert p is not None
-        loop = asyncio.get_running_loop()
-        wire = _Wire(self, p["timeout"])
-        try:
-            try:
-                if "path" in p:
-                    opening = loop.create_unix_connection(lambda: wire, p["path"])
-                else:
-                    opening = loop.create_connection(lambda: wire, p["host"], p["port"])
-                await asyncio.wait_for(opening, p["connect_timeout"])
-                hello: list[tuple[Any, ...]] = []
-                if p["password"] is not None:
-                    auth = ("AUTH", p["username"], p["password"]) if p["username"] else ("AUTH", p["password"])
-                    hello.append(auth)
-                if p["db"]:
-                    hello.append(("SELECT", p["db"]))
-                if hello:
-                    futs = [loop.create_future() for _ in hello]
-                    self._inflight += 1
-                    wire.send(_Batch(hello, list(futs)))
-                    for fut in futs:
-                        await asyncio.wait_for(fut, p["timeout"])
-            except self._connection_error:
-                raise
-            except TimeoutError as e:  # (as redis-py's: fails open at once, not tried again)
-                raise self._timeout_error("Redis did not answer in time (connecting)") from e
-            except OSError as e:  # (refused, unreachable: tried again, then fails open)
-                raise self._connection_error(f"Redis unreachable ({type(e).__name__}: {e})") from e
-        except Exception as e:
-            wire.close()
-            queued, self._queued = self._queued, []
-            for batch in queued:
-                self._failed(batch, e)
             return
-        finally:
-            self._connecting = None
-        self._wire = wire
-        queued, self._queued = self._queued, []
-        for batch in queued:
-            wire.send(batch)
+        pack = self._pack
+        batch.data = b"".join([pack(c) for c in batch.cmds])
+        wire.send(batch)
 
     def _done(self, batch: _Batch) -> None:
         """A batch's replies, each to its take, or logged (a settlement's error)."""
@@ -621,7 +465,7 @@ class RedisCounters:
             # Redis restarted without the scripts: NOSCRIPT means they did not run; loaded,
             # and sent again, in one write
             loads: list[tuple[Any, ...]] = [("SCRIPT", "LOAD", body) for body in self._scripts.values()]
-            redo = _Batch(loads + [cmds[i] for i in again], [batch.sinks[i] for i in again], skip=len(loads))
+            redo = _Batch(self, loads + [cmds[i] for i in again], [batch.sinks[i] for i in again], skip=len(loads))
             self._post(redo)
         self._landed()
 
@@ -707,9 +551,8 @@ class RedisCounters:
 
     async def aclose(self) -> None:
         """The counters' own connection closed (after ``flush``)."""
-        wire, self._wire = self._wire, None
-        if wire is not None:
-            wire.close()
+        if self._wire is not None:
+            self._wire.close()
 
     async def renew(self, slots: list[Slot], now: float) -> None:
         if not slots:

@@ -76,16 +76,22 @@ once per batch.  A batch's CPU is mostly a fixed cost, so under load a put pays 
   An in-memory database (``path: ":memory:"``) is one connection's: its puts go through it.
 * Redis (not a Cluster: there each put goes alone, below): the whole batch is one
   script, ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their
-  items, the size bookkeeping), packed here into one command and sent on a connection
-  the puts keep.  One write, one reply: redis-py's packing of the same six commands per
-  put, their six replies and a pool checkout cost more than the round trip itself.  No
-  other client sees a batch half written (a script runs alone); one that fails midway
-  keeps what it wrote, and each of its puts answers ``store: false``.
+  items, the size bookkeeping), one ``EVALSHA`` on the puts' own connection (a
+  ``redis_wire.Wire``, as the limits' counters have theirs: packed there, pipelined, its
+  reply read by hiredis).  One write, one reply: redis-py's packing of the same six
+  commands per put, their six replies and a pool checkout cost more than the round trip
+  itself.  A script the server lost (NOSCRIPT: the batch did not run) is loaded and the
+  batch sent again, in one write.  A connection the server closed meanwhile (a restart)
+  costs no put: the batch goes once more on a new one (each write of the script can be
+  repeated).  No other client sees a batch half written (a script runs alone); one that
+  fails midway keeps what it wrote, and each of its puts answers ``store: false``.  TLS
+  or a credential provider keeps redis-py's pool for the puts.
 
 Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
 raised as ``StoreUnavailable`` and counted in ``switchboard_store_errors_total{op}``; the
 caller answers 503 ``store_unavailable``.  Nothing here keeps a connection state the next
-call depends on: redis-py reconnects on the next command, so the store recovers by itself.
+call depends on: redis-py, and the puts' own connection, reconnect on the next command, so
+the store recovers by itself.
 Records are never logged (they hold the conversation).
 
 A record is stored under its owner's key, ``scope + id``, where ``scope`` is 16 hex digits
@@ -979,12 +985,16 @@ class RedisStore(Store):
         self.redis = Redis(connection_pool=pool)
         # the size bookkeeping (see the module docstring)
         self._sizes = [self.prefix + "meta:bytime", self.prefix + "meta:sizes", self.prefix + "meta:bytes"]
-        # the first arguments of every batch's command: EVAL (not a registered script: nothing
-        # to load again after a restart; the server caches the compiled body), the script, its
-        # keys; then the key prefix
-        self._puts_head = b"".join(map(_bulk, [b"EVAL", _PUTS_LUA.encode(), b"3", *(k.encode() for k in self._sizes)]))
+        # the puts' own connection (app/redis_wire.py; None: redis-py's, for TLS or a
+        # credential provider), and the first arguments of every batch's command: EVALSHA,
+        # the script's SHA1, its keys; then the key prefix
+        from app import redis_wire
+
+        where = redis_wire.params(self.redis)
+        self._wire = redis_wire.Wire(where) if where is not None else None
+        self._puts_sha = hashlib.sha1(_PUTS_LUA.encode()).hexdigest().encode()
+        self._puts_head: list[bytes] = [b"EVALSHA", self._puts_sha, b"3", *(k.encode() for k in self._sizes)]
         self._prefix_arg = self.prefix.encode()
-        self._own: Any = None  # the connection the puts keep (_command)
 
     def shared(self, group: str) -> str:
         """The prefix of a group of keys that one script or transaction touches together
@@ -1028,6 +1038,7 @@ class RedisStore(Store):
         # write and one reply, whatever the batch holds (redis-py's packing of the same
         # commands, one by one, cost more than the round trip)
         args: list[bytes] = [
+            *self._puts_head,
             self._prefix_arg,
             repr(time.time()).encode(),
             b"%d" % self.ttl,
@@ -1036,43 +1047,40 @@ class RedisStore(Store):
         for rid, blob, touch, item_ids in puts:
             args += (rid.encode(), blob, b"%d" % len(item_ids), *map(str.encode, item_ids))
             args += (b"%d" % len(touch), *map(str.encode, touch))
-        packed = b"".join([b"*%d\r\n" % (6 + len(args)), self._puts_head, *map(_bulk, args)])
-        got = await self._command(packed)
+        got = await self._script(args)
         return [(int(got[i]), int(got[i + 1])) for i in range(0, len(got), 2)]
 
-    async def _command(self, packed: bytes) -> Any:
-        """One packed command; its reply (an error reply raised).  On the connection the
-        puts keep (taken from the pool once: a batch at a time, Store._write_queued), or
-        one of the pool's when that one is busy.  A kept connection the server closed
-        meanwhile (a restart) fails its first command: sent again once, on a new connection
-        (the batch's script may be run twice: each of its writes can be repeated)."""
-        from redis.exceptions import ConnectionError as Disconnected
-        from redis.exceptions import ResponseError
+    async def _script(self, cmd: list[bytes]) -> Any:
+        """The EVALSHA ``cmd`` of ``_PUTS_LUA``; its reply (an error reply raised).  On the
+        puts' own connection (``redis_wire.Wire``: a connection the server closed meanwhile
+        costs nothing, the batch goes again once on a new one; its script may so run twice,
+        and each of its writes can be repeated).  A script the server lost (NOSCRIPT: it
+        did not run) is loaded and sent again, in one write."""
+        wire = self._wire
+        if wire is None:  # redis-py's connections (TLS, a credential provider)
+            return await self._script_pooled(cmd)
+        got = (await wire.call([cmd]))[0]
+        if isinstance(got, Exception):
+            if not str(got).startswith("NOSCRIPT"):
+                raise got
+            got = (await wire.call([(b"SCRIPT", b"LOAD", _PUTS_LUA.encode()), cmd]))[1]
+            if isinstance(got, Exception):
+                raise got
+        return got
 
-        conn, self._own = self._own, None
-        again = conn is not None
-        if conn is None:
-            conn = await self.redis.connection_pool.get_connection()
+    async def _script_pooled(self, cmd: list[bytes]) -> Any:
+        """``_script`` on redis-py's pool: a pooled connection the server closed is one
+        failure, and the command goes once more."""
+        from redis.exceptions import ConnectionError as Disconnected
+        from redis.exceptions import NoScriptError
+
         try:
-            while True:
-                try:
-                    await conn.send_packed_command(packed)
-                    return await conn.read_response()
-                except ResponseError:
-                    raise  # (an error reply, read whole: the connection is as it was)
-                except Disconnected:
-                    await conn.disconnect()  # (the next command connects again)
-                    if not again:
-                        raise
-                    again = False
-                except BaseException:
-                    await conn.disconnect()  # (half read: the next command connects again)
-                    raise
-        finally:
-            if self._own is None:
-                self._own = conn
-            else:
-                await self.redis.connection_pool.release(conn)
+            return await self.redis.execute_command(*cmd)
+        except NoScriptError:
+            await self.redis.script_load(_PUTS_LUA)
+        except Disconnected:
+            pass
+        return await self.redis.execute_command(*cmd)
 
     async def _put_cluster(
         self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
@@ -1158,12 +1166,9 @@ class RedisStore(Store):
         await self.redis.ping()
 
     async def aclose(self) -> None:
+        if not self.cluster and self._wire is not None:
+            self._wire.close()
         await self.redis.aclose()
-
-
-def _bulk(arg: bytes) -> bytes:
-    """One argument of a command as Redis reads it (RESP's bulk string)."""
-    return b"$%d\r\n%s\r\n" % (len(arg), arg)
 
 
 def _chunks(items: list[str], n: int) -> Iterable[list[str]]:

@@ -1,4 +1,4 @@
-"""The Redis counters' own connection (app/limits.py, ``_Wire``): takes pipelined on it stay
+"""The Redis counters' own connection (app/limits.py on app/redis_wire.py): takes pipelined on it stay
 exact across instances, it logs in and selects the store's database (TCP or Unix socket),
 scripts a restarted Redis lost are loaded again, a Redis that does not answer fails open in
 time, and clients it cannot stand for keep redis-py's connections."""
@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from app.limits import Limiter, LimitExceeded, RedisCounters, _wire_params
+from app.limits import Limiter, LimitExceeded, RedisCounters
 from app.metrics import Metrics
+from app.redis_wire import params as _wire_params
 from app.store import RedisStore
 from providers.config import StoreCfg
 from tests.unit.test_limits import NOW, config
@@ -98,7 +99,7 @@ async def test_the_connection_logs_in_and_selects_the_database(own_redis: tuple[
     url = f"redis://:{PASSWORD}@127.0.0.1:{port}/3" if via == "tcp" else f"unix://{sock}?db=3&password={PASSWORD}"
     r = RedisStore(StoreCfg(backend="redis", url=url)).redis
     counters = RedisCounters(r, "w:")
-    assert counters._params is not None and ("path" in counters._params) == (via == "unix")
+    assert counters._wire is not None and ("path" in counters._wire.params) == (via == "unix")
     lim = Limiter(config({"requests_per_minute": 2, "tokens_per_day": 1000}), counters)
     try:
         t = await lim.admit("alice", "m", 100, "r1", now=NOW)
@@ -201,7 +202,7 @@ async def test_a_client_without_the_connection_still_counts() -> None:
     r = RedisStore(StoreCfg(backend="redis", url=REDIS_URL)).redis
     prefix = f"sbtest:{uuid.uuid4().hex}:"
     counters = RedisCounters(r, prefix)
-    counters._params = None
+    counters._wire = None
     lim = Limiter(config({"requests_per_minute": 2, "tokens_per_day": 1000}), counters)
     try:
         t = await lim.admit("alice", "m", 100, "r1", now=NOW)

@@ -425,16 +425,14 @@ async def test_sqlite_in_memory_store_keeps_its_records(tmp_path):
 
 
 async def test_redis_put_after_its_connection_was_closed_is_stored():
-    """Puts keep one connection; one the server closed meanwhile (a restart, a timeout of
-    idle clients) costs no put: the batch goes again once on a new connection."""
+    """Puts keep one connection (app/redis_wire.py); one the server closed meanwhile (a
+    restart, a timeout of idle clients) costs no put: the next put goes on a new connection."""
     prefix = f"switchboard-test:{uuid.uuid4().hex}:"
     s = RedisStore(StoreCfg(backend="redis", url=REDIS_URL, key_prefix=prefix, ttl_seconds=60), Metrics())
     try:
         await s.put(rec("resp_k1"))
-        kept = s._own
-        assert kept is not None
-        await kept.send_command("CLIENT", "ID")
-        cid = await kept.read_response()
+        assert s._wire is not None and s._wire.connected
+        (cid,) = await s._wire.call([("CLIENT", "ID")])
         assert await s.redis.client_kill_filter(_id=cid) == 1
         await s.put(rec("resp_k2", ancestors=["resp_k1"]))
         assert [r.id for r in await s.chain("resp_k2", "alice") or []] == ["resp_k1", "resp_k2"]
