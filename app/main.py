@@ -39,6 +39,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.telemetry import TelemetryConfig
 from starlette.requests import ClientDisconnect
 
 from app import accounting, compact, logs, metrics, stored, tokens
@@ -150,6 +151,20 @@ def path_call(spec: ProtocolSpec, path: str) -> tuple[str, bool]:
 
 
 ASGIHandler = Callable[[Any, Any, Any], Awaitable[None]]
+
+
+# FastAPI's own OpenTelemetry, off: it turns itself on whenever a global provider is set (a
+# process run under ``opentelemetry-instrument``) or FASTAPI_OTEL_AUTO_CONFIGURE is true, and
+# would then export every request's URL (a Gemini client's ``?key=``), its exceptions and
+# messages, past the proxy's masking.  The proxy's traces are its own (app/tracing.py, opt-in
+# by config, content only when asked).
+NO_FASTAPI_TELEMETRY: TelemetryConfig = {
+    "tracing": False,
+    "metrics": False,
+    "logs": False,
+    "operation_spans": False,
+    "auto_configure": False,
+}
 
 
 class Switchboard(FastAPI):
@@ -649,7 +664,14 @@ def create_app(config: Config, *, transport: httpx.AsyncBaseTransport | None = N
     svc = Service(config, transport)
     svc.signals = signals
     logs.set_mask(svc.secrets)
-    app = Switchboard(title="Switchboard", lifespan=svc.lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = Switchboard(
+        title="Switchboard",
+        lifespan=svc.lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        telemetry=NO_FASTAPI_TELEMETRY,
+    )
     app.state.router = svc.router
     app.state.service = svc
     app.state.config = config
