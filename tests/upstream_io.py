@@ -80,9 +80,15 @@ class CountingUpstream:
         raise NotImplementedError
 
 
-async def asgi_post(app: Any, path: str, body: bytes, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-    """``app`` called as ASGI with a JSON POST of ``body`` to ``path`` from a client that
-    stays connected; ``send`` sees each message the app sends.  At most 20 s."""
+async def asgi_post(
+    app: Any,
+    path: str,
+    body: bytes,
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """``app`` called as ASGI with a JSON POST of ``body`` to ``path`` (and ``headers``) from
+    a client that stays connected; ``send`` sees each message the app sends.  At most 20 s."""
     delivered = False
 
     async def receive() -> dict[str, Any]:
@@ -103,7 +109,7 @@ async def asgi_post(app: Any, path: str, body: bytes, send: Callable[[dict[str, 
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), *headers],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 8080),
     }

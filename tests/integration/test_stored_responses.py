@@ -4,7 +4,6 @@ scoping per client key, storing turned off, and a store that does not answer."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -12,6 +11,7 @@ import orjson
 import pytest
 
 from tests.integration.conftest import BASE_CONFIG, CHAT_URL, RESP_URL, parse_sse, sse_response
+from tests.upstream_io import asgi_post
 
 KEYS = [{"name": "alice", "key": "sk-alice"}, "sk-bob"]
 ALICE = {"authorization": "Bearer sk-alice"}
@@ -289,43 +289,6 @@ async def test_a_stored_chain_past_the_body_limit_is_a_context_error(client_fact
     assert len(up.bodies["chat"]) == 3  # nothing went upstream for the fourth turn
 
 
-async def asgi_post(app: Any, body: dict[str, Any], sent: list[dict[str, Any]]) -> None:
-    """POST /v1/responses straight to the app's ASGI callable; every message it sends lands
-    in ``sent`` as it is sent."""
-    raw = orjson.dumps(body)
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [
-            (b"host", b"127.0.0.1:8080"),
-            (b"authorization", b"Bearer sk-alice"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(raw)).encode()),
-        ],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8080),
-    }
-    messages = [{"type": "http.request", "body": raw, "more_body": False}]
-
-    async def receive() -> dict[str, Any]:
-        if messages:
-            return messages.pop()
-        await asyncio.Event().wait()  # the client stays
-        raise AssertionError
-
-    async def send(msg: dict[str, Any]) -> None:
-        sent.append(msg)
-
-    await app(scope, receive, send)
-
-
 def body_of(sent: list[dict[str, Any]]) -> bytes:
     return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
@@ -351,7 +314,12 @@ async def test_the_put_is_done_before_the_terminal_leaves(client_factory, up, tm
         await real(rec)
 
     store.put = put
-    await asgi_post(app, {"model": model, "input": "one", "stream": stream}, sent)
+
+    async def send(msg: dict[str, Any]) -> None:
+        sent.append(msg)
+
+    body = orjson.dumps({"model": model, "input": "one", "stream": stream})
+    await asgi_post(app, "/v1/responses", body, send, headers=((b"authorization", b"Bearer sk-alice"),))
     assert len(at_put) == 1
     if stream:
         before = parse_sse(body_of(at_put[0]))
