@@ -27,7 +27,7 @@ created_at      when it was stored (unix seconds)
 ========================  =================================================================
 call                      does
 ========================  =================================================================
-``put(rec)``              store (orjson + zlib); renews the TTL of its ancestors, so a live
+``put(rec)``              store (orjson + zstd); renews the TTL of its ancestors, so a live
                           conversation never loses its start; a record over
                           ``max_record_bytes`` compressed raises ``RecordTooLarge``
 ``get(id, owner)``        the record, or None (unknown, expired, another owner's)
@@ -184,11 +184,37 @@ class Record:
 
     def encode(self) -> bytes:
         # (orjson writes a dataclass's fields itself: no deep copy of the response first)
-        return zlib.compress(orjson.dumps(self), 6)
+        return _codec().compress(orjson.dumps(self))
 
     @classmethod
     def decode(cls, blob: bytes) -> Record:
-        return cls(**orjson.loads(zlib.decompress(blob)))
+        if blob[:4] == _ZSTD_MAGIC:
+            raw = _codec(decompress=True).decompress(blob)
+        else:  # (a record written by a version that compressed with zlib)
+            raw = zlib.decompress(blob)
+        return cls(**orjson.loads(raw))
+
+
+# A record is its JSON compressed with zstd at level 1, by a compressor context kept per
+# thread (a context is not for two threads at once).  zlib, which earlier versions used
+# (still read: a zstd frame starts with its magic number, a zlib stream never does), set up
+# and freed 256 KB of state per record: most of a small record's encoding, and on a Codex
+# turn's 373 KB of JSON 1.25 ms against zstd's 54 µs, for 7.2 KB against 5.2 KB.
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_LEVEL = 1
+_codecs = threading.local()
+
+
+def _codec(decompress: bool = False) -> Any:
+    """This thread's zstd compressor (or decompressor), made at its first use."""
+    name = "d" if decompress else "c"
+    got = getattr(_codecs, name, None)
+    if got is None:
+        import zstandard
+
+        got = zstandard.ZstdDecompressor() if decompress else zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
+        setattr(_codecs, name, got)
+    return got
 
 
 class StoredItem(NamedTuple):
@@ -666,11 +692,12 @@ class _Writer:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._con: sqlite3.Connection | None = None
         self._puts = 0
+        self._closed: asyncio.Future[Any] | None = None  # (close's job, once asked)
         self._thread = threading.Thread(target=self._run, name="switchboard-store-writer", daemon=True)
         self._thread.start()
 
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._closed is None and self._thread.is_alive()
 
     def submit(self, puts: _Puts) -> asyncio.Future[list[tuple[int, int]]]:
         loop = asyncio.get_running_loop()
@@ -679,13 +706,16 @@ class _Writer:
         return fut
 
     async def close(self) -> None:
-        """Stop the thread once the jobs queued before are written; close its connection."""
-        if not self._thread.is_alive():
-            return
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        self._jobs.put((loop, fut, None))
-        await fut
+        """Stop the thread once the jobs queued before are written; close its connection.
+        A second call waits for the first's (the thread may still be on its way out: a job
+        queued now would never be answered)."""
+        if self._closed is None:
+            if not self._thread.is_alive():
+                return
+            loop = asyncio.get_running_loop()
+            self._closed = loop.create_future()
+            self._jobs.put((loop, self._closed, None))
+        await asyncio.shield(self._closed)
 
     def _run(self) -> None:
         running = True

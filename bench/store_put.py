@@ -4,7 +4,8 @@
 usage, the echoed request fields), first one at a time, then four at a time (one batch),
 on the SQLite store (a temp file) and on the Redis store (our own redis-server on a free
 port, stopped by its PID).  CPU is the process's (every thread: SQLite's writer counts), and
-the loop thread's alone; per put.  Also the record's own encoding (orjson, zlib).
+the loop thread's alone; per put.  Also the record's own encoding (orjson, then zstd, with
+zlib, what earlier versions used, beside it), on this record and on a Codex turn's.
 
 Run: ``.venv/bin/python -m bench.store_put [--puts 4000]``.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import shutil
 import socket
 import sys
@@ -27,6 +29,8 @@ import uvloop
 
 from app.metrics import Metrics
 from app.store import Record, open_store
+from app.store import _codec as store_codec
+from bench.codex_body import codex_request
 from bench.limits import start_redis
 from bench.run import Child
 from providers.config import StoreCfg
@@ -107,9 +111,19 @@ def main() -> None:
     args = ap.parse_args()
     raw = orjson.dumps(record(0))
     print(f"record: {len(raw)} bytes of JSON, {len(record(0).encode())} compressed")
-    print(
-        f"orjson {per_call(lambda: orjson.dumps(record(0))):.1f} µs, zlib {per_call(lambda: zlib.compress(raw, 6)):.1f} µs\n"
-    )
+    print(f"orjson {per_call(lambda: orjson.dumps(record(0))):.1f} µs")
+    # the compression, now (zstd, app/store.py) and before (zlib at level 6), on this record
+    # and on one holding a Codex turn's request (its instructions, tools and history)
+    big = orjson.dumps({**orjson.loads(raw), "input": [orjson.loads(codex_request("bench-resp-n20-d0"))]})
+    for name, data in (("this record", raw), ("a Codex turn's", big)):
+        n = 20000 if data is raw else 200
+        zs = per_call(functools.partial(store_codec().compress, data), n)
+        zl = per_call(functools.partial(zlib.compress, data, 6), n)
+        print(
+            f"{name} ({len(data)} bytes): zstd {zs:.1f} µs, {len(store_codec().compress(data))} bytes; "
+            f"zlib {zl:.1f} µs, {len(zlib.compress(data, 6))} bytes"
+        )
+    print()
     work = Path(tempfile.mkdtemp(prefix="bench-store-put-"))
     redis: Child | None = None
     try:

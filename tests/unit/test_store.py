@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+import zstandard
 
 from app.metrics import Metrics
 from app.store import Record, RecordTooLarge, RedisStore, SQLiteStore, Store, StoreUnavailable, _scope, open_store
@@ -143,7 +144,7 @@ async def test_size_cap_and_compression(store: Store):
     big = rec("resp_big", text="x" * 100_000)  # compresses well below the cap
     await store.put(big)
     assert len(big.encode()) < 2048
-    assert len(orjson.loads(zlib.decompress(big.encode()))["input"][0]["content"]) == 100_000
+    assert len(orjson.loads(zstandard.ZstdDecompressor().decompress(big.encode()))["input"][0]["content"]) == 100_000
     noisy = rec("resp_noisy", text=os.urandom(4000).hex())  # random: does not compress
     with pytest.raises(RecordTooLarge):
         await store.put(noisy)
@@ -340,6 +341,22 @@ async def test_an_upstream_that_repeats_an_id_keeps_each_keys_record(store: Stor
     assert await store.get("resp_same", "alice") is not None
 
 
+async def test_a_record_an_earlier_version_compressed_with_zlib_is_read(store: Store):
+    """Records were zlib streams before zstd: one of them is read, owner-checked and continued."""
+    old = rec_items("resp_zlib")
+    scoped = _scope("alice") + "resp_zlib"
+    blob = zlib.compress(orjson.dumps(old), 6)
+    await store._put(scoped, blob, [], [_scope("alice") + i for i in old.item_ids()])
+    got = await store.get("resp_zlib", "alice")
+    assert got is not None and got.response == old.response and got.input == old.input
+    assert await store.get("resp_zlib", "bob") is None
+    assert set(await store.items(["fc_resp_zlib"], "alice")) == {"fc_resp_zlib"}
+    await store.put(rec("resp_zlib_next", ancestors=["resp_zlib"]))
+    chain = await store.chain("resp_zlib_next", "alice")
+    assert [r.id for r in chain or []] == ["resp_zlib", "resp_zlib_next"]
+    assert chain is not None and chain[1].encode()[:4] == b"\x28\xb5\x2f\xfd"  # (a zstd frame)
+
+
 async def test_a_record_stored_under_its_bare_id_is_still_found(store: Store):
     """Records written before keys were scoped: found, owner-checked, continued, deleted."""
     old = rec_items("resp_legacy")
@@ -407,6 +424,60 @@ async def test_sqlite_puts_are_one_transaction_each_batch_and_a_failed_one_keeps
         assert m.get("switchboard_store_bytes") == await _sizes(s, ["resp_first", "resp_after"])
     finally:
         await s.aclose()
+
+
+async def test_sqlite_put_waits_for_a_busy_file_on_the_writers_thread(tmp_path):
+    """A put meets the file's write lock held by another connection (another worker's
+    transaction): the loop does not wait for it; the writer's thread does, and the put
+    returns once it is written, readable at once.  Puts that come meanwhile queue behind it,
+    and the store serves meanwhile."""
+    import sqlite3
+
+    path = tmp_path / "r.db"
+    s = SQLiteStore(StoreCfg(path=str(path)))
+    try:
+        await s.put(rec("resp_first"))
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # the write lock, held
+        puts = [asyncio.create_task(s.put(rec(f"resp_busy{i}"))) for i in range(3)]
+        await asyncio.sleep(0.3)  # (the loop ran meanwhile: nothing blocked it)
+        assert not any(p.done() for p in puts)
+        assert await s.get("resp_first", "alice") is not None
+        other.execute("COMMIT")
+        other.close()
+        await asyncio.wait_for(asyncio.gather(*puts), 5)
+        for i in range(3):
+            assert await s.get(f"resp_busy{i}", "alice") is not None
+        await s.put(rec("resp_after"))
+        assert await s.get("resp_after", "alice") is not None
+    finally:
+        await s.aclose()
+
+
+async def test_sqlite_writer_closed_twice_returns(tmp_path):
+    """The writer's thread stops at the first close; a second close (the store's aclose
+    after a drain's) waits for the first instead of queueing a job nobody would answer:
+    the thread may still look alive, on its way out, when the first close returns."""
+    s = SQLiteStore(StoreCfg(path=str(tmp_path / "r.db")))
+    try:
+        await s.put(rec("resp_0"))
+        writer = s._writer
+        assert writer is not None
+        thread = writer._thread
+        await writer.close()
+        thread.join(5)
+
+        class Leaving:  # (the thread as the second close saw it: not yet gone)
+            def is_alive(self) -> bool:
+                return True
+
+        writer._thread = Leaving()  # type: ignore[assignment]
+        await asyncio.wait_for(writer.close(), 5)
+        assert not writer.alive()
+        await s.put(rec("resp_1"))  # (a new writer)
+        assert await s.get("resp_1", "alice") is not None
+    finally:
+        await asyncio.wait_for(s.aclose(), 5)
 
 
 async def test_sqlite_in_memory_store_keeps_its_records(tmp_path):
