@@ -300,8 +300,35 @@ class Store:
 
     def _send_puts(self) -> None:
         self._put_kicked = False
-        if self._queued and self._writing is None:
+        if self._queued and self._writing is None and not self._send_now():
             self._writing = asyncio.get_running_loop().create_task(self._write_queued())
+
+    def _send_now(self) -> bool:
+        """The queued puts sent as one batch answered by callbacks, with no task of its own
+        (a backend that can: Redis on its own connection); False: ``_write_queued`` writes."""
+        return False
+
+    def _written(self, batch: list[_Queued], got: list[tuple[int, int]]) -> None:
+        """A batch written: the total after its last put, its evictions together; its puts
+        return."""
+        self.healthy = True
+        self.counters.set_gauge("switchboard_store_bytes", got[-1][0])
+        evicted = sum(n for _, n in got)
+        if evicted:
+            self.counters.inc("switchboard_store_evicted_total", evicted)
+        for _, fut in batch:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _not_written(self, batch: list[_Queued], e: BaseException) -> None:
+        """A batch the backend did not take: each of its puts counted and answered as
+        ``_call`` answers one (``StoreUnavailable``, the error's type only)."""
+        self.healthy = False
+        err = StoreUnavailable(f"response store ({self.backend}) failed on put: {type(e).__name__}")
+        for _, fut in batch:
+            self.counters.inc("switchboard_store_errors_total", op="put")
+            if not fut.done():
+                fut.set_exception(err)
 
     async def _write_queued(self) -> None:
         """The queued puts, a batch at a time, until none is left (those queued while a batch
@@ -333,14 +360,7 @@ class Store:
             if not unavailable:
                 raise
             return
-        # the total after the batch's last put; its evictions together
-        self.counters.set_gauge("switchboard_store_bytes", got[-1][0])
-        evicted = sum(n for _, n in got)
-        if evicted:
-            self.counters.inc("switchboard_store_evicted_total", evicted)
-        for _, fut in batch:
-            if not fut.done():
-                fut.set_result(None)
+        self._written(batch, got)
 
     async def _find(self, op: str, ids: list[str], owner: str) -> list[tuple[str, Record] | None]:
         """Each id's record of this owner, with the key it is stored under: the owner's own
@@ -1064,9 +1084,12 @@ class RedisStore(Store):
     async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
         if self.cluster:  # (not batched: Store.put sends each alone)
             return [await self._put(*put) for put in puts]
-        # the whole batch is one script (_PUTS_LUA), sent as one command packed here: one
-        # write and one reply, whatever the batch holds (redis-py's packing of the same
-        # commands, one by one, cost more than the round trip)
+        return _totals(await self._script(self._puts_command(puts)))
+
+    def _puts_command(self, puts: _Puts) -> list[bytes]:
+        """The whole batch as one script (``_PUTS_LUA``), one command packed here: one write
+        and one reply, whatever the batch holds (redis-py's packing of the same commands,
+        one by one, cost more than the round trip)."""
         args: list[bytes] = [
             *self._puts_head,
             self._prefix_arg,
@@ -1077,8 +1100,14 @@ class RedisStore(Store):
         for rid, blob, touch, item_ids in puts:
             args += (rid.encode(), blob, b"%d" % len(item_ids), *map(str.encode, item_ids))
             args += (b"%d" % len(touch), *map(str.encode, touch))
-        got = await self._script(args)
-        return [(int(got[i]), int(got[i + 1])) for i in range(0, len(got), 2)]
+        return args
+
+    def _send_now(self) -> bool:
+        if self._wire is None or self.cluster:
+            return False
+        batch, self._queued = self._queued, []
+        _PutBatch(self, self._wire, batch).send()
+        return True
 
     async def _script(self, cmd: list[bytes]) -> Any:
         """The EVALSHA ``cmd`` of ``_PUTS_LUA``; its reply (an error reply raised).  On the
@@ -1199,6 +1228,72 @@ class RedisStore(Store):
         if not self.cluster and self._wire is not None:
             self._wire.close()
         await self.redis.aclose()
+
+
+def _totals(got: Any) -> list[tuple[int, int]]:
+    """``_PUTS_LUA``'s reply: each put's total after it and how many it evicted."""
+    return [(int(got[i]), int(got[i + 1])) for i in range(0, len(got), 2)]
+
+
+class _PutBatch:
+    """A batch of the Redis store's puts on its own connection (``redis_wire.Wire``), with
+    no task of its own: sent from ``_send_puts``, answered by the wire's callbacks, as
+    ``_script`` would answer.  A NOSCRIPT reply (the script did not run) sends the script and
+    the batch again, in one write, once.  A batch lost with a connection opened before it (a
+    restart, an idle timeout) goes once more on a new one; its script may so run twice, and
+    each of its writes can be repeated.  No reply within the store's timeout: the wire drops
+    the connection and the batch fails (its puts answer ``store: false``)."""
+
+    __slots__ = ("store", "wire", "batch", "cmd", "data", "n", "replies", "sent", "fresh", "again", "loaded")
+
+    def __init__(self, store: RedisStore, wire: Any, batch: list[_Queued]) -> None:
+        from app.redis_wire import pack
+
+        self.store = store
+        self.wire = wire
+        self.batch = batch
+        self.cmd = store._puts_command([args for args, _ in batch])
+        self.data = pack(self.cmd)
+        self.n = 1
+        self.replies: list[Any] = []
+        self.sent = 0.0
+        self.fresh = True
+        self.again = True  # (one more try on a new connection left)
+        self.loaded = False  # (the script sent with it, after a NOSCRIPT)
+
+    def send(self) -> None:
+        self.replies = []
+        self.fresh = True
+        self.wire.send(self)
+
+    def landed(self) -> None:
+        got = self.replies[-1]
+        if isinstance(got, Exception):
+            if str(got).startswith("NOSCRIPT") and not self.loaded:
+                from app.redis_wire import pack
+
+                self.loaded = True
+                self.data = pack((b"SCRIPT", b"LOAD", _PUTS_LUA.encode())) + pack(self.cmd)
+                self.n = 2
+                self.send()
+                return
+            self.store._not_written(self.batch, got)
+            return
+        try:
+            totals = _totals(got)
+        except Exception as e:  # (not the script's reply)
+            self.store._not_written(self.batch, e)
+            return
+        self.store._written(self.batch, totals)
+
+    def failed(self, e: Exception) -> None:
+        from redis.exceptions import ConnectionError as Disconnected
+
+        if isinstance(e, Disconnected) and not self.fresh and self.again:
+            self.again = False
+            self.send()
+            return
+        self.store._not_written(self.batch, e)
 
 
 def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
