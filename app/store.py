@@ -184,11 +184,14 @@ class Record:
 
     def encode(self) -> bytes:
         # (orjson writes a dataclass's fields itself: no deep copy of the response first)
-        return _codec().compress(orjson.dumps(self))
+        raw = orjson.dumps(self)
+        return raw if len(raw) < _COMPRESS_FROM else _codec().compress(raw)
 
     @classmethod
     def decode(cls, blob: bytes) -> Record:
-        if blob[:4] == _ZSTD_MAGIC:
+        if blob[:1] == b"{":  # (a small record: its JSON)
+            raw = blob
+        elif blob[:4] == _ZSTD_MAGIC:
             raw = _codec(decompress=True).decompress(blob)
         else:  # (a record written by a version that compressed with zlib)
             raw = zlib.decompress(blob)
@@ -196,10 +199,15 @@ class Record:
 
 
 # A record is its JSON compressed with zstd at level 1, by a compressor context kept per
-# thread (a context is not for two threads at once).  zlib, which earlier versions used
-# (still read: a zstd frame starts with its magic number, a zlib stream never does), set up
-# and freed 256 KB of state per record: most of a small record's encoding, and on a Codex
-# turn's 373 KB of JSON 1.25 ms against zstd's 54 µs, for 7.2 KB against 5.2 KB.
+# thread (a context is not for two threads at once).  zlib, which earlier versions used,
+# set up and freed 256 KB of state per record: most of a small record's encoding, and on a
+# Codex turn's 374 KB of JSON 1.29 ms against zstd's 61 µs, for 7.4 KB against 5.5 KB.
+# A record under ``_COMPRESS_FROM`` bytes of JSON (a short answer, or a continued turn's
+# few new items) is kept as its JSON: compressing it would save a few hundred bytes for
+# about 20 µs of CPU in the server (zstd's code and tables cold), more than the rest of its
+# put.  The three tell apart by their first bytes: a JSON object's ``{``, zstd's magic
+# number, zlib's header (0x78, as earlier versions wrote).
+_COMPRESS_FROM = 1024
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_LEVEL = 1
 _codecs = threading.local()

@@ -150,7 +150,7 @@ async def _ws_session(url: str) -> list[str]:
 
 def load(proxy: Proxy) -> dict[str, int]:
     """One round of mixed traffic on ``proxy``; the statuses, by request."""
-    big = os.urandom(10_000).hex()  # ~20 KB that zlib cannot shrink below max_record_bytes
+    big = os.urandom(10_000).hex()  # ~20 KB that compression cannot shrink below max_record_bytes
     medium = "hello " + os.urandom(400).hex()
     got: dict[str, int] = {}
     with httpx.Client(base_url=proxy.base_url, timeout=20) as c:

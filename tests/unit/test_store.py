@@ -354,7 +354,25 @@ async def test_a_record_an_earlier_version_compressed_with_zlib_is_read(store: S
     await store.put(rec("resp_zlib_next", ancestors=["resp_zlib"]))
     chain = await store.chain("resp_zlib_next", "alice")
     assert [r.id for r in chain or []] == ["resp_zlib", "resp_zlib_next"]
-    assert chain is not None and chain[1].encode()[:4] == b"\x28\xb5\x2f\xfd"  # (a zstd frame)
+    assert chain is not None and chain[1].response == rec("resp_zlib_next").response
+
+
+async def test_a_small_record_is_kept_as_its_json_a_larger_one_compressed(store: Store):
+    """Under ``_COMPRESS_FROM`` bytes of JSON a record is stored as it is; from there on as a
+    zstd frame; both read back whole, and ``max_record_bytes`` counts what is stored."""
+    from app import store as store_mod
+
+    small, large = rec("resp_small", text="hi"), rec("resp_large", text="word " * 400)
+    assert len(orjson.dumps(small)) < store_mod._COMPRESS_FROM <= len(orjson.dumps(large))
+    assert small.encode() == orjson.dumps(small)
+    assert large.encode()[:4] == b"\x28\xb5\x2f\xfd" and len(large.encode()) < len(orjson.dumps(large)) // 4
+    for r in (small, large):
+        await store.put(r)
+        got = await store.get(r.id, "alice")
+        assert got is not None and got.response == r.response and got.input == r.input
+    store.max_bytes = len(small.encode()) - 1
+    with pytest.raises(RecordTooLarge):
+        await store.put(rec("resp_small2", text="hi"))
 
 
 async def test_a_record_stored_under_its_bare_id_is_still_found(store: Store):
