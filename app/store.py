@@ -1140,18 +1140,26 @@ class RedisStore(Store):
         return got
 
     async def _script_pooled(self, cmd: list[bytes]) -> Any:
-        """``_script`` on redis-py's pool: a pooled connection the server closed is one
-        failure, and the command goes once more."""
+        """``_script`` on redis-py's pool: a pooled connection the server closed costs one
+        more try, and so does a NOSCRIPT (the script loaded first), each once.  A restart
+        does both: the kept connection is gone, and the new one meets a server without the
+        script."""
         from redis.exceptions import ConnectionError as Disconnected
         from redis.exceptions import NoScriptError
 
-        try:
-            return await self.redis.execute_command(*cmd)
-        except NoScriptError:
-            await self.redis.script_load(_PUTS_LUA)
-        except Disconnected:
-            pass
-        return await self.redis.execute_command(*cmd)
+        reconnected = loaded = False
+        while True:
+            try:
+                return await self.redis.execute_command(*cmd)
+            except NoScriptError:
+                if loaded:
+                    raise
+                loaded = True
+                await self.redis.script_load(_PUTS_LUA)
+            except Disconnected:
+                if reconnected:
+                    raise
+                reconnected = True
 
     async def _put_cluster(
         self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
