@@ -29,7 +29,7 @@ call                      does
 ========================  =================================================================
 ``put(rec)``              store (orjson, zstd); renews the TTL of its ancestors, so a live
                           conversation never loses its start; a record over
-                          ``max_record_bytes`` compressed raises ``RecordTooLarge``
+                          ``max_record_bytes`` as stored raises ``RecordTooLarge``
 ``get(id, owner)``        the record, or None (unknown, expired, another owner's)
 ``chain(id, owner)``      the records of the conversation ending at ``id``, oldest first,
                           or None when ``id`` or any earlier turn is gone (answering without
@@ -80,13 +80,14 @@ once per batch.  A batch's CPU is mostly a fixed cost, so under load a put pays 
   ``redis_wire.Wire``, as the limits' counters have theirs: packed there, pipelined, its
   reply read by hiredis).  One write, one reply: redis-py's packing of the same six
   commands per put, their six replies and a pool checkout cost more than the round trip
-  itself.  The batch has no task of its own (``_PutBatch``): it is sent from the loop's
-  callback that gathered it and completed by the wire's callbacks.  A script the server lost (NOSCRIPT: the batch did not run) is loaded and the
-  batch sent again, in one write.  A connection the server closed meanwhile (a restart)
-  costs no put: the batch goes once more on a new one (each write of the script can be
-  repeated).  No other client sees a batch half written (a script runs alone); one that
-  fails midway keeps what it wrote, and each of its puts answers ``store: false``.  TLS
-  or a credential provider keeps redis-py's pool for the puts.
+  itself.  The batch has no task of its own (``_PutBatch``): the loop's callback that
+  gathered it sends it, and the wire's callbacks complete it.  A script the server lost
+  (NOSCRIPT: the batch did not run) is loaded and the batch sent again, in one write.  A
+  connection the server closed meanwhile (a restart) costs no put: the batch goes once
+  more on a new one (each write of the script can be repeated).  No other client sees a
+  batch half written (a script runs alone); one that fails midway keeps what it wrote,
+  and each of its puts answers ``store: false``.  TLS or a credential provider keeps
+  redis-py's pool for the puts (a restart costs no put there either).
 
 A record is its JSON (orjson), compressed with zstd from 1 KiB on (``_COMPRESS_FROM``);
 records an earlier version compressed with zlib are read too.

@@ -28,6 +28,7 @@ import orjson
 import uvloop
 
 from app.metrics import Metrics
+from app.store import _COMPRESS_FROM as store_compress_from
 from app.store import Record, open_store
 from app.store import _codec as store_codec
 from bench.codex_body import codex_request
@@ -110,7 +111,7 @@ def main() -> None:
     ap.add_argument("--puts", type=int, default=4000)
     args = ap.parse_args()
     raw = orjson.dumps(record(0))
-    print(f"record: {len(raw)} bytes of JSON, {len(record(0).encode())} compressed")
+    print(f"record: {len(raw)} bytes of JSON, {len(record(0).encode())} as stored")
     print(f"orjson {per_call(lambda: orjson.dumps(record(0))):.1f} µs")
     # the compression, now (zstd, app/store.py) and before (zlib at level 6), on this record
     # and on one holding a Codex turn's request (its instructions, tools and history)
@@ -119,8 +120,9 @@ def main() -> None:
         n = 20000 if data is raw else 200
         zs = per_call(functools.partial(store_codec().compress, data), n)
         zl = per_call(functools.partial(zlib.compress, data, 6), n)
+        kept = " (the store keeps it as its JSON)" if len(data) < store_compress_from else ""
         print(
-            f"{name} ({len(data)} bytes): zstd {zs:.1f} µs, {len(store_codec().compress(data))} bytes; "
+            f"{name} ({len(data)} bytes){kept}: zstd {zs:.1f} µs, {len(store_codec().compress(data))} bytes; "
             f"zlib {zl:.1f} µs, {len(zlib.compress(data, 6))} bytes"
         )
     print()
