@@ -17,7 +17,6 @@ Run: ``.venv/bin/python -m bench.store_asgi [--backend sqlite|redis] [--requests
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 import statistics
 import tempfile
@@ -35,44 +34,19 @@ from bench.limits import start_redis
 from bench.run import Child, start_fake
 from bench.store_cost import CASES, config
 from bench.store_put import wait_port
+from tests.upstream_io import asgi_post
 
 
 async def post(app: Any, path: str, body: bytes) -> int:
-    """One JSON POST to ``app`` as a client that stays connected; the answer's status."""
+    """One JSON POST to ``app`` (``tests/upstream_io.asgi_post``); the answer's status."""
     status = 0
-    done = asyncio.Event()
-    delivered = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await done.wait()
-        return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
-        elif message["type"] == "http.response.body" and not message.get("more_body"):
-            done.set()
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 8000),
-    }
-    await app(scope, receive, send)
+    await asgi_post(app, path, body, send)
     return status
 
 

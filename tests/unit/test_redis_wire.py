@@ -82,8 +82,13 @@ def rec(rid: str, ancestors: list[str] | None = None) -> Record:
     )
 
 
-def _store(port: int, m: Metrics) -> RedisStore:
-    return RedisStore(StoreCfg(backend="redis", url=f"redis://127.0.0.1:{port}/0", timeout_seconds=1), m)
+def _store(port: int, m: Metrics, wire: bool = True) -> RedisStore:
+    """The Redis store on ``port``; ``wire=False``: its puts on redis-py's connections, as
+    for a client the wire cannot stand for (TLS, a credential provider)."""
+    s = RedisStore(StoreCfg(backend="redis", url=f"redis://127.0.0.1:{port}/0", timeout_seconds=1), m)
+    if not wire:
+        s._wire = None
+    return s
 
 
 def test_pack_writes_resp_for_text_integers_and_bytes() -> None:
@@ -150,9 +155,7 @@ async def test_a_redis_restart_between_two_puts_costs_neither(server: _Server, w
     on a new connection, loads the script and lands.  The same on redis-py's connections (a
     client the wire cannot stand for: TLS, a credential provider)."""
     m = Metrics()
-    s = _store(server.port, m)
-    if not wire:
-        s._wire = None
+    s = _store(server.port, m, wire)
     try:
         await s.put(rec("resp_r1"))
         assert not wire or (s._wire is not None and s._wire.connected)
@@ -187,9 +190,7 @@ async def test_puts_after_script_flush_load_the_script_again(server: _Server, wi
     the batch did not run; the script is loaded and the batch sent again, once.  The same on
     redis-py's connections (a client the wire cannot stand for: TLS, a credential provider)."""
     m = Metrics()
-    s = _store(server.port, m)
-    if not wire:
-        s._wire = None
+    s = _store(server.port, m, wire)
     try:
         await s.put(rec("resp_s1"))
         await s.redis.script_flush()
