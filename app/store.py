@@ -89,7 +89,7 @@ once per batch.  A batch's CPU is mostly a fixed cost, so under load a put pays 
   and each of its puts answers ``store: false``.  TLS or a credential provider keeps
   redis-py's pool for the puts (a restart costs no put there either).
 
-A record is its JSON (orjson), compressed with zstd from 1 KiB on (``_COMPRESS_FROM``);
+A record is its JSON (orjson), compressed with zstd from 4 KiB on (``_COMPRESS_FROM``);
 records an earlier version compressed with zlib are read too.
 
 Every backend failure (unreachable, timeout after ``timeout_seconds``, a broken file) is
@@ -207,12 +207,12 @@ class Record:
 # thread (a context is not for two threads at once).  zlib, which earlier versions used,
 # set up and freed 256 KB of state per record: most of a small record's encoding, and on a
 # Codex turn's 374 KB of JSON 1.29 ms against zstd's 61 µs, for 7.4 KB against 5.5 KB.
-# A record under ``_COMPRESS_FROM`` bytes of JSON (a short answer, or a continued turn's
-# few new items) is kept as its JSON: compressing it would save a few hundred bytes for
-# about 20 µs of CPU in the server (zstd's code and tables cold), more than the rest of its
-# put.  The three tell apart by their first bytes: a JSON object's ``{``, zstd's magic
+# A record under ``_COMPRESS_FROM`` bytes of JSON (a short answer with the response
+# object's echoed fields, about 1.6 KB; a continued turn's few new items) is kept as its
+# JSON: compressing it would save one or two KB for about 15 µs of CPU in the server
+# (zstd's code and tables cold), more than the rest of its put.  The three tell apart by their first bytes: a JSON object's ``{``, zstd's magic
 # number, zlib's header (0x78, as earlier versions wrote).
-_COMPRESS_FROM = 1024
+_COMPRESS_FROM = 4096
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_LEVEL = 1
 _codecs = threading.local()

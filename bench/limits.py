@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.run import Child, cpu_seconds, free_port, proc_children, start_fake, start_proxy
+from bench.run import Child, cpu_seconds, free_port, paired_added, proc_children, start_fake, start_proxy
 
 LIMITS = {"requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000, "concurrent": 1000}
 SECRET = "bench-limits-secret-0123456789abcdef0123456789abcdef"
@@ -131,18 +131,21 @@ async def main_async(args: argparse.Namespace) -> None:
                     f"round {r + 1} {name}: {got[name][-1]:.0f} µs CPU/request, {args.requests / (t1 - t0):.0f} req/s",
                     file=sys.stderr,
                 )
-        base = statistics.median(got["no limits"])
         print(
             f"\n{args.requests} non-streaming Chat requests per round, {args.rounds} rounds, "
             f"concurrency {args.concurrency}, proxy on core {args.proxy_core}\n"
         )
-        print("| case | CPU per request (median) | rounds min–max | added |")
-        print("|---|---|---|---|")
+        print("| case | CPU per request (median) | rounds min–max | added | paired |")
+        print("|---|---|---|---|---|")
         for name, xs in got.items():
             med = statistics.median(xs)
-            ref = statistics.median(got["no limits, Redis store"]) if "Redis counters" in name else base
-            added = "—" if name.startswith("no limits") else f"{med - ref:+.0f} µs ({(med - ref) / ref:+.1%})"
-            print(f"| {name} | {med:.0f} µs | {min(xs):.0f}–{max(xs):.0f} µs | {added} |")
+            refs = got["no limits, Redis store"] if "Redis counters" in name else got["no limits"]
+            ref = statistics.median(refs)
+            added = paired = "—"
+            if not name.startswith("no limits"):
+                added = f"{med - ref:+.0f} µs ({(med - ref) / ref:+.1%})"
+                paired = f"{paired_added(xs, refs):+.0f} µs"
+            print(f"| {name} | {med:.0f} µs | {min(xs):.0f}–{max(xs):.0f} µs | {added} | {paired} |")
     finally:
         for child in reversed(children):
             child.stop()

@@ -449,6 +449,13 @@ def proc_children(pid: int) -> list[int]:
     return out
 
 
+def paired_added(xs: list[float], refs: list[float]) -> float:
+    """The median of each round's difference: a case against its reference measured next to
+    it in the same round (the cases alternate), so that the machine's drift between rounds
+    cancels."""
+    return statistics.median(x - r for x, r in zip(xs, refs, strict=True))
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """utime + stime of these processes (all their threads), in seconds."""
     total = 0

@@ -1,5 +1,5 @@
 """The store's CPU per request with the app called in this process: no server, no sockets
-to the client, one request at a time.
+to the client, one request at a time (or ``--concurrency`` at once).
 
 ``python -m bench.store_cost`` measures the same thing through ``switchboard serve`` with 8
 clients, but its "added" figure moves by about 40 µs from run to run on a shared machine.
@@ -8,19 +8,24 @@ called as ASGI, the bench's fake upstream (``bench/fake_upstream.py``) answers o
 and the process's CPU (every thread: SQLite's writer counts) is read around each round of
 ``--requests`` requests.  Rounds alternate between ``store: false`` and the stored case;
 "added" is the difference of their medians.  With no other request in flight, each put's
-round trip wakes an idle event loop, so the figures are higher than the server's.
+round trip wakes an idle event loop, so the figures are higher than the server's.  With
+``--concurrency 8`` the puts of the requests in flight meet in one loop turn and share a
+batch, and the loop is never idle: lower than the server's.
 
 Run: ``.venv/bin/python -m bench.store_asgi [--backend sqlite|redis] [--requests 2000]
-[--rounds 5]``.  Redis is our own redis-server on a free port, stopped by its PID.
+[--rounds 5] [--concurrency 1]`` from the checkout it measures (``-m`` puts the working
+directory first on ``sys.path``).  Redis is our own redis-server on a free port, stopped by its PID.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +77,14 @@ async def run(args: argparse.Namespace, work: Path, children: list[Child]) -> No
                 for _ in range(100):  # (warm: the connections, the file)
                     await post(app, path, raw)
                 t0 = time.process_time()
-                for _ in range(args.requests):
-                    if await post(app, path, raw) != 200:
-                        raise RuntimeError(f"{name}: a request failed")
+                todo = iter(range(args.requests))  # (shared: the clients take turns from it)
+
+                async def client(todo: Iterator[int] = todo, path: str = path, raw: bytes = raw) -> None:
+                    for _ in todo:
+                        if await post(app, path, raw) != 200:
+                            raise RuntimeError(f"{path}: a request failed")
+
+                await asyncio.gather(*(client() for _ in range(args.concurrency)))
                 got[name].append((time.process_time() - t0) / args.requests * 1e6)
     plain, stored = (statistics.median(got[n]) for n in names)
     print(
@@ -88,6 +98,7 @@ def main() -> None:
     ap.add_argument("--backend", choices=["sqlite", "redis"], default="sqlite")
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--concurrency", type=int, default=1)
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-store-asgi-"))

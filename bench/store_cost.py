@@ -34,7 +34,7 @@ import httpx
 import yaml
 
 from bench.limits import start_redis
-from bench.run import Child, cpu_seconds, proc_children, start_fake, start_proxy
+from bench.run import Child, cpu_seconds, paired_added, proc_children, start_fake, start_proxy
 
 SECRET = "bench-store-secret-0123456789abcdef0123456789abcdef01"
 MODEL = "bench-chat-n20"
@@ -125,16 +125,18 @@ async def main_async(args: argparse.Namespace) -> None:
             f"\n{args.requests} non-streaming requests per round, {args.rounds} rounds, "
             f"concurrency {args.concurrency}, proxy on core {args.proxy_core}\n"
         )
-        print("| case | CPU per request (median) | rounds min–max | added by the store |")
-        print("|---|---|---|---|")
+        print("| case | CPU per request (median) | rounds min–max | added by the store | paired |")
+        print("|---|---|---|---|---|")
         for name, xs in got.items():
             med = statistics.median(xs)
-            added = "—"
+            added = paired = "—"
             if name.startswith("responses, stored"):
                 backend = name[name.index("(") :]
-                ref = statistics.median(got[f"responses, store: false {backend}"])
+                refs = got[f"responses, store: false {backend}"]
+                ref = statistics.median(refs)
                 added = f"{med - ref:+.0f} µs ({(med - ref) / ref:+.1%})"
-            print(f"| {name} | {med:.0f} µs | {min(xs):.0f}–{max(xs):.0f} µs | {added} |")
+                paired = f"{paired_added(xs, refs):+.0f} µs"
+            print(f"| {name} | {med:.0f} µs | {min(xs):.0f}–{max(xs):.0f} µs | {added} | {paired} |")
     finally:
         for child in reversed(children):
             child.stop()

@@ -194,7 +194,7 @@ def test_disabled_store_is_none():
 
 
 def _noisy(rid: str, ancestors: list[str] | None) -> Record:
-    """A record of about 1.2 KB compressed (random hex text does not compress below half)."""
+    """A record of about 2.5 KB as stored (its JSON: under ``_COMPRESS_FROM``)."""
     r = rec_items(rid, ancestors=ancestors)
     r.input[0]["content"] = os.urandom(1000).hex()
     return r
@@ -362,7 +362,7 @@ async def test_a_small_record_is_kept_as_its_json_a_larger_one_compressed(store:
     zstd frame; both read back whole, and ``max_record_bytes`` counts what is stored."""
     from app import store as store_mod
 
-    small, large = rec("resp_small", text="hi"), rec("resp_large", text="word " * 400)
+    small, large = rec("resp_small", text="hi"), rec("resp_large", text="word " * 1000)
     assert len(orjson.dumps(small)) < store_mod._COMPRESS_FROM <= len(orjson.dumps(large))
     assert small.encode() == orjson.dumps(small)
     assert large.encode()[:4] == b"\x28\xb5\x2f\xfd" and len(large.encode()) < len(orjson.dumps(large)) // 4
