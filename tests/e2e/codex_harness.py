@@ -1,4 +1,4 @@
-"""Codex CLI harness: install the pinned npm package, write a throwaway CODEX_HOME, run
+"""Codex CLI harness: install the pinned npm package, write a throwaway CODEX_HOME (and HOME), run
 ``codex exec --json`` once and hand back the parsed JSON lines.
 
 Theory of operation
@@ -327,8 +327,13 @@ def run_codex(
         prompt,
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    # Codex runs each command in a login shell (``bash -lc``): with the machine's HOME it
+    # reads that user's dotfiles, whose output (a version manager's, say) joins the tool's
+    shell_home = home.parent / f"{home.name}-shell-home"
+    shell_home.mkdir(parents=True, exist_ok=True)
     env.update(
         {
+            "HOME": str(shell_home),
             "CODEX_HOME": str(home),
             env_key: api_key,
             **({"OPENAI_API_KEY": api_key, "CODEX_API_KEY": api_key} if provider == "openai" else {}),
