@@ -210,8 +210,9 @@ class Record:
 # A record under ``_COMPRESS_FROM`` bytes of JSON (a short answer with the response
 # object's echoed fields, about 1.6 KB; a continued turn's few new items) is kept as its
 # JSON: compressing it would save one or two KB for about 15 µs of CPU in the server
-# (zstd's code and tables cold), more than the rest of its put.  The three tell apart by their first bytes: a JSON object's ``{``, zstd's magic
-# number, zlib's header (0x78, as earlier versions wrote).
+# (zstd's code and tables cold), more than the rest of its put.  The three tell apart by
+# their first bytes: a JSON object's ``{``, zstd's magic number, zlib's header (0x78, as
+# earlier versions wrote).
 _COMPRESS_FROM = 4096
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_LEVEL = 1

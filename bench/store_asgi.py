@@ -14,7 +14,8 @@ batch, and the loop is never idle: lower than the server's.
 
 Run: ``.venv/bin/python -m bench.store_asgi [--backend sqlite|redis] [--requests 2000]
 [--rounds 5] [--concurrency 1]`` from the checkout it measures (``-m`` puts the working
-directory first on ``sys.path``).  Redis is our own redis-server on a free port, stopped by its PID.
+directory first on ``sys.path``).  Redis is our own redis-server on a free port, stopped
+by its PID.
 """
 
 from __future__ import annotations

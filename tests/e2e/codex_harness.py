@@ -1,5 +1,5 @@
-"""Codex CLI harness: install the pinned npm package, write a throwaway CODEX_HOME (and HOME), run
-``codex exec --json`` once and hand back the parsed JSON lines.
+"""Codex CLI harness: install the pinned npm package, write a throwaway CODEX_HOME (and
+HOME), run ``codex exec --json`` once and hand back the parsed JSON lines.
 
 Theory of operation
 -------------------
@@ -328,7 +328,8 @@ def run_codex(
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
     # Codex runs each command in a login shell (``bash -lc``): with the machine's HOME it
-    # reads that user's dotfiles, whose output (a version manager's, say) joins the tool's
+    # would read that user's dotfiles, whose output (a version manager's, say) would join
+    # the command's own
     shell_home = home.parent / f"{home.name}-shell-home"
     shell_home.mkdir(parents=True, exist_ok=True)
     env.update(
