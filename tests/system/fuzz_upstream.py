@@ -42,7 +42,9 @@ byte, and the body is written with one of three framings (Content-Length, chunke
 close-delimited) and, for streams, often in random splits with tiny pauses.
 
 What the server observed is kept for the test: ``played`` (seed -> plan description),
-``sent`` (seed -> the first bytes it answered),
+``sent`` (seed -> the first bytes it answered), ``late`` (seed -> the longest it kept
+silent of its own accord: this server is a thread of the test's process, which a loaded
+machine can starve),
 ``leaks`` (a request that carried ``client_key`` upstream), ``bad_auth`` (a request whose
 Authorization was not ``Bearer <upstream_key>``) and ``errors`` (exceptions of this
 server itself, which must stay empty).  Everything is bounded: request heads 1 MiB,
@@ -57,6 +59,7 @@ import json
 import random
 import re
 import threading
+import time
 import zlib
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -1291,6 +1294,10 @@ class FuzzUpstream:
         self.port = 0
         self.played: dict[int, str] = {}
         self.sent: dict[int, bytes] = {}  # seed -> the head and first bytes of the answer
+        # seed -> the longest this server kept silent of its own accord (seconds): from the
+        # request read to its first write, or between two writes, less the plan's pauses and
+        # the waits for the proxy to read (a loaded machine can starve this thread)
+        self.late: dict[int, float] = {}
         self.leaks: list[str] = []
         self.bad_auth: list[str] = []
         self.errors: list[str] = []
@@ -1376,6 +1383,7 @@ class FuzzUpstream:
 
     async def _answer(self, req: Received, writer: asyncio.StreamWriter) -> bool:
         """Play the plan for one request; True when the connection may serve another."""
+        late = Silence()
         self.requests += 1
         if self.client_key and (
             self.client_key.encode() in req.body or any(self.client_key in v for v in req.headers.values())
@@ -1409,17 +1417,41 @@ class FuzzUpstream:
         if len(self.played) > 200_000:
             self.played.clear()
             self.sent.clear()
+            self.late.clear()
         self.played[seed] = plan.describe()
         self.sent[seed] = (plan.head or b"") + b"".join(plan.parts)[:600]
-        return await play(plan, writer)
+        try:
+            return await play(plan, writer, late)
+        finally:
+            self.late[seed] = late.longest
 
 
-async def play(plan: Plan, writer: asyncio.StreamWriter) -> bool:
+class Silence:
+    """The longest stretch between two moments a server is ready to write (``mark``), less
+    what it waits for on purpose (``waited``): how long it kept silent of its own accord."""
+
+    def __init__(self) -> None:
+        self.at = time.monotonic()
+        self.longest = 0.0
+
+    def mark(self) -> None:
+        now = time.monotonic()
+        self.longest = max(self.longest, now - self.at)
+        self.at = now
+
+    def waited(self) -> None:
+        self.at = time.monotonic()
+
+
+async def play(plan: Plan, writer: asyncio.StreamWriter, late: Silence | None = None) -> bool:
+    late = late or Silence()
     if plan.pre_delay:
         await asyncio.sleep(plan.pre_delay)
+        late.waited()
     if plan.head is None:  # stall_head
         return False
     if plan.head:
+        late.mark()
         writer.write(plan.head)
     if plan.behaviour == "hangup":
         await writer.drain()
@@ -1431,10 +1463,13 @@ async def play(plan: Plan, writer: asyncio.StreamWriter) -> bool:
         if pause:
             await writer.drain()
             await asyncio.sleep(pause)
+            late.waited()
         if not part:
             continue
+        late.mark()
         writer.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
         await writer.drain()
+        late.waited()  # (a drain waits for the proxy to read: its time, not ours)
     if plan.stall_after is not None:
         await writer.drain()
         await asyncio.sleep(STALL)
@@ -1443,6 +1478,7 @@ async def play(plan: Plan, writer: asyncio.StreamWriter) -> bool:
         await writer.drain()
         return False
     if chunked:
+        late.mark()
         writer.write(b"0\r\n\r\n")
     await writer.drain()
     return plan.framing != "close"

@@ -107,8 +107,16 @@ ALLOWED_5XX_CODES = frozenset({"server_error", "server_is_overloaded"})  # and e
 TERMINALS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
+# the proxy's first-byte and idle timeouts toward the fuzz upstream, in seconds
+SILENCE = 3
+# a valid answer the proxy ended with a timeout is not held against it when the fuzz
+# upstream itself (a thread of this process: a loaded machine can starve it) kept silent
+# for at least this long of its own accord (``FuzzUpstream.late``)
+UPSTREAM_LATE = SILENCE / 2
+
+
 def proxy_config(upstream_url: str) -> dict[str, Any]:
-    timeouts = {"connect": 2, "first_byte": 3, "idle": 3, "write": 5}
+    timeouts = {"connect": 2, "first_byte": SILENCE, "idle": SILENCE, "write": 5}
     return {
         "server": {"max_body_bytes": MAX_BODY, "keepalive_seconds": 1},
         "auth": {"keys": [CLIENT_KEY]},
@@ -673,6 +681,7 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     success: bool = False  # a 200 whose stream/object carries no failure
     code: str = ""  # the error code seen (HTTP error or stream failure)
+    upstream_late: bool = False  # a timeout after the fuzz upstream's own silence (UPSTREAM_LATE)
 
 
 def check_responses_stream(body: bytes, out: Outcome) -> None:
@@ -824,7 +833,7 @@ def allowed_5xx(status: int, code: Any) -> bool:
     )
 
 
-def check(req: Req, res: Res, played: str | None) -> Outcome:
+def check(req: Req, res: Res, played: str | None, late: float = 0.0) -> Outcome:
     out = Outcome()
     p = out.problems
     if res.error:
@@ -899,7 +908,10 @@ def check(req: Req, res: Res, played: str | None) -> Outcome:
         else:
             p.append(f"200 with content-type {ctype or 'none'}")
     if req.clean and played is not None and played.startswith("valid[") and not out.success and not p:
-        p.append(f"valid request + valid upstream answer, but no success ({out.code})")
+        if late >= UPSTREAM_LATE and "timeout" in (out.code or ""):
+            out.upstream_late = True
+        else:
+            p.append(f"valid request + valid upstream answer, but no success ({out.code})")
     return out
 
 
@@ -1013,11 +1025,14 @@ async def run_requests(
             slowest.append((res.elapsed, seed))
             if played:
                 behaviours[played.split("[", 1)[0]] += 1
-            out = check(req, res, played)
+            out = check(req, res, played, up.late.get(seed, 0.0))
             codes[f"{req.route}/{'stream' if req.stream else 'json'} {out.code or '-'}"] += 1
             if req.clean and played and played.startswith("valid["):
                 tally["clean request, valid upstream answer"] += 1
                 tally["  ... answered successfully"] += out.success
+                tally[f"  ... timed out, the fuzz upstream itself silent for {UPSTREAM_LATE:g} s or more"] += (
+                    out.upstream_late
+                )
             for prob in out.problems:
                 failures.append(Failure(req, res, played or "(no upstream request)", prob, up.sent.get(seed, b"")))
 
