@@ -1033,8 +1033,11 @@ async def run_requests(
                 tally[f"  ... timed out, the fuzz upstream itself silent for {UPSTREAM_LATE:g} s or more"] += (
                     out.upstream_late
                 )
+            plan = played or "(no upstream request)"
+            if seed in up.late:
+                plan += f"; its own longest silence {up.late[seed]:.2f} s"
             for prob in out.problems:
-                failures.append(Failure(req, res, played or "(no upstream request)", prob, up.sent.get(seed, b"")))
+                failures.append(Failure(req, res, plan, prob, up.sent.get(seed, b"")))
 
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
 
