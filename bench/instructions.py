@@ -238,16 +238,38 @@ def proxy_config(base: str, port: int) -> dict[str, Any]:
 
 
 def wait_listening(proc: subprocess.Popen[bytes], port: int, seconds: float, log: Path) -> None:
-    """Until ``port`` takes a connection; an error naming ``log`` if ``proc`` exits first."""
+    """Until ``proc`` itself listens on ``port``; an error naming ``log`` if it exits first.
+    (Another process may take the port between ``_free_port`` and the proxy's bind: a
+    connection that succeeds proves nothing, the listening socket in ``proc``'s own file
+    descriptors does.)"""
     deadline = time.monotonic() + seconds
-    while True:
+    while not listens(proc.pid, port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the proxy did not start: see {log}")
+        time.sleep(0.2)
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on ``port`` (IPv4, ``/proc/net/tcp``)."""
+    inodes = set()
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] == "0A":  # LISTEN
+                inodes.add(cols[9])
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
         try:
-            socket.create_connection((HOST, port), timeout=1).close()
-            return
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the proxy did not start: see {log}") from None
-            time.sleep(0.2)
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
 
 
 def measure(cmd: list[str], case: str, n: int, work: Path) -> int:
