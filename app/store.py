@@ -80,7 +80,7 @@ once per batch.  A batch's CPU is mostly a fixed cost, so under load a put pays 
   ``redis_wire.Wire``, as the limits' counters have theirs: packed there, pipelined, its
   reply read by hiredis).  One write, one reply: redis-py's packing of the same six
   commands per put, their six replies and a pool checkout cost more than the round trip
-  itself.  The batch has no task of its own (``_PutBatch``): the loop's callback that
+  itself.  The batch has no task of its own (``_ScriptCall``): the loop's callback that
   gathered it sends it, and the wire's callbacks complete it.  A script the server lost
   (NOSCRIPT: the batch did not run) is loaded and the batch sent again, in one write.  A
   connection the server closed meanwhile (a restart) costs no put: the batch goes once
@@ -131,7 +131,7 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -1120,8 +1120,22 @@ class RedisStore(Store):
         if self._wire is None or self.cluster:
             return False
         batch, self._queued = self._queued, []
-        _PutBatch(self, self._wire, batch).send()
+        cmd = self._puts_command([args for args, _ in batch])
+        _ScriptCall(self._wire, cmd, functools.partial(self._replied, batch)).send()
         return True
+
+    def _replied(self, batch: list[_Queued], got: Any) -> None:
+        """A batch's script answered (``_ScriptCall``): its puts return, or each answers
+        ``store: false``."""
+        if isinstance(got, Exception):
+            self._not_written(batch, got)
+            return
+        try:
+            totals = _totals(got)
+        except Exception as e:  # (not the script's reply)
+            self._not_written(batch, e)
+            return
+        self._written(batch, totals)
 
     async def _script(self, cmd: list[bytes]) -> Any:
         """The EVALSHA ``cmd`` of ``_PUTS_LUA``; its reply (an error reply raised).  On the
@@ -1132,13 +1146,16 @@ class RedisStore(Store):
         wire = self._wire
         if wire is None:  # redis-py's connections (TLS, a credential provider)
             return await self._script_pooled(cmd)
-        got = (await wire.call([cmd]))[0]
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def done(got: Any) -> None:
+            if not fut.done():  # (the caller's timeout may have cancelled it)
+                fut.set_result(got)
+
+        _ScriptCall(wire, cmd, done).send()
+        got = await fut
         if isinstance(got, Exception):
-            if not str(got).startswith("NOSCRIPT"):
-                raise got
-            got = (await wire.call([(b"SCRIPT", b"LOAD", _PUTS_LUA.encode()), cmd]))[1]
-            if isinstance(got, Exception):
-                raise got
+            raise got
         return got
 
     async def _script_pooled(self, cmd: list[bytes]) -> Any:
@@ -1257,25 +1274,24 @@ def _totals(got: Any) -> list[tuple[int, int]]:
     return [(int(got[i]), int(got[i + 1])) for i in range(0, len(got), 2)]
 
 
-class _PutBatch:
-    """A batch of the Redis store's puts on its own connection (``redis_wire.Wire``), with
-    no task of its own: sent from ``_send_puts``, answered by the wire's callbacks, as
-    ``_script`` would answer.  A NOSCRIPT reply (the script did not run) sends the script and
-    the batch again, in one write, once.  A batch lost with a connection opened before it (a
-    restart, an idle timeout) goes once more on a new one; its script may so run twice, and
-    each of its writes can be repeated.  No reply within the store's timeout: the wire drops
-    the connection and the batch fails (its puts answer ``store: false``)."""
+class _ScriptCall:
+    """The EVALSHA ``cmd`` of ``_PUTS_LUA`` on the puts' own connection (``redis_wire.Wire``),
+    with no task of its own: ``done`` gets the reply, or the error (an error reply, or the
+    connection's), from the wire's callbacks.  A NOSCRIPT reply (the script did not run)
+    sends the script and the command again, in one write, once.  A command lost with a
+    connection opened before it (a restart, an idle timeout) goes once more on a new one;
+    its script may so run twice, and each of its writes can be repeated.  No reply within
+    the store's timeout: the wire drops the connection and the call fails."""
 
-    __slots__ = ("store", "wire", "batch", "cmd", "data", "n", "replies", "sent", "fresh", "again", "loaded")
+    __slots__ = ("wire", "cmd", "done", "data", "n", "replies", "sent", "fresh", "again", "loaded")
 
-    def __init__(self, store: RedisStore, wire: Any, batch: list[_Queued]) -> None:
+    def __init__(self, wire: Any, cmd: list[bytes], done: Callable[[Any], None]) -> None:
         from app.redis_wire import pack
 
-        self.store = store
         self.wire = wire
-        self.batch = batch
-        self.cmd = store._puts_command([args for args, _ in batch])
-        self.data = pack(self.cmd)
+        self.cmd = cmd
+        self.done = done
+        self.data = pack(cmd)
         self.n = 1
         self.replies: list[Any] = []
         self.sent = 0.0
@@ -1290,23 +1306,15 @@ class _PutBatch:
 
     def landed(self) -> None:
         got = self.replies[-1]
-        if isinstance(got, Exception):
-            if str(got).startswith("NOSCRIPT") and not self.loaded:
-                from app.redis_wire import pack
+        if isinstance(got, Exception) and str(got).startswith("NOSCRIPT") and not self.loaded:
+            from app.redis_wire import pack
 
-                self.loaded = True
-                self.data = pack((b"SCRIPT", b"LOAD", _PUTS_LUA.encode())) + pack(self.cmd)
-                self.n = 2
-                self.send()
-                return
-            self.store._not_written(self.batch, got)
+            self.loaded = True
+            self.data = pack((b"SCRIPT", b"LOAD", _PUTS_LUA.encode())) + pack(self.cmd)
+            self.n = 2
+            self.send()
             return
-        try:
-            totals = _totals(got)
-        except Exception as e:  # (not the script's reply)
-            self.store._not_written(self.batch, e)
-            return
-        self.store._written(self.batch, totals)
+        self.done(got)
 
     def failed(self, e: Exception) -> None:
         from redis.exceptions import ConnectionError as Disconnected
@@ -1315,7 +1323,7 @@ class _PutBatch:
             self.again = False
             self.send()
             return
-        self.store._not_written(self.batch, e)
+        self.done(e)
 
 
 def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
