@@ -250,26 +250,39 @@ def wait_listening(proc: subprocess.Popen[bytes], port: int, seconds: float, log
 
 
 def listens(pid: int, port: int) -> bool:
-    """Whether process ``pid`` holds a socket listening on ``port`` (IPv4, ``/proc/net/tcp``)."""
-    inodes = set()
-    with open("/proc/net/tcp", encoding="ascii") as f:
-        next(f)
-        for line in f:
-            cols = line.split()
-            if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] == "0A":  # LISTEN
-                inodes.add(cols[9])
+    """Whether process ``pid`` holds a socket listening on ``port`` (IPv4)."""
+    mine = socket_inodes(pid)
+    return any(lp == port and state == 0x0A and inode in mine for lp, _, state, inode in tcp_table())
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets among process ``pid``'s file descriptors (none once it is gone)."""
+    out = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return False
+        return out
     for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        if target.startswith("socket:[") and target[8:-1] in inodes:
-            return True
-    return False
+        if target.startswith("socket:["):
+            out.add(int(target[8:-1]))
+    return out
+
+
+def tcp_table() -> list[tuple[int, int, int, int]]:
+    """/proc/net/tcp rows: (local port, remote port, state, inode)."""
+    rows = []
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            rows.append(
+                (int(cols[1].split(":")[1], 16), int(cols[2].split(":")[1], 16), int(cols[3], 16), int(cols[9]))
+            )
+    return rows
 
 
 def measure(cmd: list[str], case: str, n: int, work: Path) -> int:

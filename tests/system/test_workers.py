@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from app import metrics
+from bench.instructions import listens, socket_inodes, tcp_table
 
 E2E = Path(__file__).resolve().parent.parent / "e2e"
 if str(E2E) not in sys.path:
@@ -67,7 +68,7 @@ def workers_of(p: Proxy, n: int = 2, wait: float = 15.0) -> list[int]:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         kids = children(p.proc.pid)
-        if len(kids) == n and all(listening(k, p.port) for k in kids):
+        if len(kids) == n and all(listens(k, p.port) for k in kids):
             return kids
         time.sleep(0.1)
     pytest.fail(f"expected {n} listening workers, found {children(p.proc.pid)}\n{p.log()}")
@@ -84,36 +85,6 @@ def wait_dead(pid: int, limit: float = 5.0) -> None:
             return
         time.sleep(0.01)
     pytest.fail(f"process {pid} still alive")
-
-
-def socket_inodes(pid: int) -> set[int]:
-    out = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            out.add(int(target[8:-1]))
-    return out
-
-
-def tcp_table() -> list[tuple[int, int, int, int]]:
-    """/proc/net/tcp rows: (local port, remote port, state, inode)."""
-    rows = []
-    with open("/proc/net/tcp", encoding="ascii") as f:
-        next(f)
-        for line in f:
-            cols = line.split()
-            rows.append(
-                (int(cols[1].split(":")[1], 16), int(cols[2].split(":")[1], 16), int(cols[3], 16), int(cols[9]))
-            )
-    return rows
-
-
-def listening(pid: int, port: int) -> bool:
-    mine = socket_inodes(pid)
-    return any(lp == port and state == 0x0A and inode in mine for lp, _, state, inode in tcp_table())
 
 
 def healthz(sock: socket.socket) -> None:
