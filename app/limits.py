@@ -112,6 +112,15 @@ _SETTLE_DELAY = 0.002  # seconds a settlement waits for a batch of takes to ride
 _BACKOFF_MAX = 11  # settlements that failed are sent again after at most 2**11 × 2 ms (4 s)
 _OWED_MAX = 100_000  # settlements kept while Redis does not answer; past that the oldest go
 _MARKED = 60  # seconds a settlement's marker lives (a batch sent again within them counts once)
+# Grants (RedisCounters): a share of a key's windows and slots reserved for one instance,
+# once it takes from them ``_GRANT_RATE`` times in a second; a grant is ``_GRANT_TAKES``
+# requests' worth, given only while the window keeps room for ``_GRANT_ROOM`` such grants;
+# what is left of one unused for ``_GRANT_IDLE`` seconds goes back
+_GRANT_RATE = 20
+_GRANT_TAKES = 16
+_GRANT_ROOM = 64
+_GRANT_IDLE = 0.05
+_GRANT_WAIT = 2 * _GRANT_IDLE  # a refusal while grants are held waits this long, and takes again
 
 
 @dataclass(slots=True)
@@ -220,58 +229,97 @@ class MemoryCounters:
                 held[slot.member] = now + _LEASE
 
 
-# KEYS: the entries' counters, then the slot's sorted set when ARGV[1] == "1".
-# ARGV: has_slot, now (ms), then per entry: limit, need, take, ttl; then the slot's limit,
-# member, lease (ms).  Returns {0, the counts seen…} when taken, {n + 1, the counts seen…,
-# the slots held} when the slot refused, else {index, count}.
+# KEYS: the entries' counters, then each counter's grant count (``<counter>:g``: how many
+# instances hold a grant of it), then, when ARGV[1] == "1", the slot's sorted set and its
+# grant count.  ARGV: has_slot, now (ms), then per entry: limit, need, take, ttl, grant
+# wanted, 1 when this instance holds no grant of it yet; then the slot's limit, member,
+# lease (ms), slots wanted, 1 when it holds none yet.  Returns {0, the counts seen…, the
+# grant per entry…, the slots granted} when taken; {n + 1, the counts seen…, the slots
+# held, the slot's grant count} when the slot refused; else {index, count, its grant
+# count}.  What is wanted is granted whole, and only while the window keeps room for
+# ``_GRANT_ROOM`` times as much after this take (granted slots are members
+# ``<member>+1…``, leased as the request's own).
 TAKE = """
 local has_slot = ARGV[1] == '1'
 local now = tonumber(ARGV[2])
 local n = #KEYS
-if has_slot then n = n - 1 end
+if has_slot then n = n - 2 end
+n = n / 2
 local seen = {0}
 for i = 1, n do
-  local b = 2 + (i - 1) * 4
+  local b = 2 + (i - 1) * 6
   local cur = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if cur + tonumber(ARGV[b + 2]) > tonumber(ARGV[b + 1]) then return {i, cur} end
+  if cur + tonumber(ARGV[b + 2]) > tonumber(ARGV[b + 1]) then
+    return {i, cur, tonumber(redis.call('GET', KEYS[n + i]) or '0')}
+  end
   seen[i + 1] = cur
 end
+local granted = {}
 if has_slot then
-  local sk = KEYS[n + 1]
-  local b = 2 + n * 4
+  local sk, gk = KEYS[2 * n + 1], KEYS[2 * n + 2]
+  local b = 2 + n * 6
+  local lease = tonumber(ARGV[b + 3])
   redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
   local held = redis.call('ZCARD', sk)
-  if held >= tonumber(ARGV[b + 1]) then
+  local limit = tonumber(ARGV[b + 1])
+  if held >= limit then
     seen[1] = n + 1
     seen[n + 2] = held
+    seen[n + 3] = tonumber(redis.call('GET', gk) or '0')
     return seen
   end
-  redis.call('ZADD', sk, now + tonumber(ARGV[b + 3]), ARGV[b + 2])
-  redis.call('PEXPIRE', sk, tonumber(ARGV[b + 3]))
+  redis.call('ZADD', sk, now + lease, ARGV[b + 2])
+  local want = tonumber(ARGV[b + 4])
+  local g = 0
+  if want > 0 and limit - held - 1 >= ROOM * want then
+    g = want
+    for k = 1, g do redis.call('ZADD', sk, now + lease, ARGV[b + 2] .. '+' .. k) end
+    if ARGV[b + 5] == '1' then redis.call('INCR', gk) end
+    redis.call('PEXPIRE', gk, lease)
+  end
+  granted[n + 1] = g
+  redis.call('PEXPIRE', sk, lease)
 end
 for i = 1, n do
-  local b = 2 + (i - 1) * 4
-  redis.call('INCRBY', KEYS[i], tonumber(ARGV[b + 3]))
-  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[b + 4]))
+  local b = 2 + (i - 1) * 6
+  local take, want, ttl = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 4])
+  local g = 0
+  if want > 0 and tonumber(ARGV[b + 1]) - seen[i + 1] - take >= ROOM * want then
+    g = want
+    if ARGV[b + 6] == '1' then redis.call('INCR', KEYS[n + i]) end
+    redis.call('EXPIRE', KEYS[n + i], ttl)
+  end
+  granted[i] = g
+  redis.call('INCRBY', KEYS[i], take + g)
+  redis.call('EXPIRE', KEYS[i], ttl)
 end
+for i = 1, n do seen[#seen + 1] = granted[i] end
+if has_slot then seen[#seen + 1] = granted[n + 1] end
 return seen
-"""
+""".replace("ROOM", str(_GRANT_ROOM))
 
 
 # KEYS: the settlement's marker, the counters to add to, then the slot's sorted set when
 # ARGV[1] == "1".  ARGV: has_slot, the marker's lifetime (s), then per counter: amount, ttl;
-# then the slot's member.  The marker makes a settlement sent twice (its batch's reply lost
-# to a broken connection) count once.
+# then the slot's members to release (a request's own, or granted slots given back).  The
+# marker makes a settlement sent twice (its batch's reply lost to a broken connection)
+# count once.  An amount taken off a counter that is gone (its window over, or a Redis
+# that lost its data) is not added: a counter never starts below zero.
 SETTLE = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[2])) then return 0 end
 local has_slot = ARGV[1] == '1'
 local n = #KEYS - 1
 if has_slot then n = n - 1 end
 for i = 1, n do
-  redis.call('INCRBY', KEYS[i + 1], tonumber(ARGV[2 * i + 1]))
-  redis.call('EXPIRE', KEYS[i + 1], tonumber(ARGV[2 * i + 2]))
+  local amount = tonumber(ARGV[2 * i + 1])
+  if amount >= 0 or redis.call('EXISTS', KEYS[i + 1]) == 1 then
+    redis.call('INCRBY', KEYS[i + 1], amount)
+    redis.call('EXPIRE', KEYS[i + 1], tonumber(ARGV[2 * i + 2]))
+  end
 end
-if has_slot then redis.call('ZREM', KEYS[n + 2], ARGV[2 * n + 3]) end
+if has_slot then
+  for j = 2 * n + 3, #ARGV do redis.call('ZREM', KEYS[n + 2], ARGV[j]) end
+end
 return 1
 """
 
@@ -302,6 +350,27 @@ class _Batch:
 
     def failed(self, e: Exception) -> None:
         self.owner._failed(self, e)
+
+
+@dataclass(slots=True)
+class _Grant:
+    """A share of one window's counter reserved in Redis for this instance: ``left`` of it
+    not used yet, handed out here without a round trip."""
+
+    left: int
+    seen: int  # the count the next take from it reports (the headers' view)
+    ends: float  # when its window ends (unix seconds): nothing to give back after
+    last: float  # when it was last taken from (monotonic)
+
+
+@dataclass(slots=True)
+class _Slots:
+    """Concurrency slots granted to this instance on one key's sorted set: ``free`` to hand
+    out, and every member it holds (handed out or not), which its renewals extend."""
+
+    free: list[str] = field(default_factory=list)
+    held: set[str] = field(default_factory=set)
+    last: float = 0.0
 
 
 class RedisCounters:
@@ -352,6 +421,12 @@ class RedisCounters:
         self._inflight = 0  # batches written, their replies not all read
         self._idle: list[asyncio.Future[None]] = []  # flush() calls waiting for no batch in flight
         self._tags: dict[str, str] = {}  # key name → its counters' prefix (a cluster's hash tag)
+        self._grants: dict[str, _Grant] = {}  # counter → this instance's grant of it
+        self._slots: dict[str, _Slots] = {}  # slot key → the slots granted to this instance
+        self._lent: dict[str, str] = {}  # a request's slot member → the granted slot it uses
+        self._rates: dict[str, tuple[int, int, int]] = {}  # see _busy
+        self._sweeper: asyncio.TimerHandle | None = None  # the grants' next _sweep
+        self._asking: set[str] = set()  # counters and slot keys a take in flight asks a grant of
 
     def key(self, name: str, rest: str) -> str:
         if self.cluster:
@@ -364,42 +439,209 @@ class RedisCounters:
         return f"lim:{name}:{rest}"
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
+        t = time.monotonic()
+        busy = self._busy(entries[0].key if entries else slot.key if slot is not None else "", t)
+        if self._grants or self._slots:
+            seen = self._take_granted(entries, slot, t)
+            if seen is not None:
+                return 0, seen
+        index, seen, grants = await self._take(entries, slot, now, busy)
+        if index and grants:
+            # refused while other instances hold grants of that window: what they leave
+            # unused goes back within _GRANT_WAIT, and the take is tried once more
+            await asyncio.sleep(_GRANT_WAIT)
+            index, seen, grants = await self._take(entries, slot, now, False)
+        return index, seen
+
+    async def _take(
+        self, entries: list[Entry], slot: Slot | None, now: float, busy: bool
+    ) -> tuple[int, list[int], int]:
+        """One take in Redis: (0 or the refusing index, the counts seen, when refused the
+        grants held of the refusing window)."""
         prefix = self.prefix
         n = len(entries)
+        asking: list[str] = []
+        cmd: list[Any] = ["EVALSHA", self._take_sha, 2 * n + 2 * (slot is not None)]
+        cmd += [prefix + e.key for e in entries]
+        cmd += [prefix + e.key + ":g" for e in entries]
         if slot is not None:
-            cmd: list[Any] = ["EVALSHA", self._take_sha, n + 1]
-            cmd += [prefix + e.key for e in entries]
-            cmd += [prefix + slot.key, "1", int(now * 1000)]
+            cmd += [prefix + slot.key, prefix + slot.key + ":g", "1", int(now * 1000)]
         else:
-            cmd = ["EVALSHA", self._take_sha, n]
-            cmd += [prefix + e.key for e in entries]
             cmd += ["0", int(now * 1000)]
         for e in entries:
-            cmd += (e.limit, e.need, e.take, e.ttl)
+            want = 0
+            g = self._grants.get(e.key)
+            # (one grant asked at a time; a cost is known only once settled)
+            if busy and e.key not in self._asking and not e.kind.startswith("cost"):
+                want = max(_GRANT_TAKES * max(e.take, e.need) - (g.left if g is not None else 0), 0)
+                if want:
+                    asking.append(e.key)
+            cmd += (e.limit, e.need, e.take, e.ttl, want, int(g is None))
         if slot is not None:
-            cmd += (slot.limit, slot.member, _LEASE_MS)
+            want = 0
+            free = self._slots.get(slot.key)
+            if busy and slot.key not in self._asking:
+                want = max(_GRANT_TAKES - (len(free.free) if free is not None else 0), 0)
+                if want:
+                    asking.append(slot.key)
+            cmd += (slot.limit, slot.member, _LEASE_MS, want, int(free is None))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._takes.append((tuple(cmd), fut))
         if not self._kicked:
             self._kick()
-        got = await fut
-        return int(got[0]), [int(x) for x in got[1:]]
+        self._asking.update(asking)
+        try:
+            got = await fut
+        finally:
+            self._asking.difference_update(asking)
+        index = int(got[0])
+        if index:
+            return index, [int(x) for x in got[1:-1]], int(got[-1])
+        seen = [int(x) for x in got[1 : n + 1]]
+        if asking:
+            self._granted(entries, slot, seen, got[n + 1 :], now, time.monotonic())
+        return 0, seen, 0
+
+    def _busy(self, key: str, t: float) -> bool:
+        """Taken from ``key``'s window ``_GRANT_RATE`` times in this second or the one
+        before (this one counted): a rate at which grants save round trips."""
+        sec = int(t)
+        got = self._rates.get(key)
+        if got is None or got[0] < sec - 1:
+            if len(self._rates) > 4096:
+                self._rates.clear()
+            self._rates[key] = (sec, 1, 0)
+            return False
+        if got[0] == sec:
+            count, before = got[1] + 1, got[2]
+        else:  # (the next second)
+            count, before = 1, got[1]
+        self._rates[key] = (sec, count, before)
+        return count >= _GRANT_RATE or before >= _GRANT_RATE
+
+    def _take_granted(self, entries: list[Entry], slot: Slot | None, t: float) -> list[int] | None:
+        """Taken from this instance's grants alone (the counts each saw), or None: some
+        window or the slot has no grant with room enough, and Redis decides."""
+        grants = self._grants
+        for e in entries:
+            g = grants.get(e.key)
+            if g is None or g.left < e.take or g.left < e.need:
+                return None
+        free = None
+        if slot is not None:
+            free = self._slots.get(slot.key)
+            if free is None or not free.free:
+                return None
+        seen = []
+        for e in entries:
+            g = grants[e.key]
+            seen.append(g.seen)
+            g.seen += e.take
+            g.left -= e.take
+            g.last = t
+        if free is not None and slot is not None:
+            self._lent[slot.member] = free.free.pop()
+            free.last = t
+        return seen
+
+    def _granted(
+        self, entries: list[Entry], slot: Slot | None, seen: list[int], grants: list[Any], now: float, t: float
+    ) -> None:
+        """What a take's reply granted, kept for the next takes."""
+        for e, cur, raw in zip(entries, seen, grants, strict=False):
+            amount = int(raw)
+            if amount:
+                g = self._grants.get(e.key)
+                if g is None:
+                    self._grants[e.key] = _Grant(amount, cur + e.take, now + e.reset, t)
+                else:
+                    g.left += amount
+                    g.seen = cur + e.take
+                    g.last = t
+        if slot is not None and len(grants) > len(entries):
+            amount = int(grants[len(entries)])
+            if amount:
+                free = self._slots.get(slot.key)
+                if free is None:
+                    free = self._slots[slot.key] = _Slots()
+                members = [f"{slot.member}+{k}" for k in range(1, amount + 1)]
+                free.free += members
+                free.held.update(members)
+                free.last = t
+        if (self._grants or self._slots) and self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(_GRANT_IDLE / 2, self._sweep)
+
+    def _sweep(self, everything: bool = False) -> None:
+        """The grants unused for ``_GRANT_IDLE`` seconds (``everything``: all of them) given
+        back, what is left of them and this instance's count in their ``:g`` key, owed as
+        settlements are: another instance may be waiting for it."""
+        self._sweeper = None
+        t = time.monotonic()
+        now = time.time()
+        for key, g in list(self._grants.items()):
+            if (everything or t - g.last >= _GRANT_IDLE) and key not in self._asking:
+                del self._grants[key]
+                if now < g.ends:  # (a window over needs nothing back)
+                    ttl = int(g.ends - now) + _SLACK
+                    back = [(key, -g.left, ttl), (key + ":g", -1, ttl)] if g.left else [(key + ":g", -1, ttl)]
+                    self._owe(self._settle_cmd(back, None, [], key + ":back:" + _nonce()))
+        for key, free in list(self._slots.items()):
+            if (everything or t - free.last >= _GRANT_IDLE) and key not in self._asking:
+                members, free.free = free.free, []
+                free.held.difference_update(members)
+                back = []
+                if not free.held:  # (none lent out: the grant ends)
+                    del self._slots[key]
+                    back = [(key + ":g", -1, int(_LEASE))]
+                if members or back:
+                    self._owe(self._settle_cmd(back, key, members, key + ":back:" + _nonce()))
+        if self._grants or self._slots:
+            self._sweeper = asyncio.get_running_loop().call_later(_GRANT_IDLE / 2, self._sweep)
 
     async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str = "") -> None:
-        """Owed, sent with the next batch (at most ``_SETTLE_DELAY`` seconds from now)."""
+        """Owed, sent with the next batch (at most ``_SETTLE_DELAY`` seconds from now); what
+        a grant of this instance covers is settled here (a slot it lent goes back to it)."""
+        if self._grants:
+            kept = []
+            for add in adds:
+                g = self._grants.get(add[0])
+                if g is not None and g.left >= add[1]:  # (paid from the grant, or given back to it)
+                    g.left -= add[1]
+                    g.seen += add[1]
+                else:
+                    kept.append(add)
+            adds = kept
+        if slot is not None and self._lent:
+            lent = self._lent.pop(slot.member, None)
+            if lent is not None:
+                free = self._slots.get(slot.key)
+                if free is not None and lent in free.held:
+                    free.free.append(lent)
+                    free.last = time.monotonic()
+                slot = None
+        if not adds and slot is None:
+            return
+        members = [slot.member] if slot is not None else []
+        self._owe(self._settle_cmd(adds, slot.key if slot is not None else None, members, once))
+
+    def _settle_cmd(
+        self, adds: list[tuple[str, int, int]], slot_key: str | None, members: list[str], once: str
+    ) -> tuple[Any, ...]:
         prefix = self.prefix
-        cmd: list[Any] = ["EVALSHA", self._settle_sha, len(adds) + 1 + (slot is not None)]
+        cmd: list[Any] = ["EVALSHA", self._settle_sha, len(adds) + 1 + (slot_key is not None)]
         cmd.append(prefix + (once or "lim:settled:" + _nonce()))
         cmd += [prefix + k for k, _, _ in adds]
-        if slot is not None:
-            cmd += [prefix + slot.key, "1", _MARKED]
+        if slot_key is not None:
+            cmd += [prefix + slot_key, "1", _MARKED]
         else:
             cmd += ["0", _MARKED]
         for _, amount, ttl in adds:
             cmd += (amount, ttl)
-        if slot is not None:
-            cmd.append(slot.member)
-        self._owed.append(tuple(cmd))
+        cmd += members
+        return tuple(cmd)
+
+    def _owe(self, cmd: tuple[Any, ...]) -> None:
+        self._owed.append(cmd)
         if len(self._owed) > _OWED_MAX:  # Redis away for long: the oldest go
             del self._owed[0]
             log.warning("limits_settlement_dropped", owed=_OWED_MAX)
@@ -542,7 +784,11 @@ class RedisCounters:
             await pool.release(conn)
 
     async def flush(self) -> None:
-        """Send what is owed now and wait for the batches under way (shutdown, tests)."""
+        """Give back every grant's unused part, send what is owed now and wait for the
+        batches under way (shutdown, tests)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self._sweep(everything=True)
         self._send()
         while self._inflight > 0:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -551,18 +797,32 @@ class RedisCounters:
 
     async def aclose(self) -> None:
         """The counters' own connection closed (after ``flush``)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._wire is not None:
             self._wire.close()
 
     async def renew(self, slots: list[Slot], now: float) -> None:
-        if not slots:
+        """Each slot's lease extended; a slot lent from a grant renews with the whole grant
+        (every slot this instance was granted and still holds)."""
+        members: dict[str, list[str]] = {}
+        for slot in slots:
+            if slot.member not in self._lent:
+                members.setdefault(slot.key, []).append(slot.member)
+        for key, free in self._slots.items():
+            if free.held:
+                members.setdefault(key, []).extend(free.held)
+        if not members:
             return
         until = int((now + _LEASE) * 1000)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for slot in slots:
-                key = self.prefix + slot.key
-                pipe.zadd(key, {slot.member: until}, xx=True)  # (XX: a released slot is not taken again)
-                pipe.pexpire(key, int(_LEASE * 1000))
+            for key, held in members.items():
+                # (XX: a released slot is not taken again)
+                pipe.zadd(self.prefix + key, dict.fromkeys(held, until), xx=True)
+                pipe.pexpire(self.prefix + key, _LEASE_MS)
+                if key in self._slots:  # (its count of grants lives as long as they do)
+                    pipe.pexpire(self.prefix + key + ":g", _LEASE_MS)
             await pipe.execute()
 
 
