@@ -60,6 +60,22 @@ batch that fails keeps its settlements owed and sends them again on a fresh conn
 seconds) makes one sent twice count once.  A take whose batch failed is tried again on a
 fresh connection (``_RECONNECTS``) before it fails open.
 
+A busy key pays no round trip (``RedisCounters``: grants).  Once an instance takes from a
+key's window ``_GRANT_RATE`` times in a second, its next take in Redis also asks for a
+grant: ``_GRANT_TAKES`` requests' worth of each window (their token estimates; never of a
+cost, known only at the end) and as many concurrency slots, added to the counters (the
+slots: members of the sorted set) as if used.  The instance's next takes come out of the
+grant in the process, its settlements are paid from it or given back to it, a slot lent
+from it comes back to it.  So Redis never counts less than what is used, and no instance
+can take past a limit.  A grant is given only while the window keeps room for
+``_GRANT_ROOM`` of them after the take: a small limit never grants, and every request of
+it is checked in Redis.  What a grant has left after ``_GRANT_IDLE`` seconds unused goes
+back (as a settlement: owed, marked, sent again after a failure).  ``<counter>:g`` counts
+the instances holding a grant of it; a take refused while it is not zero waits
+``_GRANT_WAIT`` (what the others leave unused comes back meanwhile) and is tried once
+more, so the limits stay exact between instances: the 2,000th request of a limit of
+2,000 is admitted, the 2,001st refused, whichever instance holds what.
+
 The batches go on the counters' own connection (``Wire`` in ``app/redis_wire.py``; the
 store's puts have one of their own), not through redis-py's pool: one connection per
 process, the commands packed by ``redis_wire.pack``, the replies read by hiredis in the
@@ -118,8 +134,9 @@ _MARKED = 60  # seconds a settlement's marker lives (a batch sent again within t
 # what is left of one unused for ``_GRANT_IDLE`` seconds goes back
 _GRANT_RATE = 20
 _GRANT_TAKES = 16
-_GRANT_ROOM = 64
+_GRANT_ROOM = 16
 _GRANT_IDLE = 0.05
+_GRANT_SPAN = 0.05  # seconds of takes at the key's rate a grant holds (at least _GRANT_TAKES)
 _GRANT_WAIT = 2 * _GRANT_IDLE  # a refusal while grants are held waits this long, and takes again
 
 
@@ -232,13 +249,14 @@ class MemoryCounters:
 # KEYS: the entries' counters, then each counter's grant count (``<counter>:g``: how many
 # instances hold a grant of it), then, when ARGV[1] == "1", the slot's sorted set and its
 # grant count.  ARGV: has_slot, now (ms), then per entry: limit, need, take, ttl, grant
-# wanted, 1 when this instance holds no grant of it yet; then the slot's limit, member,
-# lease (ms), slots wanted, 1 when it holds none yet.  Returns {0, the counts seen…, the
-# grant per entry…, the slots granted} when taken; {n + 1, the counts seen…, the slots
-# held, the slot's grant count} when the slot refused; else {index, count, its grant
-# count}.  What is wanted is granted whole, and only while the window keeps room for
-# ``_GRANT_ROOM`` times as much after this take (granted slots are members
-# ``<member>+1…``, leased as the request's own).
+# wanted, 1 when this instance holds no grant of it yet; then the slot's limit, member
+# (empty: no slot taken, grants only), lease (ms), slots wanted, 1 when it holds none yet,
+# the granted slots' name.  Returns {0, the counts seen…, the grant per entry…, the slots
+# granted} when taken; {n + 1, the counts seen…, the slots held, the slot's grant count}
+# when the slot refused; else {index, count, its grant count}.  What is wanted is granted
+# whole, and only while the window keeps room for ``_GRANT_ROOM`` times as much after this
+# take (granted slots are members ``<name>+1…``, leased as a request's own).  A take of
+# nothing (need, take and member none) only asks for grants: a refill.
 TAKE = """
 local has_slot = ARGV[1] == '1'
 local now = tonumber(ARGV[2])
@@ -262,18 +280,22 @@ if has_slot then
   redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
   local held = redis.call('ZCARD', sk)
   local limit = tonumber(ARGV[b + 1])
-  if held >= limit then
-    seen[1] = n + 1
-    seen[n + 2] = held
-    seen[n + 3] = tonumber(redis.call('GET', gk) or '0')
-    return seen
+  local member = ARGV[b + 2]
+  if member ~= '' then
+    if held >= limit then
+      seen[1] = n + 1
+      seen[n + 2] = held
+      seen[n + 3] = tonumber(redis.call('GET', gk) or '0')
+      return seen
+    end
+    redis.call('ZADD', sk, now + lease, member)
+    held = held + 1
   end
-  redis.call('ZADD', sk, now + lease, ARGV[b + 2])
   local want = tonumber(ARGV[b + 4])
   local g = 0
-  if want > 0 and limit - held - 1 >= ROOM * want then
+  if want > 0 and limit - held >= ROOM * want then
     g = want
-    for k = 1, g do redis.call('ZADD', sk, now + lease, ARGV[b + 2] .. '+' .. k) end
+    for k = 1, g do redis.call('ZADD', sk, now + lease, ARGV[b + 6] .. '+' .. k) end
     if ARGV[b + 5] == '1' then redis.call('INCR', gk) end
     redis.call('PEXPIRE', gk, lease)
   end
@@ -427,6 +449,7 @@ class RedisCounters:
         self._rates: dict[str, tuple[int, int, int]] = {}  # see _busy
         self._sweeper: asyncio.TimerHandle | None = None  # the grants' next _sweep
         self._asking: set[str] = set()  # counters and slot keys a take in flight asks a grant of
+        self._refills: dict[str, asyncio.Future[Any]] = {}  # counter or slot key → its refill on the way
 
     def key(self, name: str, rest: str) -> str:
         if self.cluster:
@@ -443,21 +466,31 @@ class RedisCounters:
         busy = self._busy(entries[0].key if entries else slot.key if slot is not None else "", t)
         if self._grants or self._slots:
             seen = self._take_granted(entries, slot, t)
+            if seen is None and self._refills:  # a refill on its way: the grants it brings
+                keys = [e.key for e in entries] + ([slot.key] if slot is not None else [])
+                pending = {f for f in map(self._refills.get, keys) if f is not None}
+                if pending:
+                    await asyncio.wait(pending)
+                    seen = self._take_granted(entries, slot, time.monotonic())
             if seen is not None:
+                if busy:
+                    self._refill(entries, slot, now, busy)
                 return 0, seen
         index, seen, grants = await self._take(entries, slot, now, busy)
         if index and grants:
             # refused while other instances hold grants of that window: what they leave
             # unused goes back within _GRANT_WAIT, and the take is tried once more
             await asyncio.sleep(_GRANT_WAIT)
-            index, seen, grants = await self._take(entries, slot, now, False)
+            index, seen, grants = await self._take(entries, slot, now, 0)
         return index, seen
 
-    async def _take(
-        self, entries: list[Entry], slot: Slot | None, now: float, busy: bool
-    ) -> tuple[int, list[int], int]:
-        """One take in Redis: (0 or the refusing index, the counts seen, when refused the
-        grants held of the refusing window)."""
+    def _ask(
+        self, entries: list[Entry], slot: Slot | None, now: float, busy: int, name: str = ""
+    ) -> tuple[tuple[Any, ...], list[str]]:
+        """A take's command (``name``: of nothing, a refill, whose granted slots are named
+        so), asking for grants of ``busy`` takes' worth (0: none) where this instance holds
+        less and none is asked already; and the counters and slot key it asks of."""
+        take = not name
         prefix = self.prefix
         n = len(entries)
         asking: list[str] = []
@@ -473,20 +506,29 @@ class RedisCounters:
             g = self._grants.get(e.key)
             # (one grant asked at a time; a cost is known only once settled)
             if busy and e.key not in self._asking and not e.kind.startswith("cost"):
-                want = max(_GRANT_TAKES * max(e.take, e.need) - (g.left if g is not None else 0), 0)
+                want = max(busy * max(e.take, e.need) - (g.left if g is not None else 0), 0)
                 if want:
                     asking.append(e.key)
-            cmd += (e.limit, e.need, e.take, e.ttl, want, int(g is None))
+            if take:
+                cmd += (e.limit, e.need, e.take, e.ttl, want, int(g is None))
+            else:
+                cmd += (e.limit, 0, 0, e.ttl, want, int(g is None))
         if slot is not None:
             want = 0
             free = self._slots.get(slot.key)
             if busy and slot.key not in self._asking:
-                want = max(_GRANT_TAKES - (len(free.free) if free is not None else 0), 0)
+                want = max(busy - (len(free.free) if free is not None else 0), 0)
                 if want:
                     asking.append(slot.key)
-            cmd += (slot.limit, slot.member, _LEASE_MS, want, int(free is None))
+            cmd += (slot.limit, slot.member if take else "", _LEASE_MS, want, int(free is None), name or slot.member)
+        return tuple(cmd), asking
+
+    async def _take(self, entries: list[Entry], slot: Slot | None, now: float, busy: int) -> tuple[int, list[int], int]:
+        """One take in Redis: (0 or the refusing index, the counts seen, when refused the
+        grants held of the refusing window)."""
+        cmd, asking = self._ask(entries, slot, now, busy)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._takes.append((tuple(cmd), fut))
+        self._takes.append((cmd, fut))
         if not self._kicked:
             self._kick()
         self._asking.update(asking)
@@ -497,27 +539,71 @@ class RedisCounters:
         index = int(got[0])
         if index:
             return index, [int(x) for x in got[1:-1]], int(got[-1])
+        n = len(entries)
         seen = [int(x) for x in got[1 : n + 1]]
         if asking:
             self._granted(entries, slot, seen, got[n + 1 :], now, time.monotonic())
         return 0, seen, 0
 
-    def _busy(self, key: str, t: float) -> bool:
-        """Taken from ``key``'s window ``_GRANT_RATE`` times in this second or the one
-        before (this one counted): a rate at which grants save round trips."""
+    def _refill(self, entries: list[Entry], slot: Slot | None, now: float, busy: int) -> None:
+        """Grants asked again, without waiting, once one of this take's windows or its slots
+        has under half a grant's worth left: the next takes find them refilled."""
+        low = False
+        for e in entries:
+            g = self._grants.get(e.key)
+            if g is not None and g.left * 2 < busy * max(e.take, e.need) and e.key not in self._asking:
+                low = True
+        if slot is not None:
+            free = self._slots.get(slot.key)
+            if free is not None and len(free.free) * 2 < busy and slot.key not in self._asking:
+                low = True
+        if not low:
+            return
+        name = f"{slot.member if slot is not None else ''}~{_nonce()}"
+        cmd, asking = self._ask(entries, slot, now, busy, name)
+        if not asking:
+            return
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._takes.append((cmd, fut))
+        if not self._kicked:
+            self._kick()
+        self._asking.update(asking)
+        for key in asking:
+            self._refills[key] = fut
+
+        def refilled(f: asyncio.Future[Any]) -> None:
+            self._asking.difference_update(asking)
+            for key in asking:
+                if self._refills.get(key) is f:
+                    del self._refills[key]
+            if f.cancelled() or f.exception() is not None:
+                return  # (the next take asks again)
+            got = f.result()
+            if int(got[0]) == 0:
+                n = len(entries)
+                seen = [int(x) for x in got[1 : n + 1]]
+                self._granted(entries, slot, seen, got[n + 1 :], now, time.monotonic(), name)
+
+        fut.add_done_callback(refilled)
+
+    def _busy(self, key: str, t: float) -> int:
+        """How many takes a grant of ``key``'s window should hold: 0 under ``_GRANT_RATE``
+        takes in this second and the one before (this one counted), else those of
+        ``_GRANT_SPAN`` seconds at that rate, ``_GRANT_TAKES`` at least."""
         sec = int(t)
         got = self._rates.get(key)
         if got is None or got[0] < sec - 1:
             if len(self._rates) > 4096:
                 self._rates.clear()
             self._rates[key] = (sec, 1, 0)
-            return False
+            return 0
         if got[0] == sec:
             count, before = got[1] + 1, got[2]
         else:  # (the next second)
             count, before = 1, got[1]
         self._rates[key] = (sec, count, before)
-        return count >= _GRANT_RATE or before >= _GRANT_RATE
+        rate = max(count, before)
+        return max(int(rate * _GRANT_SPAN), _GRANT_TAKES) if rate >= _GRANT_RATE else 0
 
     def _take_granted(self, entries: list[Entry], slot: Slot | None, t: float) -> list[int] | None:
         """Taken from this instance's grants alone (the counts each saw), or None: some
@@ -545,18 +631,27 @@ class RedisCounters:
         return seen
 
     def _granted(
-        self, entries: list[Entry], slot: Slot | None, seen: list[int], grants: list[Any], now: float, t: float
+        self,
+        entries: list[Entry],
+        slot: Slot | None,
+        seen: list[int],
+        grants: list[Any],
+        now: float,
+        t: float,
+        name: str = "",
     ) -> None:
-        """What a take's reply granted, kept for the next takes."""
+        """What a take's reply granted, kept for the next takes (``name``: a refill's, which
+        took nothing, and named its slots so)."""
         for e, cur, raw in zip(entries, seen, grants, strict=False):
             amount = int(raw)
             if amount:
                 g = self._grants.get(e.key)
+                after = cur if name else cur + e.take
                 if g is None:
-                    self._grants[e.key] = _Grant(amount, cur + e.take, now + e.reset, t)
+                    self._grants[e.key] = _Grant(amount, after, now + e.reset, t)
                 else:
                     g.left += amount
-                    g.seen = cur + e.take
+                    g.seen = after
                     g.last = t
         if slot is not None and len(grants) > len(entries):
             amount = int(grants[len(entries)])
@@ -564,7 +659,7 @@ class RedisCounters:
                 free = self._slots.get(slot.key)
                 if free is None:
                     free = self._slots[slot.key] = _Slots()
-                members = [f"{slot.member}+{k}" for k in range(1, amount + 1)]
+                members = [f"{name or slot.member}+{k}" for k in range(1, amount + 1)]
                 free.free += members
                 free.held.update(members)
                 free.last = t

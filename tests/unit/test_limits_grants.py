@@ -19,7 +19,7 @@ from providers.config import StoreCfg
 from tests.unit.test_limits import config
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-BIG = {"requests_per_minute": 1_000_000, "tokens_per_minute": 1_000_000_000, "concurrent": 5000}
+BIG = {"requests_per_minute": 1_000_000, "tokens_per_minute": 1_000_000_000, "concurrent": 1000}
 
 
 class Counted(RedisCounters):
