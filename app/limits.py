@@ -463,7 +463,8 @@ class RedisCounters:
 
     async def take(self, entries: list[Entry], slot: Slot | None, now: float) -> tuple[int, list[int]]:
         t = time.monotonic()
-        busy = self._busy(entries[0].key if entries else slot.key if slot is not None else "", t)
+        # (the rate of the key's first window, whichever minute or day it is)
+        busy = self._busy(entries[0].key.rpartition(":")[0] if entries else slot.key if slot is not None else "", t)
         if self._grants or self._slots:
             seen = self._take_granted(entries, slot, t)
             if seen is None and self._refills:  # a refill on its way: the grants it brings
@@ -478,9 +479,21 @@ class RedisCounters:
                 return 0, seen
         index, seen, grants = await self._take(entries, slot, now, busy)
         if index and grants:
-            # refused while other instances hold grants of that window: what they leave
-            # unused goes back within _GRANT_WAIT, and the take is tried once more
-            await asyncio.sleep(_GRANT_WAIT)
+            # refused while grants of that window are held: this instance's own goes back
+            # now (before the next take, in the same batch); what the others leave unused
+            # comes back within _GRANT_WAIT; then the take is tried once more
+            if index <= len(entries):
+                key = entries[index - 1].key
+                mine = key in self._grants and key not in self._asking
+                if mine:
+                    self._give_back(key)
+            else:
+                key = slot.key if slot is not None else ""
+                mine = key in self._slots and key not in self._asking
+                if mine:
+                    self._give_back_slots(key)
+            if grants > mine:
+                await asyncio.sleep(_GRANT_WAIT)
             index, seen, grants = await self._take(entries, slot, now, 0)
         return index, seen
 
@@ -668,30 +681,40 @@ class RedisCounters:
 
     def _sweep(self, everything: bool = False) -> None:
         """The grants unused for ``_GRANT_IDLE`` seconds (``everything``: all of them) given
-        back, what is left of them and this instance's count in their ``:g`` key, owed as
-        settlements are: another instance may be waiting for it."""
+        back."""
         self._sweeper = None
         t = time.monotonic()
-        now = time.time()
         for key, g in list(self._grants.items()):
             if (everything or t - g.last >= _GRANT_IDLE) and key not in self._asking:
-                del self._grants[key]
-                if now < g.ends:  # (a window over needs nothing back)
-                    ttl = int(g.ends - now) + _SLACK
-                    back = [(key, -g.left, ttl), (key + ":g", -1, ttl)] if g.left else [(key + ":g", -1, ttl)]
-                    self._owe(self._settle_cmd(back, None, [], key + ":back:" + _nonce()))
+                self._give_back(key)
         for key, free in list(self._slots.items()):
             if (everything or t - free.last >= _GRANT_IDLE) and key not in self._asking:
-                members, free.free = free.free, []
-                free.held.difference_update(members)
-                back = []
-                if not free.held:  # (none lent out: the grant ends)
-                    del self._slots[key]
-                    back = [(key + ":g", -1, int(_LEASE))]
-                if members or back:
-                    self._owe(self._settle_cmd(back, key, members, key + ":back:" + _nonce()))
+                self._give_back_slots(key)
         if self._grants or self._slots:
             self._sweeper = asyncio.get_running_loop().call_later(_GRANT_IDLE / 2, self._sweep)
+
+    def _give_back(self, key: str) -> None:
+        """The grant of counter ``key`` ended: what is left of it, and this instance's count
+        in its ``:g`` key, owed as settlements are (another instance may wait for it)."""
+        g = self._grants.pop(key)
+        now = time.time()
+        if now < g.ends:  # (a window over needs nothing back)
+            ttl = int(g.ends - now) + _SLACK
+            back = [(key, -g.left, ttl), (key + ":g", -1, ttl)] if g.left else [(key + ":g", -1, ttl)]
+            self._owe(self._settle_cmd(back, None, [], key + ":back:" + _nonce()))
+
+    def _give_back_slots(self, key: str) -> None:
+        """The granted slots of ``key`` not lent out, owed back; the grant ends with them
+        when none is lent out."""
+        free = self._slots[key]
+        members, free.free = free.free, []
+        free.held.difference_update(members)
+        back = []
+        if not free.held:
+            del self._slots[key]
+            back = [(key + ":g", -1, int(_LEASE))]
+        if members or back:
+            self._owe(self._settle_cmd(back, key, members, key + ":back:" + _nonce()))
 
     async def settle(self, adds: list[tuple[str, int, int]], slot: Slot | None, once: str = "") -> None:
         """Owed, sent with the next batch (at most ``_SETTLE_DELAY`` seconds from now); what
@@ -1227,8 +1250,7 @@ class Limiter:
                 del self.held[key]
             elif t.slot is not None:
                 slots.append(t.slot)
-        if slots:
-            await self.counters.renew(slots, now)
+        await self.counters.renew(slots, now)  # (also the slots granted to this process)
 
     async def start(self) -> None:
         """The renewals' task (the app's start-up)."""

@@ -11,8 +11,8 @@ alternating between them:
   Redis streams: the baseline of the next case);
 * ``limits, Redis counters`` — the same key on the Redis counters (Redis store, our own
   redis-server on a free port, stopped by its PID); "added" is against the line above.
-  For the two Redis cases: the commands Redis ran per request (``total_commands_processed``;
-  a script is one), a figure this machine's load does not move.
+  For the two Redis cases: the commands Redis ran per request (``total_commands_processed``,
+  which counts a script's own commands too), a figure this machine's load does not move.
 
 Two proxies (the SQLite one serves the first two cases, the Redis one the others), only one
 loaded at a time; CPU is utime+stime of the serving process from /proc/<pid>/stat over a

@@ -5,6 +5,7 @@ unused; the counts stay exact between instances (real Redis)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,6 +44,12 @@ async def redis() -> AsyncIterator[tuple[Redis, str]]:
     if keys:
         await r.delete(*keys)
     await r.aclose()
+
+
+def _minute_ahead() -> float:
+    """A moment in the middle of a minute an hour from now: the requests of a test that
+    must fall in one window all do (the grants' ends are in the future, as in service)."""
+    return (time.time() // 60 + 60) * 60 + 30
 
 
 async def _sum(r: Redis, pattern: str) -> int:
@@ -125,9 +132,9 @@ async def test_a_slot_lent_from_a_grant_is_renewed_with_it_and_released_here(red
         await lim.aclose()
 
 
-async def _warm(lim: Limiter, n: int, tag: str) -> int:
+async def _warm(lim: Limiter, n: int, tag: str, now: float) -> int:
     for i in range(n):
-        await lim.settle(await lim.admit("alice", "m", 1, f"{tag}{i}"), "m", (1, 0, 0, 0, 0))
+        await lim.settle(await lim.admit("alice", "m", 1, f"{tag}{i}", now=now), "m", (1, 0, 0, 0, 0))
     return n
 
 
@@ -139,13 +146,14 @@ async def test_three_instances_with_grants_admit_exactly_the_limit(redis: tuple[
     r, prefix = redis
     limit = 2000
     lims = [Limiter(config({"requests_per_minute": limit}), Counted(r, prefix)) for _ in range(3)]
+    now = _minute_ahead()
     try:
-        warm = sum([await _warm(lim, 30, f"w{j}-") for j, lim in enumerate(lims)])
+        warm = sum([await _warm(lim, 30, f"w{j}-", now) for j, lim in enumerate(lims)])
         assert all(isinstance(lim.counters, RedisCounters) and lim.counters._grants for lim in lims)
 
         async def one(lim: Limiter, rid: str) -> bool:
             try:
-                await lim.settle(await lim.admit("alice", "m", 1, rid), "m", (1, 0, 0, 0, 0))
+                await lim.settle(await lim.admit("alice", "m", 1, rid, now=now), "m", (1, 0, 0, 0, 0))
             except LimitExceeded:
                 return False
             return True
@@ -179,5 +187,34 @@ async def test_a_cost_budget_is_never_granted(redis: tuple[Redis, str]) -> None:
         for i in range(40):
             await lim.settle(await lim.admit("alice", "m", 1, f"r{i}"), "m", (1, 0, 0, 0, 0))
         assert counters.remote == 40 and not counters._grants
+    finally:
+        await lim.aclose()
+
+
+async def test_one_instance_at_its_limit_gives_its_own_grant_back_and_never_waits(
+    redis: tuple[Redis, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alone on a key, an instance refused on a window whose only grant is its own gives
+    what is left of it back before taking again: the limit is met exactly, and no refusal
+    waits for other instances (there are none)."""
+    r, prefix = redis
+    monkeypatch.setattr(limits, "_GRANT_WAIT", 3600.0)  # (a refusal that waited would hang)
+    lim = Limiter(config({"requests_per_minute": 600, "tokens_per_minute": 1_000_000}), Counted(r, prefix))
+    now = _minute_ahead()
+    try:
+        admitted = refused = 0
+        async with asyncio.timeout(30):
+            for i in range(700):
+                try:
+                    t = await lim.admit("alice", "m", 40, f"r{i}", now=now)
+                except LimitExceeded as e:
+                    assert e.headers["x-switchboard-limit"] == "requests"
+                    refused += 1
+                    continue
+                admitted += 1
+                await lim.settle(t, "m", (30, 10, 0, 0, 0))
+        assert (admitted, refused) == (600, 100)
+        await lim.counters.flush()
+        assert await _sum(r, prefix + "lim:alice:requests:*[0-9]") == 600
     finally:
         await lim.aclose()
