@@ -383,6 +383,7 @@ class _Grant:
     seen: int  # the count the next take from it reports (the headers' view)
     ends: float  # when its window ends (unix seconds): nothing to give back after
     last: float  # when it was last taken from (monotonic)
+    over: float = 0.0  # what a settlement paid from it adds to a take, on average (tokens)
 
 
 @dataclass(slots=True)
@@ -519,7 +520,8 @@ class RedisCounters:
             g = self._grants.get(e.key)
             # (one grant asked at a time; a cost is known only once settled)
             if busy and e.key not in self._asking and not e.kind.startswith("cost"):
-                want = max(busy * max(e.take, e.need) - (g.left if g is not None else 0), 0)
+                per = max(e.take, e.need) + (round(g.over) if g is not None else 0)
+                want = max(busy * per - (g.left if g is not None else 0), 0)
                 if want:
                     asking.append(e.key)
             if take:
@@ -564,7 +566,11 @@ class RedisCounters:
         low = False
         for e in entries:
             g = self._grants.get(e.key)
-            if g is not None and g.left * 2 < busy * max(e.take, e.need) and e.key not in self._asking:
+            if (
+                g is not None
+                and g.left * 2 < busy * (max(e.take, e.need) + round(g.over))
+                and e.key not in self._asking
+            ):
                 low = True
         if slot is not None:
             free = self._slots.get(slot.key)
@@ -726,6 +732,7 @@ class RedisCounters:
                 if g is not None and g.left >= add[1]:  # (paid from the grant, or given back to it)
                     g.left -= add[1]
                     g.seen += add[1]
+                    g.over += (max(add[1], 0) - g.over) / 8  # (the next grants hold it too)
                 else:
                     kept.append(add)
             adds = kept

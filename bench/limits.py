@@ -11,8 +11,10 @@ alternating between them:
   Redis streams: the baseline of the next case);
 * ``limits, Redis counters`` — the same key on the Redis counters (Redis store, our own
   redis-server on a free port, stopped by its PID); "added" is against the line above.
-  For the two Redis cases: the commands Redis ran per request (``total_commands_processed``,
-  which counts a script's own commands too), a figure this machine's load does not move.
+  For the two Redis cases, per request, figures this machine's load does not move: the
+  writes Redis read from the proxy (``total_reads_processed``: round trips, a batch of
+  commands in one write is one) and the scripts it ran (``EVALSHA`` calls: takes,
+  settlements, grants asked and given back).
 
 Two proxies (the SQLite one serves the first two cases, the Redis one the others), only one
 loaded at a time; CPU is utime+stime of the serving process from /proc/<pid>/stat over a
@@ -119,21 +121,25 @@ async def main_async(args: argparse.Namespace) -> None:
         for (_, port), key in cases.values():  # warm-up: connections, caches, JIT-less paths
             await load(port, key, args.requests // 4, args.concurrency)
         got: dict[str, list[float]] = {k: [] for k in cases}
-        calls: dict[str, list[float]] = {k: [] for k in cases if "Redis" in k}  # Redis commands a request
+        calls: dict[str, list[tuple[float, float]]] = {k: [] for k in cases if "Redis" in k}
         rclient = Redis(port=rport, socket_timeout=5)
+
+        def redis_counts() -> tuple[int, int]:  # (reads, scripts) so far
+            reads = int(rclient.info("stats")["total_reads_processed"])
+            return reads, int(rclient.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
         for r in range(args.rounds):
             order = list(cases) if r % 2 == 0 else list(reversed(cases))
             for name in order:
                 (child, port), key = cases[name]
                 pids = proc_children(child.pid)
-                n0 = int(rclient.info("stats")["total_commands_processed"]) if name in calls else 0
+                n0 = redis_counts() if name in calls else (0, 0)
                 c0, t0 = cpu_seconds(pids), time.perf_counter()
                 ok = await load(port, key, args.requests, args.concurrency)
                 c1, t1 = cpu_seconds(pids), time.perf_counter()
-                if name in calls:  # (the INFO itself is one of them)
-                    calls[name].append(
-                        (int(rclient.info("stats")["total_commands_processed"]) - n0 - 1) / args.requests
-                    )
+                if name in calls:  # (less the two INFO of redis_counts)
+                    n1 = redis_counts()
+                    calls[name].append(((n1[0] - n0[0] - 2) / args.requests, (n1[1] - n0[1]) / args.requests))
                 if ok != args.requests:
                     raise RuntimeError(f"{name}: {args.requests - ok} requests failed\n{child.log_tail()}")
                 got[name].append((c1 - c0) / args.requests * 1e6)
@@ -145,7 +151,9 @@ async def main_async(args: argparse.Namespace) -> None:
             f"\n{args.requests} non-streaming Chat requests per round, {args.rounds} rounds, "
             f"concurrency {args.concurrency}, proxy on core {args.proxy_core}\n"
         )
-        print("| case | CPU per request (median) | rounds min–max | added | paired | Redis commands a request |")
+        print(
+            "| case | CPU per request (median) | rounds min–max | added | paired | Redis round trips, scripts a request |"
+        )
         print("|---|---|---|---|---|---|")
         for name, xs in got.items():
             med = statistics.median(xs)
@@ -155,7 +163,10 @@ async def main_async(args: argparse.Namespace) -> None:
             if not name.startswith("no limits"):
                 added = f"{med - ref:+.0f} µs ({(med - ref) / ref:+.1%})"
                 paired = f"{paired_added(xs, refs):+.0f} µs"
-            cmds = f"{statistics.median(calls[name]):.2f}" if name in calls else "—"
+            cmds = "—"
+            if name in calls:
+                trips = statistics.median(x for x, _ in calls[name])
+                cmds = f"{trips:.2f}, {statistics.median(y for _, y in calls[name]):.2f}"
             print(f"| {name} | {med:.0f} µs | {min(xs):.0f}–{max(xs):.0f} µs | {added} | {paired} | {cmds} |")
     finally:
         for child in reversed(children):
