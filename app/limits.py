@@ -668,9 +668,9 @@ class RedisCounters:
                 after = cur if name else cur + e.take
                 if g is None:
                     self._grants[e.key] = _Grant(amount, after, now + e.reset, t)
-                else:
+                else:  # (Redis's count holds what this grant has left: never counted back)
+                    g.seen = max(g.seen, after - g.left)
                     g.left += amount
-                    g.seen = after
                     g.last = t
         if slot is not None and len(grants) > len(entries):
             amount = int(grants[len(entries)])

@@ -77,7 +77,9 @@ async def test_a_busy_key_takes_from_its_grants_and_the_counts_stay_exact(redis:
         # the tokens' grant (16 estimates of 10) runs out first, at 17 tokens a request
         per_grant = limits._GRANT_TAKES * 10 // 17
         assert limits._GRANT_RATE - 1 <= counters.remote <= limits._GRANT_RATE + 200 // per_grant + 4
-        assert remaining == sorted(remaining, reverse=True) and len(set(remaining)) == 200
+        # what each was told is left never goes up, and counts at least the requests so far
+        assert remaining == sorted(remaining, reverse=True)
+        assert all(left <= 1_000_000 - i - 1 for i, left in enumerate(remaining))
         # held in Redis now: what was used, and what is left of this instance's grants
         assert await _sum(r, prefix + "lim:alice:requests:*[0-9]") >= 200
         await counters.flush()  # (the grants given back)
