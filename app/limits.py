@@ -62,19 +62,22 @@ fresh connection (``_RECONNECTS``) before it fails open.
 
 A busy key pays no round trip (``RedisCounters``: grants).  Once an instance takes from a
 key's window ``_GRANT_RATE`` times in a second, its next take in Redis also asks for a
-grant: ``_GRANT_TAKES`` requests' worth of each window (their token estimates; never of a
-cost, known only at the end) and as many concurrency slots, added to the counters (the
-slots: members of the sorted set) as if used.  The instance's next takes come out of the
-grant in the process, its settlements are paid from it or given back to it, a slot lent
-from it comes back to it.  So Redis never counts less than what is used, and no instance
-can take past a limit.  A grant is given only while the window keeps room for
+grant: ``_GRANT_SPAN`` seconds of takes at that rate (``_GRANT_TAKES`` at least) of each
+window (tokens: the estimate and what settlements add to it on average; never of a cost,
+known only at the end) and as many concurrency slots, added to the counters (the slots:
+members of the sorted set) as if used.  The instance's next takes come out of the grant
+in the process, its settlements are paid from it or given back to it, a slot lent from
+it comes back to it; once half of it is used, a take of nothing asks for more without
+waiting (a refill).  So Redis never counts less than what is used, and no instance can
+take past a limit.  A grant is given only while the window keeps room for
 ``_GRANT_ROOM`` of them after the take: a small limit never grants, and every request of
 it is checked in Redis.  What a grant has left after ``_GRANT_IDLE`` seconds unused goes
 back (as a settlement: owed, marked, sent again after a failure).  ``<counter>:g`` counts
-the instances holding a grant of it; a take refused while it is not zero waits
-``_GRANT_WAIT`` (what the others leave unused comes back meanwhile) and is tried once
-more, so the limits stay exact between instances: the 2,000th request of a limit of
-2,000 is admitted, the 2,001st refused, whichever instance holds what.
+the instances holding a grant of it.  A take refused while it is not zero gives this
+instance's own grant of that window back, waits ``_GRANT_WAIT`` when another instance
+holds one too (what it leaves unused comes back meanwhile), and is tried once more, so
+the limits stay exact between instances: the 2,000th request of a limit of 2,000 is
+admitted, the 2,001st refused, whichever instance holds what.
 
 The batches go on the counters' own connection (``Wire`` in ``app/redis_wire.py``; the
 store's puts have one of their own), not through redis-py's pool: one connection per
@@ -129,9 +132,10 @@ _BACKOFF_MAX = 11  # settlements that failed are sent again after at most 2**11 
 _OWED_MAX = 100_000  # settlements kept while Redis does not answer; past that the oldest go
 _MARKED = 60  # seconds a settlement's marker lives (a batch sent again within them counts once)
 # Grants (RedisCounters): a share of a key's windows and slots reserved for one instance,
-# once it takes from them ``_GRANT_RATE`` times in a second; a grant is ``_GRANT_TAKES``
-# requests' worth, given only while the window keeps room for ``_GRANT_ROOM`` such grants;
-# what is left of one unused for ``_GRANT_IDLE`` seconds goes back
+# once it takes from them ``_GRANT_RATE`` times in a second; a grant holds ``_GRANT_SPAN``
+# seconds of its takes, ``_GRANT_TAKES`` at least, given only while the window keeps room
+# for ``_GRANT_ROOM`` such grants; what is left of one unused for ``_GRANT_IDLE`` seconds
+# goes back
 _GRANT_RATE = 20
 _GRANT_TAKES = 16
 _GRANT_ROOM = 16
