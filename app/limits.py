@@ -99,6 +99,7 @@ import asyncio
 import calendar
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import itertools
 import os
@@ -552,9 +553,17 @@ class RedisCounters:
             self._kick()
         self._asking.update(asking)
         try:
-            got = await fut
-        finally:
+            got = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # (the request went, its take's reply still comes: what it grants is kept, as a
+            # refill's; the slot and count the request took run out as before)
+            name = slot.member if slot is not None else ""
+            fut.add_done_callback(functools.partial(self._replied, entries, slot, now, asking, name, True))
+            raise
+        except BaseException:
             self._asking.difference_update(asking)
+            raise
+        self._asking.difference_update(asking)
         index = int(got[0])
         if index:
             return index, [int(x) for x in got[1:-1]], int(got[-1])
@@ -593,21 +602,32 @@ class RedisCounters:
         self._asking.update(asking)
         for key in asking:
             self._refills[key] = fut
+        fut.add_done_callback(functools.partial(self._replied, entries, slot, now, asking, name, False))
 
-        def refilled(f: asyncio.Future[Any]) -> None:
-            self._asking.difference_update(asking)
-            for key in asking:
-                if self._refills.get(key) is f:
-                    del self._refills[key]
-            if f.cancelled() or f.exception() is not None:
-                return  # (the next take asks again)
-            got = f.result()
-            if int(got[0]) == 0:
-                n = len(entries)
-                seen = [int(x) for x in got[1 : n + 1]]
-                self._granted(entries, slot, seen, got[n + 1 :], now, time.monotonic(), name)
-
-        fut.add_done_callback(refilled)
+    def _replied(
+        self,
+        entries: list[Entry],
+        slot: Slot | None,
+        now: float,
+        asking: list[str],
+        name: str,
+        took: bool,
+        f: asyncio.Future[Any],
+    ) -> None:
+        """The reply of a take nobody waits for (a refill; or, ``took``, a request's take whose
+        request went), its granted slots named ``name``: what it granted kept for the next
+        takes."""
+        self._asking.difference_update(asking)
+        for key in asking:
+            if self._refills.get(key) is f:
+                del self._refills[key]
+        if f.cancelled() or f.exception() is not None:
+            return  # (the next take asks again)
+        got = f.result()
+        if int(got[0]) == 0:
+            n = len(entries)
+            seen = [int(x) for x in got[1 : n + 1]]
+            self._granted(entries, slot, seen, got[n + 1 :], now, time.monotonic(), name, took)
 
     def _busy(self, key: str, t: float) -> int:
         """How many takes a grant of ``key``'s window should hold: 0 under ``_GRANT_RATE``
@@ -662,14 +682,16 @@ class RedisCounters:
         now: float,
         t: float,
         name: str = "",
+        took: bool = True,
     ) -> None:
-        """What a take's reply granted, kept for the next takes (``name``: a refill's, which
-        took nothing, and named its slots so)."""
+        """What a take's reply granted, kept for the next takes (its granted slots named
+        ``name``, else the request's own member; ``took`` False: a refill, which took
+        nothing)."""
         for e, cur, raw in zip(entries, seen, grants, strict=False):
             amount = int(raw)
             if amount:
                 g = self._grants.get(e.key)
-                after = cur if name else cur + e.take
+                after = cur + e.take if took else cur
                 if g is None:
                     self._grants[e.key] = _Grant(amount, after, now + e.reset, t)
                 else:  # (Redis's count holds what this grant has left: never counted back)
@@ -915,14 +937,17 @@ class RedisCounters:
     async def flush(self) -> None:
         """Give back every grant's unused part, send what is owed now and wait for the
         batches under way (shutdown, tests)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-        self._sweep(everything=True)
-        self._send()
-        while self._inflight > 0:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._idle.append(fut)
-            await fut
+        for _ in range(3):  # (a refill's reply, landing meanwhile, brings grants to give back)
+            if self._sweeper is not None:
+                self._sweeper.cancel()
+            self._sweep(everything=True)
+            self._send()
+            while self._inflight > 0:
+                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._idle.append(fut)
+                await fut
+            if not self._grants and not any(free.free for free in self._slots.values()):
+                break
 
     async def aclose(self) -> None:
         """The counters' own connection closed (after ``flush``)."""

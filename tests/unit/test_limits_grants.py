@@ -150,8 +150,9 @@ async def test_three_instances_with_grants_admit_exactly_the_limit(redis: tuple[
     lims = [Limiter(config({"requests_per_minute": limit}), Counted(r, prefix)) for _ in range(3)]
     now = _minute_ahead()
     try:
-        warm = sum([await _warm(lim, 30, f"w{j}-", now) for j, lim in enumerate(lims)])
-        assert all(isinstance(lim.counters, RedisCounters) and lim.counters._grants for lim in lims)
+        warm = sum(await asyncio.gather(*(_warm(lim, 30, f"w{j}-", now) for j, lim in enumerate(lims))))
+        # each instance busy: granted, and took some of its 30 from the grant
+        assert all(isinstance(lim.counters, Counted) and lim.counters.remote < 30 for lim in lims)
 
         async def one(lim: Limiter, rid: str) -> bool:
             try:
@@ -218,5 +219,37 @@ async def test_one_instance_at_its_limit_gives_its_own_grant_back_and_never_wait
         assert (admitted, refused) == (600, 100)
         await lim.counters.flush()
         assert await _sum(r, prefix + "lim:alice:requests:*[0-9]") == 600
+    finally:
+        await lim.aclose()
+
+
+async def test_a_grant_asked_by_a_request_that_went_is_kept_and_given_back(redis: tuple[Redis, str]) -> None:
+    """A request cancelled while its take, asking for a grant, is in flight: the reply's
+    grant is kept all the same, and given back like any other (nothing left counted)."""
+    r, prefix = redis
+    counters = Counted(r, prefix)
+    lim = Limiter(config(BIG), counters)
+    try:
+        for i in range(30):
+            await lim.settle(await lim.admit("alice", "m", 10, f"r{i}"), "m", (10, 0, 0, 0, 0))
+        await counters.flush()  # (every grant back: the next take asks anew)
+        assert not counters._grants and not counters._slots
+        task = asyncio.get_running_loop().create_task(lim.admit("alice", "m", 10, "gone"))
+        await asyncio.sleep(0)  # (its take queued, not answered)
+        assert counters._asking
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(100):
+            if counters._grants:
+                break
+            await asyncio.sleep(0.005)
+        assert counters._grants and counters._slots and not counters._asking
+        await counters.flush()
+        # the cancelled request's own take stays counted (it never settles), its grant went back
+        assert await _sum(r, prefix + "lim:alice:requests:*[0-9]") == 31
+        assert await _sum(r, prefix + "lim:alice:*:g") == 0
+        # its own slot stays leased (15 s) as before grants; the granted ones went back
+        assert await r.zrange(prefix + "lim:alice:concurrent", 0, -1) == [b"gone"]
     finally:
         await lim.aclose()
