@@ -22,54 +22,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
-import uvloop
-import yaml
 
-from app.config import load_config
-from app.main import create_app
-from bench.limits import BODY, config, start_redis
-from bench.run import Child, paired_added, start_fake
-from bench.store_put import wait_port
-from tests.upstream_io import asgi_post
+from bench.limits import BODY, config
+from bench.run import Child, paired_added
+from bench.store_asgi import make_app, post, run_in_process
 
 KEYS = {"free": b"Bearer sk-free", "limited": b"Bearer sk-limited"}
-
-
-async def post(app: Any, body: bytes, key: bytes) -> int:
-    """One Chat request to ``app`` with the client key ``key``; the answer's status."""
-    status = 0
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-
-    await asgi_post(app, "/v1/chat/completions", body, send, ((b"authorization", key),))
-    return status
+PATH = "/v1/chat/completions"
 
 
 async def run(args: argparse.Namespace, work: Path, children: list[Child]) -> None:
-    fake, fport = await start_fake(work, None)
-    children.append(fake)
-    if args.backend == "redis":
-        redis, rport = start_redis(work)
-        children.append(redis)
-        wait_port(rport)
-        store: dict[str, Any] = {"backend": "redis", "url": f"redis://127.0.0.1:{rport}/0", "key_prefix": "bench:"}
-    else:
-        store = {"backend": "sqlite", "path": str(work / "s.db")}
-    (work / "c.yaml").write_text(yaml.safe_dump(config(fport, store)))
-    app = create_app(load_config(str(work / "c.yaml")))
+    app = await make_app(args.backend, work, children, config)
     raw = orjson.dumps(BODY)
     got: dict[str, list[float]] = {n: [] for n in KEYS}
     async with app.router.lifespan_context(app):
@@ -77,13 +47,13 @@ async def run(args: argparse.Namespace, work: Path, children: list[Child]) -> No
             for name in KEYS if r % 2 == 0 else reversed(KEYS):
                 key = KEYS[name]
                 for _ in range(200):  # (warm: the connections, and a busy key's grants)
-                    await post(app, raw, key)
+                    await post(app, PATH, raw, ((b"authorization", key),))
                 t0 = time.process_time()
                 todo = iter(range(args.requests))  # (shared: the clients take turns from it)
 
                 async def client(todo: Iterator[int] = todo, key: bytes = key) -> None:
                     for _ in todo:
-                        if await post(app, raw, key) != 200:
+                        if await post(app, PATH, raw, ((b"authorization", key),)) != 200:
                             raise RuntimeError("a request failed")
 
                 await asyncio.gather(*(client() for _ in range(args.concurrency)))
@@ -104,16 +74,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=8)
-    args = ap.parse_args()
-
-    work = Path(tempfile.mkdtemp(prefix="bench-limits-asgi-"))
-    children: list[Child] = []
-    try:
-        uvloop.run(run(args, work, children))
-    finally:
-        for child in reversed(children):
-            child.stop()
-        shutil.rmtree(work, ignore_errors=True)
+    run_in_process(run, ap.parse_args(), "bench-limits-asgi-")
 
 
 if __name__ == "__main__":

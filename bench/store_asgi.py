@@ -26,7 +26,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from bench.store_put import wait_port
 from tests.upstream_io import asgi_post
 
 
-async def post(app: Any, path: str, body: bytes) -> int:
+async def post(app: Any, path: str, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> int:
     """One JSON POST to ``app`` (``tests/upstream_io.asgi_post``); the answer's status."""
     status = 0
 
@@ -52,14 +52,19 @@ async def post(app: Any, path: str, body: bytes) -> int:
         if message["type"] == "http.response.start":
             status = message["status"]
 
-    await asgi_post(app, path, body, send)
+    await asgi_post(app, path, body, send, headers)
     return status
 
 
-async def run(args: argparse.Namespace, work: Path, children: list[Child]) -> None:
+async def make_app(
+    backend: str, work: Path, children: list[Child], config: Callable[[int, dict[str, Any]], dict[str, Any]]
+) -> Any:
+    """The app (``create_app``) of ``config(fake upstream's port, store)``, in front of the
+    bench's fake upstream, on the ``backend`` store (Redis: our own redis-server); the
+    processes it started go to ``children``."""
     fake, fport = await start_fake(work, None)
     children.append(fake)
-    if args.backend == "redis":
+    if backend == "redis":
         redis, rport = start_redis(work)
         children.append(redis)
         wait_port(rport)
@@ -67,7 +72,28 @@ async def run(args: argparse.Namespace, work: Path, children: list[Child]) -> No
     else:
         store = {"backend": "sqlite", "path": str(work / "s.db")}
     (work / "c.yaml").write_text(yaml.safe_dump(config(fport, store)))
-    app = create_app(load_config(str(work / "c.yaml")))
+    return create_app(load_config(str(work / "c.yaml")))
+
+
+def run_in_process(
+    run: Callable[[argparse.Namespace, Path, list[Child]], Coroutine[Any, Any, None]],
+    args: argparse.Namespace,
+    prefix: str,
+) -> None:
+    """``run`` on uvloop in a work folder of its own, which goes afterwards with every
+    process it started."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    children: list[Child] = []
+    try:
+        uvloop.run(run(args, work, children))
+    finally:
+        for child in reversed(children):
+            child.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def run(args: argparse.Namespace, work: Path, children: list[Child]) -> None:
+    app = await make_app(args.backend, work, children, config)
     names = ["responses, store: false", "responses, stored"]
     got: dict[str, list[float]] = {n: [] for n in names}
     async with app.router.lifespan_context(app):
@@ -100,16 +126,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=1)
-    args = ap.parse_args()
-
-    work = Path(tempfile.mkdtemp(prefix="bench-store-asgi-"))
-    children: list[Child] = []
-    try:
-        uvloop.run(run(args, work, children))
-    finally:
-        for child in reversed(children):
-            child.stop()
-        shutil.rmtree(work, ignore_errors=True)
+    run_in_process(run, ap.parse_args(), "bench-store-asgi-")
 
 
 if __name__ == "__main__":
