@@ -1213,7 +1213,9 @@ class Limiter:
                     Entry(kind, key(name, f"{kind}:{wid}"), limit, 1, amount, int(reset) + _SLACK, reset)
                 )
         if pol.concurrent is not None:
-            ticket.slot = Slot(self.counters.key(name, "concurrent"), pol.concurrent, request_id)
+            # (the member: the request id, which a client may send, made unique: two requests
+            # that send one id hold two slots)
+            ticket.slot = Slot(self.counters.key(name, "concurrent"), pol.concurrent, f"{request_id}#{_nonce()}")
         if not ticket.entries and ticket.slot is None:
             return ticket
         try:

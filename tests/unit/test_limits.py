@@ -249,7 +249,8 @@ async def test_the_renewals_run_as_a_task() -> None:
     counters = MemoryCounters()
     lim = Limiter(config({"concurrent": 1}), counters)
     t = await lim.admit("alice", "m", 0, "s", now=time.time())
-    before = counters.slots["lim:alice:concurrent"]["s"]
+    assert t.slot is not None
+    before = counters.slots["lim:alice:concurrent"][t.slot.member]
     old, limits._RENEW = limits._RENEW, 0.05
     try:
         await lim.start()
@@ -257,7 +258,7 @@ async def test_the_renewals_run_as_a_task() -> None:
     finally:
         limits._RENEW = old
         await lim.aclose()
-    assert counters.slots["lim:alice:concurrent"]["s"] > before
+    assert counters.slots["lim:alice:concurrent"][t.slot.member] > before
     await lim.settle(t, "m", None)
 
 
@@ -365,3 +366,17 @@ async def test_a_concurrency_refusal_carries_the_keys_windows(counters: Any) -> 
     await lim.settle(a, "m", None)
     c = await lim.admit("alice", "m", 100, "c", now=NOW)
     assert c.headers()["x-ratelimit-remaining-requests"] == "3"
+
+
+async def test_requests_that_send_one_id_hold_a_slot_each(counters: Any) -> None:
+    """The slot's member is the request id, which a client may send (``X-Request-Id``):
+    answers that share one id are still as many answers (one member would count once)."""
+    lim = Limiter(config({"concurrent": 2}), counters)
+    first = await lim.admit("alice", "m", 0, "same-id", now=NOW)
+    await lim.admit("alice", "m", 0, "same-id", now=NOW)
+    with pytest.raises(LimitExceeded) as e:
+        await lim.admit("alice", "m", 0, "same-id", now=NOW)
+    assert e.value.headers["x-switchboard-limit"] == "concurrent"
+    await lim.settle(first, "m", None)
+    await counters.flush()
+    await lim.admit("alice", "m", 0, "same-id", now=NOW)  # one released: one slot free again
