@@ -40,10 +40,11 @@ Where the counters live (``Counters``):
   slot; a failover is Redis unreachable for the counters on the dead primary.
 * ``MemoryCounters``, with SQLite or no store: the same rules, per process.
 
-Concurrency slots are leases (a sorted set of request ids scored by expiry) of ``_LEASE``
-seconds, which the instance holding them renews every ``_RENEW`` seconds while its answers
-are open (``Limiter.renew``, one call for all of them): a slot is held as long as its stream
-lives, and a process that dies gives its slots back within ``_LEASE`` seconds.
+Concurrency slots are leases (a sorted set of request ids, each with a suffix of its own,
+scored by expiry) of ``_LEASE`` seconds, which the instance holding them renews every
+``_RENEW`` seconds while its answers are open (``Limiter.renew``, one call for all of
+them): a slot is held as long as its stream lives, and a process that dies gives its slots
+back within ``_LEASE`` seconds.
 
 ``Ticket.headers()`` are what the client sees of its limits on every answer: OpenAI's
 ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` and Codex's own
