@@ -93,7 +93,10 @@ class Turn:
     kept: bool = False  # finish stored it
 
 
-def store_unavailable() -> ProxyError:
+def store_unavailable(cause: StoreUnavailable) -> ProxyError:
+    """The 503 answer to a request the store did not serve; the cause (the operation and the
+    error's type, never its text) goes to the log, as ``store_unavailable``."""
+    log.warning("store_unavailable", error=str(cause))
     return ProxyError(
         503,
         "The response store is unavailable: requests with store=true or previous_response_id cannot be served "
@@ -123,8 +126,8 @@ async def stored_chain(store: Store, rid: str, owner: str) -> list[Record] | Non
     ``previous_response_id`` that is not on its socket."""
     try:
         return await store.chain(rid, owner)
-    except StoreUnavailable:
-        raise store_unavailable() from None
+    except StoreUnavailable as e:
+        raise store_unavailable(e) from None
 
 
 def history(chain: list[Record], strip_ids: bool) -> list[Any]:
@@ -191,8 +194,8 @@ async def resolve_references(store: Store | None, router: Router, body: dict[str
         ids = [rid for _, rid in refs]
         try:
             found = await store.items(ids, owner)
-        except StoreUnavailable:
-            raise store_unavailable() from None
+        except StoreUnavailable as e:
+            raise store_unavailable(e) from None
     out = list(items)
     resolved = 0
     for i, rid in refs:
@@ -370,8 +373,8 @@ def routes(app: FastAPI, svc: Any) -> None:
             raise _not_found(rid)
         try:
             rec = await store.get(rid, owner)
-        except StoreUnavailable:
-            raise store_unavailable() from None
+        except StoreUnavailable as e:
+            raise store_unavailable(e) from None
         if rec is None:
             raise _not_found(rid)
         return store, rec, owner
@@ -432,8 +435,8 @@ def routes(app: FastAPI, svc: Any) -> None:
         store, rec, owner = await lookup(request, response_id)
         try:
             await store.delete(response_id, owner)
-        except StoreUnavailable:
-            raise store_unavailable() from None
+        except StoreUnavailable as e:
+            raise store_unavailable(e) from None
         if rec.remote:
             await _forward_delete(svc.router, rec)
         return _json(200, {"id": response_id, "object": "response.deleted", "deleted": True}, rid)

@@ -121,7 +121,9 @@ def test_store_limits_usage_and_signatures_in_process(env: Env) -> None:
     prefix = "sbrc-a:"
 
     def store(**extra: Any) -> RedisStore:
-        fields = {**cfg.store.model_dump(), "key_prefix": prefix, **extra}
+        # (the store's default timeout: nothing here fails over, and a new client's first read
+        # also reads the cluster's slots, which a loaded machine took over 0.5 s to answer)
+        fields = {**cfg.store.model_dump(), "key_prefix": prefix, "timeout_seconds": 2, **extra}
         return RedisStore(StoreCfg.model_validate(fields))
 
     def record(i: int, owner: str = "alice") -> Record:

@@ -137,7 +137,9 @@ def env(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "url": f"redis://127.0.0.1:{redis.port}/0",
             "key_prefix": f"sbtest:{uuid.uuid4().hex[:8]}:",
             "ttl_seconds": TTL,
-            "timeout_seconds": 0.5,
+            # (the default: a stopped Redis refuses at once, whatever the timeout; a shorter one
+            # turned a loaded machine's slow first read after the restart into a 503)
+            "timeout_seconds": 2,
         },
         "providers": [
             provider_entry(chat, name="chatup", protocol="chat"),
@@ -220,11 +222,15 @@ def test_stored_conversation_across_processes(env: dict[str, Any]) -> None:
         assert ready.status_code == 200 and ready.json()["store"] == "degraded"
     metrics = httpx.get(f"{a.url}/metrics", timeout=5).text
     assert 'switchboard_store_errors_total{op="get"}' in metrics
+    assert "response store (redis) failed on get: ConnectionError" in a.log(100_000)  # the 503's cause
 
     # Redis back on the same port: the same processes recover by themselves
     env["redis"].start()
     r1 = sdk(a).responses.create(model="chat-model", input="again")
-    r2 = sdk(b).responses.create(model="chat-model", input="and again", previous_response_id=r1.id)
+    try:
+        r2 = sdk(b).responses.create(model="chat-model", input="and again", previous_response_id=r1.id)
+    except openai.APIStatusError as e:
+        pytest.fail(f"after Redis came back: {e}\nlog of b:\n{b.log()}")
     assert r2.previous_response_id == r1.id
     assert httpx.get(f"{b.url}/readyz", timeout=5).json()["store"] == "ok"
     assert time.monotonic() - started < 40
