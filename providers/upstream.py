@@ -18,7 +18,7 @@ from providers.catalog import ModelInfo, catalog_entry
 from providers.config import POOL_IDLE, Config, ModelCfg, ProviderCfg
 from providers.demo import DemoTransport
 from providers.profiles import Override, QuirkSet, auth_headers, upstream_query, upstream_url
-from providers.transport import FastTransport
+from providers.transport import FastTransport, default_tls
 from transformers.protocols import SPECS
 
 # Connections per upstream origin, at most; idle ones kept per origin, at most.  An idle
@@ -35,8 +35,8 @@ _MATCH_MEMO = 1024
 def upstream_transport(kind: str, pool_idle: float = POOL_IDLE, tls: Any = None) -> httpx.AsyncBaseTransport:
     """The transport under the upstream client (``server.upstream_transport``): the proxy's own
     (``fast``, providers/transport.py) or httpx's (``httpx``), with the same limits."""
-    tls = tls or httpx.create_ssl_context(trust_env=False)
     if kind == "httpx":
+        tls = tls or default_tls()  # (httpx's transport takes its context when made)
         limits = httpx.Limits(
             max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_KEEPALIVE, keepalive_expiry=pool_idle
         )
@@ -124,12 +124,11 @@ class Router:
         # a set of pools, and a client over it, per pool_idle value (`transport`, when given,
         # serves every provider)
         pools: dict[float, tuple[httpx.AsyncBaseTransport, httpx.AsyncClient]] = {}
-        tls = httpx.create_ssl_context(trust_env=False) if transport is None else None
 
         def pooled(pool_idle: float) -> tuple[httpx.AsyncBaseTransport, httpx.AsyncClient]:
             key = -1.0 if transport is not None else pool_idle
             if key not in pools:
-                upstream = transport or upstream_transport(config.server.upstream_transport, pool_idle, tls)
+                upstream = transport or upstream_transport(config.server.upstream_transport, pool_idle)
                 client = httpx.AsyncClient(transport=upstream, follow_redirects=False, trust_env=False)
                 r.clients.append(client)
                 pools[key] = upstream, client

@@ -504,3 +504,70 @@ async def test_bytes_past_the_end_of_an_answer_are_not_taken_for_the_next_one() 
         assert (await c.get(url)).text == "ok"
     srv.close()
     assert connections == 2
+
+
+# -- TLS -------------------------------------------------------------------------------------
+
+
+def _self_signed(tmp: Any) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 signed by itself, and its key: (cert path, key path)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return str(cert_path), str(key_path)
+
+
+async def test_the_tls_context_is_made_at_the_first_https_connection_and_verifies(tmp_path: Any) -> None:
+    import ssl
+
+    fast.default_tls.cache_clear()
+    r = _router()  # (plain-http providers: no CA bundle loaded)
+    pools = {rt.provider.transport for rt in r.routes.values() if isinstance(rt.provider.transport, FastTransport)}
+    assert pools and all(t._tls is None for t in pools)
+    assert fast.default_tls.cache_info().currsize == 0
+    await r.aclose()
+
+    cert, key = _self_signed(tmp_path)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    srv = await asyncio.start_server(_Upstream(lambda c, n: ANSWER).handle, "127.0.0.1", 0, ssl=server_ctx)
+    url = f"https://127.0.0.1:{srv.sockets[0].getsockname()[1]}/"
+    try:
+        # the default context: the CA bundle, which does not know this certificate
+        async with httpx.AsyncClient(transport=FastTransport()) as client:
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.get(url)
+        assert fast.default_tls.cache_info().currsize == 1
+        assert fast.default_tls() is fast.default_tls()  # (one for every pool)
+        # a context that trusts it: the answer
+        trusting = ssl.create_default_context(cafile=cert)
+        async with httpx.AsyncClient(transport=FastTransport(tls=trusting)) as client:
+            assert (await client.get(url)).status_code == 200
+    finally:
+        srv.close()
+        await srv.wait_closed()
