@@ -12,7 +12,6 @@ the YAML node tree), and an unknown key gets the closest known one ("did you mea
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import types
@@ -177,6 +176,8 @@ def _message(err: Any, where: _Where) -> str:
     if err["type"] == "extra_forbidden" and where.path:
         key = str(where.path[-1])
         known = sorted(where.model.model_fields) if where.model is not None else []
+        import difflib  # (a config with a typo only: not in a running proxy's memory)
+
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         if close:
             return f"unknown key '{key}'; did you mean '{close[0]}'?"

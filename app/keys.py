@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import hashlib
 import os
 import re
@@ -159,6 +158,8 @@ def hint(secret: str) -> str:
 
 
 def cli_actor() -> str:
+    import getpass  # (the CLI's: not in a running proxy's memory)
+
     try:
         user = getpass.getuser()
     except Exception:  # (no user name in this environment)
