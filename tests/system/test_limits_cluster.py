@@ -144,7 +144,9 @@ def config(redis_url: str, up: ScriptedUpstream, keys: dict[str, dict[str, Any]]
         "auth": {"keys": ["sk-probe", *({"name": n, "key": f"sk-{n}", "limits": lim} for n, lim in keys.items())]},
         "providers": [{"name": "demo", "profile": "demo"}, provider_entry(up)],
         "models": [{"name": "demo", "provider": "demo"}, {"name": "scripted", "provider": "scripted"}],
-        "store": {"backend": "redis", "url": redis_url, "key_prefix": PREFIX, "timeout_seconds": 0.5},
+        # (the store's default timeout: a stopped Redis refuses at once whatever it is, and a
+        # shorter one lets a loaded machine's slow reply fail a limit open)
+        "store": {"backend": "redis", "url": redis_url, "key_prefix": PREFIX, "timeout_seconds": 2},
     }
 
 
