@@ -1415,7 +1415,10 @@ async def main_async(args: argparse.Namespace) -> int:
         cfg_path = workdir / "switchboard.yaml"
         # JSON is YAML: no quoting questions
         warm = warmups(scs)
-        cfg_path.write_text(json.dumps(proxy_config(fport, scs + warm), indent=2))
+        cfg = proxy_config(fport, scs + warm)
+        # the default store (SQLite), in the work folder rather than the user's state directory
+        cfg["store"] = {"path": str(workdir / "responses.db")}
+        cfg_path.write_text(json.dumps(cfg, indent=2))
         pport = None
         if not args.direct_only:
             cmd_base = args.proxy_cmd.split() if args.proxy_cmd else [str(ROOT / ".venv" / "bin" / "switchboard")]
