@@ -102,8 +102,7 @@ async def test_an_unused_grant_goes_back_by_itself(redis: tuple[Redis, str]) -> 
     counters = Counted(r, prefix)
     lim = Limiter(config(BIG), counters)
     try:
-        for i in range(60):
-            await lim.settle(await lim.admit("alice", "m", 10, f"r{i}"), "m", (10, 0, 0, 0, 0))
+        await _warm(lim, 60, tokens=10)
         assert counters._grants and counters._slots  # (a grant was taken)
         assert await _sum(r, prefix + "lim:alice:requests:*[0-9]") > 60
         await asyncio.sleep(limits._GRANT_WAIT + 0.1)
@@ -140,9 +139,10 @@ async def test_a_slot_lent_from_a_grant_is_renewed_with_it_and_released_here(red
         await lim.aclose()
 
 
-async def _warm(lim: Limiter, n: int, tag: str, now: float) -> int:
+async def _warm(lim: Limiter, n: int, tag: str = "r", now: float | None = None, tokens: int = 1) -> int:
+    """``n`` requests of ``tokens`` each, admitted and settled one after another (a busy key)."""
     for i in range(n):
-        await lim.settle(await lim.admit("alice", "m", 1, f"{tag}{i}", now=now), "m", (1, 0, 0, 0, 0))
+        await lim.settle(await lim.admit("alice", "m", tokens, f"{tag}{i}", now=now), "m", (tokens, 0, 0, 0, 0))
     return n
 
 
@@ -236,8 +236,7 @@ async def test_a_grant_asked_by_a_request_that_went_is_kept_and_given_back(redis
     counters = Counted(r, prefix)
     lim = Limiter(config(BIG), counters)
     try:
-        for i in range(30):
-            await lim.settle(await lim.admit("alice", "m", 10, f"r{i}"), "m", (10, 0, 0, 0, 0))
+        await _warm(lim, 30, tokens=10)
         await counters.flush()  # (every grant back: the next take asks anew)
         assert not counters._grants and not counters._slots
         task = asyncio.get_running_loop().create_task(lim.admit("alice", "m", 10, "gone"))
