@@ -56,10 +56,11 @@ without the cap are counted in SQLite (the column is filled when the file is ope
 not in Redis (they expire by their TTL).
 
 Every item id of a record (its input items and its output items) is indexed to the
-record's id by ``put``, with the record's TTL (renewed with it when a later turn renews
-its ancestors): an ``item_reference`` names an item, not a response, and one read of the
-index plus one read of the records answers any number of them.  The index holds ids
-only; the item itself is read from its record, under the record's owner check.
+record's id by ``put``: an ``item_reference`` names an item, not a response, and one read
+of the index plus one read of the records answers any number of them.  The index holds
+ids only; the item itself is read from its record, under the record's owner check, and
+lives as long as it (Redis: the entries carry the record's TTL and are renewed with it;
+SQLite: an entry has no expiry of its own, and the record's deletion takes it along).
 
 Puts are written in batches (``_put_many``), one batch at a time: the puts of one
 event-loop turn, and those that came while the batch before was being written.  A put
@@ -513,10 +514,32 @@ def _create_private(path: str) -> None:
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, expires_at REAL NOT NULL, data BLOB NOT NULL, "
-    "size INTEGER NOT NULL DEFAULT 0)",
+    "size INTEGER NOT NULL DEFAULT 0, items TEXT NOT NULL DEFAULT '[]')",
     "CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)",
-    "CREATE TABLE IF NOT EXISTS items (id TEXT PRIMARY KEY, rid TEXT NOT NULL, expires_at REAL NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS items_rid ON items (rid)",
+)
+# The item index: item id → the record that holds it, one B-tree.  An entry has no expiry
+# of its own: the record read after it has one (``_get_many``), so renewing a conversation
+# touches its records only.  The record lists its item ids (``responses.items``, a JSON
+# array) and the triggers delete its entries with it (purge, eviction, delete, another
+# worker's), or those a new version of the record no longer lists; an entry another
+# record took over since (``rid``) stays.
+_ITEMS_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS response_items (id TEXT PRIMARY KEY, rid TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TRIGGER IF NOT EXISTS responses_items_delete AFTER DELETE ON responses BEGIN "
+    "DELETE FROM response_items WHERE id IN (SELECT value FROM json_each(OLD.items)) AND rid = OLD.id; END",
+    "CREATE TRIGGER IF NOT EXISTS responses_items_update AFTER UPDATE OF items ON responses "
+    "WHEN OLD.items != NEW.items BEGIN "
+    "DELETE FROM response_items WHERE id IN (SELECT value FROM json_each(OLD.items)) "
+    "AND id NOT IN (SELECT value FROM json_each(NEW.items)) AND rid = OLD.id; END",
+)
+# A file of an earlier version: its ``items`` table (three B-trees: the rows, their id
+# index, a ``rid`` index; an expiry per row) becomes ``response_items`` and the records'
+# lists, once, when the file is opened
+_ITEMS_MIGRATION = (
+    "UPDATE responses SET items = (SELECT json_group_array(i.id) FROM items i WHERE i.rid = responses.id) "
+    "WHERE id IN (SELECT rid FROM items)",
+    "INSERT OR REPLACE INTO response_items (id, rid) SELECT id, rid FROM items WHERE rid IN (SELECT id FROM responses)",
+    "DROP TABLE items",
 )
 # the total of the records' sizes, kept by triggers (whichever statement or process adds,
 # replaces or deletes a row); started from the rows already there
@@ -566,6 +589,16 @@ class SQLiteStore(Store):
                     if "size" not in cols:  # a file of a version without the size cap
                         await db.execute("ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0")
                         await db.execute("UPDATE responses SET size = length(data)")
+                    if "items" not in cols:  # a file of a version with the three-tree item index
+                        await db.execute("ALTER TABLE responses ADD COLUMN items TEXT NOT NULL DEFAULT '[]'")
+                    for statement in _ITEMS_SCHEMA:
+                        await db.execute(statement)
+                    tables = await db.execute_fetchall(
+                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'items'"
+                    )
+                    if tables:
+                        for statement in _ITEMS_MIGRATION:
+                            await db.execute(statement)
                     for statement in _SIZE_SCHEMA:
                         await db.execute(statement)
                     await db.commit()
@@ -598,16 +631,14 @@ class SQLiteStore(Store):
         in-memory database: the writer's own connection would open another database)."""
         now = time.time()
         expires = now + self.ttl
-        await db.execute(_UPSERT, (rid, expires, blob, len(blob)))
+        await db.execute(_UPSERT, (rid, expires, blob, len(blob), _listed(item_ids)))
         if item_ids:
-            await db.executemany(_ITEM_UPSERT, [(i, rid, expires) for i in item_ids])
+            await db.executemany(_ITEM_UPSERT, [(i, rid) for i in item_ids])
         for part in _chunks(touch, 500):
-            for sql in _renewals(len(part)):
-                await db.execute(sql, (expires, *part, now))
+            await db.execute(_renewal(len(part)), (expires, *part, now))
         self._puts += 1
         if self._puts % _PURGE_EVERY == 0:
-            for sql in _PURGES:
-                await db.execute(sql, (now,))
+            await db.execute(_PURGE, (now,))
         total = await self._total(db)
         evicted = 0
         while total > self.max_total_bytes:
@@ -615,8 +646,7 @@ class SQLiteStore(Store):
             victims = _victims(rows, total, self.max_total_bytes)
             if not victims:
                 break
-            for sql in _evictions(len(victims)):
-                await db.execute(sql, victims)
+            await db.execute(_eviction(len(victims)), victims)
             evicted += len(victims)
             total = await self._total(db)
         await db.commit()
@@ -627,28 +657,31 @@ class SQLiteStore(Store):
         return int(rows[0][0]) if rows else 0
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
-        return await self._select("SELECT id, rid FROM items", item_ids)
+        # (the entries have no expiry: the records read next have)
+        return await self._select("SELECT id, rid FROM response_items", item_ids, expiring=False)
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
         return await self._select("SELECT id, data FROM responses", ids)
 
-    async def _select(self, select: str, ids: list[str]) -> list[Any]:
-        """``select`` (two columns: an id, a value) for ``ids`` not expired: each id's value,
-        None when it is not there."""
+    async def _select(self, select: str, ids: list[str], expiring: bool = True) -> list[Any]:
+        """``select`` (two columns: an id, a value) for ``ids`` (not expired, when its rows
+        expire): each id's value, None when it is not there."""
         db = await self._conn()
         now = time.time()
         found: dict[str, Any] = {}
         for part in _chunks(ids, 500):
             marks = ",".join("?" * len(part))
-            async with db.execute(f"{select} WHERE id IN ({marks}) AND expires_at > ?", (*part, now)) as cur:
+            sql, args = f"{select} WHERE id IN ({marks})", tuple[Any, ...](part)
+            if expiring:
+                sql, args = sql + " AND expires_at > ?", (*args, now)
+            async with db.execute(sql, args) as cur:
                 async for row in cur:
                     found[row[0]] = row[1]
         return [found.get(i) for i in ids]
 
     async def _delete(self, rid: str) -> int | None:
         db = await self._conn()
-        await db.execute("DELETE FROM responses WHERE id = ?", (rid,))
-        await db.execute("DELETE FROM items WHERE rid = ?", (rid,))
+        await db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # (its items: the trigger)
         await db.commit()
         return await self._total(db)
 
@@ -667,30 +700,33 @@ class SQLiteStore(Store):
             await db.close()
 
 
-# a put's statements (SQLiteStore: the writer's, and the in-memory database's)
+# a put's statements (SQLiteStore: the writer's, and the in-memory database's); a record
+# deleted takes its item index entries with it (the trigger ``responses_items_delete``)
 _UPSERT = (
-    "INSERT INTO responses (id, expires_at, data, size) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-    "expires_at = excluded.expires_at, data = excluded.data, size = excluded.size"
+    "INSERT INTO responses (id, expires_at, data, size, items) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+    "SET expires_at = excluded.expires_at, data = excluded.data, size = excluded.size, items = excluded.items"
 )
-_ITEM_UPSERT = "INSERT OR REPLACE INTO items (id, rid, expires_at) VALUES (?, ?, ?)"
+_ITEM_UPSERT = "INSERT OR REPLACE INTO response_items (id, rid) VALUES (?, ?)"
 _TOTAL = "SELECT v FROM store_meta WHERE k = 'bytes'"
 _OLDEST = "SELECT id, size FROM responses WHERE id != ? ORDER BY expires_at LIMIT 256"
-_PURGES = ("DELETE FROM responses WHERE expires_at <= ?", "DELETE FROM items WHERE expires_at <= ?")
+_PURGE = "DELETE FROM responses WHERE expires_at <= ?"
 
 
-def _renewals(n: int) -> tuple[str, str]:
-    """The renewal of ``n`` ancestors and their items (arguments: the new expiry, the ids, now)."""
-    marks = ",".join("?" * n)
-    return (
-        f"UPDATE responses SET expires_at = ? WHERE id IN ({marks}) AND expires_at > ?",
-        f"UPDATE items SET expires_at = ? WHERE rid IN ({marks}) AND expires_at > ?",
-    )
+def _listed(item_ids: list[str]) -> str:
+    """A record's item ids as ``responses.items`` keeps them (a JSON array, as text:
+    SQLite's ``json_each`` reads it)."""
+    return orjson.dumps(item_ids).decode() if item_ids else "[]"
 
 
-def _evictions(n: int) -> tuple[str, str]:
-    """The deletion of ``n`` records and their items (arguments: the ids)."""
-    marks = ",".join("?" * n)
-    return f"DELETE FROM responses WHERE id IN ({marks})", f"DELETE FROM items WHERE rid IN ({marks})"
+def _renewal(n: int) -> str:
+    """The renewal of ``n`` ancestors (arguments: the new expiry, the ids, now); their item
+    index entries follow them."""
+    return f"UPDATE responses SET expires_at = ? WHERE id IN ({','.join('?' * n)}) AND expires_at > ?"
+
+
+def _eviction(n: int) -> str:
+    """The deletion of ``n`` records, their item index entries with them (arguments: the ids)."""
+    return f"DELETE FROM responses WHERE id IN ({','.join('?' * n)})"
 
 
 def _victims(rows: Iterable[tuple[str, int]], total: int, cap: int) -> list[str]:
@@ -813,24 +849,21 @@ class _Writer:
     ) -> tuple[int, int]:
         now = time.time()
         expires = now + self.ttl
-        con.execute(_UPSERT, (rid, expires, blob, len(blob)))
+        con.execute(_UPSERT, (rid, expires, blob, len(blob), _listed(item_ids)))
         if item_ids:
-            con.executemany(_ITEM_UPSERT, [(i, rid, expires) for i in item_ids])
+            con.executemany(_ITEM_UPSERT, [(i, rid) for i in item_ids])
         for part in _chunks(touch, 500):
-            for sql in _renewals(len(part)):
-                con.execute(sql, (expires, *part, now))
+            con.execute(_renewal(len(part)), (expires, *part, now))
         self._puts += 1
         if self._puts % _PURGE_EVERY == 0:
-            for sql in _PURGES:
-                con.execute(sql, (now,))
+            con.execute(_PURGE, (now,))
         total = _total(con)
         evicted = 0
         while total > self.cap:
             victims = _victims(con.execute(_OLDEST, (rid,)), total, self.cap)
             if not victims:
                 break
-            for sql in _evictions(len(victims)):
-                con.execute(sql, victims)
+            con.execute(_eviction(len(victims)), victims)
             evicted += len(victims)
             total = _total(con)
         return total, evicted

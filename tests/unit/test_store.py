@@ -13,6 +13,7 @@ import orjson
 import pytest
 import zstandard
 
+from app import store as store_module
 from app.metrics import Metrics
 from app.store import Record, RecordTooLarge, RedisStore, SQLiteStore, Store, StoreUnavailable, _scope, open_store
 from providers.config import StoreCfg
@@ -303,6 +304,98 @@ async def test_sqlite_file_of_an_earlier_version_is_migrated(tmp_path):
         s.max_total_bytes = len(new.encode()) + 10
         await s.put(rec("resp_newer"))
         assert await s.get("resp_old", "alice") is None  # the oldest went first
+    finally:
+        await s.aclose()
+
+
+async def test_sqlite_item_index_of_an_earlier_version_is_migrated(tmp_path):
+    """A file whose item index was the ``items`` table (a row per item with its own expiry):
+    its entries move to ``response_items`` and their records list them, so references,
+    deletes and evictions work as on a new file; entries of records already gone do not
+    move; the old table is dropped."""
+    import sqlite3
+    import time
+
+    path = tmp_path / "old.db"
+    now = time.time()
+    kept, gone = rec_items("resp_kept"), rec_items("resp_gone")
+    kept.created_at = now
+    scope = _scope("alice")
+    con = sqlite3.connect(path)
+    con.execute(
+        "CREATE TABLE responses (id TEXT PRIMARY KEY, expires_at REAL NOT NULL, data BLOB NOT NULL, "
+        "size INTEGER NOT NULL DEFAULT 0)"
+    )
+    con.execute("CREATE TABLE items (id TEXT PRIMARY KEY, rid TEXT NOT NULL, expires_at REAL NOT NULL)")
+    con.execute("CREATE INDEX items_rid ON items (rid)")
+    blob = kept.encode()
+    con.execute("INSERT INTO responses VALUES (?, ?, ?, ?)", (scope + "resp_kept", now + 60, blob, len(blob)))
+    for r in (kept, gone):  # resp_gone's record was purged, its item rows not yet
+        con.executemany(
+            "INSERT INTO items VALUES (?, ?, ?)", [(scope + i, scope + r.id, now + 60) for i in r.item_ids()]
+        )
+    con.commit()
+    con.close()
+    s = SQLiteStore(StoreCfg(path=str(path)))
+    try:
+        assert set(await s.items(["fc_resp_kept", "rs_resp_kept", "fc_resp_gone"], "alice")) == {
+            "fc_resp_kept",
+            "rs_resp_kept",
+        }
+        db = await s.connection()
+        assert await db.execute_fetchall("SELECT name FROM sqlite_master WHERE name IN ('items', 'items_rid')") == []
+        assert sorted(await db.execute_fetchall("SELECT id, rid FROM response_items")) == sorted(
+            (scope + i, scope + "resp_kept") for i in kept.item_ids()
+        )
+        assert await s.delete("resp_kept", "alice") is True
+        assert await db.execute_fetchall("SELECT id FROM response_items") == []
+    finally:
+        await s.aclose()
+
+
+async def test_sqlite_item_index_entries_leave_with_their_record(tmp_path):
+    """``response_items`` holds no entry whose record is gone: the triggers delete a record's
+    entries with it (delete, eviction, purge), and those a new version of the record no
+    longer lists; an entry a later record took over stays when the earlier one goes."""
+    s = SQLiteStore(StoreCfg(path=str(tmp_path / "r.db")))
+    scope = _scope("alice")
+
+    async def index() -> dict[str, str]:
+        db = await s.connection()
+        return {
+            i[len(scope) :]: r[len(scope) :] for i, r in await db.execute_fetchall("SELECT id, rid FROM response_items")
+        }
+
+    try:
+        await s.put(rec_items("resp_1"))
+        assert await index() == {"msg_resp_1": "resp_1", "rs_resp_1": "resp_1", "fc_resp_1": "resp_1"}
+        again = rec_items("resp_1")
+        again.response["output"] = again.response["output"][:1]  # the function call is gone
+        await s.put(again)
+        assert await index() == {"msg_resp_1": "resp_1", "rs_resp_1": "resp_1"}
+        later = rec_items("resp_2")
+        later.input.append({"id": "msg_resp_1", "type": "message", "role": "user", "content": "hi"})
+        await s.put(later)  # msg_resp_1 is resp_2's now
+        assert await s.delete("resp_1", "alice") is True
+        assert await index() == {
+            "msg_resp_1": "resp_2",
+            "msg_resp_2": "resp_2",
+            "rs_resp_2": "resp_2",
+            "fc_resp_2": "resp_2",
+        }
+        # eviction
+        s.max_total_bytes = 1
+        await s.put(rec_items("resp_3"))
+        assert set((await index()).values()) == {"resp_3"}
+        # purge (every _PURGE_EVERY puts: here, the next one)
+        s.max_total_bytes = 10**9
+        s.ttl = 0
+        await s.put(rec_items("resp_4"))
+        assert s._writer is not None
+        s.ttl = 60
+        s._writer._puts = store_module._PURGE_EVERY - 1
+        await s.put(rec("resp_5"))
+        assert set((await index()).values()) == {"resp_3", "resp_5"}  # resp_4 expired, purged
     finally:
         await s.aclose()
 
