@@ -61,6 +61,7 @@ answered at once: nothing the client was told is stored can still be on its way.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -79,6 +80,7 @@ from transformers.protocols import SPECS
 
 __all__ = ["Turn", "begin", "finish", "has_references", "resolve_references", "routes", "stored_chain"]
 
+_HEX12 = re.compile("[0-9a-f]{12}")
 _ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
@@ -281,11 +283,17 @@ async def begin(
 
 
 def _with_ids(items: list[Any], rid: str) -> list[Any]:
+    """The input items, each without an id given one made of the response id and its
+    place: 40 hex digits, the response id's first 12 first when they are hex (the time of
+    an id ``ordered_hex`` made: the store's index keeps the turn's items in order too)."""
+    stem = rid[5:17] if rid.startswith("resp_") else ""
+    if len(stem) != 12 or _HEX12.fullmatch(stem) is None:
+        stem = ""
     out = []
     for i, item in enumerate(items):
         if isinstance(item, dict) and not isinstance(item.get("id"), str):
             kind = item.get("type") or "message"
-            digest = hashlib.sha256(f"{rid}:{i}".encode()).hexdigest()[:40]
+            digest = stem + hashlib.sha256(f"{rid}:{i}".encode()).hexdigest()[: 40 - len(stem)]
             item = {"id": f"{_ITEM_PREFIX.get(kind, 'item')}_{digest}", **item}
         out.append(item)
     return out

@@ -82,6 +82,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -262,6 +263,7 @@ def kimi_restore_map(messages: Iterable[Any]) -> dict[str, str]:
 
 
 _random = os.urandom  # read at each call (tests put a counter in its place)
+_now_ns = time.time_ns  # (the same, for a clock)
 
 
 _MAPPED = "sbx_"
@@ -295,6 +297,17 @@ def from_anthropic_id(id: str) -> str:
 
 def random_hex() -> str:
     """128 random bits as 32 lowercase hex digits, the body of every id the proxy mints
-    (``resp_``, ``msg_``, ``call_``, ``chatcmpl-``…): what ``uuid.uuid4().hex`` gave, less
-    the UUID object it built first (3.0 against 0.55 µs) and its 6 fixed version bits."""
+    (``chatcmpl-``, ``call_``, ``toolu_``…): what ``uuid.uuid4().hex`` gave, less the UUID
+    object it built first (3.0 against 0.55 µs) and its 6 fixed version bits."""
     return _random(16).hex()
+
+
+def ordered_hex() -> str:
+    """32 lowercase hex digits as ``random_hex`` gives, the first 12 the time in
+    milliseconds and the other 20 random (80 bits): the body of the ids a Responses answer
+    mints (``resp_``, ``msg_``, ``rs_``…), which the response store indexes.  Ids made
+    later sort later, so the SQLite store's indexes take a new record's entries on their
+    last page, already in memory, instead of on a page at random: fewer pages written
+    and read a put (docs/performance.md).  Unique as the random part is (80 bits a
+    millisecond); the time it tells is the answer's ``created_at``."""
+    return f"{_now_ns() // 1_000_000:012x}{_random(10).hex()}"

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ids import random_hex
+from .ids import ordered_hex
 
 __all__ = ["ResponsesNormalizer", "ID_PREFIX", "DEFAULT_PREFIX"]
 
@@ -128,7 +128,7 @@ class ResponsesNormalizer:
                 self._rep("responses_item_id_adopted")
             else:
                 t = item.get("type")
-                iid = (ID_PREFIX.get(t, DEFAULT_PREFIX) if t.__class__ is str else DEFAULT_PREFIX) + random_hex()
+                iid = (ID_PREFIX.get(t, DEFAULT_PREFIX) if t.__class__ is str else DEFAULT_PREFIX) + ordered_hex()
                 self._rep("responses_item_id_minted")
             item["id"] = iid
         if slot is not None:

@@ -104,7 +104,7 @@ from .events import (
     ToolCallEnd,
     Usage,
 )
-from .ids import random_hex as _hex  # (a module name: tests put a counter in its place)
+from .ids import ordered_hex as _hex  # (a module name: tests put a counter in its place)
 from .usage import normalize_responses
 from .vocab import FinishStatus
 

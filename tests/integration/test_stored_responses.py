@@ -142,6 +142,35 @@ async def test_three_turns_through_a_chat_upstream(client_factory: Any, up: Upst
     assert got.status_code == 200 and got.json()["output"] == r3["output"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_bridged_turns_ids_begin_with_the_time_they_were_made(client_factory, up, tmp_path, stream):
+    """The ids a bridged answer mints (the response, its output items, its input items
+    given one) begin with the time in milliseconds, in 12 hex digits: a turn's are together
+    and later turns' sort after (the store's index appends them); the rest stays random."""
+    import time
+
+    c = await client_factory(**cfg(tmp_path))
+    before = time.time_ns() // 1_000_000
+    r1 = await turn(c, "chat-model", "one", stream=stream)
+    r2 = await turn(c, "chat-model", "two", r1["id"], stream=stream)
+    after = time.time_ns() // 1_000_000
+    ids = []
+    for r in (r1, r2):
+        items = (await c.get(f"/v1/responses/{r['id']}/input_items", headers=ALICE)).json()["data"]
+        ids.append([r["id"], *(o["id"] for o in r["output"]), *(i["id"] for i in items)])
+    bodies = [[i.split("_", 1)[1] for i in group] for group in ids]
+    for body in [b for group in bodies for b in group]:
+        assert len(body) in (32, 40) and before <= int(body[:12], 16) <= after, body
+    assert bodies[0][0][:12] <= bodies[1][0][:12]
+    assert len({b[12:] for group in bodies for b in group}) == sum(map(len, bodies))  # the rest differs
+    assert max(b[:12] for b in bodies[0]) <= min(b[:12] for b in bodies[1])  # the second turn's after
+    # an item of the first turn, referenced later by its id, is found
+    ref = {"type": "item_reference", "id": ids[0][1]}
+    r3 = await c.post("/v1/responses", json={"model": "chat-model", "input": [ref]}, headers=ALICE)
+    assert r3.status_code == 200, r3.text
+    assert texts(up.bodies["chat"][-1]["messages"]) == ["answer 1"]
+
+
 async def test_responses_upstream_that_keeps_nothing_gets_the_rebuilt_input(client_factory, up, tmp_path):
     c = await client_factory(**cfg(tmp_path))
     r1 = await turn(c, "resp-model", "one")

@@ -50,6 +50,7 @@ def _counted() -> Iterator[None]:
     hexes = itertools.count()
     with (
         mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")),
+        mock.patch.object(ids, "_now_ns", lambda: 0),
         mock.patch.object(responses_encode, "_hex", lambda: f"{next(hexes):032x}"),
     ):
         yield

@@ -70,6 +70,7 @@ def _ids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return n[0].to_bytes(size)
 
     monkeypatch.setattr(ids, "_random", fake)
+    monkeypatch.setattr(ids, "_now_ns", lambda: 0)  # (the time part of ordered ids)
     return n
 
 

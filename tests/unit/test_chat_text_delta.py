@@ -37,7 +37,10 @@ def _encode(
     """Each chunk's JSON; the fast path's chunks come framed, checked and unframed here
     (``later``: from that event on, framed otherwise)."""
     n = itertools.count()
-    with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
+    with (
+        mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")),
+        mock.patch.object(ids, "_now_ns", lambda: 0),
+    ):
         return _chunks(events, fast, frame, quirks, later)
 
 

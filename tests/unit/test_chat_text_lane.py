@@ -134,7 +134,10 @@ def _bridge(
     """The client's answer to ``wire`` read in pieces ``cuts``, with the lanes and the
     decoder's ``reasoning`` or without."""
     n = itertools.count()
-    with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
+    with (
+        mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")),
+        mock.patch.object(ids, "_now_ns", lambda: 0),
+    ):
         _, b = open_bridge(
             hello(client), client, "chat", Ctx(quirks=quirks, upstream_model="m", public_model="pub", envelope_key=key)
         )

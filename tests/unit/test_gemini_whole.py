@@ -43,6 +43,7 @@ def _fixed() -> Iterator[None]:
     clock = types.SimpleNamespace(time=lambda: 1_800_000_000.5)
     with (
         mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")),
+        mock.patch.object(ids, "_now_ns", lambda: 0),
         mock.patch.object(chat_encode, "time", clock),
         mock.patch.object(gemini_whole, "time", clock),
     ):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from hypothesis import given
@@ -317,6 +318,23 @@ def test_random_hex_is_128_random_bits_in_32_lowercase_hex_digits() -> None:
     assert all(re.fullmatch(r"[0-9a-f]{32}", h) for h in got)
     # every bit varies (uuid4's version and variant bits were fixed)
     assert all(len({int(h, 16) >> bit & 1 for h in got}) == 2 for bit in range(128))
+
+
+def test_ordered_hex_is_the_time_then_80_random_bits_and_sorts_as_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1_796_640_245_123_456_789]
+    monkeypatch.setattr(ids, "_now_ns", lambda: now[0])
+    first = ids.ordered_hex()
+    assert re.fullmatch(r"[0-9a-f]{32}", first)
+    assert int(first[:12], 16) == 1_796_640_245_123  # milliseconds
+    same_ms = {ids.ordered_hex() for _ in range(1000)}
+    assert len(same_ms) == 1000 and {h[:12] for h in same_ms} == {first[:12]}
+    assert all(len({int(h[12:], 16) >> bit & 1 for h in same_ms}) == 2 for bit in range(80))
+    now[0] += 1_000_000  # a millisecond later: sorts after, whatever the random part
+    later = {ids.ordered_hex() for _ in range(100)}
+    assert min(later) > max(same_ms)
+    monkeypatch.undo()
+    made = [ids.ordered_hex() for _ in range(3)]  # the real clock
+    assert abs(int(made[0][:12], 16) - time.time_ns() // 1_000_000) < 60_000
 
 
 # -- Anthropic's tool id pattern: a reversible mapping ----------------------------------------

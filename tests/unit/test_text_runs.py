@@ -167,7 +167,10 @@ _MINTED = re.compile(rb"(msg|rs|fc|call|resp)_[0-9a-f]{16,}|\"(created_at|comple
 
 def _bridge(wire: bytes, cuts: list[int], runs: bool, client: str = "responses", ws: bool = False):
     n = itertools.count()
-    with mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")):
+    with (
+        mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")),
+        mock.patch.object(ids, "_now_ns", lambda: 0),
+    ):
         body: dict = {"model": "pub", "stream": True}
         if client == "responses":
             body["input"] = "hi"
@@ -248,6 +251,7 @@ def test_a_synthesised_compaction_takes_every_delta_the_full_way() -> None:
         n = itertools.count()
         with (
             mock.patch.object(ids, "_random", lambda k: next(n).to_bytes(k, "big")),
+            mock.patch.object(ids, "_now_ns", lambda: 0),
             mock.patch.object(ResponsesStreamDecoder, "texts", side_effect=AssertionError) as many,
         ):
             ctx = Ctx(upstream_model="m", public_model="pub", compaction=True, compaction_key=b"k" * 32)
