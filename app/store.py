@@ -533,14 +533,20 @@ _ITEMS_SCHEMA = (
     "AND id NOT IN (SELECT value FROM json_each(NEW.items)) AND rid = OLD.id; END",
 )
 # A file of an earlier version: its ``items`` table (three B-trees: the rows, their id
-# index, a ``rid`` index; an expiry per row) becomes ``response_items`` and the records'
-# lists, once, when the file is opened
+# index, a ``rid`` index; an expiry per row, renewed then) stays as ``items_legacy``, read
+# after ``response_items`` (``_item_rids``) and emptied as its records go (the trigger:
+# its ``rid`` index finds them), with no rewrite of the file: renamed when the file is
+# opened, the entries of records already gone deleted; dropped at an opening that finds
+# it empty.  (Rewriting every record with its list of items took 12 s for 200,000.)
 _ITEMS_MIGRATION = (
-    "UPDATE responses SET items = (SELECT json_group_array(i.id) FROM items i WHERE i.rid = responses.id) "
-    "WHERE id IN (SELECT rid FROM items)",
-    "INSERT OR REPLACE INTO response_items (id, rid) SELECT id, rid FROM items WHERE rid IN (SELECT id FROM responses)",
-    "DROP TABLE items",
+    "ALTER TABLE items RENAME TO items_legacy",
+    "DELETE FROM items_legacy WHERE expires_at <= (julianday('now') - 2440587.5) * 86400.0",
 )
+_LEGACY_TRIGGER = (
+    "CREATE TRIGGER IF NOT EXISTS responses_items_legacy_delete AFTER DELETE ON responses BEGIN "
+    "DELETE FROM items_legacy WHERE rid = OLD.id; END"
+)
+_LEGACY_DROP = ("DROP TRIGGER IF EXISTS responses_items_legacy_delete", "DROP TABLE items_legacy")
 # the total of the records' sizes, kept by triggers (whichever statement or process adds,
 # replaces or deletes a row); started from the rows already there
 _SIZE_SCHEMA = (
@@ -565,6 +571,7 @@ class SQLiteStore(Store):
         self._opening = asyncio.Lock()
         self._puts = 0  # (the in-memory database's; the writer counts its own)
         self._writer: _Writer | None = None
+        self._legacy_items = False  # (the file holds an earlier version's item index: _ITEMS_MIGRATION)
 
     async def _conn(self) -> Any:
         if self._db is not None:
@@ -593,12 +600,22 @@ class SQLiteStore(Store):
                         await db.execute("ALTER TABLE responses ADD COLUMN items TEXT NOT NULL DEFAULT '[]'")
                     for statement in _ITEMS_SCHEMA:
                         await db.execute(statement)
-                    tables = await db.execute_fetchall(
-                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'items'"
-                    )
-                    if tables:
+                    tables = {
+                        row[0]
+                        for row in await db.execute_fetchall(
+                            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('items', 'items_legacy')"
+                        )
+                    }
+                    if "items" in tables:
                         for statement in _ITEMS_MIGRATION:
                             await db.execute(statement)
+                        await db.execute(_LEGACY_TRIGGER)
+                        tables.add("items_legacy")
+                    if "items_legacy" in tables and not await db.execute_fetchall("SELECT 1 FROM items_legacy LIMIT 1"):
+                        for statement in _LEGACY_DROP:
+                            await db.execute(statement)
+                        tables.discard("items_legacy")
+                    self._legacy_items = "items_legacy" in tables
                     for statement in _SIZE_SCHEMA:
                         await db.execute(statement)
                     await db.commit()
@@ -658,7 +675,15 @@ class SQLiteStore(Store):
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         # (the entries have no expiry: the records read next have)
-        return await self._select("SELECT id, rid FROM response_items", item_ids, expiring=False)
+        rids = await self._select("SELECT id, rid FROM response_items", item_ids, expiring=False)
+        missing = [j for j, r in enumerate(rids) if r is None]
+        if missing and self._legacy_items:  # (an earlier version's entries: _ITEMS_MIGRATION)
+            older = await self._select(
+                "SELECT id, rid FROM items_legacy", [item_ids[j] for j in missing], expiring=False
+            )
+            for j, r in zip(missing, older):
+                rids[j] = r
+        return rids
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
         return await self._select("SELECT id, data FROM responses", ids)

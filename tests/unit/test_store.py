@@ -310,16 +310,15 @@ async def test_sqlite_file_of_an_earlier_version_is_migrated(tmp_path):
 
 async def test_sqlite_item_index_of_an_earlier_version_is_migrated(tmp_path):
     """A file whose item index was the ``items`` table (a row per item with its own expiry):
-    its entries move to ``response_items`` and their records list them, so references,
-    deletes and evictions work as on a new file; entries of records already gone do not
-    move; the old table is dropped."""
+    opened, the table is kept as ``items_legacy`` with no rewrite of the records, its
+    expired rows deleted; references to its items are found there; a record deleted takes
+    its rows along; an opening that finds it empty drops it."""
     import sqlite3
     import time
 
     path = tmp_path / "old.db"
     now = time.time()
-    kept, gone = rec_items("resp_kept"), rec_items("resp_gone")
-    kept.created_at = now
+    kept, other = rec_items("resp_kept"), rec_items("resp_other")
     scope = _scope("alice")
     con = sqlite3.connect(path)
     con.execute(
@@ -328,27 +327,45 @@ async def test_sqlite_item_index_of_an_earlier_version_is_migrated(tmp_path):
     )
     con.execute("CREATE TABLE items (id TEXT PRIMARY KEY, rid TEXT NOT NULL, expires_at REAL NOT NULL)")
     con.execute("CREATE INDEX items_rid ON items (rid)")
-    blob = kept.encode()
-    con.execute("INSERT INTO responses VALUES (?, ?, ?, ?)", (scope + "resp_kept", now + 60, blob, len(blob)))
-    for r in (kept, gone):  # resp_gone's record was purged, its item rows not yet
+    for r in (kept, other):
+        r.created_at = now
+        blob = r.encode()
+        con.execute("INSERT INTO responses VALUES (?, ?, ?, ?)", (scope + r.id, now + 60, blob, len(blob)))
         con.executemany(
             "INSERT INTO items VALUES (?, ?, ?)", [(scope + i, scope + r.id, now + 60) for i in r.item_ids()]
         )
+    con.execute("INSERT INTO items VALUES (?, ?, ?)", (scope + "fc_gone", scope + "resp_gone", now - 1))  # expired
     con.commit()
     con.close()
+
+    async def legacy(s: SQLiteStore) -> list[str]:
+        db = await s.connection()
+        return sorted(r[0][len(scope) :] for r in await db.execute_fetchall("SELECT id FROM items_legacy"))
+
     s = SQLiteStore(StoreCfg(path=str(path)))
     try:
-        assert set(await s.items(["fc_resp_kept", "rs_resp_kept", "fc_resp_gone"], "alice")) == {
-            "fc_resp_kept",
-            "rs_resp_kept",
-        }
+        assert await legacy(s) == sorted([*kept.item_ids(), *other.item_ids()])  # fc_gone: expired, deleted
         db = await s.connection()
-        assert await db.execute_fetchall("SELECT name FROM sqlite_master WHERE name IN ('items', 'items_rid')") == []
-        assert sorted(await db.execute_fetchall("SELECT id, rid FROM response_items")) == sorted(
-            (scope + i, scope + "resp_kept") for i in kept.item_ids()
-        )
+        assert await db.execute_fetchall("SELECT name FROM sqlite_master WHERE name = 'items'") == []
+        assert set(await s.items(["fc_resp_kept", "rs_resp_other", "fc_gone"], "alice")) == {
+            "fc_resp_kept",
+            "rs_resp_other",
+        }
+        await s.put(rec_items("resp_new", ancestors=["resp_kept"]))  # new and old entries side by side
+        assert set(await s.items(["fc_resp_new", "fc_resp_kept"], "alice")) == {"fc_resp_new", "fc_resp_kept"}
         assert await s.delete("resp_kept", "alice") is True
-        assert await db.execute_fetchall("SELECT id FROM response_items") == []
+        assert await legacy(s) == sorted(other.item_ids())
+        assert await s.items(["fc_resp_kept"], "alice") == {}
+        assert await s.delete("resp_other", "alice") is True
+        assert await legacy(s) == []
+    finally:
+        await s.aclose()
+    s = SQLiteStore(StoreCfg(path=str(path)))  # opened again: the empty table goes
+    try:
+        db = await s.connection()
+        assert await db.execute_fetchall("SELECT name FROM sqlite_master WHERE name LIKE '%legacy%'") == []
+        assert set(await s.items(["fc_resp_new"], "alice")) == {"fc_resp_new"}
+        assert await s.delete("resp_new", "alice") is True
     finally:
         await s.aclose()
 
