@@ -32,11 +32,12 @@ from .conftest import parse_sse
 from .fault_upstream import CALLS, MODES, TEXT, FaultUpstream
 from .test_hostile_upstream import client_view
 
-BOUND = 3.0  # seconds: the longest fault here is a 0.6 s timeout plus the fallback
+BOUND = 4.0  # seconds: the longest fault here is a 0.6 s timeout plus the fallback
 TIMEOUTS = {"connect": 0.5, "first_byte": 0.6, "idle": 0.6, "write": 2}
 # the good targets are only ever slow when the machine is loaded (the whole suite on two
 # cores): their timeouts leave room for that, under BOUND, instead of failing the fallback
-GOOD_TIMEOUTS = {"connect": 1.5, "first_byte": 1.8, "idle": 1.8, "write": 2}
+# (a good target once took more than 1.8 s to its first byte in a whole-suite run)
+GOOD_TIMEOUTS = {"connect": 2.0, "first_byte": 2.8, "idle": 2.8, "write": 2}
 PROTOCOLS = ("chat", "responses", "messages")
 # the upstream kinds: the three protocols, and Gemini's OpenAI-compatible endpoint (a Chat
 # upstream under the gemini profile: its request rows run on every fault)
