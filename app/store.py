@@ -696,9 +696,11 @@ class SQLiteStore(Store):
         found: dict[str, Any] = {}
         for part in _chunks(ids, 500):
             marks = ",".join("?" * len(part))
-            sql, args = f"{select} WHERE id IN ({marks})", tuple[Any, ...](part)
+            sql = f"{select} WHERE id IN ({marks})"
+            args: list[Any] = list(part)
             if expiring:
-                sql, args = sql + " AND expires_at > ?", (*args, now)
+                sql += " AND expires_at > ?"
+                args.append(now)
             async with db.execute(sql, args) as cur:
                 async for row in cur:
                     found[row[0]] = row[1]
@@ -740,7 +742,7 @@ _PURGE = "DELETE FROM responses WHERE expires_at <= ?"
 def _listed(item_ids: list[str]) -> str:
     """A record's item ids as ``responses.items`` keeps them (a JSON array, as text:
     SQLite's ``json_each`` reads it)."""
-    return orjson.dumps(item_ids).decode() if item_ids else "[]"
+    return orjson.dumps(item_ids).decode()
 
 
 def _renewal(n: int) -> str:
