@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 One small async interface, ``Store``, with two backends: ``SQLiteStore`` (one file in WAL
 mode: one instance, or several workers on one host, no extra service; reads on aiosqlite,
-puts on a writer thread of its own) and ``RedisStore`` (redis-py asyncio: several instances
+puts kept in a journal and written by a thread of its own) and ``RedisStore`` (redis-py asyncio: several instances
 behind a load balancer; any instance continues any conversation).  A stored response is a
 ``Record``:
 
@@ -62,21 +62,28 @@ ids only; the item itself is read from its record, under the record's owner chec
 lives as long as it (Redis: the entries carry the record's TTL and are renewed with it;
 SQLite: an entry has no expiry of its own, and the record's deletion takes it along).
 
-Puts are written in batches (``_put_many``), one batch at a time: the puts of one
-event-loop turn, and those that came while the batch before was being written.  A put
-returns once its batch is written (readable then by any instance or worker), or raises
-``StoreUnavailable`` with every put of its batch; the gauge and the evictions are counted
-once per batch.  A batch's CPU is mostly a fixed cost, so under load a put pays a share:
+A put returns once it is kept: readable then by any instance or worker, or it raises
+``StoreUnavailable``.  A batch's CPU is mostly a fixed cost, so puts are written together
+and under load a put pays a share:
 
-* SQLite: the stdlib's ``sqlite3`` on a thread of the store's own, with its own connection
-  (``_Writer``).  The loop hands it a batch (one queue put); the thread writes every batch
-  queued by then in one transaction and completes their futures with one call into the
-  loop.  Through aiosqlite a put was four trips to its thread (insert, items, total,
-  commit), each waking the loop.  Reads, deletes and the other tables (usage, keys, thought
-  signatures) stay on the shared aiosqlite connection, which sees each commit at once (WAL).
-  An in-memory database (``path: ":memory:"``) is one connection's: its puts go through it.
-* Redis (not a Cluster: there each put goes alone, below): the whole batch is one
-  script, ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their
+* SQLite: a put is kept once it is appended to this process's journal (``app/journal.py``,
+  one ``write``; ``_kept``) and held in memory.  A thread of the store's own, with its own
+  connection (the stdlib's ``sqlite3``; ``_Writer``), writes what was appended every
+  ``_APPLY_DELAY`` seconds in one transaction, then empties the journal file it came
+  from.  A read looks at this process's puts not yet written, then the file, then the
+  other processes' journals, then the file again (``_kept_first``): a worker reads
+  another's put at once.  A delete of a put not yet written waits until it is.  A batch the
+  file refuses is tried again; its puts stay readable (the client was told they are
+  stored).  A process that dies leaves its journal; the next writer to open the directory
+  applies it.  The cap and the gauge follow when the batch is written.  Reads, deletes and
+  the other tables (usage, keys, thought signatures) stay on the shared aiosqlite
+  connection.  An in-memory database (``path: ":memory:"``) is one connection's: its puts
+  go through it (``_put_many``), one transaction each.
+* Redis: puts are written in batches (``_put_many``), one batch at a time: the puts of
+  one event-loop turn, and those that came while the batch before was being written.  A
+  put returns once its batch is written, or raises ``StoreUnavailable`` with every put of
+  its batch; the gauge and the evictions are counted once per batch.  On Redis (not a
+  Cluster: there each put goes alone, below) the whole batch is one script, ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their
   items, the size bookkeeping), one ``EVALSHA`` on the puts' own connection (a
   ``redis_wire.Wire``, as the limits' counters have theirs: packed there, pipelined, its
   reply read by hiredis).  One write, one reply: redis-py's packing of the same six
@@ -126,8 +133,8 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import itertools
 import os
-import queue
 import sqlite3
 import threading
 import time
@@ -139,6 +146,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from app import journal
 from app.logs import log
 from app.metrics import Metrics
 from providers.config import StoreCfg, cluster_seeds
@@ -298,6 +306,8 @@ class Store:
         # the ancestors under both keys: a conversation begun before keys were scoped
         touch = [scope + a for a in rec.ancestors] + rec.ancestors
         put = (scope + rec.id, blob, touch, [scope + i for i in rec.item_ids()])
+        if await self._kept(put):
+            return
         if self.batch_puts:
             loop = asyncio.get_running_loop()
             fut: asyncio.Future[None] = loop.create_future()
@@ -376,6 +386,11 @@ class Store:
                 raise
             return
         self._written(batch, got)
+
+    async def _kept(self, put: tuple[str, bytes, list[str], list[str]]) -> bool:
+        """A backend that keeps a put at once and writes it later (SQLite's journal): True
+        once kept; False: the put goes through ``_put_many``."""
+        return False
 
     async def _find(self, op: str, ids: list[str], owner: str) -> list[tuple[str, Record] | None]:
         """Each id's record of this owner, with the key it is stored under: the owner's own
@@ -629,17 +644,52 @@ class SQLiteStore(Store):
         """The open database connection (app/usage.py keeps its table in the same file)."""
         return await self._conn()
 
+    async def _kept(self, put: tuple[str, bytes, list[str], list[str]]) -> bool:
+        if self.path == ":memory:":  # (a database of this connection only: no other can write it)
+            return False
+        w = self._writer
+        if w is None or not w.alive():
+            w = await self._call("put", self._open_writer())
+        w.ttl, w.cap = self.ttl, self.max_total_bytes  # (read at each put)
+        try:
+            w.append(*put)
+        except OSError as e:
+            self.healthy = False
+            self.counters.inc("switchboard_store_errors_total", op="put")
+            raise StoreUnavailable(f"response store ({self.backend}) failed on put: {type(e).__name__}") from None
+        return True
+
+    async def _open_writer(self) -> _Writer:
+        await self._conn()  # (the file and its schema exist once this answers)
+        if self._writer is None or not self._writer.alive():
+            self._writer = _Writer(self.path, self.ttl, self.max_total_bytes, self._applied)
+        return self._writer
+
+    def _applied(self, got: list[tuple[int, int]] | BaseException) -> None:
+        """The writer's report (in the loop): a batch in the file, or what a try met."""
+        if isinstance(got, BaseException):
+            self.healthy = False
+            self.counters.inc("switchboard_store_errors_total", op="write")
+            log.warning("store_write_failed", error=type(got).__name__)
+            return
+        self.healthy = True
+        if got:
+            self.counters.set_gauge("switchboard_store_bytes", got[-1][0])
+        evicted = sum(n for _, n in got)
+        if evicted:
+            self.counters.inc("switchboard_store_evicted_total", evicted)
+
+    async def flush(self) -> None:
+        """Every put kept so far is in the file (the tests', and a delete's, wait)."""
+        if self._writer is not None:
+            await self._call("put", self._writer.flush())
+
     async def _put(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> tuple[int, int]:
         return (await self._put_many([(rid, blob, touch, item_ids)]))[0]
 
     async def _put_many(self, puts: list[tuple[str, bytes, list[str], list[str]]]) -> list[tuple[int, int]]:
-        db = await self._conn()  # (the file and its schema exist once this answers)
-        if self.path == ":memory:":  # (a database of this connection only: no other can write it)
-            return [await self._put_shared(db, *put) for put in puts]
-        if self._writer is None or not self._writer.alive():
-            self._writer = _Writer(self.path, self.ttl, self.max_total_bytes)
-        self._writer.ttl, self._writer.cap = self.ttl, self.max_total_bytes  # (read at each put)
-        return await self._writer.submit(puts)
+        db = await self._conn()  # (an in-memory database: _kept takes a file's puts)
+        return [await self._put_shared(db, *put) for put in puts]
 
     async def _put_shared(
         self, db: Any, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
@@ -675,6 +725,9 @@ class SQLiteStore(Store):
 
     async def _item_rids(self, item_ids: list[str]) -> list[str | None]:
         # (the entries have no expiry: the records read next have)
+        return await self._kept_first(item_ids, self._item_rids_in_file, _Writer.pending_item, _items_of)
+
+    async def _item_rids_in_file(self, item_ids: list[str]) -> list[str | None]:
         rids = await self._select("SELECT id, rid FROM response_items", item_ids, expiring=False)
         missing = [j for j, r in enumerate(rids) if r is None]
         if missing and self._legacy_items:  # (an earlier version's entries: _ITEMS_MIGRATION)
@@ -686,7 +739,52 @@ class SQLiteStore(Store):
         return rids
 
     async def _get_many(self, ids: list[str]) -> list[bytes | None]:
+        return await self._kept_first(ids, self._records_in_file, self._pending_record, self._records_of)
+
+    async def _records_in_file(self, ids: list[str]) -> list[Any]:
         return await self._select("SELECT id, data FROM responses", ids)
+
+    def _pending_record(self, w: _Writer, key: str) -> bytes | None:
+        e = w.pending(key)
+        return e.blob if e is not None and e.now + self.ttl > time.time() else None
+
+    def _records_of(self, entries: list[journal.Entry]) -> dict[str, bytes]:
+        """Records from puts not yet in the file (not expired)."""
+        now = time.time()
+        return {e.rid: e.blob for e in entries if e.now + self.ttl > now}
+
+    async def _kept_first(
+        self,
+        keys: list[str],
+        in_file: Callable[[list[str]], Any],
+        mine: Callable[[_Writer, str], Any],
+        of: Callable[[list[journal.Entry]], dict[str, Any]],
+    ) -> list[Any]:
+        """Each key's value: from this process's puts not yet in the file, else from the
+        file; for those still missing, from other processes' journals (workers on this
+        file), then from the file once more (a put leaves a journal only once it is in the
+        file: read in this order, none is missed)."""
+        w = self._writer
+        out: list[Any] = [None] * len(keys) if w is None else [mine(w, k) for k in keys]
+        rest = [j for j, v in enumerate(out) if v is None]
+        if not rest:
+            return out
+        got = await in_file([keys[j] for j in rest])
+        for j, v in zip(rest, got):
+            out[j] = v
+        missing = [j for j in rest if out[j] is None]
+        directory = journal.directory_of(self.path)
+        own_token = w.journal.token if w is not None else "-"
+        if not missing or self.path == ":memory:" or not journal.has_siblings(directory, own_token):
+            return out
+        theirs = of(journal.read_siblings(directory, own_token))
+        for j in missing:
+            out[j] = theirs.get(keys[j])
+        still = [j for j in missing if out[j] is None]
+        if still:
+            for j, v in zip(still, await in_file([keys[j] for j in still])):
+                out[j] = v
+        return out
 
     async def _select(self, select: str, ids: list[str], expiring: bool = True) -> list[Any]:
         """``select`` (two columns: an id, a value) for ``ids`` (not expired, when its rows
@@ -707,6 +805,20 @@ class SQLiteStore(Store):
         return [found.get(i) for i in ids]
 
     async def _delete(self, rid: str) -> int | None:
+        w = self._writer if self.path == ":memory:" else await self._open_writer()  # (it takes orphans)
+        if w is not None and w.pending(rid) is not None:
+            await w.flush()  # (else its put would be written after the delete)
+        if self.path != ":memory:":
+            directory = journal.directory_of(self.path)
+            own_token = w.journal.token if w is not None else "-"
+            # another worker's put of it, not yet in the file: deleted once it is (polled:
+            # that is another process's file)
+            for _ in itertools.count():
+                if not journal.has_siblings(directory, own_token) or all(
+                    e.rid != rid for e in journal.read_siblings(directory, own_token)
+                ):
+                    break
+                await asyncio.sleep(0.005)
         db = await self._conn()
         await db.execute("DELETE FROM responses WHERE id = ?", (rid,))  # (its items: the trigger)
         await db.commit()
@@ -739,10 +851,26 @@ _OLDEST = "SELECT id, size FROM responses WHERE id != ? ORDER BY expires_at LIMI
 _PURGE = "DELETE FROM responses WHERE expires_at <= ?"
 
 
+def _items_of(entries: list[journal.Entry]) -> dict[str, str]:
+    """Item key → record key, from puts not yet in the file."""
+    return {i: e.rid for e in entries for i in e.item_ids}
+
+
 def _listed(item_ids: list[str]) -> str:
     """A record's item ids as ``responses.items`` keeps them (a JSON array, as text:
     SQLite's ``json_each`` reads it)."""
     return orjson.dumps(item_ids).decode()
+
+
+@functools.lru_cache(maxsize=512)
+def _upserts(n: int) -> str:
+    """``_UPSERT`` of ``n`` rows (the writer's batch)."""
+    return _UPSERT.replace("(?, ?, ?, ?, ?)", ",".join(["(?, ?, ?, ?, ?)"] * n))
+
+
+@functools.lru_cache(maxsize=1024)
+def _item_upserts(n: int) -> str:
+    return _ITEM_UPSERT.replace("(?, ?)", ",".join(["(?, ?)"] * n))
 
 
 def _renewal(n: int) -> str:
@@ -769,80 +897,191 @@ def _victims(rows: Iterable[tuple[str, int]], total: int, cap: int) -> list[str]
 
 
 _Puts = list[tuple[str, bytes, list[str], list[str]]]
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Puts | None]
+_APPLY_DELAY = 0.05  # how long the writer gathers puts before it applies them (seconds)
+_PENDING_MAX_BYTES = 256 << 20  # records appended and not yet in the file: beyond, puts fail
+_ADOPT_EVERY = 5.0  # how often the writer looks for a gone process's journal (seconds)
+_RETRY = (0.05, 0.2, 1.0)  # the waits between tries of a batch that failed, the last repeated
 
 
 class _Writer:
-    """The SQLite store's puts, on a thread of its own with its own connection to the file
-    (the stdlib's ``sqlite3``; reads and the other tables stay on the shared aiosqlite
-    connection).  A batch of puts is one job; the thread takes every job queued when it
-    wakes, writes them in one transaction (each put's statements in order, its total and
-    evictions after it), commits, and completes their futures with one call into each
-    waiting event loop: a batch costs the loop one hand-off and one wake-up, whatever its
-    statements.  A failed transaction is rolled back and fails every job in it (their
-    puts answer ``store: false``); the connection is opened again for the next job."""
+    """The SQLite store's puts (``app/journal.py``): ``append`` (the loop's thread) writes a
+    put to this process's journal and keeps it in memory (``pending``: readable at once);
+    a thread of the store's own, with its own connection to the file (the stdlib's
+    ``sqlite3``), applies what was appended in one transaction every ``_APPLY_DELAY``
+    seconds (at once for a ``flush``), empties the journal file it came from, and tells the
+    loop the total and the evictions (one call per batch).  A batch that fails (a busy file
+    past its timeout, a full disk) is rolled back and tried again (``_RETRY``), its puts
+    still readable from memory and from the journal: the client was told they are stored.
+    The thread also applies the journals of processes that are gone (``journal.orphans``)."""
 
-    def __init__(self, path: str, ttl: int, cap: int) -> None:
+    def __init__(self, path: str, ttl: int, cap: int, done: Callable[[Any], None]) -> None:
         self.path = path
         self.ttl = ttl
         self.cap = cap  # (store.max_bytes)
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self.journal = journal.Journal(journal.directory_of(path))
+        self._done = done  # (the loop's: a batch's [(total, evicted)], or the exception it met)
+        self._loop = asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        self._entries: list[journal.Entry] = []  # appended, not yet taken by the thread
+        self._pending: dict[str, journal.Entry] = {}  # key → its newest put not yet committed
+        self._pending_items: dict[str, journal.Entry] = {}  # item key → the put that indexed it
+        self._pending_bytes = 0
+        self._seq = 0
+        self._wake = threading.Event()
+        self._hurry = threading.Event()  # (a flush or the close waits: no gathering)
+        self._flushes: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._closing = False
+        self._closed: asyncio.Future[None] | None = None
         self._con: sqlite3.Connection | None = None
         self._puts = 0
-        self._closed: asyncio.Future[Any] | None = None  # (close's job, once asked)
+        self.batches = 0  # transactions committed (the tests read it)
         self._thread = threading.Thread(target=self._run, name="switchboard-store-writer", daemon=True)
         self._thread.start()
 
     def alive(self) -> bool:
-        return self._closed is None and self._thread.is_alive()
+        return not self._closing and self._thread.is_alive()
 
-    def submit(self, puts: _Puts) -> asyncio.Future[list[tuple[int, int]]]:
+    # -- the loop's side ----------------------------------------------------------------
+
+    def append(self, rid: str, blob: bytes, touch: list[str], item_ids: list[str]) -> None:
+        """Kept: in the journal and in memory, or OSError (nothing kept)."""
+        with self._lock:
+            if self._pending_bytes + len(blob) > _PENDING_MAX_BYTES:
+                raise OSError("store: too many puts not yet written to the file")
+            self._seq += 1
+            e = journal.Entry(self._seq, time.time(), rid, blob, touch, item_ids)
+            self.journal.append(journal.encode(e))
+            self._entries.append(e)
+            self._pending[rid] = e
+            for i in item_ids:
+                self._pending_items[i] = e
+            self._pending_bytes += len(blob)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def pending(self, key: str) -> journal.Entry | None:
+        with self._lock:
+            return self._pending.get(key)
+
+    def pending_item(self, key: str) -> str | None:
+        with self._lock:
+            e = self._pending_items.get(key)
+        return e.rid if e is not None else None
+
+    async def flush(self) -> None:
+        """Return once every put appended before the call is in the file."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[tuple[int, int]]] = loop.create_future()
-        self._jobs.put((loop, fut, puts))
-        return fut
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if not self._pending:
+                return
+            self._flushes.append((loop, fut))
+        self._hurry.set()
+        self._wake.set()
+        await fut
 
     async def close(self) -> None:
-        """Stop the thread once the jobs queued before are written; close its connection.
-        A second call waits for the first's (the thread may still be on its way out: a job
-        queued now would never be answered)."""
+        """Apply what is appended, stop the thread, close its connection; the journal's
+        files go when everything in them is in the file (else the next opening applies
+        them).  A second call waits for the first's."""
         if self._closed is None:
-            if not self._thread.is_alive():
+            if not self._thread.is_alive():  # (it died: its journal stays for the next opening)
+                self._closing = True
+                with self._lock:
+                    self.journal.close(unlink=False)
                 return
-            loop = asyncio.get_running_loop()
-            self._closed = loop.create_future()
-            self._jobs.put((loop, self._closed, None))
+            self._closed = asyncio.get_running_loop().create_future()
+            with self._lock:
+                self._closing = True
+            self._hurry.set()
+            self._wake.set()
         await asyncio.shield(self._closed)
 
+    # -- the thread ---------------------------------------------------------------------
+
     def _run(self) -> None:
-        running = True
-        while running:
-            jobs = [self._jobs.get()]
-            while not self._jobs.empty():  # every job queued meanwhile: one transaction
-                jobs.append(self._jobs.get_nowait())
-            puts = [job for job in jobs if job[2] is not None]
-            outcome: list[Any] = []
-            if puts:
+        adopted_at = -_ADOPT_EVERY
+        closed_ok = True
+        try:
+            while True:
+                if time.monotonic() - adopted_at >= _ADOPT_EVERY:
+                    adopted_at = time.monotonic()
+                    self._adopt()
+                if not self._wake.wait(_ADOPT_EVERY):
+                    continue
+                self._hurry.wait(_APPLY_DELAY)  # (gather: the puts of the next few ms join)
+                with self._lock:
+                    self._wake.clear()
+                    self._hurry.clear()
+                    batch, self._entries = self._entries, []
+                    flushes, self._flushes = self._flushes, []
+                    closing = self._closing
+                    old = self.journal.swap()
+                if batch and not self._apply(batch, old, closing):
+                    closed_ok = False  # (closing, and the file would not take them)
+                self._answer(flushes)
+                if closing:
+                    break
+        finally:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+            with self._lock:
+                self.journal.close(unlink=closed_ok and not self._entries)
+            if self._closed is not None:
+                self._answer([(self._loop, self._closed)])
+
+    def _apply(self, batch: list[journal.Entry], old: int, closing: bool) -> bool:
+        """The batch in the file (tried until it is; closing: a few times), then its journal
+        file emptied and its puts dropped from memory."""
+        tries = 0
+        while True:
+            try:
+                got = self._write(batch)
+                break
+            except Exception as err:
+                self._tell(err)
+                if closing and tries >= len(_RETRY):
+                    return False
+                time.sleep(_RETRY[min(tries, len(_RETRY) - 1)])
+                tries += 1
+        self.batches += 1
+        with self._lock:
+            self.journal.clear(old)
+            for e in batch:
+                if self._pending.get(e.rid) is e:
+                    del self._pending[e.rid]
+                for i in e.item_ids:
+                    if self._pending_items.get(i) is e:
+                        del self._pending_items[i]
+                self._pending_bytes -= len(e.blob)
+        self._tell([got])
+        return True
+
+    def _adopt(self) -> None:
+        """Apply the journal of a process that is gone (killed, crashed), one at a time."""
+        try:
+            for o in journal.orphans(self.journal.directory, self.journal.token):
                 try:
-                    outcome = self._write([p for _, _, p in puts])  # type: ignore[misc]
+                    if o.entries:
+                        self._tell([self._write(o.entries)])
                 except Exception as e:
-                    outcome = [e] * len(puts)
-            if len(puts) < len(jobs):  # close: after the puts queued before it
-                running = False
-                if self._con is not None:
-                    self._con.close()
-                    self._con = None
-            done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
-            at = 0
-            for loop, fut, job_puts in jobs:
-                if job_puts is None:
-                    done.setdefault(loop, []).append((fut, None))
-                else:
-                    done.setdefault(loop, []).append((fut, outcome[at]))
-                    at += 1
-            for loop, settled in done.items():
-                with contextlib.suppress(RuntimeError):  # (that loop is closed: nobody waits)
-                    loop.call_soon_threadsafe(_settle, settled)
+                    journal.release(o, applied=False)
+                    self._tell(e)
+                    return
+                journal.release(o, applied=True)
+                log.info("store_journal_applied", puts=len(o.entries))
+        except OSError as e:
+            self._tell(e)
+
+    def _tell(self, got: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody listens)
+            self._loop.call_soon_threadsafe(self._done, got)
+
+    def _answer(self, waiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+        for loop, fut in waiting:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, [(fut, None)])
 
     def _connect(self) -> sqlite3.Connection:
         if self._con is None:
@@ -856,11 +1095,12 @@ class _Writer:
             self._con = con
         return self._con
 
-    def _write(self, batches: list[_Puts]) -> list[list[tuple[int, int]]]:
+    def _write(self, entries: list[journal.Entry]) -> tuple[int, int]:
+        """The puts in one transaction; (the total after them, the records evicted)."""
         con = self._connect()
         try:
             con.execute("BEGIN IMMEDIATE")
-            out = [[self._put(con, *put) for put in puts] for puts in batches]
+            got = self._put_all(con, entries)
             con.execute("COMMIT")
         except BaseException:
             self._con = None
@@ -869,25 +1109,35 @@ class _Writer:
             finally:
                 con.close()
             raise
-        return out
+        return got
 
-    def _put(
-        self, con: sqlite3.Connection, rid: str, blob: bytes, touch: list[str], item_ids: list[str]
-    ) -> tuple[int, int]:
-        now = time.time()
-        expires = now + self.ttl
-        con.execute(_UPSERT, (rid, expires, blob, len(blob), _listed(item_ids)))
-        if item_ids:
-            con.executemany(_ITEM_UPSERT, [(i, rid) for i in item_ids])
-        for part in _chunks(touch, 500):
-            con.execute(_renewal(len(part)), (expires, *part, now))
-        self._puts += 1
-        if self._puts % _PURGE_EVERY == 0:
-            con.execute(_PURGE, (now,))
+    def _put_all(self, con: sqlite3.Connection, entries: list[journal.Entry]) -> tuple[int, int]:
+        """Each statement once for the whole batch, its rows together (a multi-row VALUES):
+        each call into SQLite lets go of the GIL and takes it back, a hand-off to the loop's
+        thread when it is busy, so their number does not grow with the batch.  A record put
+        twice keeps its last version (the rows go in order); the ancestors are renewed from
+        the batch's last put; the cap is kept after the batch, never evicting its last
+        record."""
+        ttl = self.ttl
+        for part in _chunks(entries, 400):  # (5 variables a row: under SQLite's 32,766)
+            rows: list[Any] = []
+            for e in part:
+                rows += (e.rid, e.now + ttl, e.blob, len(e.blob), _listed(e.item_ids))
+            con.execute(_upserts(len(part)), rows)
+        pairs = [(i, e.rid) for e in entries for i in e.item_ids]
+        for chunk in _chunks(pairs, 1000):
+            con.execute(_item_upserts(len(chunk)), [x for pair in chunk for x in pair])
+        last = entries[-1]
+        touch = list(dict.fromkeys(t for e in entries for t in e.touch))
+        for ids in _chunks(touch, 500):
+            con.execute(_renewal(len(ids)), (last.now + ttl, *ids, last.now))
+        before, self._puts = self._puts, self._puts + len(entries)
+        if before // _PURGE_EVERY != self._puts // _PURGE_EVERY:
+            con.execute(_PURGE, (time.time(),))
         total = _total(con)
         evicted = 0
         while total > self.cap:
-            victims = _victims(con.execute(_OLDEST, (rid,)), total, self.cap)
+            victims = _victims(con.execute(_OLDEST, (last.rid,)), total, self.cap)
             if not victims:
                 break
             con.execute(_eviction(len(victims)), victims)
@@ -1386,7 +1636,7 @@ class _ScriptCall:
         self.done(e)
 
 
-def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
+def _chunks[T](items: list[T], n: int) -> Iterable[list[T]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
 

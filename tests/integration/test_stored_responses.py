@@ -366,16 +366,18 @@ async def test_the_put_is_done_before_the_terminal_leaves(client_factory, up, tm
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_failed_put_answers_store_false(client_factory, up, tmp_path, stream):
-    """The store fails the put: the answer still goes out, its response object (a stream's
-    terminal event) says store: false, and the failure is counted."""
-    c = await client_factory(**cfg(tmp_path))
-    store = c._transport.app.state.service.store  # type: ignore[attr-defined]
+async def test_a_failed_put_answers_store_false(client_factory, up, tmp_path, stream, monkeypatch):
+    """The store fails the put (the SQLite journal's write: a full disk): the answer still
+    goes out, its response object (a stream's terminal event) says store: false, and the
+    failure is counted."""
+    from app import journal
 
-    async def broken(batch: Any) -> Any:
+    c = await client_factory(**cfg(tmp_path))
+
+    def broken(self: Any, frame: bytes) -> None:
         raise OSError("disk gone")
 
-    store._put_many = broken  # the backend's write fails
+    monkeypatch.setattr(journal.Journal, "append", broken)
     r = await c.post("/v1/responses", json={"model": "resp-model", "input": "one", "stream": stream}, headers=ALICE)
     assert r.status_code == 200
     if stream:

@@ -1,0 +1,77 @@
+"""The SQLite store's put journal (app/journal.py): its frames, torn tails, the two files of
+a process, and the files of a process that is gone."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app import journal
+from app.journal import Entry
+
+
+def entry(seq: int, blob: bytes = b"{}") -> Entry:
+    return Entry(seq, 1700000000.5 + seq, f"scope/resp_{seq}", blob, [f"scope/resp_{seq - 1}"], [f"scope/msg_{seq}"])
+
+
+def test_frames_read_back_as_written():
+    es = [entry(1, b'{"a":1}'), entry(2, bytes(range(256)) * 20), entry(3, b"")]
+    assert journal.decode_all(b"".join(journal.encode(e) for e in es)) == es
+
+
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=6), st.data())
+def test_a_torn_or_damaged_frame_ends_the_reading(blobs, data):
+    """Whatever prefix of the file a reader sees (a write under way, a process killed in
+    it), it reads the whole frames before the cut and nothing after; a damaged byte ends
+    the reading at its frame."""
+    es = [entry(i + 1, b) for i, b in enumerate(blobs)]
+    frames = [journal.encode(e) for e in es]
+    raw = b"".join(frames)
+    cut = data.draw(st.integers(0, len(raw)))
+    ends = [sum(len(f) for f in frames[: i + 1]) for i in range(len(frames))]
+    assert journal.decode_all(raw[:cut]) == [e for e, end in zip(es, ends) if end <= cut]
+    at = data.draw(st.integers(0, len(raw) - 1))
+    damaged = raw[:at] + bytes([raw[at] ^ 0x41]) + raw[at + 1 :]
+    hit = next(i for i, end in enumerate(ends) if at < end)
+    assert journal.decode_all(damaged) == es[:hit]
+
+
+def test_two_files_per_process_and_only_a_gone_ones_are_orphans(tmp_path):
+    d = str(tmp_path / "r.db-puts")
+    live = journal.Journal(d)
+    other = journal.Journal(d)  # (another process's, as far as the locks go)
+    live.append(journal.encode(entry(1)))
+    old = live.swap()
+    live.append(journal.encode(entry(2)))
+    assert [e.seq for e in journal.read_siblings(d, other.token)] == [1, 2]
+    assert list(journal.orphans(d, other.token)) == []  # (its locks are held)
+    live.clear(old)
+    assert [e.seq for e in journal.read_siblings(d, other.token)] == [2]
+    live.close(unlink=False)  # (gone, one put not applied)
+    found = list(journal.orphans(d, other.token))
+    assert [[e.seq for e in o.entries] for o in found] == [[2]]
+    assert list(journal.orphans(d, other.token)) == []  # (locked by whoever took it)
+    journal.release(found[0], applied=True)
+    assert sorted(os.listdir(d)) == sorted(os.path.basename(other.path(i)) for i in (0, 1))
+    other.close(unlink=True)
+    assert os.listdir(d) == []
+    assert oct(os.stat(d).st_mode & 0o777) == "0o700"
+
+
+def test_a_failed_write_leaves_no_partial_frame(tmp_path):
+    d = str(tmp_path / "r.db-puts")
+    j = journal.Journal(d)
+    j.append(journal.encode(entry(1)))
+    os.close(j._fds[0])  # (the write fails: EBADF, as a full disk would fail it)
+    try:
+        j.append(journal.encode(entry(2)))
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the write should have failed")
+    j._fds[0] = os.open(j.path(0), os.O_RDWR | os.O_APPEND)
+    with open(j.path(0), "rb") as f:
+        assert [e.seq for e in journal.decode_all(f.read())] == [1]
+    j.close(unlink=True)
