@@ -1001,7 +1001,7 @@ class _Writer:
 
     def _run(self) -> None:
         adopted_at = -_ADOPT_EVERY
-        closed_ok = True
+        clean = False  # (closed as asked, every put taken applied: the journal's files may go)
         try:
             while True:
                 if time.monotonic() - adopted_at >= _ADOPT_EVERY:
@@ -1017,17 +1017,19 @@ class _Writer:
                     flushes, self._flushes = self._flushes, []
                     closing = self._closing
                     old = self.journal.swap()
-                if batch and not self._apply(batch, old, closing):
-                    closed_ok = False  # (closing, and the file would not take them)
+                applied = not batch or self._apply(batch, old, closing)
                 self._answer(flushes)
                 if closing:
+                    clean = applied  # (else the file would not take them: they stay)
                     break
+        except Exception as e:  # (unforeseen: its journal stays for the next writer)
+            log.error("store_writer_failed", error=type(e).__name__)
         finally:
             if self._con is not None:
                 self._con.close()
                 self._con = None
             with self._lock:
-                self.journal.close(unlink=closed_ok and not self._entries)
+                self.journal.close(unlink=clean and not self._entries)
             if self._closed is not None:
                 self._answer([(self._loop, self._closed)])
 

@@ -775,3 +775,41 @@ async def test_redis_put_after_its_connection_was_closed_is_stored():
         if keys:
             await s.redis.delete(*keys)
         await s.aclose()
+
+
+async def test_sqlite_writer_that_dies_leaves_its_journal_to_the_next(tmp_path, monkeypatch):
+    """The writer's thread meets an error nobody expects (here: emptying a journal file
+    fails after the commit): it stops and leaves its journal's files, since it did not
+    close as asked.  The next put starts a new writer, which applies them again (a put
+    written twice is the same record) and removes them; nothing is lost."""
+    from app import journal
+
+    cleared = journal.Journal.clear
+
+    def broken(self: journal.Journal, i: int) -> None:
+        monkeypatch.setattr(journal.Journal, "clear", cleared)
+        raise OSError("no")
+
+    s = SQLiteStore(StoreCfg(path=str(tmp_path / "r.db")))
+    try:
+        await s.put(rec("resp_k0"))
+        first = s._writer
+        assert first is not None
+        monkeypatch.setattr(journal.Journal, "clear", broken)
+        await s.put(rec("resp_k1"))
+        first._thread.join(5)
+        assert not first._thread.is_alive()
+        assert len(os.listdir(tmp_path / "r.db-puts")) == 2  # (left by the dead writer)
+        await s.put(rec("resp_k2"))  # (a new writer: it takes the dead one's files)
+        await s.flush()
+        for _ in range(500):
+            if len(os.listdir(tmp_path / "r.db-puts")) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert s._writer is not first
+        names = os.listdir(tmp_path / "r.db-puts")
+        assert len(names) == 2 and all(n.startswith(s._writer.journal.token) for n in names)
+        for i in range(3):
+            assert await s.get(f"resp_k{i}", "alice") is not None
+    finally:
+        await s.aclose()
