@@ -1638,7 +1638,7 @@ class _ScriptCall:
         self.done(e)
 
 
-def _chunks[T](items: list[T], n: int) -> Iterable[list[T]]:
+def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
 
