@@ -4,9 +4,9 @@ Theory of operation
 -------------------
 One small async interface, ``Store``, with two backends: ``SQLiteStore`` (one file in WAL
 mode: one instance, or several workers on one host, no extra service; reads on aiosqlite,
-puts kept in a journal and written by a thread of its own) and ``RedisStore`` (redis-py asyncio: several instances
-behind a load balancer; any instance continues any conversation).  A stored response is a
-``Record``:
+puts kept in a journal and written by a thread of its own) and ``RedisStore`` (redis-py
+asyncio: several instances behind a load balancer; any instance continues any
+conversation).  A stored response is a ``Record``:
 
 ==============  ============================================================================
 field           what
@@ -83,8 +83,9 @@ and under load a put pays a share:
   one event-loop turn, and those that came while the batch before was being written.  A
   put returns once its batch is written, or raises ``StoreUnavailable`` with every put of
   its batch; the gauge and the evictions are counted once per batch.  On Redis (not a
-  Cluster: there each put goes alone, below) the whole batch is one script, ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their
-  items, the size bookkeeping), one ``EVALSHA`` on the puts' own connection (a
+  Cluster: there each put goes alone, below) the whole batch is one script,
+  ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their items,
+  the size bookkeeping), one ``EVALSHA`` on the puts' own connection (a
   ``redis_wire.Wire``, as the limits' counters have theirs: packed there, pipelined, its
   reply read by hiredis).  One write, one reply: redis-py's packing of the same six
   commands per put, their six replies and a pool checkout cost more than the round trip
@@ -1009,7 +1010,7 @@ class _Writer:
                     self._adopt()
                 if not self._wake.wait(_ADOPT_EVERY):
                     continue
-                self._hurry.wait(_APPLY_DELAY)  # (gather: the puts of the next few ms join)
+                self._hurry.wait(_APPLY_DELAY)  # (gather: the puts of the next 50 ms join)
                 with self._lock:
                     self._wake.clear()
                     self._hurry.clear()
@@ -1115,11 +1116,9 @@ class _Writer:
 
     def _put_all(self, con: sqlite3.Connection, entries: list[journal.Entry]) -> tuple[int, int]:
         """Each statement once for the whole batch, its rows together (a multi-row VALUES):
-        each call into SQLite lets go of the GIL and takes it back, a hand-off to the loop's
-        thread when it is busy, so their number does not grow with the batch.  A record put
-        twice keeps its last version (the rows go in order); the ancestors are renewed from
-        the batch's last put; the cap is kept after the batch, never evicting its last
-        record."""
+        the calls into SQLite do not grow with the batch.  A record put twice keeps its last
+        version (the rows go in order); the ancestors are renewed from the batch's last put;
+        the cap is kept after the batch, never evicting its last record."""
         ttl = self.ttl
         for part in _chunks(entries, 400):  # (5 variables a row: under SQLite's 32,766)
             rows: list[Any] = []
