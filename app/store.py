@@ -776,6 +776,7 @@ class SQLiteStore(Store):
         missing = [j for j in rest if out[j] is None]
         directory = journal.directory_of(self.path)
         own_token = w.journal.token if w is not None else "-"
+        # (no other process's journal: no second read of the file)
         if not missing or self.path == ":memory:" or not journal.has_siblings(directory, own_token):
             return out
         theirs = of(journal.read_siblings(directory, own_token))
@@ -815,9 +816,7 @@ class SQLiteStore(Store):
             # another worker's put of it, not yet in the file: deleted once it is (polled:
             # that is another process's file)
             for _ in itertools.count():
-                if not journal.has_siblings(directory, own_token) or all(
-                    e.rid != rid for e in journal.read_siblings(directory, own_token)
-                ):
+                if all(e.rid != rid for e in journal.read_siblings(directory, own_token)):
                     break
                 await asyncio.sleep(0.005)
         db = await self._conn()
