@@ -60,18 +60,36 @@ def test_two_files_per_process_and_only_a_gone_ones_are_orphans(tmp_path):
     assert oct(os.stat(d).st_mode & 0o777) == "0o700"
 
 
-def test_a_failed_write_leaves_no_partial_frame(tmp_path):
+_SHORT = """
+import os, resource, signal, sys
+from app import journal
+from app.journal import Entry
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (past the limit: a short write, not a signal)
+j = journal.Journal(sys.argv[1])
+first = journal.encode(Entry(1, 1.5, "k/resp_1", b"x" * 100, [], []))
+j.append(first)
+resource.setrlimit(resource.RLIMIT_FSIZE, (len(first) + 40, resource.RLIM_INFINITY))
+try:
+    j.append(journal.encode(Entry(2, 2.5, "k/resp_2", b"y" * 100, [], [])))
+except OSError as e:
+    print("raised", e)
+print(os.path.getsize(j.path(0)), len(first))
+"""
+
+
+def test_a_short_write_is_cut_off_and_raised(tmp_path):
+    """A write the disk takes only part of (here: a file size limit, in a process of its
+    own) raises, and the journal is cut back to its last whole frame: no partial frame
+    stays for the next append to follow."""
+    import subprocess
+    import sys
+
     d = str(tmp_path / "r.db-puts")
-    j = journal.Journal(d)
-    j.append(journal.encode(entry(1)))
-    os.close(j._fds[0])  # (the write fails: EBADF, as a full disk would fail it)
-    try:
-        j.append(journal.encode(entry(2)))
-    except OSError:
-        pass
-    else:
-        raise AssertionError("the write should have failed")
-    j._fds[0] = os.open(j.path(0), os.O_RDWR | os.O_APPEND)
-    with open(j.path(0), "rb") as f:
+    out = subprocess.run([sys.executable, "-c", _SHORT, d], capture_output=True, text=True, timeout=60, cwd=os.getcwd())
+    lines = out.stdout.splitlines()
+    assert lines[0] == "raised journal: short write", out.stderr[-2000:]
+    size, first = lines[1].split()
+    assert size == first  # (the 40 bytes of the second frame that went in were cut off)
+    (name,) = [n for n in os.listdir(d) if n.endswith(".0.log")]
+    with open(os.path.join(d, name), "rb") as f:
         assert [e.seq for e in journal.decode_all(f.read())] == [1]
-    j.close(unlink=True)
