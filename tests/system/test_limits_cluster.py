@@ -33,6 +33,7 @@ the current one is left (``fresh_minute``) and checks afterwards that it did.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -198,6 +199,34 @@ async def burst(
                 return i % len(cluster.proxies), r.status_code, dict(r.headers), t0, time.time()
 
         return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+@contextlib.contextmanager
+def first_on_cpu(cluster: Cluster) -> Iterator[None]:
+    """The cluster's processes and this one's threads (the client, the scripted upstream)
+    run at nice -10 meanwhile: a test of what a pace does gets its pace on a host whose
+    cores the rest of the suite keeps busy (each worker gets a core's third there, and an
+    answer took long enough that a grant went back before the next take)."""
+    groups = [p.proc.pid for p in cluster.proxies if p.proc is not None]
+    groups += [cluster.redis.proc.pid] if cluster.redis.proc is not None else []
+    threads = [int(t) for t in os.listdir("/proc/self/task")]
+    was = {t: os.getpriority(os.PRIO_PROCESS, t) for t in threads}
+    try:  # (a user without CAP_SYS_NICE runs them as they are: an idle host needs no more)
+        for g in groups:  # (each its own session: the group is the process and its threads)
+            os.setpriority(os.PRIO_PGRP, g, -10)
+        for t in threads:
+            os.setpriority(os.PRIO_PROCESS, t, -10)
+    except PermissionError:
+        pass
+    try:
+        yield
+    finally:
+        for g in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.setpriority(os.PRIO_PGRP, g, 0)
+        for t, nice in was.items():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.setpriority(os.PRIO_PROCESS, t, nice)
 
 
 def logs(cluster: Cluster) -> str:
@@ -484,14 +513,17 @@ def test_a_busy_key_is_checked_on_grants_and_stays_exact(cluster: Cluster) -> No
 
     # each instance 30 requests in a row, fast enough to be granted; then 30 more each,
     # counted: 90 requests, each with a slot to take and release, cost Redis at least 180
-    # scripts without grants; with them, the refills and what goes back
-    warmed = asyncio.run(burst(cluster, "busy", 90, concurrency=3))
-    before = takes()
-    warmed += asyncio.run(burst(cluster, "busy", 90, concurrency=3))
-    scripts = takes() - before
+    # scripts without grants; with them, the refills and what goes back.  (A grant goes
+    # back once unused for 50 ms: on a host whose cores the rest of the suite keeps busy,
+    # one answer took longer than that, and every take was a script: first_on_cpu.)
+    with first_on_cpu(cluster):
+        warmed = asyncio.run(burst(cluster, "busy", 90, concurrency=3))
+        before = takes()
+        warmed += asyncio.run(burst(cluster, "busy", 90, concurrency=3))
+        scripts = takes() - before
+        results = asyncio.run(burst(cluster, "busy", 600, concurrency=60))
     assert all(x[1] == 200 for x in warmed), sorted({x[1] for x in warmed})
     assert scripts < 90, scripts
-    results = asyncio.run(burst(cluster, "busy", 600, concurrency=60))
     assert same_minute(warmed + results), "the requests straddled a minute boundary"
     ok = [x for x in results if x[1] == 200]
     refused = [x for x in results if x[1] == 429]
