@@ -25,7 +25,7 @@ PROMPTS = {"slow": "write slowly", "a": "lane a", "b": "lane b", "default": "lan
 # prompt -> (answer text, seconds of silence after the first text piece)
 SCRIPT = {
     "write slowly": ("part one part two", SLOW),
-    "lane a": ("alpha text", 1.0),
+    "lane a": ("alpha text", 5.0),  # (b and default finish meanwhile, on a loaded host too)
     "lane b": ("bravo text", 0.0),
     "lane default": ("default text", 0.0),
     "shorter please": ("short version", 0.0),
