@@ -287,9 +287,9 @@ def _with_ids(items: list[Any], rid: str) -> list[Any]:
     of ``ordered_hex``, the time first) gives its 32, then the place's 8: unique as the
     response id is, in the turn's order, and made without a hash (the SHA-256 and the
     regular expression that checked the id cost a stored request 6–7 µs more in the
-    server, their code cold there).  Any other response id:
-    the SHA-256 of it and the place, after its first 12 digits when they are hex (the
-    store's index keeps the turn's items in order then too)."""
+    server, their code cold there).  Any other response id: the SHA-256 of it and the
+    place, after its first 12 digits when they are hex (the store's index keeps the
+    turn's items in order then too)."""
     body = rid[5:] if rid.startswith("resp_") else ""
     ours = len(body) == 32 and _HEX.issuperset(body)
     stem = body[:12] if len(body) >= 12 and _HEX.issuperset(body[:12]) else ""
