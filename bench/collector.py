@@ -31,7 +31,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -92,38 +91,39 @@ def measure(proxy_python: str, case: str, n: int, garbage: bool = False, warm: i
     import yaml
 
     from bench.instructions import CASES, _free_port, _stop, proxy_config, send, start_fake, wait_listening
+    from bench.phases import scratch
 
     path, body = CASES[case]
-    work = Path(tempfile.mkdtemp(prefix="switchboard-collector-"))
-    fake, base = start_fake()
-    proxy = None
-    try:
-        port = _free_port()
-        (work / "config.yaml").write_text(yaml.safe_dump(proxy_config(base, port)))
-        out = work / "collector.json"
-        argv = [proxy_python, "-m", "bench.collector", "--serve", str(out), "1" if garbage else "0"]
-        argv += ["serve", "--config", str(work / "config.yaml")]
-        with open(work / "proxy.log", "wb") as log:
-            proxy = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        wait_listening(proxy, port, 60, work / "proxy.log")
-        send(port, warm, path, body)
-        proxy.send_signal(signal.SIGUSR1)
-        time.sleep(0.2)  # the handler runs once the idle loop wakes (within its poll)
-        send(port, n, path, body)
-        time.sleep(0.2)  # the last request's task ends after its answer's last byte
-        proxy.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 30
-        while not out.exists():
-            if time.monotonic() > deadline or proxy.poll() is not None:
-                raise RuntimeError(f"the proxy wrote no record: see {work / 'proxy.log'}")
-            time.sleep(0.05)
-        rec: dict[str, Any] = json.loads(out.read_text())
-        rec["requests"] = n
-        return rec
-    finally:
-        if proxy is not None:
-            _stop(proxy)
-        _stop(fake)
+    with scratch("switchboard-collector-") as work:
+        fake, base = start_fake()
+        proxy = None
+        try:
+            port = _free_port()
+            (work / "config.yaml").write_text(yaml.safe_dump(proxy_config(base, port)))
+            out = work / "collector.json"
+            argv = [proxy_python, "-m", "bench.collector", "--serve", str(out), "1" if garbage else "0"]
+            argv += ["serve", "--config", str(work / "config.yaml")]
+            with open(work / "proxy.log", "wb") as log:
+                proxy = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            wait_listening(proxy, port, 60, work / "proxy.log")
+            send(port, warm, path, body)
+            proxy.send_signal(signal.SIGUSR1)
+            time.sleep(0.2)  # the handler runs once the idle loop wakes (within its poll)
+            send(port, n, path, body)
+            time.sleep(0.2)  # the last request's task ends after its answer's last byte
+            proxy.send_signal(signal.SIGUSR2)
+            deadline = time.monotonic() + 30
+            while not out.exists():
+                if time.monotonic() > deadline or proxy.poll() is not None:
+                    raise RuntimeError(f"the proxy wrote no record: see {work / 'proxy.log'}")
+                time.sleep(0.05)
+            rec: dict[str, Any] = json.loads(out.read_text())
+            rec["requests"] = n
+            return rec
+        finally:
+            if proxy is not None:
+                _stop(proxy)
+            _stop(fake)
 
 
 def row(case: str, rec: dict[str, Any]) -> str:

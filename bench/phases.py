@@ -38,6 +38,7 @@ import contextlib
 import importlib
 import math
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -210,22 +211,36 @@ def measure(
     from bench.instructions import CASES, HOST, _request, exchange
 
     path, body = CASES[case]
-    work = Path(tempfile.mkdtemp(prefix="switchboard-phases-"))
-    rows = work / "phases.txt"
-    argv = [proxy_python, "-m", "bench.phases", "--serve-steps" if steps else "--serve", str(rows)]
-    with serving(argv, work) as (proxy, port):
-        req = _request(path, body)
-        with socket.create_connection((HOST, port), timeout=60) as s:  # one kept-alive connection
-            for _ in range(warm):
-                exchange(s, req)
-            for _ in range(n):
-                exchange(s, req)
-                if gap:
-                    time.sleep(gap)
-        proxy.send_signal(signal.SIGINT)  # its rows are written at exit
-        proxy.wait(30)
-        got = [[float(x) for x in line.split()] for line in rows.read_text().splitlines()]
-        return got[warm:]
+    with scratch("switchboard-phases-") as work:
+        rows = work / "phases.txt"
+        argv = [proxy_python, "-m", "bench.phases", "--serve-steps" if steps else "--serve", str(rows)]
+        with serving(argv, work) as (proxy, port):
+            req = _request(path, body)
+            with socket.create_connection((HOST, port), timeout=60) as s:  # one kept-alive connection
+                for _ in range(warm):
+                    exchange(s, req)
+                for _ in range(n):
+                    exchange(s, req)
+                    if gap:
+                        time.sleep(gap)
+            proxy.send_signal(signal.SIGINT)  # its rows are written at exit
+            proxy.wait(30)
+            got = [[float(x) for x in line.split()] for line in rows.read_text().splitlines()]
+            return got[warm:]
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A new directory under the system's temporary one for a measurement's config, logs
+    and records: removed when the measurement succeeds, kept (and named on stderr) when it
+    fails, for its proxy's log."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    except BaseException:
+        print(f"kept for its logs: {work}", file=sys.stderr)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -52,7 +52,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -224,21 +223,21 @@ def measure(
     """Each round's streams, in their order of arrival at the proxy, each with every stamp
     of ``STAMPS``."""
     from bench.fake_upstream import STAMPS_ENV
-    from bench.phases import serving
+    from bench.phases import scratch, serving
 
     path, model = CASES[case]
-    work = Path(tempfile.mkdtemp(prefix="switchboard-timeline-"))
-    out, far = work / "timeline.jsonl", work / "upstream.jsonl"
-    os.environ[STAMPS_ENV] = str(far)  # the fake upstream's own stamps (bench/fake_upstream.py)
-    try:
-        with serving([proxy_python, "-m", "bench.timeline", "--serve", str(out)], work) as (proxy, port):
-            client = asyncio.run(_rounds(port, path, model, rounds, streams, idle, keep))
-            proxy.send_signal(signal.SIGINT)  # its stamps are written at exit
-            proxy.wait(30)
-    finally:  # the upstream's are written at its exit, when serving stops it
-        del os.environ[STAMPS_ENV]
-    inside = [json.loads(line) for line in out.read_text().splitlines()]
-    upstream = [json.loads(line) for line in far.read_text().splitlines()]
+    with scratch("switchboard-timeline-") as work:
+        out, far = work / "timeline.jsonl", work / "upstream.jsonl"
+        os.environ[STAMPS_ENV] = str(far)  # the fake upstream's own stamps (bench/fake_upstream.py)
+        try:
+            with serving([proxy_python, "-m", "bench.timeline", "--serve", str(out)], work) as (proxy, port):
+                client = asyncio.run(_rounds(port, path, model, rounds, streams, idle, keep))
+                proxy.send_signal(signal.SIGINT)  # its stamps are written at exit
+                proxy.wait(30)
+        finally:  # the upstream's are written at its exit, when serving stops it
+            del os.environ[STAMPS_ENV]
+        inside = [json.loads(line) for line in out.read_text().splitlines()]
+        upstream = [json.loads(line) for line in far.read_text().splitlines()]
     result: list[list[dict[str, float]]] = []
     for n in range(rounds):
         mine = [c for c in client if c["round"] == n]
