@@ -82,10 +82,10 @@ def rec(rid: str, ancestors: list[str] | None = None) -> Record:
     )
 
 
-def _store(port: int, m: Metrics, wire: bool = True) -> RedisStore:
+def _store(port: int, m: Metrics, wire: bool = True, timeout: float = 1) -> RedisStore:
     """The Redis store on ``port``; ``wire=False``: its puts on redis-py's connections, as
     for a client the wire cannot stand for (TLS, a credential provider)."""
-    s = RedisStore(StoreCfg(backend="redis", url=f"redis://127.0.0.1:{port}/0", timeout_seconds=1), m)
+    s = RedisStore(StoreCfg(backend="redis", url=f"redis://127.0.0.1:{port}/0", timeout_seconds=timeout), m)
     if not wire:
         s._wire = None
     return s
@@ -153,9 +153,11 @@ async def test_a_batch_lost_with_a_kept_connection_goes_once_more_and_a_fresh_on
 async def test_a_redis_restart_between_two_puts_costs_neither(server: _Server, wire: bool) -> None:
     """A restart closes the kept connection and forgets the script: the next put goes again
     on a new connection, loads the script and lands.  The same on redis-py's connections (a
-    client the wire cannot stand for: TLS, a credential provider)."""
+    client the wire cannot stand for: TLS, a credential provider).  (It takes a few ms; the
+    store's timeout is 5 s here, not 1: on a host loaded past its cores, redis-py's put
+    after the restart once took longer than 1 s.)"""
     m = Metrics()
-    s = _store(server.port, m, wire)
+    s = _store(server.port, m, wire, timeout=5)
     try:
         await s.put(rec("resp_r1"))
         assert not wire or (s._wire is not None and s._wire.connected)
