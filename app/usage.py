@@ -53,8 +53,9 @@ import os
 import re
 import time
 from collections import deque
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, Protocol
 
 from app.logs import log
@@ -117,6 +118,9 @@ class UsageRecord:
 
 _FIELDS = tuple((f.name, str(f.type)) for f in fields(UsageRecord))
 _NAMES = tuple(name for name, _ in _FIELDS)
+# a record's values in ``_NAMES``'s order, as one C call (every field is a scalar:
+# dataclasses.astuple deep-copied each one, a Python call per field)
+_values: Any = attrgetter(*_NAMES)
 # field name → what turns its stored text (Redis) or column (SQLite) back into its type
 _TYPES: dict[str, Any] = {
     name: {"float": float, "int": int, "str": str, "bool": lambda v: v not in (0, "0", b"0", "", b"")}[kind]
@@ -200,7 +204,7 @@ class _SQLiteBackend:
 
     async def write(self, batch: list[UsageRecord], now: float) -> None:
         db = await self._db()
-        await db.executemany(self._INSERT, [astuple(r) for r in batch])
+        await db.executemany(self._INSERT, [_values(r) for r in batch])
         mono = time.monotonic()
         if mono - self._purged >= _PURGE_SECONDS:
             await db.execute("DELETE FROM usage WHERE ts < ?", (now - self.retention,))
@@ -247,7 +251,7 @@ class _RedisBackend:
             for r in batch:
                 key = self.key(r.ts)
                 days.setdefault(key, _day_start(r.ts))
-                entry: dict[Any, Any] = {n: (int(v) if isinstance(v, bool) else v) for n, v in zip(_NAMES, astuple(r))}
+                entry: dict[Any, Any] = {n: (int(v) if isinstance(v, bool) else v) for n, v in zip(_NAMES, _values(r))}
                 pipe.xadd(key, entry)
             for key, start in days.items():
                 # gone retention_days after its day ended (already past: at once)
