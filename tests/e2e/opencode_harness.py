@@ -131,7 +131,7 @@ def _binary_version(binary: Path) -> str | None:
             capture_output=True,
             text=True,
             timeout=30,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, **NO_NETWORK_ENV},
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": home, **NO_NETWORK_ENV},
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired):
@@ -236,10 +236,13 @@ def write_config(
 
 
 def prepare_home(home: Path, oc: Opencode) -> dict[str, str]:
-    """XDG dirs under ``home``; opencode's global config dir gets the prefix's package files
-    and its ``node_modules`` (so its start-up ``@opencode-ai/plugin`` install is a no-op)."""
+    """XDG dirs and ``TMPDIR`` under ``home``; opencode's global config dir gets the prefix's
+    package files and its ``node_modules`` (so its start-up ``@opencode-ai/plugin`` install
+    is a no-op).  (The binary unpacks a 5.5 MB native library into ``$TMPDIR`` at each start
+    and leaves it there: in ``/tmp`` every suite run left six.)"""
     xdg = {
         "HOME": home,
+        "TMPDIR": home / "tmp",
         "XDG_CONFIG_HOME": home / ".config",
         "XDG_DATA_HOME": home / ".local" / "share",
         "XDG_CACHE_HOME": home / ".cache",
