@@ -93,7 +93,7 @@ def record(proxy_python: str, case: str, n: int, freq: int, warm: int = 300) -> 
                 for _ in range(warm):
                     exchange(s, req)
                 rec = subprocess.Popen(
-                    [perf, "record", "-q", "-F", str(freq), "--call-graph", "dwarf,8192"]
+                    [perf, "record", "-q", "--no-buildid-cache", "-F", str(freq), "--call-graph", "dwarf,8192"]
                     + ["-p", str(pid), "-o", str(data)],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,

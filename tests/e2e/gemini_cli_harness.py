@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -60,10 +61,20 @@ def _installed(prefix: Path, node: str, version: str) -> GeminiCli | None:
         return None
 
     def ask() -> str | None:
+        # (a throwaway HOME: even --version writes under ~/.gemini)
+        home = tempfile.mkdtemp(prefix="sb-gemini-version-")
         try:
-            out = subprocess.run([node, str(cli.main), "--version"], capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                [node, str(cli.main), "--version"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "HOME": home, "TMPDIR": home},
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
         return out.stdout.strip()
 
     files = [Path(node).resolve(), cli.main, prefix / "package-lock.json"]

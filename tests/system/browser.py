@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,12 @@ def _env(root: Path) -> dict[str, str]:
 def _runs(exe: Path, env: dict[str, str]) -> bool:
     if not exe.is_file():
         return False
+    # (a throwaway HOME: even --version writes ~/.config/chromium* and ~/.cache)
+    home = tempfile.mkdtemp(prefix="sb-chromium-version-")
     try:
         r = subprocess.run(
             [str(exe), "--headless", "--no-sandbox", "--disable-gpu", "--version"],
-            env={**os.environ, **env},
+            env={**os.environ, **env, "HOME": home, "XDG_CONFIG_HOME": home, "XDG_CACHE_HOME": home},
             capture_output=True,
             text=True,
             timeout=60,
@@ -56,6 +59,8 @@ def _runs(exe: Path, env: dict[str, str]) -> bool:
         )
     except OSError:
         return False
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     return r.returncode == 0 and "Chromium" in r.stdout
 
 

@@ -63,10 +63,20 @@ function snapshot() {
   };
 }
 
+// the browser's own HOME and XDG folders beside its profile, under the test's folder
+// (with the user's own, Chromium left ~/.cache/dconf behind at every run)
+const home = `${job.userDataDir}-home`;
 const ctx = await chromium.launchPersistentContext(job.userDataDir, {
   executablePath: job.exe,
   headless: true,
-  env: { ...process.env, ...job.env },
+  env: {
+    ...process.env,
+    ...job.env,
+    HOME: home,
+    XDG_CACHE_HOME: `${home}/.cache`,
+    XDG_CONFIG_HOME: `${home}/.config`,
+    XDG_DATA_HOME: `${home}/.local/share`,
+  },
   args: [
     "--no-sandbox",
     "--disable-gpu",
