@@ -15,6 +15,8 @@ from typing import Any
 
 import hiredis
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.metrics import Metrics
@@ -205,3 +207,31 @@ async def test_puts_after_script_flush_load_the_script_again(server: _Server, wi
         assert await s.redis.script_exists(s._puts_sha.decode()) == [True]  # loaded again
     finally:
         await s.aclose()
+
+
+_IDS = st.text(min_size=1, max_size=40)  # (any text: a client's item ids need not be ASCII)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    prefix=st.sampled_from(["", "sb:", "équipe:"]),
+    puts=st.lists(
+        st.tuples(_IDS, st.binary(max_size=300), st.lists(_IDS, max_size=4), st.lists(_IDS, max_size=4)),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_the_puts_command_written_in_one_pass_is_the_packed_one(prefix: str, puts: list[Any]) -> None:
+    """``_puts_data`` (the puts' own connection) sends the arguments ``_puts_command`` gives
+    redis-py's path, one RESP array; the time argument is the only one that may differ."""
+    store = RedisStore(StoreCfg(backend="redis", url="redis://127.0.0.1:1/0", key_prefix=prefix))
+    data = store._puts_data(puts)
+    want = [bytes(a) for a in store._puts_command(puts)]
+    reader = hiredis.Reader()
+    reader.feed(data)
+    got = reader.gets()
+    assert reader.gets() is False  # (one command, nothing after it)
+    assert isinstance(got, list) and len(got) == len(want)
+    assert abs(float(got[7]) - float(want[7])) < 5.0
+    got[7] = want[7]
+    assert got == want

@@ -525,13 +525,13 @@ async def test_puts_of_one_loop_turn_are_written_together(store: Store):
     own answer, and a chain put in the same batch as its start is whole."""
     calls: list[int] = []
     if isinstance(store, RedisStore):  # (a batch is one command of the script, sent from a callback)
-        command = store._puts_command
+        command = store._puts_data
 
         def packed(puts: Any) -> Any:
             calls.append(len(puts))
             return command(puts)
 
-        store._puts_command = packed  # type: ignore[method-assign]
+        store._puts_data = packed  # type: ignore[method-assign]
     first = rec("resp_b0")
     await store.put(first)
     later = [rec(f"resp_b{i}", ancestors=["resp_b0"]) for i in range(1, 9)]
