@@ -86,8 +86,8 @@ and under load a put pays a share:
   Cluster: there each put goes alone, below) the whole batch is one script,
   ``_PUTS_LUA`` (the records, their item index, the renewed ancestors with their items,
   the size bookkeeping), one ``EVALSHA`` on the puts' own connection (a
-  ``redis_wire.Wire``, as the limits' counters have theirs: packed there, pipelined, its
-  reply read by hiredis).  One write, one reply: redis-py's packing of the same six
+  ``redis_wire.Wire``, as the limits' counters have theirs: pipelined, its reply read by
+  hiredis), written as RESP in one pass (``_puts_data``).  One write, one reply: redis-py's packing of the same six
   commands per put, their six replies and a pool checkout cost more than the round trip
   itself.  The batch has no task of its own (``_ScriptCall``): the loop's callback that
   gathered it sends it, and the wire's callbacks complete it.  A script the server lost
