@@ -194,7 +194,16 @@ def test_one_scrape_counts_every_worker(proxy: Proxy) -> None:
             body = {"model": "demo", "stream": i % 2 == 0, "messages": [{"role": "user", "content": "hi"}]}
             r = c.post(f"{proxy.url}/v1/chat/completions", json=body, headers=hdrs)
             assert r.status_code == 200, r.text
-        scrape = c.get(f"{proxy.url}/metrics", headers={"connection": "close"}).text
+        # (a worker counts an answer once its last byte is sent, the GenAI series last: the
+        # client can have the last answer a moment before its worker counted it)
+        labels = {"gen_ai_operation_name": "chat", "gen_ai_provider_name": "demo", "gen_ai_request_model": "demo"}
+        deadline = time.monotonic() + 5
+        while True:
+            scrape = c.get(f"{proxy.url}/metrics", headers={"connection": "close"}).text
+            last = total(scrape, "gen_ai_client_token_usage_count", **labels, gen_ai_token_type="output")
+            if last >= n or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     served = {}
     for pid in pids:
         series = metrics.read_dir(d, pid)["switchboard_requests_total"]
@@ -203,7 +212,6 @@ def test_one_scrape_counts_every_worker(proxy: Proxy) -> None:
     assert total(scrape, "switchboard_requests_total", route="/v1/chat/completions", status="200") == n
     assert total(scrape, "switchboard_stream_outcomes_total", outcome="completed") == n / 2
     assert total(scrape, "switchboard_request_duration_seconds_count", route="/v1/chat/completions") == n
-    labels = {"gen_ai_operation_name": "chat", "gen_ai_provider_name": "demo", "gen_ai_request_model": "demo"}
     assert total(scrape, "gen_ai_server_request_duration_seconds_count", **labels, error_type="") == n
     assert total(scrape, "gen_ai_server_request_duration_seconds_bucket", **labels, le="+Inf") == n
     assert total(scrape, "gen_ai_server_time_to_first_token_seconds_count", **labels) == n / 2
