@@ -997,7 +997,22 @@ _KINDS = {
 }
 
 
-_MINUTE_WORDS = {"requests": "requests", "tokens_minute": "tokens"}  # OpenAI's word for a minute window
+# OpenAI's three headers of a minute window (its limit, what remains, when it resets), by
+# the window's kind; and Codex's four of a window family (the percent used, the window's
+# minutes, the seconds until it resets, when): names made once, not at each answer
+_MINUTE_HEADERS = {
+    kind: (f"x-ratelimit-limit-{word}", f"x-ratelimit-remaining-{word}", f"x-ratelimit-reset-{word}")
+    for kind, word in (("requests", "requests"), ("tokens_minute", "tokens"))
+}
+_CODEX_HEADERS = {
+    family: (
+        f"x-codex-{family}-used-percent",
+        f"x-codex-{family}-window-minutes",
+        f"x-codex-{family}-reset-after-seconds",
+        f"x-codex-{family}-reset-at",
+    )
+    for family in ("primary", "secondary")
+}
 _BUDGET_RANK = {"tokens_day": 0, "cost_day": 1, "tokens_month": 2, "cost_month": 3}  # Codex's secondary: ties
 
 
@@ -1074,11 +1089,12 @@ class Ticket:
         for e, before in zip(self.entries, self.counts, strict=False):  # (the order of _ROWS)
             used = before + e.take
             pct = 100.0 * used / e.limit
-            word = _MINUTE_WORDS.get(e.kind)
-            if word is not None:
-                out[f"x-ratelimit-limit-{word}"] = str(e.limit)
-                out[f"x-ratelimit-remaining-{word}"] = str(max(e.limit - used, 0))
-                out[f"x-ratelimit-reset-{word}"] = f"{max(int(e.reset), 1)}s"
+            names = _MINUTE_HEADERS.get(e.kind)
+            if names is not None:
+                limit_h, remaining_h, reset_h = names
+                out[limit_h] = str(e.limit)
+                out[remaining_h] = str(max(e.limit - used, 0))
+                out[reset_h] = f"{max(int(e.reset), 1)}s"
                 minute_pct = max(minute_pct, pct)
                 minute_reset, minute = e.reset, True
             else:  # the first of the most used: a day's before a month's, tokens before cost
@@ -1086,24 +1102,24 @@ class Ticket:
                 if best is None or pct > best[0] or (pct == best[0] and rank < best[1]):
                     best = (pct, rank, e)
         if minute:
-            out.update(_codex("primary", minute_pct, 1, self.now, minute_reset))
+            _codex(out, "primary", minute_pct, 1, self.now, minute_reset)
         if best is not None:
             pct, _, e = best
             minutes = 1440 if e.kind.endswith("day") else _windows(self.now)["month"][2]
-            out.update(_codex("secondary", pct, minutes, self.now, e.reset))
+            _codex(out, "secondary", pct, minutes, self.now, e.reset)
         return out
 
     def event(self) -> dict[str, Any] | None:
         """The ``codex.rate_limits`` event of these windows (a Responses WebSocket)."""
         h = self.headers()
         windows: dict[str, Any] = {}
-        for fam in ("primary", "secondary"):
-            if f"x-codex-{fam}-used-percent" in h:
+        for fam, (used, minutes, after, at) in _CODEX_HEADERS.items():
+            if used in h:
                 windows[fam] = {
-                    "used_percent": float(h[f"x-codex-{fam}-used-percent"]),
-                    "window_minutes": int(h[f"x-codex-{fam}-window-minutes"]),
-                    "reset_after_seconds": int(h[f"x-codex-{fam}-reset-after-seconds"]),
-                    "reset_at": int(h[f"x-codex-{fam}-reset-at"]),
+                    "used_percent": float(h[used]),
+                    "window_minutes": int(h[minutes]),
+                    "reset_after_seconds": int(h[after]),
+                    "reset_at": int(h[at]),
                 }
         if not windows:
             return None
@@ -1113,13 +1129,13 @@ class Ticket:
         }
 
 
-def _codex(family: str, pct: float, minutes: int, now: float, reset: float) -> dict[str, str]:
-    return {
-        f"x-codex-{family}-used-percent": f"{min(pct, 100.0):.1f}",
-        f"x-codex-{family}-window-minutes": str(minutes),
-        f"x-codex-{family}-reset-after-seconds": str(max(int(reset), 1)),
-        f"x-codex-{family}-reset-at": str(int(now + reset)),
-    }
+def _codex(out: dict[str, str], family: str, pct: float, minutes: int, now: float, reset: float) -> None:
+    """Codex's four headers of the window ``family``, into ``out``."""
+    used, window, after, at = _CODEX_HEADERS[family]
+    out[used] = f"{min(pct, 100.0):.1f}"
+    out[window] = str(minutes)
+    out[after] = str(max(int(reset), 1))
+    out[at] = str(int(now + reset))
 
 
 class Limiter:
@@ -1338,20 +1354,21 @@ class Limiter:
         # the window it hit, full: OpenAI's three headers for a minute window, Codex's own
         # (primary: the minute, secondary: a day or month budget); a slot refused: the
         # key's windows as they stand (nothing was taken from them)
-        word = {"requests": "requests", "tokens_minute": "tokens"}.get(kind)
+        names = _MINUTE_HEADERS.get(kind)
         if kind == "concurrent" and len(seen) > len(ticket.entries):
             n = len(ticket.entries)
             entries = [replace(e, take=0) for e in ticket.entries]
             view = Ticket(ticket.name, ticket.policy, entries=entries, counts=seen[:n], now=ticket.now)
             headers = {**view.headers(), **headers}
-        if word is not None:
-            headers[f"x-ratelimit-limit-{word}"] = str(limit)
-            headers[f"x-ratelimit-remaining-{word}"] = "0"
-            headers[f"x-ratelimit-reset-{word}"] = f"{wait}s"
-            headers.update(_codex("primary", 100.0, 1, ticket.now, reset))
+        if names is not None:
+            limit_h, remaining_h, reset_h = names
+            headers[limit_h] = str(limit)
+            headers[remaining_h] = "0"
+            headers[reset_h] = f"{wait}s"
+            _codex(headers, "primary", 100.0, 1, ticket.now, reset)
         elif kind != "concurrent":
             minutes = _windows(ticket.now)["day" if kind.endswith("day") else "month"][2]
-            headers.update(_codex("secondary", 100.0, minutes, ticket.now, reset))
+            _codex(headers, "secondary", 100.0, minutes, ticket.now, reset)
         return LimitExceeded(
             429,
             f"Rate limit reached for {what} on key '{ticket.name}' (limit {limit}). Please try again in {wait}s.",
