@@ -211,6 +211,7 @@ def first_on_cpu(cluster: Cluster) -> Iterator[None]:
     groups += [cluster.redis.proc.pid] if cluster.redis.proc is not None else []
     threads = [int(t) for t in os.listdir("/proc/self/task")]
     was = {t: os.getpriority(os.PRIO_PROCESS, t) for t in threads}
+    groups_were = {g: os.getpriority(os.PRIO_PGRP, g) for g in groups}
     try:  # (a user without CAP_SYS_NICE runs them as they are: an idle host needs no more)
         for g in groups:  # (each its own session: the group is the process and its threads)
             os.setpriority(os.PRIO_PGRP, g, -10)
@@ -221,9 +222,9 @@ def first_on_cpu(cluster: Cluster) -> Iterator[None]:
     try:
         yield
     finally:
-        for g in groups:
+        for g, nice in groups_were.items():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.setpriority(os.PRIO_PGRP, g, 0)
+                os.setpriority(os.PRIO_PGRP, g, nice)
         for t, nice in was.items():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.setpriority(os.PRIO_PROCESS, t, nice)
